@@ -1,0 +1,201 @@
+"""What one attempt's outcome means: success, worth another try, or final.
+
+:func:`classify_response` and :func:`classify_exception` turn an outcome into a
+:class:`Verdict`. They answer only "could asking again change the answer, and
+might the server already have acted?"; whether a retry actually happens
+(attempts, deadline, safety of repeating) is the engine's decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from http import HTTPStatus
+from typing import Literal
+
+import httpx
+
+from retrysafe.policy import RetryPolicy
+from retrysafe.timing import parse_retry_after
+
+__all__ = [
+    "AttemptTimedOut",
+    "Processed",
+    "Verdict",
+    "classify_exception",
+    "classify_response",
+    "status_reason",
+]
+
+#: Whether the server may have acted on the request: "no" means it certainly did not
+#: (never connected, or it refused before doing any work), "maybe" means it might have.
+Processed = Literal["no", "maybe"]
+
+#: Statuses by which a server says it refused the request before doing any work.
+_REFUSED_BEFORE_WORK = frozenset({408, 429, 503})
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The meaning of one outcome.
+
+    ``kind`` is ``"success"``, ``"retry"`` (another attempt may succeed) or
+    ``"permanent"`` (the same request will fail the same way). ``reason`` is a
+    stable snake_case code. ``after`` is the server's wait hint in seconds.
+    ``processed`` says whether the server may have acted; the engine repeats a
+    non-idempotent request only when it did not, or a key guards it.
+    """
+
+    kind: Literal["success", "retry", "permanent"]
+    reason: str
+    after: float | None = None
+    processed: Processed = "maybe"
+
+    @classmethod
+    def success(cls) -> Verdict:
+        """The call succeeded; return the response."""
+        return cls("success", "success")
+
+    @classmethod
+    def retry(
+        cls, reason: str, after: float | None = None, *, processed: Processed = "maybe"
+    ) -> Verdict:
+        """Another attempt may succeed, after ``after`` seconds if given."""
+        return cls("retry", reason, after, processed)
+
+    @classmethod
+    def permanent(cls, reason: str) -> Verdict:
+        """Asking again cannot help; fail now."""
+        return cls("permanent", reason)
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind == "retry"
+
+
+class AttemptTimedOut(httpx.TimeoutException):
+    """One attempt used up its whole time budget (headers and body together)."""
+
+
+def status_reason(status: int) -> str:
+    """A stable snake_case code for a status: ``bad_gateway``, ``status_599``..."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return f"status_{status}"
+    return phrase.lower().replace(" ", "_").replace("-", "_").replace("'", "")
+
+
+def retry_after_of(response: httpx.Response, now: float) -> float | None:
+    """The response's Retry-After hint in seconds, or None when absent or unusable."""
+    return parse_retry_after(response.headers.get("retry-after"), now=now)
+
+
+def is_out_of_credits(response: httpx.Response, policy: RetryPolicy) -> bool:
+    """A quota header reading exactly ``0``; a missing, empty, negative or garbled one is not."""
+    return any(str(response.headers.get(name, "")).strip() == "0" for name in policy.quota_headers)
+
+
+def is_replay(response: httpx.Response) -> bool:
+    """The server answered from its idempotency store: its stored outcome is final."""
+    return str(response.headers.get("idempotent-replayed", "")).strip().lower() == "true"
+
+
+def classify_response(
+    response: httpx.Response, policy: RetryPolicy, *, keyed: bool, now: float
+) -> Verdict:
+    """Classify a complete response (body read) per DESIGN §3.
+
+    Rules run first and may override anything; a replayed response never turns
+    into a retry, since the stored outcome will not change. ``now`` is wall time
+    for HTTP-date Retry-After values.
+    """
+    verdict = _apply_rules(response, policy)
+    if is_replay(response):
+        if verdict is None:
+            verdict = _default_verdict(response, policy, keyed=keyed, now=now)
+        if verdict.kind == "retry":
+            return Verdict.permanent(verdict.reason)
+        return verdict
+    if verdict is not None:
+        if verdict.kind == "retry" and verdict.after is None:
+            verdict = dataclasses.replace(verdict, after=retry_after_of(response, now))
+        return verdict
+    return _default_verdict(response, policy, keyed=keyed, now=now)
+
+
+def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | None:
+    for rule in policy.rules:
+        verdict = rule(response)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def _default_verdict(
+    response: httpx.Response, policy: RetryPolicy, *, keyed: bool, now: float
+) -> Verdict:
+    status = response.status_code
+    if status < 400:
+        return Verdict.success()
+    if status == 429:
+        if is_out_of_credits(response, policy):
+            return Verdict.permanent("quota_exhausted")
+        return Verdict.retry("rate_limited", retry_after_of(response, now), processed="no")
+    if status == 409 and keyed:
+        # The key is in use by an attempt still in flight: wait for it, the key guards the work.
+        return Verdict.retry(
+            "idempotency_key_in_use", retry_after_of(response, now), processed="no"
+        )
+    if status in policy.retry_statuses:
+        processed: Processed = "no" if status in _REFUSED_BEFORE_WORK else "maybe"
+        return Verdict.retry(
+            status_reason(status), retry_after_of(response, now), processed=processed
+        )
+    return Verdict.permanent(status_reason(status))
+
+
+_NEVER_SENT: tuple[tuple[type[Exception], str], ...] = (
+    (httpx.ConnectTimeout, "connect_timeout"),
+    (httpx.PoolTimeout, "pool_timeout"),
+    (httpx.ConnectError, "connect_error"),
+    (httpx.ProxyError, "proxy_error"),
+)
+_MAYBE_SENT: tuple[tuple[type[Exception], str], ...] = (
+    (AttemptTimedOut, "attempt_timeout"),
+    (httpx.WriteTimeout, "write_timeout"),
+    (httpx.ReadTimeout, "read_timeout"),
+    (httpx.TimeoutException, "timeout"),
+    (httpx.WriteError, "write_error"),
+    (httpx.ReadError, "connection_reset"),
+    (httpx.RemoteProtocolError, "remote_protocol_error"),
+    (httpx.NetworkError, "network_error"),
+)
+_PERMANENT: tuple[tuple[type[Exception], str], ...] = (
+    (httpx.UnsupportedProtocol, "unsupported_protocol"),
+    (httpx.LocalProtocolError, "invalid_request"),
+)
+
+
+def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
+    """Classify an exception by how far the request got.
+
+    Errors before the connection was made mean the server never saw the
+    request; anything later (a timeout waiting for the answer, a reset, a
+    truncated or undecodable body) means it may have acted.
+    """
+    if during_body:
+        if isinstance(exc, httpx.TimeoutException):
+            return Verdict.retry("read_timeout")
+        if isinstance(exc, httpx.DecodingError):
+            return Verdict.retry("undecodable_body")
+        return Verdict.retry("truncated_body")
+    for kinds, processed in ((_NEVER_SENT, "no"), (_MAYBE_SENT, "maybe")):
+        for kind, reason in kinds:
+            if isinstance(exc, kind):
+                return Verdict.retry(reason, processed="no" if processed == "no" else "maybe")
+    for kind, reason in _PERMANENT:
+        if isinstance(exc, kind):
+            return Verdict.permanent(reason)
+    if isinstance(exc, httpx.DecodingError):
+        return Verdict.retry("undecodable_body")
+    return Verdict.permanent("transport_error")

@@ -1,0 +1,227 @@
+"""Client and AsyncClient: httpx clients that retry safely and raise errors you can act on.
+
+They are ``httpx.Client`` / ``httpx.AsyncClient`` with every transport wrapped
+in a retry shell, plus three per-call arguments::
+
+    with retrysafe.Client(base_url="https://api.example.com") as client:
+        client.post("/payments", json=payment, idempotency_key=True)
+
+A success returns the ``httpx.Response`` (body read) with a report in
+``response.extensions["retrysafe"]``; a final failure raises the matching
+:class:`~retrysafe.ApiError`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from retrysafe.clock import Clock
+from retrysafe.engine import IDEMPOTENCY_HEADER, CallReport
+from retrysafe.observe import EventHook
+from retrysafe.policy import RetryPolicy
+from retrysafe.transport import OPTIONS_EXTENSION, AsyncRetryTransport, CallOptions, RetryTransport
+
+__all__ = ["AsyncClient", "Client"]
+
+
+def _with_call_options(
+    kwargs: dict[str, Any],
+    idempotency_key: str | bool | None,
+    policy: RetryPolicy | None,
+    dependency: str | None,
+) -> dict[str, Any]:
+    """httpx request kwargs carrying the key header and the per-call options."""
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+    if idempotency_key is True:
+        # One key for the whole call: built once here, so every attempt sends the same one.
+        idempotency_key = str(uuid.uuid4())
+    if idempotency_key is not None and idempotency_key is not False:
+        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+            raise ValueError(
+                "idempotency_key must be True (make one) or a non-empty string, "
+                f"got {idempotency_key!r}"
+            )
+        headers = httpx.Headers(kwargs.get("headers"))
+        headers[IDEMPOTENCY_HEADER] = idempotency_key
+        kwargs["headers"] = headers
+    extensions = dict(kwargs.get("extensions") or {})
+    extensions[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
+    kwargs["extensions"] = extensions
+    return kwargs
+
+
+def _raise_if_failed(response: httpx.Response) -> httpx.Response:
+    """Raise the call's error if its final response was a failure."""
+    report = response.extensions.get(OPTIONS_EXTENSION)
+    if isinstance(report, CallReport) and report.error is not None:
+        raise report.error
+    return response
+
+
+class Client(httpx.Client):
+    """An ``httpx.Client`` whose requests retry per ``policy`` and raise ``ApiError``.
+
+    Every keyword argument other than ``policy``, ``clock``, ``hooks`` and
+    ``dependency`` goes to ``httpx.Client``.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | None = None,
+        **httpx_kwargs: Any,
+    ) -> None:
+        super().__init__(**httpx_kwargs)
+        self.policy = policy
+
+        def wrap(transport: httpx.BaseTransport) -> RetryTransport:
+            return RetryTransport(
+                transport,
+                policy=policy,
+                clock=clock,
+                hooks=hooks,
+                dependency=dependency,
+                raise_errors=True,
+            )
+
+        # httpx picks a transport per URL from _transport and _mounts (proxies, custom
+        # mounts); wrapping them all keeps httpx's own transport configuration intact.
+        self._transport = wrap(self._transport)
+        self._mounts = {
+            pattern: None if transport is None else wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    def request(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one logical request, retried as the policy allows.
+
+        ``idempotency_key=True`` makes one key for this call (sent on every
+        attempt); a string is sent as given. ``policy`` and ``dependency``
+        override the client's for this call.
+        """
+        kwargs = _with_call_options(kwargs, idempotency_key, policy, dependency)
+        return super().request(method, url, **kwargs)
+
+    def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        response = super().send(request, **kwargs)
+        try:
+            return _raise_if_failed(response)
+        except BaseException:
+            response.close()
+            raise
+
+    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("HEAD", url, **kwargs)
+
+    def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("OPTIONS", url, **kwargs)
+
+    def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+    def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("PUT", url, **kwargs)
+
+    def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("PATCH", url, **kwargs)
+
+    def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return self.request("DELETE", url, **kwargs)
+
+
+class AsyncClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose requests retry per ``policy`` and raise ``ApiError``.
+
+    Works on asyncio and trio. Arguments as for :class:`Client`.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | None = None,
+        **httpx_kwargs: Any,
+    ) -> None:
+        super().__init__(**httpx_kwargs)
+        self.policy = policy
+
+        def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
+            return AsyncRetryTransport(
+                transport,
+                policy=policy,
+                clock=clock,
+                hooks=hooks,
+                dependency=dependency,
+                raise_errors=True,
+            )
+
+        self._transport = wrap(self._transport)
+        self._mounts = {
+            pattern: None if transport is None else wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    async def request(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one logical request, retried as the policy allows (see ``Client.request``)."""
+        kwargs = _with_call_options(kwargs, idempotency_key, policy, dependency)
+        return await super().request(method, url, **kwargs)
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        response = await super().send(request, **kwargs)
+        try:
+            return _raise_if_failed(response)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("GET", url, **kwargs)
+
+    async def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("HEAD", url, **kwargs)
+
+    async def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("OPTIONS", url, **kwargs)
+
+    async def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("POST", url, **kwargs)
+
+    async def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("PUT", url, **kwargs)
+
+    async def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("PATCH", url, **kwargs)
+
+    async def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("DELETE", url, **kwargs)

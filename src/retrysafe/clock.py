@@ -1,0 +1,70 @@
+"""The one source of time, sleep and randomness for retrysafe.
+
+Every duration the engine measures, every sleep a shell takes and every random
+number behind jitter comes through a :class:`Clock`, so tests can swap in
+:class:`retrysafe.testing.FakeClock` and check backoff arithmetic exactly,
+without sleeping for real.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Protocol, runtime_checkable
+
+import anyio
+
+__all__ = ["Clock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Time, sleep and randomness, injected wherever retrysafe needs them."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards; only differences mean anything."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch; used only to read HTTP-dates."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+        ...
+
+    async def async_sleep(self, seconds: float) -> None:
+        """Suspend the calling task for ``seconds`` (asyncio or trio)."""
+        ...
+
+    def random(self) -> float:
+        """A number in ``[0, 1)`` for jitter."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time``, real sleeps, ``random.random``."""
+
+    def __init__(self) -> None:
+        self._random = random.Random()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    async def async_sleep(self, seconds: float) -> None:
+        # anyio works on both asyncio and trio; a zero sleep is still a checkpoint,
+        # so cancellation is noticed even between immediate retries.
+        await anyio.sleep(max(0.0, seconds))
+
+    def random(self) -> float:
+        return self._random.random()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"

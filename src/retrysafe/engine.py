@@ -1,0 +1,454 @@
+"""Call: the sans-I/O state machine that makes every retry decision.
+
+A shell (``RetryTransport`` and friends) drives one :class:`Call` per request::
+
+    call = Call(request, policy=policy, clock=clock, dependency=origin)
+    while True:
+        plan = call.begin_attempt()           # AttemptPlan, or Fail
+        ... send with plan.timeout, read the body ...
+        decision = call.attempt_returned(response)   # or attempt_raised(exc, ...)
+        # Succeed -> return; Fail -> give up; Wait -> sleep decision.seconds, loop
+
+The Call never touches a socket and never sleeps; it reads time from the
+injected clock. Methods called out of order raise ``RuntimeError``: the
+states are ``ready`` -> ``attempting`` -> ``ready`` (after a Wait) or ``done``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+import httpx
+
+from retrysafe.classify import Verdict, classify_exception, classify_response
+from retrysafe.clock import Clock
+from retrysafe.errors import (
+    ApiError,
+    AttemptRecord,
+    BadResponse,
+    ClientError,
+    DeadlineExceeded,
+    QuotaExhausted,
+    RateLimited,
+    RetryAfterTooLong,
+    ServerError,
+    TransportError,
+)
+from retrysafe.observe import Observer, RetryEvent
+from retrysafe.policy import RetryPolicy
+from retrysafe.redact import Redactor, redact_url
+from retrysafe.timing import Deadline, backoff_delay
+
+__all__ = [
+    "AttemptPlan",
+    "Call",
+    "CallReport",
+    "Decision",
+    "Fail",
+    "IDEMPOTENCY_HEADER",
+    "Succeed",
+    "Wait",
+    "default_dependency",
+]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
+_BODY_LIMIT = 64 * 1024
+_EXCERPT_LIMIT = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class CallReport:
+    """What a call did, attached as ``response.extensions["retrysafe"]``."""
+
+    attempts: int
+    waits: tuple[float, ...]
+    elapsed: float
+    idempotency_key: str | None
+    dependency: str
+    history: tuple[AttemptRecord, ...]
+    error: ApiError | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptPlan:
+    """Start attempt ``number`` (1-based) and give it at most ``timeout`` seconds."""
+
+    number: int
+    timeout: float
+    cut_by_deadline: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Succeed:
+    """Return ``response``: the call succeeded (or reached a final, stored answer)."""
+
+    response: httpx.Response
+    report: CallReport
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """Sleep ``seconds``, then ask for the next attempt."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Fail:
+    """Give up with ``error``; ``response`` is the last response, ``cause`` the last exception."""
+
+    error: ApiError
+    response: httpx.Response | None
+    cause: Exception | None
+    report: CallReport
+
+
+Decision = Succeed | Wait | Fail
+
+
+def default_dependency(url: httpx.URL) -> str:
+    """The dependency a URL belongs to by default: its origin, ``scheme://host:port``."""
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+    return f"{url.scheme}://{url.host}:{port}"
+
+
+def is_replayable(request: httpx.Request) -> bool:
+    """Whether the request's body can be sent again byte for byte (bytes, not a stream)."""
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+class Call:
+    """Every decision of one retrying HTTP call, free of I/O.
+
+    It decides whether an attempt may start and with what timeout, what an
+    outcome means, whether it is safe and worth repeating, how long to wait,
+    and which error to give up with.
+    """
+
+    def __init__(
+        self,
+        request: httpx.Request,
+        *,
+        policy: RetryPolicy,
+        clock: Clock,
+        dependency: str | None = None,
+        scope_deadline: Deadline | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.policy = policy
+        self.method = request.method.upper()
+        self.url = redact_url(request.url)
+        self.dependency = dependency or default_dependency(request.url)
+        self.idempotency_key = request.headers.get(IDEMPOTENCY_HEADER)
+        self.replayable = is_replayable(request)
+        self._clock = clock
+        self._redactor = Redactor.for_request(request)
+        self._observer = observer or Observer()
+        self._started = clock.monotonic()
+        self.deadline = Deadline.after(policy.deadline, clock).tighter(scope_deadline)
+        self.state: Literal["ready", "attempting", "done"] = "ready"
+        self._history: list[AttemptRecord] = []
+        self._plan: AttemptPlan | None = None
+        self._attempt_started = 0.0
+
+    # -- the shell's three calls ------------------------------------------------------
+
+    def begin_attempt(self) -> AttemptPlan | Fail:
+        """Plan the next attempt, or give up because too little time is left for one."""
+        self._require("ready", "begin_attempt")
+        remaining = self.deadline.remaining()
+        if remaining <= 0 or remaining < self.policy.min_attempt_time:
+            self.state = "done"
+            return self._deadline_exceeded(cause=None, response=None, reason="deadline_exceeded")
+        timeout = self.deadline.attempt_timeout(self.policy.attempt_timeout)
+        self._plan = AttemptPlan(
+            number=len(self._history) + 1,
+            timeout=timeout,
+            cut_by_deadline=timeout < self.policy.attempt_timeout,
+        )
+        self._attempt_started = self._clock.monotonic()
+        self.state = "attempting"
+        return self._plan
+
+    def attempt_returned(self, response: httpx.Response) -> Decision:
+        """The attempt produced a complete response (body read)."""
+        self._require("attempting", "attempt_returned")
+        verdict = classify_response(
+            response, self.policy, keyed=self.idempotency_key is not None, now=self._clock.time()
+        )
+        self._record(verdict, status=response.status_code, exception=None)
+        return self._decide(verdict, response=response, cause=None, during_body=False)
+
+    def attempt_raised(self, exc: Exception, *, during_body: bool) -> Decision:
+        """The attempt failed with ``exc``; ``during_body`` if headers had already arrived."""
+        self._require("attempting", "attempt_raised")
+        verdict = classify_exception(exc, during_body=during_body)
+        self._record(verdict, status=None, exception=type(exc).__name__)
+        return self._decide(verdict, response=None, cause=exc, during_body=during_body)
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def _decide(
+        self,
+        verdict: Verdict,
+        *,
+        response: httpx.Response | None,
+        cause: Exception | None,
+        during_body: bool,
+    ) -> Decision:
+        if verdict.kind == "success":
+            self.state = "done"
+            report = self._report(error=None)
+            self._emit("success", verdict, response)
+            if response is None:  # pragma: no cover - success always carries a response
+                raise RuntimeError("a success verdict needs a response")
+            response.extensions["retrysafe"] = report
+            return Succeed(response, report)
+        self.state = "done"
+        if verdict.kind == "permanent":
+            return self._fail(
+                verdict, verdict.reason, response, cause, during_body, retryable=False
+            )
+        assert self._plan is not None
+        if isinstance(cause, httpx.TimeoutException) and self._plan.cut_by_deadline:
+            return self._deadline_exceeded(cause=cause, response=None, reason="deadline_exceeded")
+        if not self._safe_to_repeat(verdict, response):
+            return self._fail(
+                verdict, "unsafe_to_repeat", response, cause, during_body, retryable=False
+            )
+        if len(self._history) >= self.policy.attempts:
+            return self._fail(
+                verdict, "attempts_exhausted", response, cause, during_body, retryable=True
+            )
+        wait = self._wait_for(verdict)
+        if wait is None:
+            if verdict.after is not None:
+                return self._retry_after_too_long(verdict, response, cause)
+            return self._fail(
+                verdict, "deadline_insufficient", response, cause, during_body, retryable=True
+            )
+        self._history[-1] = dataclasses.replace(self._history[-1], wait=wait)
+        self._emit("retry", verdict, response, wait=wait)
+        self.state = "ready"
+        return Wait(wait)
+
+    def _safe_to_repeat(self, verdict: Verdict, response: httpx.Response | None) -> bool:
+        """DESIGN §3: repeat only what cannot do the work twice, with bytes we can resend."""
+        if not self.replayable:
+            # The stream is spent once the request was written; only a never-sent one is intact.
+            return response is None and verdict.processed == "no"
+        return (
+            self.method in self.policy.idempotent_methods
+            or self.idempotency_key is not None
+            or verdict.processed == "no"
+        )
+
+    def _wait_for(self, verdict: Verdict) -> float | None:
+        """Seconds to wait before the next attempt, or None if the deadline forbids it."""
+        policy = self.policy
+        if verdict.after is not None:
+            hint = verdict.after
+            if policy.max_retry_after is not None and hint > policy.max_retry_after:
+                return None
+            if not self.deadline.allows(hint, policy.min_attempt_time):
+                return None
+            # Jitter goes on top of the hint, never below it, and never past the deadline.
+            room = self.deadline.remaining() - policy.min_attempt_time - hint
+            return hint + min(policy.retry_after_jitter * self._clock.random(), max(0.0, room))
+        retries_so_far = len(self._history) - 1
+        wait = backoff_delay(
+            retries_so_far, policy.backoff_base, policy.backoff_cap, self._clock.random()
+        )
+        if not self.deadline.allows(wait, policy.min_attempt_time):
+            return None
+        return wait
+
+    # -- giving up ---------------------------------------------------------------------
+
+    def _fail(
+        self,
+        verdict: Verdict,
+        reason: str,
+        response: httpx.Response | None,
+        cause: Exception | None,
+        during_body: bool,
+        *,
+        retryable: bool,
+    ) -> Fail:
+        error_class: type[ApiError]
+        extra: dict[str, Any] = {}
+        if response is not None:
+            status = response.status_code
+            if verdict.reason == "quota_exhausted":
+                error_class = QuotaExhausted
+            elif status == 429:
+                error_class, extra = RateLimited, {"retry_after": verdict.after}
+            elif 400 <= status < 500:
+                error_class = ClientError
+            elif status >= 500:
+                error_class = ServerError
+            else:
+                error_class = BadResponse
+        elif during_body and not isinstance(cause, httpx.TimeoutException):
+            error_class = BadResponse
+        else:
+            error_class, extra = TransportError, {"sent": verdict.processed}
+        return self._give_up(error_class, reason, verdict.reason, response, cause, retryable, extra)
+
+    def _retry_after_too_long(
+        self, verdict: Verdict, response: httpx.Response | None, cause: Exception | None
+    ) -> Fail:
+        assert verdict.after is not None
+        return self._give_up(
+            RetryAfterTooLong,
+            "retry_after_too_long",
+            verdict.reason,
+            response,
+            cause,
+            retryable=True,
+            extra={"retry_after": verdict.after},
+        )
+
+    def _deadline_exceeded(
+        self, *, cause: Exception | None, response: httpx.Response | None, reason: str
+    ) -> Fail:
+        outcome = self._history[-1].reason if self._history else reason
+        return self._give_up(DeadlineExceeded, reason, outcome, response, cause, True, {})
+
+    def _give_up(
+        self,
+        error_class: type[ApiError],
+        reason: str,
+        outcome: str,
+        response: httpx.Response | None,
+        cause: Exception | None,
+        retryable: bool,
+        extra: dict[str, Any],
+    ) -> Fail:
+        self.state = "done"
+        body, excerpt = self._describe_body(response)
+        error = error_class(
+            reason=reason,
+            outcome=outcome,
+            method=self.method,
+            url=self.url,
+            retryable=retryable,
+            status=response.status_code if response is not None else None,
+            body=body,
+            body_excerpt=excerpt,
+            attempts=len(self._history),
+            history=tuple(self._history),
+            response=response,
+            elapsed=self._clock.monotonic() - self._started,
+            **extra,
+        )
+        report = self._report(error=error)
+        if response is not None:
+            response.extensions["retrysafe"] = report
+        self._observer.emit(
+            RetryEvent(
+                kind="failure",
+                dependency=self.dependency,
+                method=self.method,
+                url=self.url,
+                attempt=len(self._history),
+                reason=reason,
+                status=error.status,
+                elapsed=error.elapsed,
+                error=error_class.__name__,
+                outcome=outcome,
+            ),
+            body_excerpt=excerpt,
+        )
+        return Fail(error, response, cause, report)
+
+    def _describe_body(self, response: httpx.Response | None) -> tuple[Any, str]:
+        """The failing body, parsed when JSON, bounded and scrubbed, plus a one-line excerpt."""
+        if response is None:
+            return None, ""
+        content = response.content[:_BODY_LIMIT]
+        text = self._redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
+        body: Any = text
+        if len(response.content) <= _BODY_LIMIT:
+            try:
+                body = _scrub_json(json.loads(text), self._redactor)
+            except ValueError:
+                body = text
+        excerpt = " ".join(text.split())
+        if len(excerpt) > _EXCERPT_LIMIT:
+            excerpt = excerpt[: _EXCERPT_LIMIT - 3] + "..."
+        return body, excerpt
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _record(self, verdict: Verdict, *, status: int | None, exception: str | None) -> None:
+        assert self._plan is not None
+        now = self._clock.monotonic()
+        self._history.append(
+            AttemptRecord(
+                number=self._plan.number,
+                reason=verdict.reason,
+                status=status,
+                exception=exception,
+                started=self._attempt_started - self._started,
+                elapsed=now - self._attempt_started,
+                timeout=self._plan.timeout,
+            )
+        )
+
+    def _report(self, *, error: ApiError | None) -> CallReport:
+        return CallReport(
+            attempts=len(self._history),
+            waits=tuple(record.wait for record in self._history[:-1]),
+            elapsed=self._clock.monotonic() - self._started,
+            idempotency_key=self.idempotency_key,
+            dependency=self.dependency,
+            history=tuple(self._history),
+            error=error,
+        )
+
+    def _emit(
+        self,
+        kind: Literal["retry", "success"],
+        verdict: Verdict,
+        response: httpx.Response | None,
+        *,
+        wait: float = 0.0,
+    ) -> None:
+        self._observer.emit(
+            RetryEvent(
+                kind=kind,
+                dependency=self.dependency,
+                method=self.method,
+                url=self.url,
+                attempt=len(self._history),
+                reason=verdict.reason,
+                status=response.status_code if response is not None else None,
+                wait=wait,
+                elapsed=self._clock.monotonic() - self._started,
+            )
+        )
+
+    def _require(self, state: str, action: str) -> None:
+        if self.state != state:
+            raise RuntimeError(
+                f"Call.{action}() needs state {state!r}, but the call is {self.state!r}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"Call({self.method} {self.url}, state={self.state!r}, attempts={len(self._history)})"
+        )
+
+
+def _scrub_json(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor.scrub(value)
+    if isinstance(value, list):
+        return [_scrub_json(item, redactor) for item in value]
+    if isinstance(value, dict):
+        return {key: _scrub_json(item, redactor) for key, item in value.items()}
+    return value

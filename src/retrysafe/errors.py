@@ -1,0 +1,201 @@
+"""The errors a caller can act on.
+
+Every final failure raises an :class:`ApiError` subclass that says what
+happened (``reason``, ``status``, ``body``), whether trying again later could
+help (``retryable``), and what each attempt did (``history``). Catch the
+subclass that matches what you would do about it::
+
+    try:
+        client.get(url)
+    except retrysafe.ClientError:      # fix the request
+        ...
+    except retrysafe.RateLimited as e:  # slow down, e.retry_after
+        ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "ApiError",
+    "AttemptRecord",
+    "BadResponse",
+    "CircuitOpen",
+    "ClientError",
+    "DeadlineExceeded",
+    "QuotaExhausted",
+    "RateLimited",
+    "RetryAfterTooLong",
+    "ServerError",
+    "TransportError",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptRecord:
+    """What one attempt did.
+
+    ``status`` is the response status (None when no response came back),
+    ``exception`` the exception's class name, ``reason`` the outcome's code,
+    ``started`` seconds from the start of the call, ``elapsed`` the attempt's own
+    duration and ``wait`` the sleep that followed it (0.0 for the last).
+    """
+
+    number: int
+    reason: str
+    status: int | None
+    exception: str | None
+    started: float
+    elapsed: float
+    timeout: float
+    wait: float = 0.0
+
+
+class ApiError(Exception):
+    """A call failed for good. Fields say why; ``str()`` is one line with advice.
+
+    The request's method and URL are kept with secrets redacted; ``response`` is
+    the last response (body read) or None when none came back.
+    """
+
+    advice: ClassVar[str] = "see .reason and .history"
+
+    def __init__(
+        self,
+        *,
+        reason: str,
+        outcome: str,
+        method: str,
+        url: str,
+        retryable: bool,
+        status: int | None = None,
+        body: Any = None,
+        body_excerpt: str = "",
+        attempts: int = 0,
+        history: tuple[AttemptRecord, ...] = (),
+        response: httpx.Response | None = None,
+        elapsed: float = 0.0,
+    ) -> None:
+        self.reason = reason
+        self.outcome = outcome
+        self.method = method
+        self.url = url
+        self.retryable = retryable
+        self.status = status
+        self.body = body
+        self.attempts = attempts
+        self.history = history
+        self.response = response
+        self.elapsed = elapsed
+        super().__init__(self._message(body_excerpt))
+
+    def _message(self, body_excerpt: str) -> str:
+        what = f"HTTP {self.status} {self.outcome}" if self.status is not None else self.outcome
+        if body_excerpt:
+            what += f" ({body_excerpt})"
+        why = "" if self.reason == self.outcome else f", gave up: {self.reason}"
+        plural = "" if self.attempts == 1 else "s"
+        return (
+            f"{self.method} {self.url} failed: {what} after {self.attempts} attempt{plural}"
+            f" in {self.elapsed:.2f}s{why}; {self.advice}"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(reason={self.reason!r}, status={self.status!r}, "
+            f"retryable={self.retryable!r}, attempts={self.attempts!r}, "
+            f"method={self.method!r}, url={self.url!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle through their args; ours are keyword-only, so rebuild by hand.
+        return (_rebuild, (type(self), self.__dict__.copy(), str(self)))
+
+
+def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+class ClientError(ApiError):
+    """The request itself is wrong (400, 401, 403, 404, 422...): fix it; repeating won't help."""
+
+    advice = "fix the request (see .body); repeating it will not help"
+
+
+class RateLimited(ApiError):
+    """429 "too fast" that outlasted the retries: slow down and try again after ``retry_after``."""
+
+    advice = "slow down: send fewer requests, or try again after .retry_after seconds"
+
+    def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(**fields)
+
+
+class QuotaExhausted(ApiError):
+    """429 with the quota header at 0: out of credits; nothing helps until the quota resets."""
+
+    advice = "out of credits: top up or wait for the quota to renew; retrying will not help"
+
+
+class ServerError(ApiError):
+    """The server failed (5xx) on every attempt allowed: try later or report it upstream."""
+
+    advice = "the server is failing; try again later or contact its operators"
+
+
+class TransportError(ApiError):
+    """No usable response: the connection failed, reset or timed out.
+
+    ``sent`` is ``"no"`` when the request never reached the server (safe to
+    repeat) and ``"maybe"`` when it may have been processed (check before repeating a write).
+    """
+
+    advice = "the connection failed; check the network or try again later"
+
+    def __init__(self, *, sent: Literal["no", "maybe"], **fields: Any) -> None:
+        self.sent = sent
+        super().__init__(**fields)
+
+    def _message(self, body_excerpt: str) -> str:
+        if self.sent == "maybe":
+            note = "; the server may have processed it: check before sending a write again"
+        else:
+            note = "; the server never received it"
+        return super()._message(body_excerpt) + note
+
+
+class BadResponse(ApiError):
+    """The response was unreadable, truncated or rejected by a rule."""
+
+    advice = "the response could not be used; check the API's status or the rule that rejected it"
+
+
+class CircuitOpen(ApiError):
+    """The dependency is failing, so the call failed fast without sending anything."""
+
+    advice = "the dependency is failing; nothing was sent, try again after it recovers"
+
+
+class DeadlineExceeded(ApiError):
+    """The call's deadline ran out before an attempt could succeed."""
+
+    advice = "out of time: raise the deadline or make the call cheaper"
+
+
+class RetryAfterTooLong(ApiError):
+    """The server asked for a wait (``retry_after``) longer than the time or limit left."""
+
+    advice = "the server asked to wait longer than allowed: try again after .retry_after seconds"
+
+    def __init__(self, *, retry_after: float, **fields: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(**fields)

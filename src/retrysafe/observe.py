@@ -1,0 +1,108 @@
+"""Telling the outside world what happened: log records and event hooks.
+
+Logger ``retrysafe`` gets one INFO record per retry (dependency, attempt,
+reason, status, wait) and one WARNING record per final failure (status and a
+bounded, secret-scrubbed body excerpt). Hooks receive the same facts as
+:class:`RetryEvent` values, for metrics. Every URL here is already redacted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+__all__ = ["EventHook", "Observer", "RetryEvent", "logger"]
+
+logger = logging.getLogger("retrysafe")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryEvent:
+    """One thing that happened to a call.
+
+    ``kind`` is ``"retry"`` (an attempt failed and another follows after
+    ``wait`` seconds), ``"success"`` or ``"failure"`` (the call is over).
+    ``reason`` is why it happened (for a failure, why retrying stopped) and
+    ``outcome`` what the attempt got; ``error`` names the error class of a failure.
+    """
+
+    kind: Literal["retry", "success", "failure"]
+    dependency: str
+    method: str
+    url: str
+    attempt: int
+    reason: str
+    status: int | None
+    wait: float = 0.0
+    elapsed: float = 0.0
+    error: str | None = None
+    outcome: str = ""
+
+
+class EventHook(Protocol):
+    """Anything called with each :class:`RetryEvent`: a metrics counter, a tracer..."""
+
+    def __call__(self, event: RetryEvent) -> None: ...
+
+
+class Observer:
+    """Sends each event to the log and to every hook; a failing hook never fails the call."""
+
+    __slots__ = ("_hooks",)
+
+    def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
+        self._hooks = tuple(hooks)
+
+    def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
+        """Log ``event`` and hand it to the hooks."""
+        _log(event, body_excerpt)
+        for hook in self._hooks:
+            try:
+                hook(event)
+            except Exception:
+                logger.exception("retrysafe event hook %r failed; the call goes on", hook)
+
+    def __repr__(self) -> str:
+        return f"Observer({len(self._hooks)} hooks)"
+
+
+def _log(event: RetryEvent, body_excerpt: str) -> None:
+    fields = {"retrysafe": dataclasses.asdict(event)}
+    status = f"HTTP {event.status} " if event.status is not None else ""
+    if event.kind == "retry":
+        logger.info(
+            "retrying %s %s [%s]: attempt %d got %s%s, waiting %.3fs",
+            event.method,
+            event.url,
+            event.dependency,
+            event.attempt,
+            status,
+            event.reason,
+            event.wait,
+            extra=fields,
+        )
+    elif event.kind == "failure":
+        logger.warning(
+            "%s %s [%s] failed after %d attempt(s): %s%s, gave up: %s (%s)%s",
+            event.method,
+            event.url,
+            event.dependency,
+            event.attempt,
+            status,
+            event.outcome,
+            event.reason,
+            event.error,
+            f" body: {body_excerpt}" if body_excerpt else "",
+            extra=fields,
+        )
+    else:
+        logger.debug(
+            "%s %s [%s] succeeded after %d attempts",
+            event.method,
+            event.url,
+            event.dependency,
+            event.attempt,
+            extra=fields,
+        )

@@ -1,0 +1,152 @@
+"""RetryPolicy: every knob of a retrying call, as one frozen, validated value."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from retrysafe.classify import Verdict
+
+__all__ = ["DEFAULT_IDEMPOTENT_METHODS", "DEFAULT_RETRY_STATUSES", "RetryPolicy", "Rule"]
+
+#: A rule looks at a response and returns a verdict, or None to defer to the defaults.
+Rule = Callable[["httpx.Response"], "Verdict | None"]
+
+DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
+DEFAULT_IDEMPOTENT_METHODS: frozenset[str] = frozenset(
+    {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How a call is retried. Frozen: derive variants with ``dataclasses.replace``.
+
+    Attributes:
+        attempts: most attempts per call, the first included (1 = never retry).
+        attempt_timeout: seconds one attempt may take, body included.
+        deadline: seconds the whole call may take, waits included (``math.inf``: none).
+        min_attempt_time: no attempt starts with less than this left before the deadline.
+        backoff_base: ceiling of the first full-jitter backoff wait.
+        backoff_cap: largest backoff ceiling.
+        retry_after_jitter: at most this much is added on top of a Retry-After hint,
+            so clients told the same time do not return together; never subtracted.
+        max_retry_after: a longer hint gives up at once with ``RetryAfterTooLong``
+            (``None``: only the deadline limits it).
+        retry_statuses: statuses that a later attempt may fix.
+        idempotent_methods: methods safe to repeat without an idempotency key.
+        quota_headers: headers whose value ``"0"`` on a 429 means "out of credits".
+        rules: callables ``(httpx.Response) -> Verdict | None`` consulted first.
+    """
+
+    attempts: int = 4
+    attempt_timeout: float = 10.0
+    deadline: float = 30.0
+    min_attempt_time: float = 0.5
+    backoff_base: float = 0.25
+    backoff_cap: float = 8.0
+    retry_after_jitter: float = 0.25
+    max_retry_after: float | None = None
+    retry_statuses: frozenset[int] = DEFAULT_RETRY_STATUSES
+    idempotent_methods: frozenset[str] = DEFAULT_IDEMPOTENT_METHODS
+    quota_headers: tuple[str, ...] = ("x-api-remaining-credits",)
+    rules: tuple[Rule, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.attempts, int) and not isinstance(self.attempts, bool),
+            "attempts",
+            f"must be a whole number, got {self.attempts!r}",
+        )
+        _require(self.attempts >= 1, "attempts", f"must be >= 1, got {self.attempts!r}")
+        for name in ("attempt_timeout", "deadline"):
+            _require_seconds(name, getattr(self, name), positive=True, infinite_ok=True)
+        for name in ("min_attempt_time", "backoff_base", "backoff_cap", "retry_after_jitter"):
+            _require_seconds(name, getattr(self, name), positive=False, infinite_ok=False)
+        if self.max_retry_after is not None:
+            _require_seconds(
+                "max_retry_after", self.max_retry_after, positive=False, infinite_ok=True
+            )
+        _require(
+            self.backoff_base <= self.backoff_cap,
+            "backoff_base",
+            f"must be <= backoff_cap ({self.backoff_base!r} > {self.backoff_cap!r})",
+        )
+        _require(
+            self.min_attempt_time <= self.deadline,
+            "min_attempt_time",
+            f"must be <= deadline ({self.min_attempt_time!r} > {self.deadline!r}), "
+            "or no attempt could ever start",
+        )
+        statuses = _frozen(self.retry_statuses, "retry_statuses")
+        for status in statuses:
+            _require(
+                isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
+                "retry_statuses",
+                f"must hold HTTP statuses 100-599, got {status!r}",
+            )
+        methods = _frozen(self.idempotent_methods, "idempotent_methods")
+        for method in methods:
+            _require(
+                isinstance(method, str) and method.isascii() and method.isalpha(),
+                "idempotent_methods",
+                f"must hold method names such as 'GET', got {method!r}",
+            )
+        headers = _tuple(self.quota_headers, "quota_headers")
+        for header in headers:
+            _require(
+                isinstance(header, str) and header.strip() != "",
+                "quota_headers",
+                f"must hold header names, got {header!r}",
+            )
+        rules = _tuple(self.rules, "rules")
+        for rule in rules:
+            _require(callable(rule), "rules", f"must hold callables, got {rule!r}")
+        # Normalise so comparisons later are exact: upper-case methods, lower-case headers.
+        object.__setattr__(self, "retry_statuses", frozenset(statuses))
+        object.__setattr__(self, "idempotent_methods", frozenset(m.upper() for m in methods))
+        object.__setattr__(self, "quota_headers", tuple(h.strip().lower() for h in headers))
+        object.__setattr__(self, "rules", tuple(rules))
+
+
+def _require(condition: bool, field: str, rule: str) -> None:
+    if not condition:
+        raise ValueError(f"RetryPolicy.{field} {rule}")
+
+
+def _require_seconds(field: str, value: object, *, positive: bool, infinite_ok: bool) -> None:
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool),
+        field,
+        f"must be a number of seconds, got {value!r}",
+    )
+    assert isinstance(value, (int, float))
+    _require(not math.isnan(value), field, "must be a number of seconds, got nan")
+    _require(infinite_ok or math.isfinite(value), field, f"must be finite, got {value!r}")
+    if positive:
+        _require(value > 0, field, f"must be > 0 seconds, got {value!r}")
+    else:
+        _require(value >= 0, field, f"must be >= 0 seconds, got {value!r}")
+
+
+def _frozen(values: Any, field: str) -> frozenset[Any]:
+    _require(
+        isinstance(values, Iterable) and not isinstance(values, (str, bytes)),
+        field,
+        f"must be a collection, got {values!r}",
+    )
+    return frozenset(values)
+
+
+def _tuple(values: Any, field: str) -> tuple[Any, ...]:
+    _require(
+        isinstance(values, Iterable) and not isinstance(values, (str, bytes)),
+        field,
+        f"must be a collection, got {values!r}",
+    )
+    return tuple(values)

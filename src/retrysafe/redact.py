@@ -1,0 +1,89 @@
+"""Keeping secrets out of logs, messages, reprs and metrics.
+
+A header or query parameter is secret when its name says so (Authorization,
+Cookie, X-Api-Key, or any name containing key, token, secret, password...).
+:class:`Redactor` also remembers the secret *values* of one request, so that a
+server echoing them back in a body cannot smuggle them into a log line.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_url"]
+
+REDACTED = "[REDACTED]"
+
+_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+_SECRET_WORDS = re.compile(
+    r"key|token|secret|passw|pwd|auth|cookie|session|signature|credential", re.IGNORECASE
+)
+#: Names that contain a secret word but carry no secret.
+_NOT_SECRET = frozenset({"idempotency-key"})
+#: Secret values shorter than this are not scrubbed from free text (too many false hits).
+_MIN_SCRUB_LENGTH = 4
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a header or query parameter with this name carries a secret."""
+    lowered = name.strip().lower()
+    if lowered in _NOT_SECRET:
+        return False
+    return lowered in _SECRET_HEADERS or _SECRET_WORDS.search(lowered) is not None
+
+
+def redact_url(url: httpx.URL | str) -> str:
+    """The URL as text, with its password and secret query values replaced."""
+    parsed = httpx.URL(url)
+    if parsed.password:
+        parsed = parsed.copy_with(password=REDACTED)
+    if parsed.query:
+        params = [
+            (name, REDACTED if is_secret_name(name) else value)
+            for name, value in parsed.params.multi_items()
+        ]
+        parsed = parsed.copy_with(params=params)
+    # httpx percent-encodes the marker's brackets; show it as written.
+    return str(parsed).replace("%5BREDACTED%5D", REDACTED)
+
+
+class Redactor:
+    """Scrubs the secret values of one request out of any text."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, secrets: list[str]) -> None:
+        unique = {secret for secret in secrets if len(secret) >= _MIN_SCRUB_LENGTH}
+        # Longest first, so a token is not half-replaced by one of its prefixes.
+        self._secrets = sorted(unique, key=len, reverse=True)
+
+    @classmethod
+    def for_request(cls, request: httpx.Request) -> Redactor:
+        """Collect every secret value the request carries: headers, query, userinfo."""
+        secrets: list[str] = []
+        for name, value in request.headers.multi_items():
+            if is_secret_name(name):
+                secrets.append(value)
+                # "Bearer abc123": the credential alone may be echoed without its scheme.
+                secrets.extend(value.split()[1:])
+                secrets.extend(part.split("=", 1)[-1] for part in value.split(";"))
+        for name, value in request.url.params.multi_items():
+            if is_secret_name(name):
+                secrets.append(value)
+        if request.url.password:
+            secrets.append(request.url.password)
+        return cls([secret.strip() for secret in secrets])
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every known secret value replaced by ``[REDACTED]``."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._secrets)} secrets)"

@@ -1,0 +1,75 @@
+"""``retrysafe.deadline(seconds)``: one shrinking deadline for every call inside.
+
+The scope lives in a context variable, so it follows the code through threads'
+own contexts and async tasks: every retrysafe call made inside the ``with``
+block uses the tighter of its policy's deadline and the scope's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from types import TracebackType
+
+from retrysafe.clock import Clock
+from retrysafe.timing import Deadline
+
+__all__ = ["DeadlineScope", "current_deadline", "deadline"]
+
+_current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "retrysafe_deadline", default=None
+)
+
+
+def current_deadline() -> Deadline | None:
+    """The innermost active deadline scope's deadline, or None outside any scope."""
+    return _current.get()
+
+
+class DeadlineScope:
+    """A ``with`` / ``async with`` block sharing one deadline; nesting only tightens it."""
+
+    __slots__ = ("_clock", "_seconds", "_token", "deadline")
+
+    def __init__(self, seconds: float, clock: Clock | None = None) -> None:
+        self._seconds = seconds
+        self._clock = clock
+        self._token: contextvars.Token[Deadline | None] | None = None
+        self.deadline: Deadline | None = None
+
+    def __enter__(self) -> Deadline:
+        if self._token is not None:
+            raise RuntimeError("a deadline scope cannot be entered twice; make a new one")
+        own = Deadline.after(self._seconds, self._clock)
+        self.deadline = own.tighter(_current.get())
+        self._token = _current.set(self.deadline)
+        return self.deadline
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+
+    async def __aenter__(self) -> Deadline:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, traceback)
+
+
+def deadline(seconds: float, *, clock: Clock | None = None) -> DeadlineScope:
+    """Share one deadline of ``seconds`` among every call made inside the block::
+
+    with retrysafe.deadline(5):
+        client.get(a)   # these two together take at most 5 s,
+        client.get(b)   # retries and waits included
+    """
+    return DeadlineScope(seconds, clock)

@@ -1,0 +1,257 @@
+"""RetryTransport and AsyncRetryTransport: the I/O shells around the engine.
+
+They wrap any httpx transport. Per request they build one :class:`Call`, then
+only send attempts, read bodies within the attempt's time, and sleep as the
+Call decides. There is no retry logic here.
+
+Drop-in use keeps httpx's behaviour: the final response is returned whatever
+its status, and a final transport failure re-raises httpx's own exception::
+
+    client = httpx.Client(transport=retrysafe.RetryTransport())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import anyio
+import httpx
+
+from retrysafe.classify import AttemptTimedOut
+from retrysafe.clock import Clock, SystemClock
+from retrysafe.engine import AttemptPlan, Call, Decision, Fail, Succeed
+from retrysafe.observe import EventHook, Observer
+from retrysafe.policy import RetryPolicy
+from retrysafe.scope import current_deadline
+
+__all__ = ["AsyncRetryTransport", "CallOptions", "RetryTransport"]
+
+#: Request extension key under which a client passes per-call options.
+OPTIONS_EXTENSION = "retrysafe"
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """Per-call overrides carried in ``request.extensions["retrysafe"]``."""
+
+    policy: RetryPolicy | None = None
+    dependency: str | None = None
+
+
+class _Shell:
+    """What both shells share: configuration and turning a request into a Call."""
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy,
+        clock: Clock | None,
+        hooks: Sequence[EventHook],
+        dependency: str | None,
+        raise_errors: bool,
+    ) -> None:
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.dependency = dependency
+        self._observer = Observer(hooks)
+        self._raise_errors = raise_errors
+
+    def _new_call(self, request: httpx.Request) -> Call:
+        options = request.extensions.get(OPTIONS_EXTENSION)
+        if not isinstance(options, CallOptions):
+            options = CallOptions()
+        return Call(
+            request,
+            policy=options.policy or self.policy,
+            clock=self.clock,
+            dependency=options.dependency or self.dependency,
+            scope_deadline=current_deadline(),
+            observer=self._observer,
+        )
+
+    def _give_up(self, fail: Fail) -> httpx.Response:
+        """Hand a failure back the way this shell's caller expects it."""
+        if fail.response is not None:
+            # The report (with its error) rides on the response; httpx's auth and redirect
+            # handling sees the response as usual, and retrysafe.Client raises afterwards.
+            return fail.response
+        if fail.cause is not None and not self._raise_errors:
+            raise fail.cause
+        raise fail.error from fail.cause
+
+
+def _limit_timeouts(request: httpx.Request, plan: AttemptPlan) -> None:
+    """Give each phase of this attempt at most the attempt's time (keeping smaller ones)."""
+    current = request.extensions.get("timeout") or {}
+    request.extensions["timeout"] = {
+        phase: plan.timeout if current.get(phase) is None else min(current[phase], plan.timeout)
+        for phase in ("connect", "read", "write", "pool")
+    }
+
+
+class _TimeBoundStream(httpx.SyncByteStream):
+    """A response body that raises AttemptTimedOut once the attempt's time is up.
+
+    Per-read socket timeouts alone let a body that trickles one byte a second run
+    forever; this bounds the whole body between chunks.
+    """
+
+    def __init__(self, inner: httpx.SyncByteStream, ends_at: float, clock: Clock) -> None:
+        self._inner = inner
+        self._ends_at = ends_at
+        self._clock = clock
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            if self._clock.monotonic() > self._ends_at:
+                raise AttemptTimedOut(
+                    "the response body did not arrive within the attempt's timeout"
+                )
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class RetryTransport(_Shell, httpx.BaseTransport):
+    """Retries requests on any sync httpx transport, per the policy.
+
+    Args:
+        transport: the transport that sends each attempt (default ``httpx.HTTPTransport()``).
+        policy: how to retry; a request may override it via ``CallOptions``.
+        clock: time, sleep and randomness (default the system clock).
+        hooks: called with every :class:`~retrysafe.RetryEvent`.
+        dependency: the name calls are grouped under (default each URL's origin).
+        raise_errors: raise :class:`~retrysafe.ApiError` instead of httpx's exceptions when
+            no response came back (``retrysafe.Client`` sets this).
+    """
+
+    def __init__(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | None = None,
+        raise_errors: bool = False,
+    ) -> None:
+        super().__init__(
+            policy=policy,
+            clock=clock,
+            hooks=hooks,
+            dependency=dependency,
+            raise_errors=raise_errors,
+        )
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        call = self._new_call(request)
+        while True:
+            plan = call.begin_attempt()
+            if isinstance(plan, Fail):
+                return self._give_up(plan)
+            decision = self._attempt(call, request, plan)
+            if isinstance(decision, Succeed):
+                return decision.response
+            if isinstance(decision, Fail):
+                return self._give_up(decision)
+            self.clock.sleep(decision.seconds)
+
+    def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
+        _limit_timeouts(request, plan)
+        ends_at = self.clock.monotonic() + plan.timeout
+        try:
+            response = self.transport.handle_request(request)
+        except httpx.TransportError as exc:
+            return call.attempt_raised(exc, during_body=False)
+        try:
+            if isinstance(response.stream, httpx.SyncByteStream):
+                response.stream = _TimeBoundStream(response.stream, ends_at, self.clock)
+            response.read()
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            response.close()
+            return call.attempt_raised(exc, during_body=True)
+        except BaseException:
+            response.close()
+            raise
+        return call.attempt_returned(response)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __repr__(self) -> str:
+        return f"RetryTransport({self.transport!r}, policy={self.policy!r})"
+
+
+class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
+    """Retries requests on any async httpx transport, on asyncio or trio.
+
+    Same arguments as :class:`RetryTransport`; the default transport is
+    ``httpx.AsyncHTTPTransport()``. Each attempt (headers and body) runs under
+    one cancel scope of the attempt's timeout.
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | None = None,
+        raise_errors: bool = False,
+    ) -> None:
+        super().__init__(
+            policy=policy,
+            clock=clock,
+            hooks=hooks,
+            dependency=dependency,
+            raise_errors=raise_errors,
+        )
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        call = self._new_call(request)
+        while True:
+            plan = call.begin_attempt()
+            if isinstance(plan, Fail):
+                return self._give_up(plan)
+            decision = await self._attempt(call, request, plan)
+            if isinstance(decision, Succeed):
+                return decision.response
+            if isinstance(decision, Fail):
+                return self._give_up(decision)
+            await self.clock.async_sleep(decision.seconds)
+
+    async def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
+        _limit_timeouts(request, plan)
+        response: httpx.Response | None = None
+        try:
+            with anyio.fail_after(plan.timeout):
+                response = await self.transport.handle_async_request(request)
+                await response.aread()
+        except TimeoutError:
+            if response is not None:
+                await response.aclose()
+            timed_out = AttemptTimedOut("the attempt did not finish within its timeout")
+            return call.attempt_raised(timed_out, during_body=response is not None)
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            if response is not None:
+                await response.aclose()
+            return call.attempt_raised(exc, during_body=response is not None)
+        except BaseException:
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise
+        return call.attempt_returned(response)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncRetryTransport({self.transport!r}, policy={self.policy!r})"
