@@ -9,7 +9,6 @@ might the server already have acted?"; whether a retry actually happens
 from __future__ import annotations
 
 import dataclasses
-from http import HTTPStatus
 from typing import Literal
 
 import httpx
@@ -76,13 +75,52 @@ class AttemptTimedOut(httpx.TimeoutException):
     """One attempt used up its whole time budget (headers and body together)."""
 
 
+#: Stable reason codes per status. Written out rather than derived from
+#: ``http.HTTPStatus`` because its phrases change between Python versions.
+_STATUS_REASONS = {
+    400: "bad_request",
+    401: "unauthorized",
+    402: "payment_required",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    408: "request_timeout",
+    409: "conflict",
+    410: "gone",
+    411: "length_required",
+    412: "precondition_failed",
+    413: "content_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    416: "range_not_satisfiable",
+    417: "expectation_failed",
+    418: "im_a_teapot",
+    421: "misdirected_request",
+    422: "unprocessable_content",
+    423: "locked",
+    424: "failed_dependency",
+    425: "too_early",
+    426: "upgrade_required",
+    428: "precondition_required",
+    429: "too_many_requests",
+    431: "request_header_fields_too_large",
+    451: "unavailable_for_legal_reasons",
+    500: "internal_server_error",
+    501: "not_implemented",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "gateway_timeout",
+    505: "http_version_not_supported",
+    507: "insufficient_storage",
+    508: "loop_detected",
+    511: "network_authentication_required",
+}
+
+
 def status_reason(status: int) -> str:
     """A stable snake_case code for a status: ``bad_gateway``, ``status_599``..."""
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        return f"status_{status}"
-    return phrase.lower().replace(" ", "_").replace("-", "_").replace("'", "")
+    return _STATUS_REASONS.get(status, f"status_{status}")
 
 
 def retry_after_of(response: httpx.Response, now: float) -> float | None:

@@ -1,0 +1,169 @@
+"""Classification: what each outcome means, per the DESIGN §3 table."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from retrysafe import RetryPolicy, Verdict
+from retrysafe.classify import AttemptTimedOut, classify_exception, classify_response
+
+NOW = 1_700_000_000.0
+POLICY = RetryPolicy()
+
+
+def response(
+    status: int, headers: dict[str, str] | None = None, **kwargs: object
+) -> httpx.Response:
+    return httpx.Response(status, headers=headers, **kwargs)  # type: ignore[arg-type]
+
+
+def classify(resp: httpx.Response, *, keyed: bool = False, policy: RetryPolicy = POLICY) -> Verdict:
+    return classify_response(resp, policy, keyed=keyed, now=NOW)
+
+
+@pytest.mark.parametrize("status", [200, 201, 204, 301, 304])
+def test_success_statuses(status: int) -> None:
+    assert classify(response(status)).kind == "success"
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(408, "request_timeout"), (429, "rate_limited"), (503, "service_unavailable")],
+)
+def test_refused_before_work_is_retryable_and_unprocessed(status: int, reason: str) -> None:
+    verdict = classify(response(status))
+    assert (verdict.kind, verdict.reason, verdict.processed) == ("retry", reason, "no")
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(500, "internal_server_error"), (502, "bad_gateway"), (504, "gateway_timeout")],
+)
+def test_gateway_failures_are_retryable_but_maybe_processed(status: int, reason: str) -> None:
+    verdict = classify(response(status))
+    assert (verdict.kind, verdict.reason, verdict.processed) == ("retry", reason, "maybe")
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (400, "bad_request"),
+        (401, "unauthorized"),
+        (403, "forbidden"),
+        (404, "not_found"),
+        (409, "conflict"),
+        (422, "unprocessable_content"),
+        (418, "im_a_teapot"),
+        (499, "status_499"),
+        (501, "not_implemented"),
+    ],
+)
+def test_client_errors_and_unlisted_statuses_are_permanent(status: int, reason: str) -> None:
+    verdict = classify(response(status))
+    assert (verdict.kind, verdict.reason) == ("permanent", reason)
+
+
+def test_retry_after_is_carried_in_seconds() -> None:
+    assert classify(response(503, {"Retry-After": "7"})).after == 7.0
+    assert classify(response(429, {"Retry-After": "soon"})).after is None
+
+
+def test_quota_header_exactly_zero_means_out_of_credits() -> None:
+    verdict = classify(response(429, {"x-api-remaining-credits": "0"}))
+    assert (verdict.kind, verdict.reason) == ("permanent", "quota_exhausted")
+
+
+@pytest.mark.parametrize("value", ["", "-1", "abc", "00x", "5"])
+def test_no_value_is_not_zero(value: str) -> None:
+    verdict = classify(response(429, {"x-api-remaining-credits": value}))
+    assert (verdict.kind, verdict.reason) == ("retry", "rate_limited")
+
+
+def test_quota_header_names_come_from_the_policy() -> None:
+    policy = RetryPolicy(quota_headers=("X-Credits",))
+    assert classify(response(429, {"x-credits": "0"}), policy=policy).reason == "quota_exhausted"
+    assert classify(response(429, {"x-api-remaining-credits": "0"}), policy=policy).reason == (
+        "rate_limited"
+    )
+
+
+def test_409_with_a_key_waits_for_the_request_in_flight() -> None:
+    verdict = classify(response(409, {"Retry-After": "1"}), keyed=True)
+    assert (verdict.kind, verdict.reason, verdict.after, verdict.processed) == (
+        "retry",
+        "idempotency_key_in_use",
+        1.0,
+        "no",
+    )
+    assert classify(response(409), keyed=False).kind == "permanent"
+
+
+def test_a_replayed_response_is_final_whatever_its_status() -> None:
+    replayed = {"Idempotent-Replayed": "true"}
+    assert classify(response(201, replayed)).kind == "success"
+    verdict = classify(response(503, replayed))
+    assert (verdict.kind, verdict.reason) == ("permanent", "service_unavailable")
+
+
+def test_rules_run_first_and_can_make_a_503_permanent() -> None:
+    def refused_site(resp: httpx.Response) -> Verdict | None:
+        if resp.status_code == 503 and "website returned HTTP 4" in resp.text:
+            return Verdict.permanent("target_site_refused")
+        return None
+
+    policy = RetryPolicy(rules=(refused_site,))
+    refused = response(503, text="The website returned HTTP 403 and could not be read.")
+    assert classify(refused, policy=policy) == Verdict.permanent("target_site_refused")
+    assert classify(response(503, text="busy"), policy=policy).kind == "retry"
+
+
+def test_rules_can_turn_a_200_into_a_retryable_failure() -> None:
+    def body_status(resp: httpx.Response) -> Verdict | None:
+        is_json = resp.headers.get("content-type", "").startswith("application/json")
+        if is_json and resp.json().get("status") == "error":
+            return Verdict.retry("body_status_error")
+        return None
+
+    policy = RetryPolicy(rules=(body_status,))
+    verdict = classify(response(200, json={"status": "error"}), policy=policy)
+    assert (verdict.kind, verdict.reason) == ("retry", "body_status_error")
+    assert classify(response(200, json={"status": "ok"}), policy=policy).kind == "success"
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason", "processed"),
+    [
+        (httpx.ConnectError("refused"), "connect_error", "no"),
+        (httpx.ConnectTimeout("slow"), "connect_timeout", "no"),
+        (httpx.PoolTimeout("busy"), "pool_timeout", "no"),
+        (httpx.ReadTimeout("slow"), "read_timeout", "maybe"),
+        (httpx.WriteTimeout("slow"), "write_timeout", "maybe"),
+        (httpx.ReadError("reset"), "connection_reset", "maybe"),
+        (httpx.RemoteProtocolError("closed"), "remote_protocol_error", "maybe"),
+        (AttemptTimedOut("too long"), "attempt_timeout", "maybe"),
+    ],
+)
+def test_exceptions_by_how_far_the_request_got(exc: Exception, reason: str, processed: str) -> None:
+    verdict = classify_exception(exc, during_body=False)
+    assert (verdict.kind, verdict.reason, verdict.processed) == ("retry", reason, processed)
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (httpx.RemoteProtocolError("incomplete body"), "truncated_body"),
+        (httpx.ReadError("reset"), "truncated_body"),
+        (httpx.ReadTimeout("slow"), "read_timeout"),
+        (httpx.DecodingError("bad gzip"), "undecodable_body"),
+    ],
+)
+def test_errors_while_reading_the_body(exc: Exception, reason: str) -> None:
+    verdict = classify_exception(exc, during_body=True)
+    assert (verdict.kind, verdict.reason, verdict.processed) == ("retry", reason, "maybe")
+
+
+def test_requests_that_can_never_work_are_permanent() -> None:
+    assert classify_exception(httpx.UnsupportedProtocol("ftp"), during_body=False).kind == (
+        "permanent"
+    )

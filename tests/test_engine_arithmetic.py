@@ -1,0 +1,273 @@
+"""The engine's waits and give-up decisions, exact on the fake clock.
+
+The network here is httpx.MockTransport: these tests are about arithmetic.
+I/O behaviour is tested over real sockets in test_client_*.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import Call, RetryPolicy
+from retrysafe.testing import FakeClock
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def scripted(*responses: httpx.Response) -> tuple[Handler, list[httpx.Request]]:
+    """A handler answering with ``responses`` in order (the last repeats), and what it saw."""
+    seen: list[httpx.Request] = []
+    queue: Iterator[httpx.Response] = iter(responses)
+    last = responses[-1]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return next(queue, last)
+
+    return handler, seen
+
+
+def client_for(handler: Handler, clock: FakeClock, **policy: object) -> retrysafe.Client:
+    return retrysafe.Client(
+        transport=httpx.MockTransport(handler),
+        clock=clock,
+        policy=RetryPolicy(**policy),  # type: ignore[arg-type]
+    )
+
+
+def test_backoff_waits_are_full_jitter_of_the_doubling_ceiling() -> None:
+    clock = FakeClock(randoms=[0.5, 0.5, 0.5])
+    handler, seen = scripted(
+        httpx.Response(503), httpx.Response(503), httpx.Response(503), httpx.Response(200)
+    )
+    response = client_for(handler, clock).get("http://api.test/")
+    assert response.status_code == 200
+    assert clock.sleeps == [0.125, 0.25, 0.5]
+    assert len(seen) == 4
+
+
+def test_backoff_ceiling_stops_at_the_cap() -> None:
+    clock = FakeClock(randoms=[1.0, 1.0, 1.0, 1.0, 1.0])
+    handler, _ = scripted(httpx.Response(502))
+    with pytest.raises(retrysafe.ServerError):
+        client_for(handler, clock, attempts=6, backoff_base=1.0, backoff_cap=3.0, deadline=100).get(
+            "http://api.test/"
+        )
+    assert clock.sleeps == [1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_retry_after_wins_over_backoff_with_jitter_only_on_top() -> None:
+    clock = FakeClock(randoms=[0.4])
+    handler, _ = scripted(httpx.Response(429, headers={"Retry-After": "2"}), httpx.Response(200))
+    client_for(handler, clock).get("http://api.test/")
+    assert clock.sleeps == [pytest.approx(2.0 + 0.25 * 0.4)]
+
+
+def test_retry_after_as_http_date_is_read_on_the_wall_clock() -> None:
+    clock = FakeClock(randoms=[0.0])
+    date = "Tue, 14 Nov 2023 22:13:25 GMT"  # 5 s after FakeClock's wall start
+    handler, _ = scripted(httpx.Response(503, headers={"Retry-After": date}), httpx.Response(200))
+    client_for(handler, clock).get("http://api.test/")
+    assert clock.sleeps == [5.0]
+
+
+def test_retry_after_beyond_the_deadline_gives_up_at_once() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(503, headers={"Retry-After": "3600"}))
+    with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
+        client_for(handler, clock).get("http://api.test/")
+    assert caught.value.retry_after == 3600.0
+    assert caught.value.reason == "retry_after_too_long"
+    assert caught.value.status == 503
+    assert len(seen) == 1
+    assert clock.sleeps == []
+
+
+def test_retry_after_beyond_max_retry_after_gives_up_at_once() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(429, headers={"Retry-After": "20"}))
+    with pytest.raises(retrysafe.RetryAfterTooLong):
+        client_for(handler, clock, max_retry_after=10, deadline=100).get("http://api.test/")
+    assert len(seen) == 1
+
+
+def test_jitter_on_a_hint_never_pushes_past_the_deadline() -> None:
+    clock = FakeClock(randoms=[1.0])
+    handler, _ = scripted(httpx.Response(503, headers={"Retry-After": "2"}), httpx.Response(200))
+    client_for(handler, clock, deadline=2.6, min_attempt_time=0.5).get("http://api.test/")
+    # 0.1 s of room after hint + minimal attempt: jitter is clipped to it, never below the hint.
+    assert clock.sleeps == [pytest.approx(2.1)]
+
+
+def test_no_wait_that_leaves_less_than_a_useful_attempt() -> None:
+    clock = FakeClock(randoms=[1.0])
+    handler, seen = scripted(httpx.Response(502))
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(handler, clock, deadline=1.0, backoff_base=0.8, min_attempt_time=0.5).get(
+            "http://api.test/"
+        )
+    assert caught.value.reason == "deadline_insufficient"
+    assert caught.value.retryable is True
+    assert len(seen) == 1
+
+
+def test_attempts_run_out_with_the_whole_history() -> None:
+    clock = FakeClock(randoms=[0.0, 0.0, 0.0])
+    handler, seen = scripted(httpx.Response(500, json={"error": "boom"}))
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(handler, clock).get("http://api.test/")
+    error = caught.value
+    assert (error.reason, error.outcome, error.attempts, error.retryable) == (
+        "attempts_exhausted",
+        "internal_server_error",
+        4,
+        True,
+    )
+    assert [record.status for record in error.history] == [500, 500, 500, 500]
+    assert error.body == {"error": "boom"}
+    assert len(seen) == 4
+
+
+def test_the_deadline_scope_binds_tighter_than_the_policy() -> None:
+    clock = FakeClock(randoms=[1.0])
+    handler, seen = scripted(httpx.Response(503, headers={"Retry-After": "3"}))
+    with retrysafe.deadline(2, clock=clock), pytest.raises(retrysafe.RetryAfterTooLong):
+        client_for(handler, clock).get("http://api.test/")
+    assert len(seen) == 1
+
+
+def test_no_attempt_starts_once_the_scope_has_run_out() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(200))
+    with retrysafe.deadline(1, clock=clock):
+        clock.advance(0.9)
+        with pytest.raises(retrysafe.DeadlineExceeded) as caught:
+            client_for(handler, clock).get("http://api.test/")
+    assert caught.value.attempts == 0
+    assert seen == []
+
+
+def test_the_attempt_timeout_is_cut_to_the_time_left() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(200))
+    response = client_for(handler, clock, deadline=3, attempt_timeout=10).get("http://api.test/")
+    assert seen[0].extensions["timeout"]["read"] == 3
+    assert response.extensions["retrysafe"].history[0].timeout == 3
+
+
+def test_a_success_carries_its_report() -> None:
+    clock = FakeClock(randoms=[0.5])
+    handler, seen = scripted(httpx.Response(502), httpx.Response(201))
+    response = client_for(handler, clock).post("http://api.test/pay", idempotency_key="op-1")
+    report = response.extensions["retrysafe"]
+    assert (report.attempts, report.waits, report.idempotency_key) == (2, (0.125,), "op-1")
+    assert report.dependency == "http://api.test:80"
+    assert [request.headers["Idempotency-Key"] for request in seen] == ["op-1", "op-1"]
+
+
+def test_idempotency_key_true_makes_one_key_for_every_attempt() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(502), httpx.Response(502), httpx.Response(200))
+    client_for(handler, clock).post("http://api.test/pay", json={"a": 1}, idempotency_key=True)
+    keys = {request.headers["Idempotency-Key"] for request in seen}
+    assert len(seen) == 3
+    assert len(keys) == 1
+    assert {request.content for request in seen} == {b'{"a":1}'}
+
+
+def test_each_call_with_idempotency_key_true_gets_its_own_key() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(200))
+    client = client_for(handler, clock)
+    client.post("http://api.test/pay", idempotency_key=True)
+    client.post("http://api.test/pay", idempotency_key=True)
+    assert seen[0].headers["Idempotency-Key"] != seen[1].headers["Idempotency-Key"]
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 42])
+def test_a_bad_idempotency_key_is_refused_before_sending(bad: object) -> None:
+    handler, seen = scripted(httpx.Response(200))
+    with pytest.raises(ValueError, match="idempotency_key"):
+        client_for(handler, FakeClock()).post("http://api.test/", idempotency_key=bad)  # type: ignore[arg-type]
+    assert seen == []
+
+
+def test_a_per_call_policy_overrides_the_clients() -> None:
+    clock = FakeClock()
+    handler, seen = scripted(httpx.Response(503))
+    with pytest.raises(retrysafe.ServerError):
+        client_for(handler, clock).get("http://api.test/", policy=RetryPolicy(attempts=1))
+    assert len(seen) == 1
+
+
+def test_a_post_without_key_is_not_repeated_after_a_502() -> None:
+    handler, seen = scripted(httpx.Response(502))
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(handler, FakeClock()).post("http://api.test/orders", json={})
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert caught.value.retryable is False
+    assert len(seen) == 1
+
+
+def test_a_post_without_key_is_repeated_after_a_503() -> None:
+    handler, seen = scripted(httpx.Response(503), httpx.Response(201))
+    assert client_for(handler, FakeClock()).post("http://api.test/orders").status_code == 201
+    assert len(seen) == 2
+
+
+def test_a_streamed_body_is_never_resent() -> None:
+    handler, seen = scripted(httpx.Response(503), httpx.Response(200))
+
+    def body() -> Iterator[bytes]:
+        yield b"chunk"
+
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(handler, FakeClock()).put("http://api.test/blob", content=body())
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert len(seen) == 1
+
+
+def test_hooks_see_every_retry_and_the_end_and_a_broken_hook_changes_nothing() -> None:
+    events: list[retrysafe.RetryEvent] = []
+
+    def broken(event: retrysafe.RetryEvent) -> None:
+        raise RuntimeError("metrics backend down")
+
+    handler, _ = scripted(httpx.Response(503), httpx.Response(200))
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler),
+        clock=FakeClock(randoms=[0.0]),
+        hooks=[events.append, broken],
+    )
+    assert client.get("http://api.test/").status_code == 200
+    assert [(e.kind, e.attempt, e.reason, e.status) for e in events] == [
+        ("retry", 1, "service_unavailable", 503),
+        ("success", 2, "success", 200),
+    ]
+
+
+def test_the_call_refuses_steps_out_of_order() -> None:
+    call = Call(httpx.Request("GET", "http://api.test/"), policy=RetryPolicy(), clock=FakeClock())
+    with pytest.raises(RuntimeError, match="needs state 'attempting'"):
+        call.attempt_returned(httpx.Response(200))
+    call.begin_attempt()
+    with pytest.raises(RuntimeError, match="needs state 'ready'"):
+        call.begin_attempt()
+
+
+def test_the_transport_drop_in_returns_the_final_response_without_raising() -> None:
+    handler, seen = scripted(httpx.Response(503))
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(handler), clock=FakeClock(), policy=RetryPolicy(attempts=2)
+    )
+    with httpx.Client(transport=transport) as client:
+        response = client.get("http://api.test/")
+    assert response.status_code == 503
+    report = response.extensions["retrysafe"]
+    assert report.attempts == 2
+    assert isinstance(report.error, retrysafe.ServerError)
+    assert len(seen) == 2
