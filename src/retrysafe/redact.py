@@ -8,11 +8,19 @@ server echoing them back in a body cannot smuggle them into a log line.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import httpx
 
-__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_url"]
+__all__ = [
+    "REDACTED",
+    "RedactingFilter",
+    "Redactor",
+    "is_secret_name",
+    "redact_httpx_logs",
+    "redact_url",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -87,3 +95,28 @@ class Redactor:
 
     def __repr__(self) -> str:
         return f"Redactor({len(self._secrets)} secrets)"
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts URLs in httpx's own log records ("HTTP Request: GET https://...?api_key=...").
+
+    httpx logs every request's full URL at INFO; retrysafe's clients install
+    this filter on the ``httpx`` logger so query secrets do not reach logs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(arg) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+_httpx_filter = RedactingFilter()
+
+
+def redact_httpx_logs() -> None:
+    """Install :class:`RedactingFilter` on the ``httpx`` logger (once; safe to call again)."""
+    httpx_logger = logging.getLogger("httpx")
+    if _httpx_filter not in httpx_logger.filters:
+        httpx_logger.addFilter(_httpx_filter)

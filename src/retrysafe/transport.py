@@ -23,6 +23,7 @@ from retrysafe.clock import Clock, SystemClock
 from retrysafe.engine import AttemptPlan, Call, Decision, Fail, Succeed
 from retrysafe.observe import EventHook, Observer
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import redact_httpx_logs
 from retrysafe.scope import current_deadline
 
 __all__ = ["AsyncRetryTransport", "CallOptions", "RetryTransport"]
@@ -58,6 +59,7 @@ class _Shell:
         self.dependency = dependency
         self._observer = Observer(hooks)
         self._raise_errors = raise_errors
+        redact_httpx_logs()
 
     def _new_call(self, request: httpx.Request) -> Call:
         options = request.extensions.get(OPTIONS_EXTENSION)
