@@ -1,0 +1,75 @@
+"""A chaos server seen through one state key: what the ``chaos`` fixture hands a test.
+
+Tests share one server; each gets its own key, so attempts, buckets, ledgers and log
+records never leak between tests and nothing has to be reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
+
+if TYPE_CHECKING:
+    from retrysafe.chaos.server import ChaosServer
+    from retrysafe.chaos.state import ChaosRecord
+
+__all__ = ["KeyedChaos"]
+
+
+def _query_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        items: Iterable[object] = value
+        return ",".join(_query_value(item) for item in items)
+    return str(value)
+
+
+class KeyedChaos:
+    """URLs and state of a :class:`ChaosServer` for a single ``key``."""
+
+    def __init__(self, server: ChaosServer, key: str) -> None:
+        self.server = server
+        self.key = key
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL, like ``http://127.0.0.1:54321``."""
+        return self.server.url
+
+    def url(self, path: str, /, **params: object) -> str:
+        """``base_url + path`` with ``params`` as the query, scoped to this key.
+
+        ``key=`` is added unless given, and ``{key}`` in ``path`` becomes the key (the
+        given one, if any). ``None`` values are left out, booleans become
+        ``true``/``false`` and lists are joined with commas, so
+        ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally.
+        """
+        key = self.key if params.get("key") is None else str(params["key"])
+        params["key"] = key
+        path = path.replace("{key}", quote(key, safe=""))
+        if not path.startswith("/"):
+            path = "/" + path
+        query = urlencode(
+            [(name, _query_value(value)) for name, value in params.items() if value is not None],
+            safe=",:",
+        )
+        return f"{self.server.url}{path}?{query}"
+
+    def log(self) -> list[ChaosRecord]:
+        """This key's request records, in the order the server recorded them."""
+        return self.server.log(self.key)
+
+    def ledger(self, resource: str) -> dict[str, int]:
+        """Side effects applied on ``/idempotent/{resource}`` under this key, per
+        Idempotency-Key (``""`` for writes sent without one)."""
+        return self.server.ledger(resource, self.key)
+
+    def closed_port_url(self) -> str:
+        """A URL whose port refuses connections."""
+        return self.server.closed_port_url()
+
+    def fault_url(self, name: str) -> str:
+        """The URL of a raw TCP fault, e.g. ``"reset_on_accept"``."""
+        return self.server.fault_url(name)

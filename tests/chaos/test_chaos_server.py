@@ -1,0 +1,195 @@
+"""ChaosServer's lifecycle, its control plane, and the pytest fixtures."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from retrysafe.chaos import ChaosServer, ChaosState, KeyedChaos, create_app
+from retrysafe.testing.pytest_plugin import unique_key
+
+
+def _open_request(server: ChaosServer, target: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=2)
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: chaos\r\n\r\n".encode())
+    return sock
+
+
+def test_start_and_stop_are_safe_to_repeat() -> None:
+    server = ChaosServer()
+    server.start()
+    url = server.url
+    server.start()
+    assert server.url == url
+    assert httpx.get(url + "/status/200").status_code == 200
+
+    server.stop()
+    server.stop()
+
+    assert not server.running
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/status/200")
+
+
+def test_a_stopped_server_can_start_again_keeping_its_state() -> None:
+    with ChaosServer() as server:
+        httpx.get(server.url + "/fail/k")
+    with server:
+        second = httpx.get(server.url + "/fail/k")
+
+    assert second.headers["x-attempt"] == "2"
+
+
+def test_addresses_need_a_running_server() -> None:
+    server = ChaosServer()
+
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = server.url
+
+
+def test_stop_is_quick_even_with_hanging_connections() -> None:
+    server = ChaosServer().start()
+    held = [
+        _open_request(server, "/hang"),
+        _open_request(server, "/delay?ms=60000"),
+        _open_request(server, "/drip?chunks=1000&interval_ms=1000"),
+        _open_request(server, "/capacity/p?service_ms=60000"),
+        _open_request(server, "/idempotent/r?fail_after_commit=hang"),
+        socket.create_connection(("127.0.0.1", server.port)),  # connected, sends nothing
+    ]
+    parts = urlsplit(server.fault_url("accept_never_read"))
+    assert parts.port is not None
+    held.append(socket.create_connection(("127.0.0.1", parts.port)))
+    time.sleep(0.1)
+
+    started = time.monotonic()
+    server.stop()
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 1.0
+    for sock in held:
+        with sock:
+            sock.settimeout(1)
+            try:
+                while sock.recv(65536):
+                    pass
+            except ConnectionResetError:
+                pass  # closed either way: what matters is that recv did not time out
+
+
+def test_serving_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    with ChaosServer() as server:
+        httpx.get(server.url + "/status/500")
+        httpx.get(server.url + "/status/100")
+        with pytest.raises(httpx.ReadError):
+            httpx.get(server.url + "/sequence/k?steps=reset")
+
+    assert capfd.readouterr() == ("", "")
+
+
+def test_reset_clears_all_state() -> None:
+    with ChaosServer() as server:
+        httpx.get(server.url + "/fail/k")
+        httpx.post(server.url + "/idempotent/orders?key=k", headers={"Idempotency-Key": "a"})
+
+        server.reset()
+
+        assert server.log() == []
+        assert server.ledger("orders", "k") == {}
+        assert httpx.get(server.url + "/fail/k").headers["x-attempt"] == "1"
+
+
+def test_control_plane_resets_and_serves_the_log_unlogged() -> None:
+    with ChaosServer() as server:
+        httpx.get(server.url + "/fail/a")
+        httpx.get(server.url + "/fail/b")
+
+        log_a = httpx.get(server.url + "/_chaos/log", params={"key": "a"}).json()
+        everything = httpx.get(server.url + "/_chaos/log").json()
+        reset = httpx.post(server.url + "/_chaos/reset")
+
+        assert [entry["key"] for entry in log_a] == ["a"]
+        assert log_a[0]["action"] == "status:503"
+        assert set(log_a[0]) == {
+            "time",
+            "method",
+            "path",
+            "query",
+            "endpoint",
+            "key",
+            "attempt",
+            "idempotency_key",
+            "body_sha256",
+            "action",
+            "detail",
+        }
+        assert len(everything) == 2
+        assert reset.status_code == 200
+        assert server.log() == []
+
+
+def test_chaos_fixture_builds_keyed_urls(chaos: KeyedChaos) -> None:
+    url = chaos.url("/sequence/{key}", steps=[503, "reset", 200], flag=True, skipped=None)
+
+    parts = urlsplit(url)
+    assert url.startswith(chaos.base_url + f"/sequence/{chaos.key}?")
+    assert parse_qs(parts.query) == {
+        "steps": ["503,reset,200"],
+        "flag": ["true"],
+        "key": [chaos.key],
+    }
+
+
+def test_chaos_fixture_uses_a_given_key_everywhere(chaos: KeyedChaos) -> None:
+    url = chaos.url("/fail/{key}", key="mine")
+
+    assert urlsplit(url).path == "/fail/mine"
+    assert parse_qs(urlsplit(url).query) == {"key": ["mine"]}
+
+
+def test_chaos_fixture_key_names_the_test(chaos: KeyedChaos) -> None:
+    assert chaos.key.startswith("test_chaos_fixture_key_names_the_test-")
+
+
+def test_chaos_fixture_log_holds_only_this_tests_records(chaos: KeyedChaos) -> None:
+    httpx.get(chaos.url("/status/200"))
+    httpx.get(chaos.url("/status/200", key="someone-else"))
+
+    assert [record.key for record in chaos.log()] == [chaos.key]
+
+
+def test_unique_keys_are_url_safe_and_unique() -> None:
+    keys = {unique_key("test_x[param/with spaces?]") for _ in range(100)}
+
+    assert len(keys) == 100
+    assert all(key.replace("-", "").replace("_", "").isalnum() for key in keys)
+
+
+def test_importing_the_plugin_does_not_import_the_server() -> None:
+    code = (
+        "import sys, retrysafe.testing.pytest_plugin; "
+        "print(sorted({'uvicorn', 'starlette'} & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+
+    assert result.stdout.strip() == "[]"
+
+
+async def test_without_the_chaos_protocol_socket_faults_answer_501() -> None:
+    state = ChaosState()
+    transport = httpx.ASGITransport(app=create_app(state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://chaos") as client:
+        reset = await client.get("/sequence/k?steps=reset,200")
+        after = await client.get("/sequence/k?steps=reset,200")
+
+    assert reset.status_code == 501
+    assert after.status_code == 200
+    assert [record.action for record in state.log()] == ["status:501", "status:200"]
