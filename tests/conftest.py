@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
+import anyio
+import httpx
 import pytest
+
+import retrysafe
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -17,3 +22,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             item.add_marker(pytest.mark.anyio)
+
+
+class Api:
+    """One way of calling through retrysafe: the sync Client, or AsyncClient on a loop.
+
+    Integration tests take the ``api`` fixture and so run once per way, over
+    real sockets, with the same assertions.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        policy: retrysafe.RetryPolicy | None = None,
+        client_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        options = dict(client_options or {})
+        if policy is not None:
+            options["policy"] = policy
+        if self.mode == "sync":
+            with retrysafe.Client(**options) as client:
+                return client.request(method, url, **kwargs)
+
+        async def run() -> httpx.Response:
+            async with retrysafe.AsyncClient(**options) as client:
+                return await client.request(method, url, **kwargs)
+
+        return anyio.run(run, backend=self.mode)
+
+    def __repr__(self) -> str:
+        return f"Api({self.mode})"
+
+
+@pytest.fixture(params=["sync", "asyncio", "trio"])
+def api(request: pytest.FixtureRequest) -> Api:
+    """retrysafe's client in each of its modes: sync, async on asyncio, async on trio."""
+    return Api(str(request.param))

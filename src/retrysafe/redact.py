@@ -48,7 +48,7 @@ def redact_url(url: httpx.URL | str) -> str:
     """The URL as text, with its password and secret query values replaced."""
     parsed = httpx.URL(url)
     if parsed.password:
-        parsed = parsed.copy_with(password=REDACTED)
+        parsed = parsed.copy_with(username=parsed.username, password=REDACTED)
     if parsed.query:
         params = [
             (name, REDACTED if is_secret_name(name) else value)

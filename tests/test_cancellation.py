@@ -1,0 +1,69 @@
+"""A caller who stops waiting stops the whole call at once; nothing more is sent."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+
+
+async def test_cancelling_the_task_during_an_attempt_stops_at_once(chaos: Any) -> None:
+    async with retrysafe.AsyncClient(policy=RetryPolicy(attempt_timeout=10)) as client:
+        started = time.monotonic()
+        with anyio.move_on_after(0.3) as scope:
+            await client.get(chaos.url("/hang"))
+        assert scope.cancelled_caught
+        assert time.monotonic() - started < 1.0
+    await anyio.sleep(0.2)
+    assert len(chaos.log()) == 1
+
+
+async def test_cancelling_the_task_during_a_backoff_sends_nothing_more(chaos: Any) -> None:
+    url = chaos.url("/status/503", retry_after=5)
+    async with retrysafe.AsyncClient(policy=RetryPolicy(deadline=30)) as client:
+        started = time.monotonic()
+        with anyio.move_on_after(0.3) as scope:
+            await client.get(url)
+        assert scope.cancelled_caught
+        assert time.monotonic() - started < 1.0
+    assert len(chaos.log()) == 1
+
+
+def _interrupt_main_after(seconds: float) -> threading.Timer:
+    """Deliver a real SIGINT to the main thread, as Ctrl-C in a terminal would."""
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_during_an_attempt_stops_at_once(chaos: Any) -> None:
+    with retrysafe.Client(policy=RetryPolicy(attempt_timeout=10)) as client:
+        timer = _interrupt_main_after(0.3)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            client.get(chaos.url("/hang"))
+        timer.join()
+        assert time.monotonic() - started < 1.5
+    assert len(chaos.log()) == 1
+
+
+def test_ctrl_c_during_a_backoff_sends_nothing_more(chaos: Any) -> None:
+    url = chaos.url("/status/503", retry_after=5)
+    with retrysafe.Client(policy=RetryPolicy(deadline=30)) as client:
+        timer = _interrupt_main_after(0.3)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            client.get(url)
+        timer.join()
+        assert time.monotonic() - started < 1.5
+    time.sleep(0.1)
+    assert len(chaos.log()) == 1

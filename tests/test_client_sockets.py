@@ -1,0 +1,315 @@
+"""Every row of the DESIGN §3 table, over real sockets against the chaos server.
+
+Each test runs three times (``api`` fixture): sync Client, AsyncClient on
+asyncio, AsyncClient on trio. Waits use short real timeouts and small
+backoffs; assertions on time are bounds, never exact values.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy, Verdict
+
+# Small waits so the suite stays fast; the arithmetic itself is tested on the fake clock.
+FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
+
+
+def attempts_seen(chaos: Any) -> int:
+    return len(chaos.log())
+
+
+# -- failures before the request was sent: always safe to repeat ---------------------------
+
+
+def test_a_post_refused_at_connect_is_retried(api: Any, chaos: Any) -> None:
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("POST", chaos.closed_port_url() + "/orders", policy=FAST, json={"n": 1})
+    error = caught.value
+    assert (error.sent, error.reason, error.outcome) == (
+        "no",
+        "attempts_exhausted",
+        "connect_error",
+    )
+    assert error.attempts == 4
+    assert error.retryable is True
+
+
+# -- failures after the request may have been processed -------------------------------------
+
+
+def test_a_post_without_key_that_times_out_is_sent_exactly_once(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempt_timeout=0.3, deadline=5, backoff_base=0.01)
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("POST", chaos.url("/hang"), policy=policy, json={"amount": 4900})
+    error = caught.value
+    assert (error.sent, error.reason, error.retryable) == ("maybe", "unsafe_to_repeat", False)
+    assert attempts_seen(chaos) == 1
+
+
+def test_a_get_that_times_out_is_retried(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempts=2, attempt_timeout=0.2, deadline=5, backoff_base=0.01)
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("GET", chaos.url("/hang"), policy=policy)
+    assert caught.value.reason == "attempts_exhausted"
+    assert attempts_seen(chaos) == 2
+
+
+def test_a_reset_get_is_retried_and_succeeds(api: Any, chaos: Any) -> None:
+    response = api.request("GET", chaos.url("/sequence/{key}", steps="reset,200"), policy=FAST)
+    assert response.status_code == 200
+    assert response.extensions["retrysafe"].attempts == 2
+    assert response.extensions["retrysafe"].history[0].reason in {
+        "connection_reset",
+        "remote_protocol_error",
+    }
+
+
+def test_a_reset_post_without_key_is_not_repeated(api: Any, chaos: Any) -> None:
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("POST", chaos.url("/sequence/{key}", steps="reset,200"), policy=FAST)
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert attempts_seen(chaos) == 1
+
+
+def test_a_garbage_status_line_is_a_remote_protocol_error(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("GET", chaos.fault_url("garbage_status_line"), policy=policy)
+    assert caught.value.outcome == "remote_protocol_error"
+    assert caught.value.attempts == 2
+
+
+def test_a_reset_after_the_request_is_maybe_sent(api: Any, chaos: Any) -> None:
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("POST", chaos.fault_url("reset_after_request"), policy=FAST)
+    assert (caught.value.sent, caught.value.reason) == ("maybe", "unsafe_to_repeat")
+
+
+def test_a_truncated_body_on_get_is_retried(api: Any, chaos: Any) -> None:
+    response = api.request("GET", chaos.url("/sequence/{key}", steps="truncate,200"), policy=FAST)
+    assert response.status_code == 200
+    assert response.extensions["retrysafe"].history[0].reason == "truncated_body"
+
+
+def test_a_body_that_is_always_truncated_is_a_bad_response(api: Any, chaos: Any) -> None:
+    with pytest.raises(retrysafe.BadResponse) as caught:
+        api.request("GET", chaos.url("/truncate"), policy=FAST)
+    assert caught.value.outcome == "truncated_body"
+    assert attempts_seen(chaos) == 4
+
+
+def test_a_reset_mid_body_is_caught_inside_the_attempt(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    with pytest.raises(retrysafe.BadResponse) as caught:
+        api.request("GET", chaos.fault_url("reset_mid_body"), policy=policy)
+    assert caught.value.outcome == "truncated_body"
+
+
+def test_a_dripping_body_is_bounded_by_the_attempt_timeout(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5)
+    started = time.monotonic()
+    with pytest.raises(retrysafe.TransportError):
+        api.request("GET", chaos.url("/drip", chunks=100, interval_ms=100), policy=policy)
+    # Headers came at once and each chunk within the read timeout: only the whole-attempt
+    # bound stops it. Sync checks between chunks, so it may overrun by one chunk interval.
+    assert time.monotonic() - started < 1.5
+
+
+# -- statuses -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 429, 503])
+def test_refused_before_work_is_retried_even_for_a_post(api: Any, chaos: Any, status: int) -> None:
+    url = chaos.url("/fail/{key}", times=1, status=status)
+    response = api.request("POST", url, policy=FAST, json={"n": 1})
+    assert response.status_code == 200
+    assert attempts_seen(chaos) == 2
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_gateway_errors_are_retried_for_a_get(api: Any, chaos: Any, status: int) -> None:
+    response = api.request("GET", chaos.url("/fail/{key}", times=2, status=status), policy=FAST)
+    assert response.status_code == 200
+    assert response.extensions["retrysafe"].attempts == 3
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_gateway_errors_are_not_repeated_for_a_post_without_key(
+    api: Any, chaos: Any, status: int
+) -> None:
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request("POST", chaos.url("/fail/{key}", times=2, status=status), policy=FAST)
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert attempts_seen(chaos) == 1
+
+
+def test_a_post_with_a_key_that_gets_502_twice_is_sent_three_times_with_that_key(
+    api: Any, chaos: Any
+) -> None:
+    url = chaos.url("/fail/{key}", times=2, status=502)
+    response = api.request("POST", url, policy=FAST, json={"amount": 4900}, idempotency_key=True)
+    assert response.status_code == 200
+    records = chaos.log()
+    assert len(records) == 3
+    keys = {record.idempotency_key for record in records}
+    assert len(keys) == 1
+    assert keys == {response.extensions["retrysafe"].idempotency_key}
+    assert len({record.body_sha256 for record in records}) == 1
+
+
+def test_out_of_credits_is_not_retried(api: Any, chaos: Any) -> None:
+    with pytest.raises(retrysafe.QuotaExhausted) as caught:
+        api.request("GET", chaos.url("/quota"), policy=FAST)
+    assert (caught.value.status, caught.value.retryable, caught.value.attempts) == (429, False, 1)
+
+
+def test_a_rate_limit_is_waited_out_and_carries_retry_after(api: Any, chaos: Any) -> None:
+    url = chaos.url("/fail/{key}", times=5, status=429, retry_after=0)
+    with pytest.raises(retrysafe.RateLimited) as caught:
+        api.request("GET", url, policy=FAST)
+    assert caught.value.retry_after == 0.0
+    assert caught.value.attempts == 4
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (400, "bad_request"),
+        (401, "unauthorized"),
+        (403, "forbidden"),
+        (404, "not_found"),
+        (409, "conflict"),
+        (422, "unprocessable_content"),
+        (418, "im_a_teapot"),
+    ],
+)
+def test_client_errors_fail_at_once(api: Any, chaos: Any, status: int, reason: str) -> None:
+    with pytest.raises(retrysafe.ClientError) as caught:
+        api.request("GET", chaos.url(f"/status/{status}"), policy=FAST)
+    error = caught.value
+    assert (error.status, error.reason, error.retryable, error.attempts) == (
+        status,
+        reason,
+        False,
+        1,
+    )
+    assert attempts_seen(chaos) == 1
+
+
+def test_a_409_on_a_keyed_request_is_waited_out(api: Any, chaos: Any) -> None:
+    url = chaos.url("/fail/{key}", times=1, status=409, retry_after=0)
+    response = api.request("POST", url, policy=FAST, idempotency_key="op-409")
+    assert response.status_code == 200
+    assert attempts_seen(chaos) == 2
+
+
+def test_a_reply_that_fails_after_the_work_is_retried_and_the_work_happens_once(
+    api: Any, chaos: Any
+) -> None:
+    resource = f"payments-{chaos.key}"
+    url = chaos.url(f"/idempotent/{resource}", fail_after_commit="500")
+    response = api.request("POST", url, policy=FAST, json={"amount": 1}, idempotency_key=True)
+    assert response.status_code in {200, 201}
+    assert response.headers.get("idempotent-replayed") == "true"
+    key = response.extensions["retrysafe"].idempotency_key
+    assert chaos.ledger(resource) == {key: 1}
+
+
+def test_a_rule_makes_a_stable_503_permanent(api: Any, chaos: Any) -> None:
+    def target_site_refused(response: httpx.Response) -> Verdict | None:
+        if response.status_code == 503 and "website returned HTTP 4" in response.text:
+            return Verdict.permanent("target_site_refused")
+        return None
+
+    policy = RetryPolicy(rules=(target_site_refused,), backoff_base=0.01)
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request("GET", chaos.url("/refused-site"), policy=policy)
+    assert (caught.value.reason, caught.value.attempts) == ("target_site_refused", 1)
+
+
+def test_a_rule_turns_a_200_error_body_into_a_failure(api: Any, chaos: Any) -> None:
+    def status_field(response: httpx.Response) -> Verdict | None:
+        if response.json().get("status") == "error":
+            return Verdict.retry("body_says_error")
+        return None
+
+    policy = RetryPolicy(rules=(status_field,), attempts=2, backoff_base=0.01)
+    with pytest.raises(retrysafe.BadResponse) as caught:
+        api.request("GET", chaos.url("/ok-error"), policy=policy)
+    assert (caught.value.status, caught.value.outcome, caught.value.attempts) == (
+        200,
+        "body_says_error",
+        2,
+    )
+
+
+# -- deadlines ------------------------------------------------------------------------------
+
+
+def test_a_hanging_server_gives_deadline_exceeded_on_time(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(deadline=1, attempt_timeout=10)
+    started = time.monotonic()
+    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
+        api.request("GET", chaos.url("/hang"), policy=policy)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.2
+    assert caught.value.retryable is True
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+
+
+def test_a_retry_after_far_beyond_the_deadline_fails_at_once(api: Any, chaos: Any) -> None:
+    started = time.monotonic()
+    with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
+        api.request("GET", chaos.url("/status/503", retry_after=3600), policy=RetryPolicy())
+    assert time.monotonic() - started < 0.5
+    assert (caught.value.retry_after, caught.value.attempts) == (3600.0, 1)
+    assert attempts_seen(chaos) == 1
+
+
+def test_the_deadline_scope_spans_calls(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempt_timeout=10, deadline=30)
+    started = time.monotonic()
+    with retrysafe.deadline(0.8), pytest.raises(retrysafe.DeadlineExceeded):
+        api.request("GET", chaos.url("/hang"), policy=policy)
+    assert time.monotonic() - started < 1.1
+
+
+# -- what a caller gets back -----------------------------------------------------------------
+
+
+def test_success_returns_the_read_response_with_a_report(api: Any, chaos: Any) -> None:
+    response = api.request("GET", chaos.url("/fail/{key}", times=1, status=503), policy=FAST)
+    assert response.json()
+    report = response.extensions["retrysafe"]
+    assert report.attempts == 2
+    assert len(report.waits) == 1
+    assert report.error is None
+    assert report.elapsed >= report.waits[0]
+
+
+def test_the_drop_in_transport_returns_the_last_response(chaos: Any) -> None:
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=2, backoff_base=0.01))
+    with httpx.Client(transport=transport) as client:
+        response = client.get(chaos.url("/status/503"))
+    assert response.status_code == 503
+    assert response.extensions["retrysafe"].attempts == 2
+
+
+def test_the_drop_in_transport_raises_httpx_errors_as_httpx_would(chaos: Any) -> None:
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=2, backoff_base=0.01))
+    with httpx.Client(transport=transport) as client, pytest.raises(httpx.ConnectError):
+        client.get(chaos.closed_port_url())
+
+
+async def test_the_async_drop_in_transport(chaos: Any) -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=RetryPolicy(backoff_base=0.01))
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get(chaos.url("/fail/{key}", times=1, status=502))
+    assert response.status_code == 200
+    assert response.extensions["retrysafe"].attempts == 2
