@@ -167,3 +167,20 @@ def test_requests_that_can_never_work_are_permanent() -> None:
     assert classify_exception(httpx.UnsupportedProtocol("ftp"), during_body=False).kind == (
         "permanent"
     )
+
+
+def test_a_rule_that_cannot_parse_the_body_finds_it_unreadable() -> None:
+    def wants_json(resp: httpx.Response) -> Verdict | None:
+        return Verdict.success() if resp.json() else None
+
+    policy = RetryPolicy(rules=(wants_json,))
+    verdict = classify(response(200, text="<html>oops</html>"), policy=policy)
+    assert (verdict.kind, verdict.reason) == ("retry", "unreadable_body")
+
+
+def test_a_rule_with_a_bug_is_not_hidden() -> None:
+    def buggy(resp: httpx.Response) -> Verdict | None:
+        raise KeyError("typo")
+
+    with pytest.raises(KeyError):
+        classify(response(200), policy=RetryPolicy(rules=(buggy,)))

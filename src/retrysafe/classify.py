@@ -143,9 +143,10 @@ def classify_response(
 ) -> Verdict:
     """Classify a complete response (body read) per DESIGN §3.
 
-    Rules run first and may override anything; a replayed response never turns
-    into a retry, since the stored outcome will not change. ``now`` is wall time
-    for HTTP-date Retry-After values.
+    Rules run first and may override anything; a rule raising ``ValueError``
+    (say, ``response.json()`` on a truncated body) means the body is unreadable.
+    A replayed response never turns into a retry: the stored outcome will not
+    change. ``now`` is wall time, for HTTP-date Retry-After values.
     """
     verdict = _apply_rules(response, policy)
     if is_replay(response):
@@ -163,7 +164,13 @@ def classify_response(
 
 def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | None:
     for rule in policy.rules:
-        verdict = rule(response)
+        try:
+            verdict = rule(response)
+        except ValueError:
+            # A rule that cannot parse the body (response.json() on an HTML error page,
+            # truncated JSON, an empty 200) has found an unreadable body, not a bug.
+            # Any other exception is a bug in the rule and propagates.
+            return Verdict.retry("unreadable_body")
         if verdict is not None:
             return verdict
     return None
