@@ -13,6 +13,7 @@ import pytest
 
 import retrysafe
 from retrysafe import Call, RetryPolicy
+from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.testing import FakeClock
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -32,10 +33,12 @@ def scripted(*responses: httpx.Response) -> tuple[Handler, list[httpx.Request]]:
 
 
 def client_for(handler: Handler, clock: FakeClock, **policy: object) -> retrysafe.Client:
+    """A client with load protection off: these tests are about one call's arithmetic."""
     return retrysafe.Client(
         transport=httpx.MockTransport(handler),
         clock=clock,
         policy=RetryPolicy(**policy),  # type: ignore[arg-type]
+        governor=Governor(GovernorSettings.off()),
     )
 
 

@@ -21,6 +21,7 @@ import httpx
 
 from retrysafe.clock import Clock
 from retrysafe.engine import IDEMPOTENCY_HEADER, CallReport
+from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.transport import OPTIONS_EXTENSION, AsyncRetryTransport, CallOptions, RetryTransport
@@ -66,8 +67,10 @@ def _raise_if_failed(response: httpx.Response) -> httpx.Response:
 class Client(httpx.Client):
     """An ``httpx.Client`` whose requests retry per ``policy`` and raise ``ApiError``.
 
-    Every keyword argument other than ``policy``, ``clock``, ``hooks`` and
-    ``dependency`` goes to ``httpx.Client``.
+    ``governor`` holds the load protection per dependency (one per client by
+    default; pass a shared one to share budgets and breakers across clients).
+    Other arguments are as for :class:`~retrysafe.RetryTransport`; every keyword
+    argument retrysafe does not know goes to ``httpx.Client``.
     """
 
     def __init__(
@@ -77,10 +80,13 @@ class Client(httpx.Client):
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
         dependency: str | None = None,
+        governor: Governor | None = None,
+        deadline_header: str | None = None,
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
         self.policy = policy
+        self.governor = governor if governor is not None else Governor(clock=clock)
 
         def wrap(transport: httpx.BaseTransport) -> RetryTransport:
             return RetryTransport(
@@ -90,6 +96,8 @@ class Client(httpx.Client):
                 hooks=hooks,
                 dependency=dependency,
                 raise_errors=True,
+                governor=self.governor,
+                deadline_header=deadline_header,
             )
 
         # httpx picks a transport per URL from _transport and _mounts (proxies, custom
@@ -162,10 +170,13 @@ class AsyncClient(httpx.AsyncClient):
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
         dependency: str | None = None,
+        governor: Governor | None = None,
+        deadline_header: str | None = None,
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
         self.policy = policy
+        self.governor = governor if governor is not None else Governor(clock=clock)
 
         def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
             return AsyncRetryTransport(
@@ -175,6 +186,8 @@ class AsyncClient(httpx.AsyncClient):
                 hooks=hooks,
                 dependency=dependency,
                 raise_errors=True,
+                governor=self.governor,
+                deadline_header=deadline_header,
             )
 
         self._transport = wrap(self._transport)

@@ -28,6 +28,7 @@ from retrysafe.errors import (
     ApiError,
     AttemptRecord,
     BadResponse,
+    CircuitOpen,
     ClientError,
     DeadlineExceeded,
     QuotaExhausted,
@@ -36,6 +37,8 @@ from retrysafe.errors import (
     ServerError,
     TransportError,
 )
+from retrysafe.governor import DependencyGuard, Health, Permit, Transition
+from retrysafe.nesting import RetryScope
 from retrysafe.observe import Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
@@ -57,6 +60,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
 _BODY_LIMIT = 64 * 1024
 _EXCERPT_LIMIT = 200
+#: Waits the server asked for because we were too fast: they do not spend the retry budget.
+_RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +142,9 @@ class Call:
         dependency: str | None = None,
         scope_deadline: Deadline | None = None,
         observer: Observer | None = None,
+        guard: DependencyGuard | None = None,
+        retry_scope: RetryScope | None = None,
+        nested_attempts: int = 2,
     ) -> None:
         self.policy = policy
         self.method = request.method.upper()
@@ -150,20 +158,43 @@ class Call:
         self._started = clock.monotonic()
         self.deadline = Deadline.after(policy.deadline, clock).tighter(scope_deadline)
         self.state: Literal["ready", "attempting", "done"] = "ready"
+        self._guard = guard
+        self._scope = retry_scope
+        nested = retry_scope is not None and retry_scope.nested
+        #: Attempts this call may make: fewer when nested inside another retrying call.
+        self.max_attempts = min(policy.attempts, nested_attempts) if nested else policy.attempts
         self._history: list[AttemptRecord] = []
         self._plan: AttemptPlan | None = None
+        self._permit: Permit | None = None
+        self._pacing_reserved = False
         self._attempt_started = 0.0
 
     # -- the shell's three calls ------------------------------------------------------
 
-    def begin_attempt(self) -> AttemptPlan | Fail:
-        """Plan the next attempt, or give up because too little time is left for one."""
+    def begin_attempt(self) -> AttemptPlan | Wait | Fail:
+        """Plan the next attempt; or wait out a shared cooldown or pacing slot first;
+        or give up because the deadline, a cooldown or an open circuit forbids it.
+        """
         self._require("ready", "begin_attempt")
         remaining = self.deadline.remaining()
         if remaining <= 0 or remaining < self.policy.min_attempt_time:
-            self.state = "done"
             return self._deadline_exceeded(cause=None, response=None, reason="deadline_exceeded")
+        guard = self._guard
+        if guard is not None and guard.limiter is not None:
+            hold = self._limiter_wait(guard)
+            if hold is not None:
+                return hold
         timeout = self.deadline.attempt_timeout(self.policy.attempt_timeout)
+        if guard is not None and guard.breaker is not None:
+            permit = guard.breaker.acquire(probe_lease=timeout)
+            self._emit_transition(permit.transition)
+            if not permit.allowed:
+                return self._circuit_open(permit)
+            self._permit = permit
+        if guard is not None and guard.budget is not None and not self._history:
+            guard.budget.record_first_attempt()
+        if self._scope is not None:
+            self._scope.nested_gave_up = False
         self._plan = AttemptPlan(
             number=len(self._history) + 1,
             timeout=timeout,
@@ -173,6 +204,35 @@ class Call:
         self.state = "attempting"
         return self._plan
 
+    def _limiter_wait(self, guard: DependencyGuard) -> Wait | Fail | None:
+        """A Wait for a dependency-wide cooldown or a pacing slot, a Fail if it is too long."""
+        assert guard.limiter is not None
+        cooldown = guard.limiter.cooldown_remaining()
+        if cooldown > 0:
+            if not self.deadline.allows(cooldown, self.policy.min_attempt_time):
+                return self._give_up(
+                    RetryAfterTooLong,
+                    "cooldown",
+                    self._last_outcome("cooldown"),
+                    None,
+                    None,
+                    True,
+                    {"retry_after": cooldown},
+                )
+            return Wait(cooldown)
+        if self._pacing_reserved:
+            self._pacing_reserved = False
+            return None
+        pace = guard.limiter.reserve()
+        if pace <= 0:
+            return None
+        if not self.deadline.allows(pace, self.policy.min_attempt_time):
+            return self._deadline_exceeded(
+                cause=None, response=None, reason="deadline_insufficient"
+            )
+        self._pacing_reserved = True
+        return Wait(pace)
+
     def attempt_returned(self, response: httpx.Response) -> Decision:
         """The attempt produced a complete response (body read)."""
         self._require("attempting", "attempt_returned")
@@ -180,6 +240,7 @@ class Call:
             response, self.policy, keyed=self.idempotency_key is not None, now=self._clock.time()
         )
         self._record(verdict, status=response.status_code, exception=None)
+        self._inform_governor(verdict, response.status_code)
         return self._decide(verdict, response=response, cause=None, during_body=False)
 
     def attempt_raised(self, exc: Exception, *, during_body: bool) -> Decision:
@@ -187,6 +248,7 @@ class Call:
         self._require("attempting", "attempt_raised")
         verdict = classify_exception(exc, during_body=during_body)
         self._record(verdict, status=None, exception=type(exc).__name__)
+        self._inform_governor(verdict, None)
         return self._decide(verdict, response=None, cause=exc, during_body=during_body)
 
     # -- decisions ----------------------------------------------------------------------
@@ -219,7 +281,12 @@ class Call:
             return self._fail(
                 verdict, "unsafe_to_repeat", response, cause, during_body, retryable=False
             )
-        if len(self._history) >= self.policy.attempts:
+        if self._scope is not None and self._scope.nested_gave_up:
+            # A call nested in this attempt already retried this failure; don't multiply it.
+            return self._fail(
+                verdict, "nested_retry_exhausted", response, cause, during_body, retryable=True
+            )
+        if len(self._history) >= self.max_attempts:
             return self._fail(
                 verdict, "attempts_exhausted", response, cause, during_body, retryable=True
             )
@@ -230,6 +297,9 @@ class Call:
             return self._fail(
                 verdict, "deadline_insufficient", response, cause, during_body, retryable=True
             )
+        refusal = self._governor_refusal(verdict, wait)
+        if refusal is not None:
+            return self._fail(verdict, refusal, response, cause, during_body, retryable=True)
         self._history[-1] = dataclasses.replace(self._history[-1], wait=wait)
         self._emit("retry", verdict, response, wait=wait)
         self.state = "ready"
@@ -265,6 +335,70 @@ class Call:
         if not self.deadline.allows(wait, policy.min_attempt_time):
             return None
         return wait
+
+    # -- load protection ----------------------------------------------------------------
+
+    def _inform_governor(self, verdict: Verdict, status: int | None) -> None:
+        """Tell the breaker how healthy the dependency looked, and start any 429 cooldown."""
+        guard = self._guard
+        if guard is None:
+            return
+        if guard.breaker is not None and self._permit is not None:
+            open_for = verdict.after if status == 503 else None
+            transition = guard.breaker.record(
+                self._permit, _health(verdict, status), open_for=open_for
+            )
+            self._emit_transition(transition)
+            self._permit = None
+        if guard.limiter is not None and status == 429 and verdict.after is not None:
+            guard.limiter.start_cooldown(verdict.after)
+
+    def _governor_refusal(self, verdict: Verdict, wait: float) -> str | None:
+        """Why the dependency's governor refuses this retry, or None if it allows it."""
+        guard = self._guard
+        if guard is None:
+            return None
+        if guard.breaker is not None:
+            open_until = guard.breaker.open_until()
+            if open_until is not None and open_until > self._clock.monotonic() + wait:
+                return "circuit_open"
+        rate_limited = verdict.reason in _RATE_LIMIT_REASONS
+        if guard.budget is not None and not rate_limited and not guard.budget.try_spend():
+            return "budget_exhausted"
+        return None
+
+    def _circuit_open(self, permit: Permit) -> Fail:
+        retry_after = None
+        if permit.retry_at is not None:
+            retry_after = max(0.0, permit.retry_at - self._clock.monotonic())
+        return self._give_up(
+            CircuitOpen,
+            "circuit_open",
+            self._last_outcome("circuit_open"),
+            None,
+            None,
+            True,
+            {"retry_after": retry_after},
+        )
+
+    def _emit_transition(self, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        self._observer.emit(
+            RetryEvent(
+                kind="circuit",
+                dependency=self.dependency,
+                method=self.method,
+                url=self.url,
+                attempt=len(self._history),
+                reason=f"{transition.before}->{transition.after}",
+                status=None,
+                elapsed=self._clock.monotonic() - self._started,
+            )
+        )
+
+    def _last_outcome(self, default: str) -> str:
+        return self._history[-1].reason if self._history else default
 
     # -- giving up ---------------------------------------------------------------------
 
@@ -315,7 +449,7 @@ class Call:
     def _deadline_exceeded(
         self, *, cause: Exception | None, response: httpx.Response | None, reason: str
     ) -> Fail:
-        outcome = self._history[-1].reason if self._history else reason
+        outcome = self._last_outcome(reason)
         return self._give_up(DeadlineExceeded, reason, outcome, response, cause, True, {})
 
     def _give_up(
@@ -348,6 +482,8 @@ class Call:
         report = self._report(error=error)
         if response is not None:
             response.extensions["retrysafe"] = report
+        if self._scope is not None and self._scope.parent is not None and retryable:
+            self._scope.parent.nested_gave_up = True
         self._observer.emit(
             RetryEvent(
                 kind="failure",
@@ -442,6 +578,19 @@ class Call:
         return (
             f"Call({self.method} {self.url}, state={self.state!r}, attempts={len(self._history)})"
         )
+
+
+def _health(verdict: Verdict, status: int | None) -> Health:
+    """What an outcome says about the dependency: only server-side trouble is unhealthy.
+
+    5xx, timeouts, transport errors and unreadable bodies count; 4xx (429 included)
+    means the server is answering, and a permanent verdict is about the request.
+    """
+    if verdict.kind == "success":
+        return "healthy"
+    if verdict.kind == "permanent" or (status is not None and 400 <= status < 500):
+        return "neutral"
+    return "unhealthy"
 
 
 def _scrub_json(value: Any, redactor: Redactor) -> Any:

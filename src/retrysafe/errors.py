@@ -180,9 +180,16 @@ class BadResponse(ApiError):
 
 
 class CircuitOpen(ApiError):
-    """The dependency is failing, so the call failed fast without sending anything."""
+    """The dependency is failing, so the call failed fast without sending anything.
+
+    ``retry_after`` is how long until the breaker lets a probe through, if known.
+    """
 
     advice = "the dependency is failing; nothing was sent, try again after it recovers"
+
+    def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(**fields)
 
 
 class DeadlineExceeded(ApiError):

@@ -23,12 +23,14 @@ class RetryEvent:
     """One thing that happened to a call.
 
     ``kind`` is ``"retry"`` (an attempt failed and another follows after
-    ``wait`` seconds), ``"success"`` or ``"failure"`` (the call is over).
+    ``wait`` seconds), ``"success"`` or ``"failure"`` (the call is over), or
+    ``"circuit"`` (the dependency's breaker changed state; ``reason`` is
+    ``"closed->open"`` and the like).
     ``reason`` is why it happened (for a failure, why retrying stopped) and
     ``outcome`` what the attempt got; ``error`` names the error class of a failure.
     """
 
-    kind: Literal["retry", "success", "failure"]
+    kind: Literal["retry", "success", "failure", "circuit"]
     dependency: str
     method: str
     url: str
@@ -97,6 +99,9 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             f" body: {body_excerpt}" if body_excerpt else "",
             extra=fields,
         )
+    elif event.kind == "circuit":
+        level = logging.WARNING if event.reason.endswith("->open") else logging.INFO
+        logger.log(level, "circuit %s [%s]", event.reason, event.dependency, extra=fields)
     else:
         logger.debug(
             "%s %s [%s] succeeded after %d attempts",

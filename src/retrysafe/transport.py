@@ -20,7 +20,9 @@ import httpx
 
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.engine import AttemptPlan, Call, Decision, Fail, Succeed
+from retrysafe.engine import AttemptPlan, Call, Decision, Fail, Succeed, default_dependency
+from retrysafe.governor import Governor
+from retrysafe.nesting import RetryScope, retry_scope
 from retrysafe.observe import EventHook, Observer
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
@@ -51,28 +53,42 @@ class _Shell:
         hooks: Sequence[EventHook],
         dependency: str | None,
         raise_errors: bool,
+        governor: Governor | None,
+        deadline_header: str | None,
     ) -> None:
         if not isinstance(policy, RetryPolicy):
             raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.governor = governor if governor is not None else Governor(clock=self.clock)
+        self.deadline_header = deadline_header
         self.dependency = dependency
         self._observer = Observer(hooks)
         self._raise_errors = raise_errors
         redact_httpx_logs()
 
-    def _new_call(self, request: httpx.Request) -> Call:
+    def _new_call(self, request: httpx.Request, scope: RetryScope) -> Call:
         options = request.extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
             options = CallOptions()
+        dependency = options.dependency or self.dependency or default_dependency(request.url)
         return Call(
             request,
             policy=options.policy or self.policy,
             clock=self.clock,
-            dependency=options.dependency or self.dependency,
+            dependency=dependency,
             scope_deadline=current_deadline(),
             observer=self._observer,
+            guard=self.governor.guard(dependency),
+            retry_scope=scope,
+            nested_attempts=self.governor.settings.nested_attempts,
         )
+
+    def _prepare_attempt(self, request: httpx.Request, plan: AttemptPlan) -> None:
+        """Bound each phase by the attempt's time and tell the server how long it has."""
+        _limit_timeouts(request, plan)
+        if self.deadline_header is not None:
+            request.headers[self.deadline_header] = f"{plan.timeout:.3f}"
 
     def _give_up(self, fail: Fail) -> httpx.Response:
         """Hand a failure back the way this shell's caller expects it."""
@@ -129,6 +145,12 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         dependency: the name calls are grouped under (default each URL's origin).
         raise_errors: raise :class:`~retrysafe.ApiError` instead of httpx's exceptions when
             no response came back (``retrysafe.Client`` sets this).
+        governor: the load protection (retry budget, circuit breaker, cooldowns) per
+            dependency; default a new ``Governor()``. Share one to share the state;
+            ``Governor(GovernorSettings.off())`` switches it off.
+        deadline_header: if set, each attempt carries this header with the seconds the
+            server has to answer (e.g. ``"Request-Timeout"``), so nested services can
+            share one deadline (see ``retrysafe.DeadlineMiddleware``).
     """
 
     def __init__(
@@ -140,6 +162,8 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         hooks: Sequence[EventHook] = (),
         dependency: str | None = None,
         raise_errors: bool = False,
+        governor: Governor | None = None,
+        deadline_header: str | None = None,
     ) -> None:
         super().__init__(
             policy=policy,
@@ -147,24 +171,27 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             hooks=hooks,
             dependency=dependency,
             raise_errors=raise_errors,
+            governor=governor,
+            deadline_header=deadline_header,
         )
         self.transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        call = self._new_call(request)
-        while True:
-            plan = call.begin_attempt()
-            if isinstance(plan, Fail):
-                return self._give_up(plan)
-            decision = self._attempt(call, request, plan)
-            if isinstance(decision, Succeed):
-                return decision.response
-            if isinstance(decision, Fail):
-                return self._give_up(decision)
-            self.clock.sleep(decision.seconds)
+        with retry_scope() as scope:
+            call = self._new_call(request, scope)
+            while True:
+                step = call.begin_attempt()
+                decision = (
+                    self._attempt(call, request, step) if isinstance(step, AttemptPlan) else step
+                )
+                if isinstance(decision, Succeed):
+                    return decision.response
+                if isinstance(decision, Fail):
+                    return self._give_up(decision)
+                self.clock.sleep(decision.seconds)
 
     def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
-        _limit_timeouts(request, plan)
+        self._prepare_attempt(request, plan)
         ends_at = self.clock.monotonic() + plan.timeout
         try:
             response = self.transport.handle_request(request)
@@ -206,6 +233,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         hooks: Sequence[EventHook] = (),
         dependency: str | None = None,
         raise_errors: bool = False,
+        governor: Governor | None = None,
+        deadline_header: str | None = None,
     ) -> None:
         super().__init__(
             policy=policy,
@@ -213,24 +242,29 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             hooks=hooks,
             dependency=dependency,
             raise_errors=raise_errors,
+            governor=governor,
+            deadline_header=deadline_header,
         )
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        call = self._new_call(request)
-        while True:
-            plan = call.begin_attempt()
-            if isinstance(plan, Fail):
-                return self._give_up(plan)
-            decision = await self._attempt(call, request, plan)
-            if isinstance(decision, Succeed):
-                return decision.response
-            if isinstance(decision, Fail):
-                return self._give_up(decision)
-            await self.clock.async_sleep(decision.seconds)
+        with retry_scope() as scope:
+            call = self._new_call(request, scope)
+            while True:
+                step = call.begin_attempt()
+                decision = (
+                    await self._attempt(call, request, step)
+                    if isinstance(step, AttemptPlan)
+                    else step
+                )
+                if isinstance(decision, Succeed):
+                    return decision.response
+                if isinstance(decision, Fail):
+                    return self._give_up(decision)
+                await self.clock.async_sleep(decision.seconds)
 
     async def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
-        _limit_timeouts(request, plan)
+        self._prepare_attempt(request, plan)
         response: httpx.Response | None = None
         try:
             with anyio.fail_after(plan.timeout):
