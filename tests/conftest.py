@@ -1,8 +1,11 @@
-"""Shared test configuration: async tests run on both asyncio and trio."""
+"""Shared test configuration.
+
+Async tests (modules marked ``pytestmark = pytest.mark.anyio``) run on both
+asyncio and trio; integration tests get an ``api`` for each client mode.
+"""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import anyio
@@ -16,12 +19,6 @@ import retrysafe
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Every async test runs once per event loop retrysafe supports."""
     return str(request.param)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
-            item.add_marker(pytest.mark.anyio)
 
 
 class Api:

@@ -12,6 +12,8 @@ import retrysafe
 from retrysafe import Deadline, backoff_delay
 from retrysafe.testing import FakeClock
 
+pytestmark = pytest.mark.anyio
+
 
 @pytest.mark.parametrize(
     ("attempt", "expected"),

@@ -13,6 +13,8 @@ import pytest
 import retrysafe
 from retrysafe import RetryPolicy
 
+pytestmark = pytest.mark.anyio
+
 
 async def test_cancelling_the_task_during_an_attempt_stops_at_once(chaos: Any) -> None:
     async with retrysafe.AsyncClient(policy=RetryPolicy(attempt_timeout=10)) as client:

@@ -19,6 +19,8 @@ from retrysafe import RetryPolicy, Verdict
 # Small waits so the suite stays fast; the arithmetic itself is tested on the fake clock.
 FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
 
+pytestmark = pytest.mark.anyio
+
 
 def attempts_seen(chaos: Any) -> int:
     return len(chaos.log())

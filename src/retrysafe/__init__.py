@@ -22,8 +22,19 @@ from retrysafe.errors import (
     ServerError,
     TransportError,
 )
+from retrysafe.governor import (
+    BreakerSettings,
+    BudgetSettings,
+    CircuitBreaker,
+    Governor,
+    GovernorSettings,
+    Limiter,
+    LimiterSettings,
+    RetryBudget,
+)
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
+from retrysafe.propagation import DeadlineMiddleware
 from retrysafe.scope import deadline
 from retrysafe.timing import Deadline, backoff_delay, parse_retry_after
 from retrysafe.transport import AsyncRetryTransport, CallOptions, RetryTransport
@@ -36,19 +47,28 @@ __all__ = [
     "AsyncRetryTransport",
     "AttemptRecord",
     "BadResponse",
+    "BreakerSettings",
+    "BudgetSettings",
     "Call",
     "CallOptions",
     "CallReport",
+    "CircuitBreaker",
     "CircuitOpen",
     "Client",
     "ClientError",
     "Clock",
     "Deadline",
     "DeadlineExceeded",
+    "DeadlineMiddleware",
     "EventHook",
+    "Governor",
+    "GovernorSettings",
+    "Limiter",
+    "LimiterSettings",
     "QuotaExhausted",
     "RateLimited",
     "RetryAfterTooLong",
+    "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
     "RetryTransport",

@@ -1,0 +1,285 @@
+"""IdempotencyMiddleware: run each keyed write once per caller, replay its outcome after."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+
+from retrysafe.clock import SystemClock
+from retrysafe.idempotency import problems
+from retrysafe.idempotency.asgi import ASGIApp, Receive, Scope, Send
+from retrysafe.idempotency.commit import SCOPE_KEY, IdempotentRequest
+from retrysafe.idempotency.decisions import Finish, answer_repeat, finish_claim
+from retrysafe.idempotency.fingerprint import request_fingerprint
+from retrysafe.idempotency.key_header import KeyProblem, read_key
+from retrysafe.idempotency.problems import Problem, send_problem
+from retrysafe.idempotency.records import IdempotencyRecord
+from retrysafe.idempotency.replay import send_replay, stored_response
+from retrysafe.idempotency.request_body import BodyRefused, read_body, replaying_receive
+from retrysafe.idempotency.response_capture import ResponseCapture
+from retrysafe.idempotency.settings import (
+    DEFAULT_METHODS,
+    DEFAULT_RELEASE_STATUSES,
+    IdempotencySettings,
+)
+from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+__all__ = ["CallerScope", "IdempotencyMiddleware", "WallClock"]
+
+logger = logging.getLogger("retrysafe.idempotency")
+
+#: Names the verified caller of a request (a user, tenant or API-key id); keys are kept
+#: per caller. ``None`` or ``""`` means "not identified" and a keyed request gets 401.
+#: It is given the request before its body is read, and must not read the body.
+CallerScope = Callable[["Request"], "str | Awaitable[str | None] | None"]
+
+# Server-side shortcuts that send a file without passing its bytes through ``send``;
+# the middleware hides them from the app so the response can be copied.
+_UNCOPYABLE_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Admitted:
+    """A keyed request that may try to claim its key."""
+
+    caller: str
+    key: str
+    body: bytes
+    fingerprint: str
+
+
+class WallClock(Protocol):
+    """Anything with wall-clock ``time()``: :class:`retrysafe.SystemClock`, ``FakeClock``."""
+
+    def time(self) -> float: ...
+
+
+class IdempotencyMiddleware:
+    """Pure ASGI middleware that makes keyed writes safe to retry.
+
+    For a request whose method is in ``methods`` and that carries the key header, it
+    claims (caller, key) atomically in ``store`` before the handler runs. A repeat of the
+    same request gets the kept response again, marked ``Idempotent-Replayed: true``; a
+    repeat while the first runs gets 409 with ``Retry-After``; the same key with another
+    method, path, query or body gets 422. Refusals are ``application/problem+json``. If
+    the store cannot be used, the request gets 503 and the handler does not run.
+
+    Place it inside authentication: ``scope`` is called with the Starlette ``Request`` and
+    returns the verified caller, so one caller's keys never meet another's.
+
+    Args:
+        app: the ASGI app to guard.
+        store: where claims and kept responses live (:class:`MemoryStore`,
+            :class:`SQLiteStore`, :class:`RedisStore`, :class:`PostgresStore`).
+        scope: ``(request) -> caller id`` (or an awaitable of it).
+        required: whether a keyless request for a guarded method is refused (400) or
+            passed through unguarded.
+        clock: source of wall-clock time for leases and retention.
+
+    The remaining keyword arguments are the fields of :class:`IdempotencySettings`.
+    Needs the ``server`` extra (Starlette): ``pip install 'retrysafe[server]'``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        store: IdempotencyStore,
+        *,
+        scope: CallerScope,
+        required: bool,
+        ttl: float = 86_400.0,
+        lease: float = 60.0,
+        header: str = "Idempotency-Key",
+        methods: frozenset[str] = DEFAULT_METHODS,
+        max_key_length: int = 255,
+        max_body_size: int = 1_048_576,
+        max_response_size: int = 1_048_576,
+        in_flight_retry_after: float = 1.0,
+        release_statuses: frozenset[int] = DEFAULT_RELEASE_STATUSES,
+        clock: WallClock | None = None,
+    ) -> None:
+        try:
+            import starlette.requests  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "IdempotencyMiddleware needs starlette: pip install 'retrysafe[server]'"
+            ) from exc
+        self.app = app
+        self.store = store
+        self.settings = IdempotencySettings(
+            required=required,
+            ttl=ttl,
+            lease=lease,
+            header=header,
+            methods=methods,
+            max_key_length=max_key_length,
+            max_body_size=max_body_size,
+            max_response_size=max_response_size,
+            in_flight_retry_after=in_flight_retry_after,
+            release_statuses=release_statuses,
+        )
+        self._caller_of = scope
+        self._clock: WallClock = clock if clock is not None else SystemClock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = self.settings
+        if scope["type"] != "http" or str(scope["method"]).upper() not in settings.methods:
+            await self.app(scope, receive, send)
+            return
+        key = read_key(scope["headers"], settings.header, max_length=settings.max_key_length)
+        if key is None and not settings.required:
+            await self.app(scope, receive, send)
+            return
+        admitted = await self._admit(scope, receive, key)
+        if isinstance(admitted, Problem):
+            await send_problem(send, admitted)
+            return
+        if admitted is None:
+            return  # the client left while sending its body; nothing was claimed
+        now = self._clock.time()
+        try:
+            claim = await self.store.claim(
+                admitted.caller, admitted.key, admitted.fingerprint, now=now, lease=settings.lease
+            )
+        except StoreUnavailable as exc:
+            logger.warning("idempotency store unavailable, refusing a keyed request: %s", exc)
+            await send_problem(send, problems.store_unavailable())
+            return
+        if isinstance(claim, IdempotencyRecord):
+            answer = answer_repeat(claim, admitted.fingerprint, now=now, settings=settings)
+            if isinstance(answer, Problem):
+                await send_problem(send, answer)
+            else:
+                await send_replay(send, answer)
+            return
+        guarded = IdempotentRequest(admitted.caller, admitted.key)
+        await self._run_claimed(scope, admitted.body, send, guarded, claim.token)
+
+    async def _admit(
+        self, scope: Scope, receive: Receive, key: str | KeyProblem | None
+    ) -> _Admitted | Problem | None:
+        """Check the key and the caller, read and fingerprint the body: everything that
+        must hold before a claim is tried."""
+        settings = self.settings
+        if key is None:
+            return problems.key_missing(settings.header, scope["method"])
+        if isinstance(key, KeyProblem):
+            return problems.key_malformed(key.detail)
+        caller = await self._caller(scope)
+        if caller is None:
+            return problems.caller_unknown(settings.header)
+        body = await read_body(
+            receive,
+            limit=settings.max_body_size,
+            content_length=_header(scope, b"content-length"),
+        )
+        if isinstance(body, BodyRefused):
+            if body.reason == "too_large":
+                return problems.body_too_large(settings.max_body_size)
+            return None
+        fingerprint = request_fingerprint(
+            scope["method"],
+            scope["path"],
+            scope.get("query_string", b""),
+            body,
+            _header(scope, b"content-type"),
+        )
+        return _Admitted(caller, key, body, fingerprint)
+
+    async def _run_claimed(
+        self, scope: Scope, body: bytes, send: Send, guarded: IdempotentRequest, token: str
+    ) -> None:
+        async def on_complete(capture: ResponseCapture) -> None:
+            finish = finish_claim(
+                capture.status,
+                committed=guarded.committed,
+                oversized=capture.oversized,
+                settings=self.settings,
+            )
+            await self._finish(guarded, token, finish, capture)
+
+        capture = ResponseCapture(
+            send, max_size=self.settings.max_response_size, on_complete=on_complete
+        )
+        inner_scope = dict(scope)
+        inner_scope[SCOPE_KEY] = guarded
+        extensions = scope.get("extensions")
+        if extensions:
+            inner_scope["extensions"] = {
+                name: value
+                for name, value in extensions.items()
+                if name not in _UNCOPYABLE_EXTENSIONS
+            }
+        try:
+            await self.app(inner_scope, replaying_receive(body, capture.complete), capture.send)
+        finally:
+            if not capture.complete.is_set():
+                # No complete response: the handler raised, was cancelled or sent nothing.
+                finish = finish_claim(
+                    None, committed=guarded.committed, oversized=False, settings=self.settings
+                )
+                with anyio.CancelScope(shield=True):
+                    await self._finish(guarded, token, finish, None)
+
+    async def _finish(
+        self,
+        guarded: IdempotentRequest,
+        token: str,
+        finish: Finish,
+        capture: ResponseCapture | None,
+    ) -> None:
+        caller, key = guarded.caller, guarded.key
+        try:
+            if finish == "release":
+                done = await self.store.release(caller, key, token)
+            else:
+                response = None
+                if finish == "keep" and capture is not None and capture.status is not None:
+                    response = stored_response(capture.status, capture.headers, bytes(capture.body))
+                done = await self.store.complete(
+                    caller, key, token, response, now=self._clock.time(), ttl=self.settings.ttl
+                )
+        except StoreUnavailable as exc:
+            logger.warning(
+                "could not record the outcome (%s) of idempotency key %r; the key stays"
+                " claimed until its lease ends: %s",
+                finish,
+                key,
+                exc,
+            )
+            return
+        if not done:
+            logger.warning(
+                "the lease on idempotency key %r ran out and another request took the key"
+                " over; this request's outcome (%s) was not recorded",
+                key,
+                finish,
+            )
+
+    async def _caller(self, scope: Scope) -> str | None:
+        from starlette.requests import Request
+
+        caller = self._caller_of(Request(scope))
+        if inspect.isawaitable(caller):
+            caller = await caller
+        if caller is not None and not isinstance(caller, str):
+            raise TypeError(f"the scope callable must return a str or None, got {caller!r}")
+        return caller or None
+
+    def __repr__(self) -> str:
+        return f"IdempotencyMiddleware(store={self.store!r}, settings={self.settings!r})"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for field, value in scope["headers"]:
+        if field.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None

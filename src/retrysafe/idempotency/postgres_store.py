@@ -1,0 +1,183 @@
+"""PostgresStore: idempotency records in a PostgreSQL table, shared by every server."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from retrysafe.idempotency.postgres_pool import ConnectionPool
+from retrysafe.idempotency.records import (
+    Claimed,
+    IdempotencyRecord,
+    StoredResponse,
+    record_from_fields,
+)
+from retrysafe.idempotency.sql import DEFAULT_TABLE, RECORD_COLUMNS, check_table_name
+from retrysafe.idempotency.store import StoreUnavailable, new_token
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresStore"]
+
+_T = TypeVar("_T")
+_Work = Callable[["AsyncConnection[tuple[Any, ...]]"], Awaitable[_T]]
+
+
+class PostgresStore:
+    """Records in a PostgreSQL table (psycopg 3, async), claimed with one
+    ``INSERT … ON CONFLICT … DO UPDATE … WHERE lapsed`` statement.
+
+    Every server pointing at the same database shares the records; the table is created
+    on first use. Keep it in the database your handlers write to and the record lives
+    beside the side effects it guards.
+
+    Needs the ``postgres`` extra: ``pip install 'retrysafe[postgres]'``.
+
+    Args:
+        dsn: a libpq connection string or URL.
+        table: the table's name.
+        pool_size: most connections open at once.
+        timeout: seconds a connection attempt or one operation may take before failing
+            closed with :class:`StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = DEFAULT_TABLE,
+        pool_size: int = 10,
+        timeout: float = 5.0,
+    ) -> None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "PostgresStore needs psycopg 3: pip install 'retrysafe[postgres]'"
+            ) from exc
+        self._table = check_table_name(table)
+        self._timeout = timeout
+        self._pool = ConnectionPool(
+            dsn, size=pool_size, connect_timeout=timeout, prepare=self._create_table
+        )
+        self._closed = False
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
+    ) -> Claimed | IdempotencyRecord:
+        token = new_token()
+        take = (
+            f"INSERT INTO {self._table} AS held"
+            " (scope, key, state, fingerprint, token, expires_at)"
+            " VALUES (%s, %s, 'in_flight', %s, %s, %s)"
+            " ON CONFLICT (scope, key) DO UPDATE SET state = 'in_flight',"
+            " fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token,"
+            " expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL"
+            " WHERE held.expires_at <= %s"
+            " RETURNING held.token"
+        )
+        look = f"SELECT {RECORD_COLUMNS} FROM {self._table} WHERE scope = %s AND key = %s"
+
+        async def work(connection: AsyncConnection[tuple[Any, ...]]) -> Claimed | IdempotencyRecord:
+            # A live record blocks the insert; it is read next, unless it was released in
+            # between, in which case the insert is tried again.
+            while True:
+                cursor = await connection.execute(
+                    take, (scope, key, fingerprint, token, now + lease, now), prepare=True
+                )
+                if await cursor.fetchone() is not None:
+                    return Claimed(token)
+                cursor = await connection.execute(look, (scope, key), prepare=True)
+                row = await cursor.fetchone()
+                if row is not None:
+                    return record_from_fields(row)
+
+        return await self._run(work)
+
+    async def complete(
+        self,
+        scope: str,
+        key: str,
+        token: str,
+        response: StoredResponse | None,
+        *,
+        now: float,
+        ttl: float,
+    ) -> bool:
+        if response is None:
+            values: tuple[object, ...] = ("not_replayable", None, None, None)
+        else:
+            values = ("completed", response.status, response.headers_json(), response.body)
+        statement = (
+            f"UPDATE {self._table}"
+            " SET state = %s, status = %s, headers = %s, body = %s, expires_at = %s"
+            " WHERE scope = %s AND key = %s AND token = %s AND state = 'in_flight'"
+        )
+
+        async def work(connection: AsyncConnection[tuple[Any, ...]]) -> bool:
+            cursor = await connection.execute(
+                statement, (*values, now + ttl, scope, key, token), prepare=True
+            )
+            return cursor.rowcount == 1
+
+        return await self._run(work)
+
+    async def release(self, scope: str, key: str, token: str) -> bool:
+        statement = (
+            f"DELETE FROM {self._table}"
+            " WHERE scope = %s AND key = %s AND token = %s AND state = 'in_flight'"
+        )
+
+        async def work(connection: AsyncConnection[tuple[Any, ...]]) -> bool:
+            cursor = await connection.execute(statement, (scope, key, token), prepare=True)
+            return cursor.rowcount == 1
+
+        return await self._run(work)
+
+    async def purge_expired(self, *, now: float) -> int:
+        """Delete records that lapsed by ``now``; returns how many. Run it periodically:
+        lapsed records are otherwise only replaced when their key is used again."""
+
+        async def work(connection: AsyncConnection[tuple[Any, ...]]) -> int:
+            cursor = await connection.execute(
+                f"DELETE FROM {self._table} WHERE expires_at <= %s", (now,)
+            )
+            return cursor.rowcount
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._pool.close()
+
+    async def _run(self, work: _Work[_T]) -> _T:
+        if self._closed:
+            raise StoreUnavailable("PostgresStore", "the store is closed")
+        import psycopg
+
+        try:
+            with anyio.fail_after(self._timeout):
+                async with self._pool.connection() as connection:
+                    return await work(connection)
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            reason = str(exc).strip() or "no answer in time"
+            raise StoreUnavailable("PostgresStore", f"{type(exc).__name__}: {reason}") from exc
+
+    async def _create_table(self, connection: AsyncConnection[tuple[Any, ...]]) -> None:
+        # The advisory lock keeps two servers starting at once from racing to create it.
+        async with connection.transaction():
+            await connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._table,))
+            await connection.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._table} ("
+                " scope text NOT NULL, key text NOT NULL, state text NOT NULL,"
+                " fingerprint text NOT NULL, token text NOT NULL,"
+                " expires_at double precision NOT NULL,"
+                " status integer, headers text, body bytea,"
+                " PRIMARY KEY (scope, key))"
+            )
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(table={self._table!r})"

@@ -1,0 +1,171 @@
+"""RedisStore: idempotency records in Redis, shared by every process and host that uses it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import anyio
+
+from retrysafe.idempotency.records import (
+    Claimed,
+    IdempotencyRecord,
+    StoredResponse,
+    record_from_fields,
+)
+from retrysafe.idempotency.store import StoreUnavailable, new_token
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
+
+__all__ = ["RedisStore"]
+
+# Each script touches one key, so the store also works on Redis Cluster. A record is a
+# hash; "expires_at" is compared with the caller's clock, and the key's own PEXPIRE only
+# collects lapsed records. A claim or completion whose reply was lost may be retried by
+# redis-py; the token makes the retry find its own earlier write instead of a stranger's.
+_CLAIM = """
+local fields = redis.call('HMGET', KEYS[1],
+    'state', 'fingerprint', 'expires_at', 'status', 'headers', 'body', 'token')
+if fields[1] and tonumber(fields[3]) > tonumber(ARGV[1]) then
+    if fields[7] == ARGV[3] then return {'claimed'} end
+    return {fields[1], fields[2], fields[3], fields[4], fields[5], fields[6]}
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'in_flight', 'fingerprint', ARGV[2],
+    'token', ARGV[3], 'expires_at', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {'claimed'}
+"""
+
+_COMPLETE = """
+local fields = redis.call('HMGET', KEYS[1], 'token', 'state')
+if fields[1] ~= ARGV[1] then return 0 end
+if fields[2] ~= 'in_flight' then
+    if fields[2] == ARGV[2] then return 1 end
+    return 0
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'expires_at', ARGV[6])
+if ARGV[2] == 'completed' then
+    redis.call('HSET', KEYS[1], 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return 1
+"""
+
+_RELEASE = """
+local fields = redis.call('HMGET', KEYS[1], 'token', 'state')
+if fields[1] == ARGV[1] and fields[2] == 'in_flight' then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+return 0
+"""
+
+
+class RedisStore:
+    """Records in Redis (redis-py's asyncio client), atomic through Lua scripts.
+
+    Every worker process and host pointing at the same Redis shares the records. Each
+    record carries its expiry, compared with the middleware's clock; Redis also expires
+    the key itself once that time has passed, so nothing accumulates.
+
+    Needs the ``redis`` extra: ``pip install 'retrysafe[redis]'``.
+
+    Args:
+        url: a redis-py URL, such as ``redis://localhost:6379/0``.
+        prefix: prepended to every Redis key this store writes.
+        timeout: seconds one operation may take, redis-py's own reconnection attempts
+            included, before failing closed with :class:`StoreUnavailable`.
+    """
+
+    def __init__(
+        self, url: str, *, prefix: str = "retrysafe:idempotency:", timeout: float = 5.0
+    ) -> None:
+        try:
+            import redis.asyncio
+        except ImportError as exc:
+            raise ImportError(
+                "RedisStore needs the redis package: pip install 'retrysafe[redis]'"
+            ) from exc
+        self._prefix = prefix
+        self._timeout = timeout
+        self._client: Redis = redis.asyncio.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        self._claim: AsyncScript = self._client.register_script(_CLAIM)
+        self._complete: AsyncScript = self._client.register_script(_COMPLETE)
+        self._release: AsyncScript = self._client.register_script(_RELEASE)
+        self._closed = False
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
+    ) -> Claimed | IdempotencyRecord:
+        token = new_token()
+        args = [repr(now), fingerprint, token, repr(now + lease), _milliseconds(lease)]
+        reply = await self._call(self._claim, scope, key, args)
+        if reply[0] == b"claimed":
+            return Claimed(token)
+        return record_from_fields(tuple(_text_fields(reply)))
+
+    async def complete(
+        self,
+        scope: str,
+        key: str,
+        token: str,
+        response: StoredResponse | None,
+        *,
+        now: float,
+        ttl: float,
+    ) -> bool:
+        if response is None:
+            parts: list[str | bytes] = ["not_replayable", "", "", b""]
+        else:
+            parts = ["completed", str(response.status), response.headers_json(), response.body]
+        args = [token, *parts, repr(now + ttl), _milliseconds(ttl)]
+        return bool(await self._call(self._complete, scope, key, args))
+
+    async def release(self, scope: str, key: str, token: str) -> bool:
+        return bool(await self._call(self._release, scope, key, [token]))
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._client.aclose()
+
+    async def _call(
+        self, script: AsyncScript, scope: str, key: str, args: Sequence[str | bytes]
+    ) -> Any:
+        if self._closed:
+            raise StoreUnavailable("RedisStore", "the store is closed")
+        from redis.exceptions import RedisError
+
+        redis_key = f"{self._prefix}{quote(scope, safe='')}:{quote(key, safe='')}"
+        try:
+            with anyio.fail_after(self._timeout):
+                return await script(keys=[redis_key], args=list(args))
+        except (RedisError, OSError, TimeoutError) as exc:
+            reason = str(exc).strip() or "no answer in time"
+            raise StoreUnavailable("RedisStore", f"{type(exc).__name__}: {reason}") from exc
+
+    def __repr__(self) -> str:
+        return f"RedisStore(prefix={self._prefix!r})"
+
+
+def _milliseconds(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds * 1000)))
+
+
+def _text_fields(reply: list[bytes | None]) -> list[Any]:
+    """Decode the claim script's record reply; the body stays bytes."""
+    state, fingerprint, expires_at, status, headers, body = reply
+    return [
+        (state or b"").decode(),
+        (fingerprint or b"").decode(),
+        float(expires_at or b"0"),
+        int(status) if status else None,
+        headers.decode() if headers else None,
+        body or b"",
+    ]

@@ -1,0 +1,70 @@
+"""The response side of a keyed request: copy what the app sends, keep it before it's gone."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from retrysafe.idempotency.asgi import Message, Send
+
+__all__ = ["ResponseCapture"]
+
+
+class ResponseCapture:
+    """Wraps the server's ``send``: forwards the response and keeps a copy of it.
+
+    When the app sends the last body chunk, ``on_complete`` runs (shielded from
+    cancellation) *before* that chunk goes out, so the outcome is stored even when the
+    client is gone by then. If the server's ``send`` fails because the client left (ASGI
+    servers raise ``OSError``), nothing more is forwarded but the app runs on and the
+    copy is still completed. A body over ``max_size`` is not kept; ``oversized`` says so.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        *,
+        max_size: int,
+        on_complete: Callable[[ResponseCapture], Awaitable[None]],
+    ) -> None:
+        self._send = send
+        self._max_size = max_size
+        self._on_complete = on_complete
+        self.status: int | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.oversized = False
+        self.client_gone = False
+        self.complete = anyio.Event()
+
+    async def send(self, message: Message) -> None:
+        """The ``send`` handed to the app."""
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = int(message["status"])
+            self.headers = [(bytes(name), bytes(value)) for name, value in message["headers"]]
+        elif kind == "http.response.body":
+            self._keep(bytes(message.get("body", b"")))
+            if not message.get("more_body", False):
+                with anyio.CancelScope(shield=True):
+                    await self._on_complete(self)
+                self.complete.set()
+        await self._forward(message)
+
+    def _keep(self, chunk: bytes) -> None:
+        if self.oversized:
+            return
+        if len(self.body) + len(chunk) > self._max_size:
+            self.oversized = True
+            self.body = bytearray()
+            return
+        self.body += chunk
+
+    async def _forward(self, message: Message) -> None:
+        if self.client_gone:
+            return
+        try:
+            await self._send(message)
+        except OSError:
+            self.client_gone = True

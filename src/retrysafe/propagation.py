@@ -1,0 +1,67 @@
+"""DeadlineMiddleware: an inbound deadline header becomes the request's deadline scope.
+
+When a retrysafe client calls with ``deadline_header="Request-Timeout"``, each
+attempt tells the server how many seconds it has. This ASGI middleware reads
+that header and runs the app inside ``retrysafe.deadline(seconds - margin)``, so
+every retrysafe call the handler makes shares what is left of the caller's
+time: nested services share one budget of time instead of each starting its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from retrysafe.clock import Clock
+from retrysafe.scope import deadline
+
+__all__ = ["DeadlineMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class DeadlineMiddleware:
+    """Run each HTTP request under the deadline its caller sent in ``header``.
+
+    ``margin`` seconds are kept back for the reply to travel home. A missing,
+    malformed, negative or non-finite header leaves the request without a
+    scope (the handler's own policies still apply).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        header: str = "Request-Timeout",
+        margin: float = 0.05,
+        clock: Clock | None = None,
+    ) -> None:
+        if not math.isfinite(margin) or margin < 0:
+            raise ValueError(f"DeadlineMiddleware margin must be >= 0 seconds, got {margin!r}")
+        self.app = app
+        self.header = header.lower().encode("latin-1")
+        self.margin = margin
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        seconds = self._inbound_seconds(scope) if scope["type"] == "http" else None
+        if seconds is None:
+            await self.app(scope, receive, send)
+            return
+        async with deadline(max(0.0, seconds - self.margin), clock=self.clock):
+            await self.app(scope, receive, send)
+
+    def _inbound_seconds(self, scope: Scope) -> float | None:
+        for name, value in scope.get("headers", ()):
+            if name.lower() == self.header:
+                try:
+                    seconds = float(value.decode("latin-1").strip())
+                except ValueError:
+                    return None
+                return seconds if math.isfinite(seconds) and seconds >= 0 else None
+        return None

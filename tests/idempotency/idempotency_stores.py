@@ -1,0 +1,96 @@
+"""Opening each kind of store for the idempotency tests, in this process or another."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from retrysafe.idempotency import (
+    IdempotencyStore,
+    MemoryStore,
+    PostgresStore,
+    RedisStore,
+    SQLiteStore,
+)
+from retrysafe.idempotency._testservers import free_port
+
+#: Every store, in the order the suite runs them.
+STORE_KINDS = ["memory", "sqlite", "redis", "postgres"]
+#: Stores several processes can share.
+SHARED_STORE_KINDS = ["sqlite", "redis", "postgres"]
+
+
+def new_namespace() -> str:
+    """A Redis prefix or PostgreSQL table name no other test uses."""
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
+def open_store(kind: str, location: str, namespace: str) -> IdempotencyStore:
+    """A shareable store: SQLite at the path ``location``, Redis or PostgreSQL at the
+    URL ``location``, its records under ``namespace``."""
+    if kind == "sqlite":
+        return SQLiteStore(location)
+    if kind == "redis":
+        return RedisStore(location, prefix=f"{namespace}:")
+    if kind == "postgres":
+        return PostgresStore(location, table=namespace, pool_size=4)
+    raise ValueError(f"{kind!r} stores cannot be shared")
+
+
+class StoreFactory:
+    """Makes stores of one kind that share one backend (a file, a prefix, a table),
+    so a test can stand in for several servers; closes them all at the end."""
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self.kind = kind
+        self._request = request
+        self._tmp_path = tmp_path
+        self.namespace = new_namespace()
+        self._made: list[IdempotencyStore] = []
+        self._memory: MemoryStore | None = None
+
+    def location(self) -> str:
+        """The backend's address, as another process would be given it."""
+        if self.kind == "sqlite":
+            return str(self._tmp_path / "idempotency.sqlite3")
+        if self.kind == "redis":
+            return str(self._request.getfixturevalue("redis_url"))
+        if self.kind == "postgres":
+            return str(self._request.getfixturevalue("postgres_dsn"))
+        raise ValueError(f"{self.kind} stores have no shared location")
+
+    def make(self) -> IdempotencyStore:
+        """A store on this test's backend (for memory: the one shared instance)."""
+        if self.kind == "memory":
+            if self._memory is None:
+                self._memory = MemoryStore()
+                self._made.append(self._memory)
+            return self._memory
+        store = open_store(self.kind, self.location(), self.namespace)
+        self._made.append(store)
+        return store
+
+    def make_down(self) -> IdempotencyStore:
+        """A store of this kind whose backend cannot be reached."""
+        dead = f"127.0.0.1:{free_port()}"
+        store: IdempotencyStore
+        if self.kind == "memory":
+            store = MemoryStore()
+            self._made.append(store)
+            return store  # closed by the caller: a closed store is the memory kind of "down"
+        if self.kind == "sqlite":
+            store = SQLiteStore(self._tmp_path / "no-such-directory" / "store.sqlite3")
+        elif self.kind == "redis":
+            store = RedisStore(f"redis://{dead}/0", timeout=1.0)
+        else:
+            store = PostgresStore(f"postgresql://postgres@{dead}/postgres", timeout=2.0)
+        self._made.append(store)
+        return store
+
+    async def close(self) -> None:
+        for store in self._made:
+            with contextlib.suppress(Exception):
+                await store.close()

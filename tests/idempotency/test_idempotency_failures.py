@@ -1,0 +1,175 @@
+"""Concurrent duplicates, a store that is down, clients that leave, malformed keys.
+Every test runs against every store."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import anyio
+import pytest
+from idempotency_app import Shop, build_app, client_for, headers
+from idempotency_stores import StoreFactory
+
+from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+from retrysafe.idempotency.asgi import Message
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_duplicates_run_exactly_once(store: IdempotencyStore) -> None:
+    app = build_app(store, shop=Shop(handler_delay=0.05))
+    async with client_for(app) as client:
+        responses = await asyncio.gather(
+            *(client.post("/orders", json={"n": 1}, headers=headers("k1")) for _ in range(20))
+        )
+
+    fresh = [
+        r for r in responses if r.status_code == 201 and "idempotent-replayed" not in r.headers
+    ]
+    others = collections.Counter(
+        "replayed" if "idempotent-replayed" in r.headers else r.status_code
+        for r in responses
+        if r not in fresh
+    )
+    assert len(fresh) == 1
+    assert set(others) <= {409, "replayed"}
+    assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_a_store_that_is_down_gets_503_and_the_handler_does_not_run(
+    stores: StoreFactory,
+) -> None:
+    store = stores.make_down()
+    if stores.kind == "memory":
+        await store.close()
+    app = build_app(store)
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == PROBLEM_TYPE_PREFIX + "store-unavailable"
+    assert app.state.shop.runs["/orders"] == 0
+
+
+def _scope(key: str, path: str) -> dict[str, object]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"shop.test"),
+            (b"content-type", b"application/json"),
+            (b"authorization", b"Bearer alice"),
+            (b"idempotency-key", key.encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("shop.test", 80),
+        "state": {},
+    }
+
+
+async def test_a_client_that_leaves_after_the_response_started_still_gets_it_kept(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    sent: list[Message] = []
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the client closed the connection")  # as ASGI 2.4 servers do
+        sent.append(message)
+
+    await app(_scope("k1", "/orders"), receive, send)
+    async with client_for(app) as client:
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert [m["type"] for m in sent] == ["http.response.start"]
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json()["order"] == 1
+    assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_a_client_that_leaves_mid_request_does_not_stop_the_handler(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    shop = app.state.shop
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        raise OSError("the client closed the connection")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(app, _scope("k1", "/slow"), receive, send)
+        await shop.entered[1].wait()
+        shop.gates[1].set()
+    async with client_for(app) as client:
+        retry = await client.post("/slow", json={}, headers=headers("k1"))
+
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json() == {"run": 1}
+    assert shop.runs["/slow"] == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("k" * 256, "256 characters"),
+        ("bad\x01key", "control character"),
+        ("bad\x7fkey", "delete character"),
+        ("clé", "non-ASCII"),
+    ],
+)
+async def test_a_malformed_key_is_400(store: IdempotencyStore, key: str, reason: str) -> None:
+    app = build_app(store)
+    raw = [(b"authorization", b"Bearer alice"), (b"idempotency-key", key.encode("utf-8"))]
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers=raw)
+
+    assert response.status_code == 400, reason
+    assert response.json()["type"] == PROBLEM_TYPE_PREFIX + "key-malformed"
+    assert app.state.shop.runs["/orders"] == 0
+
+
+async def test_a_key_sent_twice_is_400(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    raw = [
+        (b"authorization", b"Bearer alice"),
+        (b"idempotency-key", b"k1"),
+        (b"idempotency-key", b"k2"),
+    ]
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers=raw)
+
+    assert response.status_code == 400
+    assert app.state.shop.runs["/orders"] == 0
+
+
+async def test_the_longest_key_and_every_printable_character_are_accepted(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    printable = "".join(chr(code) for code in range(0x21, 0x7F))
+    async with client_for(app) as client:
+        longest = await client.post("/orders", json={}, headers=headers("k" * 255))
+        symbols = await client.post("/orders", json={}, headers=headers(printable))
+
+    assert longest.status_code == symbols.status_code == 201

@@ -1,0 +1,100 @@
+"""What makes two requests "the same request" under one key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from retrysafe.idempotency import request_fingerprint
+
+JSON = "application/json"
+
+documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def fingerprint(
+    body: bytes = b"",
+    *,
+    method: str = "POST",
+    path: str = "/orders",
+    query: bytes = b"",
+    content_type: str | None = JSON,
+) -> str:
+    return request_fingerprint(method, path, query, body, content_type)
+
+
+@given(documents, st.booleans(), st.integers(min_value=0, max_value=4))
+def test_json_formatting_never_changes_the_fingerprint(
+    document: Any, sort_keys: bool, indent: int
+) -> None:
+    compact = json.dumps(document, separators=(",", ":")).encode()
+    formatted = json.dumps(document, sort_keys=sort_keys, indent=indent).encode()
+
+    assert fingerprint(compact) == fingerprint(formatted)
+
+
+def test_json_key_order_does_not_matter_but_values_do() -> None:
+    assert fingerprint(b'{"a":1,"b":2}') == fingerprint(b'{"b": 2, "a": 1}')
+    assert fingerprint(b'{"a":1}') != fingerprint(b'{"a":2}')
+    assert fingerprint(b'{"a":1}') != fingerprint(b'{"a":"1"}')
+    assert fingerprint(b"[1,2]") != fingerprint(b"[2,1]")
+
+
+def test_structured_json_media_types_count_as_json() -> None:
+    merge_patch = "application/merge-patch+json; charset=utf-8"
+
+    assert fingerprint(b'{"a":1, "b":2}', content_type=merge_patch) == fingerprint(
+        b'{"b":2,"a":1}', content_type=merge_patch
+    )
+
+
+def test_other_bodies_are_compared_byte_for_byte() -> None:
+    form = "application/x-www-form-urlencoded"
+
+    assert fingerprint(b'{"a":1}', content_type=None) != fingerprint(
+        b'{ "a": 1 }', content_type=None
+    )
+    assert fingerprint(b"a=1&b=2", content_type=form) != fingerprint(b"b=2&a=1", content_type=form)
+
+
+def test_a_json_body_that_does_not_parse_is_taken_as_sent() -> None:
+    assert fingerprint(b"{broken") == fingerprint(b"{broken")
+    assert fingerprint(b"{broken") != fingerprint(b"{broken ")
+    assert fingerprint(b"\xff\xfe") != fingerprint(b"\xfe\xff")
+
+
+def test_a_deeply_nested_body_is_fingerprinted_without_failing() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+
+    assert fingerprint(deep) != fingerprint(deep[1:-1])
+
+
+def test_method_path_and_query_each_count() -> None:
+    base = fingerprint(b"{}")
+
+    assert fingerprint(b"{}", method="PATCH") != base
+    assert fingerprint(b"{}", path="/orders/other") != base
+    assert fingerprint(b"{}", query=b"express=1") != base
+
+
+def test_distinct_query_names_may_come_in_any_order_but_repeats_keep_theirs() -> None:
+    assert fingerprint(query=b"a=1&b=2") == fingerprint(query=b"b=2&a=1")
+    assert fingerprint(query=b"tag=x&tag=y") != fingerprint(query=b"tag=y&tag=x")
+    assert fingerprint(query=b"a=") != fingerprint(query=b"")
+
+
+def test_fields_cannot_bleed_into_each_other() -> None:
+    assert fingerprint(b"", path="/ab") != fingerprint(b"b", path="/a")

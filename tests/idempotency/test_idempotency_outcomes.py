@@ -1,0 +1,116 @@
+"""Which outcomes are kept for replay, which free the key, and which are refused for good.
+Every test runs against every store."""
+
+from __future__ import annotations
+
+import pytest
+from idempotency_app import build_app, client_for, headers
+
+from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_handler_exception_releases_the_key(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        first = await client.post("/boom", json={}, headers=headers("k1"))
+        second = await client.post("/boom", json={}, headers=headers("k1"))
+
+    assert first.status_code == second.status_code == 500
+    assert "idempotent-replayed" not in second.headers
+    assert app.state.shop.runs["/boom"] == 2
+
+
+async def test_a_503_is_not_kept_by_default(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        first = await client.post("/status/503", json={}, headers=headers("k1"))
+        second = await client.post("/status/503", json={}, headers=headers("k1"))
+
+    assert first.status_code == second.status_code == 503
+    assert "idempotent-replayed" not in second.headers
+    assert app.state.shop.runs["/status/503"] == 2
+
+
+async def test_a_429_frees_the_key_since_nothing_was_processed(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        await client.post("/status/429", json={}, headers=headers("k1"))
+        second = await client.post("/status/429", json={}, headers=headers("k1"))
+
+    assert "idempotent-replayed" not in second.headers
+    assert app.state.shop.runs["/status/429"] == 2
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 422])
+async def test_a_4xx_is_kept_and_replayed(store: IdempotencyStore, status: int) -> None:
+    app = build_app(store)
+    path = f"/status/{status}"
+    async with client_for(app) as client:
+        first = await client.post(path, json={}, headers=headers("k1"))
+        repeat = await client.post(path, json={}, headers=headers("k1"))
+
+    assert first.status_code == repeat.status_code == status
+    assert repeat.headers["idempotent-replayed"] == "true"
+    assert repeat.json() == first.json()
+    assert app.state.shop.runs[path] == 1
+
+
+async def test_a_204_is_replayed_without_a_body(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        await client.post("/status/204", json={}, headers=headers("k1"))
+        repeat = await client.post("/status/204", json={}, headers=headers("k1"))
+
+    assert repeat.status_code == 204
+    assert repeat.headers["idempotent-replayed"] == "true"
+    assert repeat.content == b""
+    assert "content-length" not in repeat.headers
+
+
+async def test_mark_committed_keeps_a_5xx_for_replay(store: IdempotencyStore) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        first = await client.post("/commit-then-fail", json={}, headers=headers("k1"))
+        repeat = await client.post("/commit-then-fail", json={}, headers=headers("k1"))
+
+    assert first.status_code == repeat.status_code == 500
+    assert repeat.headers["idempotent-replayed"] == "true"
+    assert repeat.json() == first.json()
+    assert app.state.shop.runs["/commit-then-fail"] == 1
+
+
+async def test_an_exception_after_mark_committed_is_never_run_again(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    async with client_for(app) as client:
+        first = await client.post("/commit-then-raise", json={}, headers=headers("k1"))
+        repeat = await client.post("/commit-then-raise", json={}, headers=headers("k1"))
+
+    assert first.status_code == 500
+    assert repeat.status_code == 409
+    assert repeat.json()["type"] == PROBLEM_TYPE_PREFIX + "result-not-replayable"
+    assert app.state.shop.runs["/commit-then-raise"] == 1
+
+
+async def test_a_response_too_large_to_keep_is_refused_later_not_rerun(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store, max_response_size=1000)
+    async with client_for(app) as client:
+        first = await client.post("/big?size=5000", json={}, headers=headers("k1"))
+        repeat = await client.post("/big?size=5000", json={}, headers=headers("k1"))
+        small = await client.post("/big?size=1000", json={}, headers=headers("k2"))
+        small_repeat = await client.post("/big?size=1000", json={}, headers=headers("k2"))
+
+    assert first.status_code == 200
+    assert len(first.content) == 5000
+    assert repeat.status_code == 409
+    assert repeat.headers["content-type"] == "application/problem+json"
+    assert repeat.json()["type"] == PROBLEM_TYPE_PREFIX + "result-not-replayable"
+    assert "retry-after" not in repeat.headers
+    assert small_repeat.headers["idempotent-replayed"] == "true"
+    assert small_repeat.content == small.content
+    assert app.state.shop.runs["/big"] == 2
