@@ -144,7 +144,7 @@ class Call:
         observer: Observer | None = None,
         guard: DependencyGuard | None = None,
         retry_scope: RetryScope | None = None,
-        nested_attempts: int = 2,
+        nested_attempts: int | None = 2,
     ) -> None:
         self.policy = policy
         self.method = request.method.upper()
@@ -159,10 +159,14 @@ class Call:
         self.deadline = Deadline.after(policy.deadline, clock).tighter(scope_deadline)
         self.state: Literal["ready", "attempting", "done"] = "ready"
         self._guard = guard
-        self._scope = retry_scope
-        nested = retry_scope is not None and retry_scope.nested
+        # The nesting guard (None: off) caps a nested call's attempts, and stops a call
+        # from retrying a failure that a call nested in its attempt already retried.
+        self._scope = retry_scope if nested_attempts is not None else None
+        nested = self._scope is not None and self._scope.nested
         #: Attempts this call may make: fewer when nested inside another retrying call.
-        self.max_attempts = min(policy.attempts, nested_attempts) if nested else policy.attempts
+        self.max_attempts = policy.attempts
+        if nested and nested_attempts is not None:
+            self.max_attempts = min(policy.attempts, nested_attempts)
         self._history: list[AttemptRecord] = []
         self._plan: AttemptPlan | None = None
         self._permit: Permit | None = None

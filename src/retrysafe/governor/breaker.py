@@ -117,8 +117,10 @@ class CircuitBreaker:
                 return Transition("half_open", "closed")
             if self._state != "closed" or health == "neutral":
                 return None
-            self._count(now, failed=health == "unhealthy")
-            if self._should_trip(now):
+            failed = health == "unhealthy"
+            self._count(now, failed=failed)
+            # Only a failure can open the circuit: a success never trips it.
+            if failed and self._should_trip(now):
                 return self._open(now, open_for, before="closed")
             return None
 

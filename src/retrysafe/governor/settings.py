@@ -103,22 +103,24 @@ class GovernorSettings:
     """Load protection per dependency. Set a piece to ``None`` to switch it off.
 
     ``nested_attempts`` caps the attempts of a call made inside another
-    retrysafe call (same task), so retrying layers do not multiply.
+    retrysafe call (same task), so retrying layers do not multiply; and a call
+    whose nested call already retried a failure does not retry it again.
+    ``None`` switches that guard off.
     """
 
     budget: BudgetSettings | None = BudgetSettings()
     breaker: BreakerSettings | None = BreakerSettings()
     limiter: LimiterSettings | None = LimiterSettings()
-    nested_attempts: int = 2
+    nested_attempts: int | None = 2
 
     @classmethod
     def off(cls) -> GovernorSettings:
         """No budget, no breaker, no cooldowns: each call is on its own."""
-        return cls(budget=None, breaker=None, limiter=None)
+        return cls(budget=None, breaker=None, limiter=None, nested_attempts=None)
 
     def __post_init__(self) -> None:
         _check(
-            self.nested_attempts >= 1,
+            self.nested_attempts is None or self.nested_attempts >= 1,
             "GovernorSettings",
             "nested_attempts",
             f"must be >= 1, got {self.nested_attempts!r}",

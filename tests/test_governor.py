@@ -1,0 +1,354 @@
+"""Budget, breaker and limiter arithmetic, with exact transitions on the fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.governor import (
+    BreakerSettings,
+    BudgetSettings,
+    CircuitBreaker,
+    Governor,
+    GovernorSettings,
+    Limiter,
+    LimiterSettings,
+    Permit,
+    RetryBudget,
+    Transition,
+)
+from retrysafe.testing import FakeClock
+
+CLOSED = Permit(allowed=True)
+
+# -- RetryBudget ---------------------------------------------------------------------------
+
+
+def test_budget_starts_full_and_a_retry_spends_one_token() -> None:
+    budget = RetryBudget(BudgetSettings(max_tokens=3, min_per_second=0), FakeClock())
+    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]
+    assert budget.tokens == 0
+
+
+def test_first_attempts_earn_ratio_tokens() -> None:
+    budget = RetryBudget(BudgetSettings(ratio=0.25, max_tokens=5, min_per_second=0), FakeClock())
+    while budget.try_spend():
+        pass
+    for _ in range(4):
+        budget.record_first_attempt()
+    assert budget.tokens == pytest.approx(1.0)
+    assert budget.try_spend()
+    assert not budget.try_spend()
+
+
+def test_budget_refills_at_the_floor_rate_up_to_the_cap() -> None:
+    clock = FakeClock()
+    budget = RetryBudget(BudgetSettings(max_tokens=2, min_per_second=0.5), clock)
+    assert budget.try_spend()
+    assert budget.try_spend()
+    clock.advance(1.0)
+    assert budget.tokens == pytest.approx(0.5)
+    clock.advance(1.0)
+    assert budget.try_spend()
+    clock.advance(100)
+    assert budget.tokens == 2
+
+
+# -- CircuitBreaker ------------------------------------------------------------------------
+
+
+def breaker(clock: FakeClock, **settings: object) -> CircuitBreaker:
+    return CircuitBreaker(BreakerSettings(**settings), clock)  # type: ignore[arg-type]
+
+
+def test_five_consecutive_failures_open_the_circuit() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock)
+    for _ in range(4):
+        assert circuit.record(CLOSED, "unhealthy") is None
+        clock.advance(1)
+    assert circuit.record(CLOSED, "unhealthy") == Transition("closed", "open")
+    assert circuit.state == "open"
+
+
+def test_a_success_breaks_the_run() -> None:
+    circuit = breaker(FakeClock())
+    for health in ["unhealthy"] * 4 + ["healthy"] + ["unhealthy"] * 4:
+        circuit.record(CLOSED, health)  # type: ignore[arg-type]
+    assert circuit.state == "closed"
+
+
+def test_failures_spread_wider_than_the_window_do_not_trip() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, failure_window=30)
+    for _ in range(10):
+        circuit.record(CLOSED, "unhealthy")
+        clock.advance(8)  # at most 4 failures inside any 30 s window
+    assert circuit.state == "closed"
+
+
+@pytest.mark.parametrize("status_class", ["4xx", "429"])
+def test_client_errors_and_rate_limits_never_count(status_class: str) -> None:
+    circuit = breaker(FakeClock())
+    for _ in range(50):
+        circuit.record(CLOSED, "neutral")
+    assert circuit.state == "closed"
+
+
+def test_a_failure_ratio_over_the_window_trips_once_enough_calls_were_seen() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, failure_ratio=0.5, ratio_min_calls=10, ratio_window=60)
+    outcomes = ["unhealthy", "healthy"] * 4 + ["unhealthy"]  # 9 calls: not enough yet
+    for health in outcomes:
+        circuit.record(CLOSED, health)  # type: ignore[arg-type]
+    assert circuit.state == "closed"
+    assert circuit.record(CLOSED, "healthy") is None  # 10 calls, 5 failed, but a success
+    assert circuit.state == "closed"  # never opens a circuit
+    assert circuit.record(CLOSED, "unhealthy") == Transition("closed", "open")  # 6 of 11
+
+
+def test_open_fails_fast_until_the_period_ends_then_lets_exactly_one_probe() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=20)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    denied = circuit.acquire(probe_lease=10)
+    assert (denied.allowed, denied.retry_at) == (False, 20.0)
+    clock.advance(19.9)
+    assert not circuit.acquire(probe_lease=10).allowed
+    clock.advance(0.1)
+    probe = circuit.acquire(probe_lease=10)
+    assert (probe.allowed, probe.probe, probe.transition) == (
+        True,
+        True,
+        Transition("open", "half_open"),
+    )
+    assert not circuit.acquire(probe_lease=10).allowed
+    assert circuit.record(probe, "healthy") == Transition("half_open", "closed")
+    assert circuit.acquire(probe_lease=10) == Permit(allowed=True)
+
+
+def test_a_failed_probe_opens_again() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    probe = circuit.acquire(probe_lease=1)
+    assert circuit.record(probe, "unhealthy") == Transition("half_open", "open")
+    assert circuit.open_until() == 10.0
+
+
+def test_a_probe_that_never_reports_frees_its_slot_after_its_lease() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    lost = circuit.acquire(probe_lease=2)
+    clock.advance(2)
+    second = circuit.acquire(probe_lease=2)
+    assert second.probe
+    assert circuit.record(lost, "healthy") is None  # the stale probe decides nothing
+    assert circuit.state == "half_open"
+    assert circuit.record(second, "healthy") == Transition("half_open", "closed")
+
+
+def test_a_503_retry_after_sets_the_open_period_within_its_cap() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=20, max_open_for=60)
+    for _ in range(4):
+        circuit.record(CLOSED, "unhealthy")
+    circuit.record(CLOSED, "unhealthy", open_for=45)
+    assert circuit.open_until() == 45
+    other = breaker(clock, open_for=20, max_open_for=60)
+    for _ in range(5):
+        other.record(CLOSED, "unhealthy", open_for=3600)
+    assert other.open_until() == 60
+
+
+def test_outcomes_of_calls_started_before_opening_are_ignored() -> None:
+    circuit = breaker(FakeClock())
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    assert circuit.record(CLOSED, "healthy") is None
+    assert circuit.state == "open"
+
+
+# -- Limiter -------------------------------------------------------------------------------
+
+
+def test_a_cooldown_is_shared_and_only_extends() -> None:
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(), clock)
+    limiter.start_cooldown(5)
+    limiter.start_cooldown(2)
+    clock.advance(1)
+    assert limiter.cooldown_remaining() == 4
+
+
+def test_pacing_reserves_slots_at_the_rate_after_the_burst() -> None:
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=4, burst=2), clock)
+    assert [limiter.reserve() for _ in range(4)] == [0.0, 0.0, 0.25, 0.5]
+    clock.advance(1)
+    assert limiter.reserve() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (lambda: BudgetSettings(ratio=-1), "BudgetSettings.ratio"),
+        (lambda: BreakerSettings(consecutive_failures=0), "consecutive_failures"),
+        (lambda: BreakerSettings(failure_ratio=1.5), "failure_ratio"),
+        (lambda: BreakerSettings(open_for=600), "open_for must be <= max_open_for"),
+        (lambda: LimiterSettings(requests_per_second=0), "requests_per_second"),
+        (lambda: GovernorSettings(nested_attempts=0), "nested_attempts"),
+    ],
+)
+def test_bad_settings_name_the_field(settings: Callable[[], object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        settings()
+
+
+# -- through the engine --------------------------------------------------------------------
+
+
+def outage_client(
+    clock: FakeClock, governor: Governor, seen: list[httpx.Request]
+) -> retrysafe.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503)
+
+    return retrysafe.Client(transport=httpx.MockTransport(handler), clock=clock, governor=governor)
+
+
+def test_an_open_circuit_fails_fast_with_nothing_sent() -> None:
+    clock = FakeClock(seed=3)
+    seen: list[httpx.Request] = []
+    client = outage_client(clock, Governor(clock=clock), seen)
+    with pytest.raises(retrysafe.ServerError) as first:
+        client.get("http://api.test/")
+    # 4 attempts, then a fifth call's first failure trips the breaker mid-call.
+    assert first.value.attempts == 4
+    with pytest.raises(retrysafe.ServerError) as second:
+        client.get("http://api.test/")
+    assert second.value.reason == "circuit_open"
+    sent = len(seen)
+    with pytest.raises(retrysafe.CircuitOpen) as third:
+        client.get("http://api.test/")
+    assert len(seen) == sent
+    assert third.value.attempts == 0
+    assert third.value.retry_after == pytest.approx(20, abs=1)
+    assert third.value.retryable is True
+
+
+def test_a_drained_budget_refuses_retries_with_the_original_error() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=BudgetSettings(max_tokens=2, min_per_second=0, ratio=0), breaker=None
+    )
+    seen: list[httpx.Request] = []
+    client = outage_client(clock, Governor(settings, clock=clock), seen)
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client.get("http://api.test/")
+    assert (caught.value.reason, caught.value.attempts, caught.value.retryable) == (
+        "budget_exhausted",
+        3,
+        True,
+    )
+    with pytest.raises(retrysafe.ServerError) as again:
+        client.get("http://api.test/")
+    assert (again.value.reason, again.value.attempts) == ("budget_exhausted", 1)
+
+
+def test_rate_limit_waits_do_not_spend_the_budget() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(budget=BudgetSettings(max_tokens=1, min_per_second=0, ratio=0))
+    replies = iter([httpx.Response(429, headers={"Retry-After": "1"})] * 3 + [httpx.Response(200)])
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: next(replies)),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+    )
+    assert client.get("http://api.test/").status_code == 200
+
+
+def test_a_429_pauses_every_caller_of_the_dependency() -> None:
+    clock = FakeClock(randoms=[0.0] * 10)
+    replies = iter([httpx.Response(429, headers={"Retry-After": "4"}), httpx.Response(200)])
+
+    def first_handler(request: httpx.Request) -> httpx.Response:
+        return next(replies)
+
+    governor = Governor(clock=clock)
+    policy = RetryPolicy(attempts=1)
+    first = retrysafe.Client(
+        transport=httpx.MockTransport(first_handler), clock=clock, governor=governor
+    )
+    with pytest.raises(retrysafe.RateLimited):
+        first.get("http://api.test/a", policy=policy)
+    other = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        clock=clock,
+        governor=governor,
+    )
+    clock.advance(1)
+    assert other.get("http://api.test/b").status_code == 200
+    assert clock.sleeps == [3.0]  # waited out the rest of the shared cooldown
+
+
+def test_a_cooldown_longer_than_the_deadline_gives_up_at_once() -> None:
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    governor.guard("http://api.test:80").limiter.start_cooldown(60)  # type: ignore[union-attr]
+    seen: list[httpx.Request] = []
+    client = outage_client(clock, governor, seen)
+    with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
+        client.get("http://api.test/", policy=RetryPolicy(deadline=5))
+    assert (caught.value.reason, caught.value.retry_after) == ("cooldown", 60)
+    assert seen == []
+
+
+def test_dependencies_are_separate_by_origin_or_by_name() -> None:
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    seen: list[httpx.Request] = []
+    client = outage_client(clock, governor, seen)
+    for _ in range(2):
+        with pytest.raises(retrysafe.ApiError):
+            client.get("http://down.test/")
+    assert governor.guard("http://down.test:80").breaker.state == "open"  # type: ignore[union-attr]
+    assert governor.guard("http://up.test:80").breaker.state == "closed"  # type: ignore[union-attr]
+    with pytest.raises(retrysafe.ServerError):
+        client.get("http://up.test/", dependency="payments")
+    assert "payments" in governor.dependencies()
+
+
+def test_circuit_changes_are_events() -> None:
+    clock = FakeClock()
+    events: list[retrysafe.RetryEvent] = []
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(503)),
+        clock=clock,
+        hooks=[events.append],
+    )
+    for _ in range(2):
+        with pytest.raises(retrysafe.ApiError):
+            client.get("http://api.test/")
+    assert [e.reason for e in events if e.kind == "circuit"] == ["closed->open"]
+
+
+def test_governor_off_means_every_call_is_on_its_own() -> None:
+    clock = FakeClock()
+    seen: list[httpx.Request] = []
+    client = outage_client(clock, Governor(GovernorSettings.off(), clock=clock), seen)
+    for _ in range(5):
+        with pytest.raises(retrysafe.ServerError):
+            client.get("http://api.test/")
+    assert len(seen) == 20

@@ -1,0 +1,173 @@
+"""One governor shared by many threads and tasks: no lost updates, one probe at a time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import anyio
+import anyio.lowlevel
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.governor import (
+    BreakerSettings,
+    BudgetSettings,
+    Governor,
+    GovernorSettings,
+    RetryBudget,
+)
+from retrysafe.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+THREADS = 16
+TASKS = 1000
+DEPENDENCY = "http://api.test:80"
+
+
+def test_sixteen_threads_never_overspend_the_budget() -> None:
+    budget = RetryBudget(BudgetSettings(max_tokens=500, ratio=0, min_per_second=0), FakeClock())
+    barrier = threading.Barrier(THREADS)
+
+    def spend() -> int:
+        barrier.wait()
+        return sum(budget.try_spend() for _ in range(100))
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        granted = sum(pool.map(lambda _: spend(), range(THREADS)))
+    assert granted == 500
+    assert budget.tokens == 0
+
+
+def opened_governor(clock: FakeClock) -> Governor:
+    """A governor whose breaker for DEPENDENCY has just become half-open."""
+    governor = Governor(GovernorSettings(budget=None), clock=clock)
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    for _ in range(5):
+        breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
+    clock.advance(BreakerSettings().open_for)
+    assert breaker.state == "half_open"
+    return governor
+
+
+class InFlight:
+    """Counts concurrent requests at the server and remembers the most seen at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.total = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.total += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+def test_sixteen_threads_get_exactly_one_half_open_probe() -> None:
+    clock = FakeClock()
+    governor = opened_governor(clock)
+    flight = InFlight()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        flight.enter()
+        time.sleep(0.05)
+        flight.leave()
+        return httpx.Response(200)
+
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    )
+    barrier = threading.Barrier(THREADS)
+
+    def call(_: int) -> str:
+        barrier.wait()
+        try:
+            client.get("http://api.test/")
+        except retrysafe.CircuitOpen:
+            return "circuit_open"
+        return "sent"
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        results = list(pool.map(call, range(THREADS)))
+    assert flight.most == 1
+    assert results.count("sent") == flight.total
+    assert results.count("sent") + results.count("circuit_open") == THREADS
+    assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
+
+
+async def test_a_thousand_tasks_get_exactly_one_half_open_probe() -> None:
+    clock = FakeClock()
+    governor = opened_governor(clock)
+    flight = InFlight()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        flight.enter()
+        await anyio.sleep(0.05)
+        flight.leave()
+        return httpx.Response(200)
+
+    outcomes: list[str] = []
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+
+        async def call() -> None:
+            try:
+                await client.get("http://api.test/")
+            except retrysafe.CircuitOpen:
+                outcomes.append("circuit_open")
+            else:
+                outcomes.append("sent")
+
+        async with anyio.create_task_group() as group:
+            for _ in range(TASKS):
+                group.start_soon(call)
+    assert flight.most == 1
+    assert flight.total == outcomes.count("sent") >= 1
+    assert len(outcomes) == TASKS
+
+
+async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=BudgetSettings(max_tokens=100, ratio=0, min_per_second=0), breaker=None
+    )
+    flight = InFlight()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        flight.enter()
+        await anyio.lowlevel.checkpoint()
+        flight.leave()
+        return httpx.Response(503)
+
+    reasons: list[str] = []
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+        policy=RetryPolicy(attempts=2),
+    ) as client:
+
+        async def call() -> None:
+            try:
+                await client.get("http://api.test/")
+            except retrysafe.ServerError as error:
+                reasons.append(error.reason)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(TASKS):
+                group.start_soon(call)
+    assert flight.total == TASKS + 100
+    assert reasons.count("attempts_exhausted") == 100
+    assert reasons.count("budget_exhausted") == TASKS - 100

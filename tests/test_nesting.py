@@ -1,0 +1,140 @@
+"""Layers that each retry must not multiply: nested calls retry less and stop together.
+
+Three services nested in one process (httpx.ASGITransport runs each app in the
+caller's task), each calling the next with retrysafe, against an API that always
+answers 503. Also: a deadline sent in a header bounds the nested service's calls.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+class CountingApi:
+    """An ASGI API that always answers 503 and counts the calls it gets."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.calls += 1
+        await Response("down", status_code=503)(scope, receive, send)
+
+
+def service_calling(downstream: Any, settings: GovernorSettings, clock: FakeClock) -> Starlette:
+    """A service whose one endpoint calls ``downstream`` through retrysafe."""
+
+    async def endpoint(request: Request) -> Response:
+        async with retrysafe.AsyncClient(
+            transport=httpx.ASGITransport(app=downstream),
+            clock=clock,
+            governor=Governor(settings, clock=clock),
+        ) as client:
+            try:
+                await client.get("http://downstream/")
+            except retrysafe.ApiError as error:
+                return JSONResponse({"error": error.reason}, status_code=503)
+        return JSONResponse({"ok": True})
+
+    return Starlette(routes=[Route("/", endpoint)])
+
+
+async def calls_reaching_the_api(layers: int, settings: GovernorSettings) -> int:
+    clock = FakeClock()
+    api = CountingApi()
+    app: Any = api
+    for _ in range(layers - 1):
+        app = service_calling(app, settings, clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+    ) as client:
+        with pytest.raises(retrysafe.ServerError):
+            await client.get("http://outer/")
+    return api.calls
+
+
+async def test_one_layer_makes_its_four_attempts() -> None:
+    assert await calls_reaching_the_api(1, GovernorSettings()) == 4
+
+
+async def test_three_nested_layers_send_at_most_twice_one_layers_calls() -> None:
+    one_layer = await calls_reaching_the_api(1, GovernorSettings())
+    three_layers = await calls_reaching_the_api(3, GovernorSettings())
+    assert three_layers <= 2 * one_layer
+    assert three_layers == 2  # the innermost call retries once; the outer ones stop
+
+
+async def test_without_the_guard_layers_multiply() -> None:
+    assert await calls_reaching_the_api(3, GovernorSettings.off()) == 64
+
+
+async def test_a_deadline_sent_in_a_header_bounds_the_nested_call(chaos: Any) -> None:
+    inner_errors: list[str] = []
+
+    async def endpoint(request: Request) -> Response:
+        async with retrysafe.AsyncClient(policy=RetryPolicy(deadline=30)) as client:
+            try:
+                await client.get(chaos.url("/hang"))
+            except retrysafe.ApiError as error:
+                inner_errors.append(type(error).__name__)
+                return JSONResponse({"error": error.reason}, status_code=504)
+        return JSONResponse({"ok": True})
+
+    service = retrysafe.DeadlineMiddleware(Starlette(routes=[Route("/", endpoint)]))
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(
+        transport=httpx.ASGITransport(app=service),
+        deadline_header="Request-Timeout",
+        policy=RetryPolicy(deadline=1, attempts=1),
+    ) as client:
+        with pytest.raises(retrysafe.ApiError):
+            await client.get("http://service/")
+    assert time.monotonic() - started < 1.5
+    assert inner_errors == ["DeadlineExceeded"]
+
+
+@pytest.mark.parametrize("value", [b"soon", b"-1", b"inf", b"nan"])
+async def test_an_unusable_deadline_header_leaves_no_scope(value: bytes) -> None:
+    seen: list[object] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(retrysafe.scope.current_deadline())
+        await Response("ok")(scope, receive, send)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=retrysafe.DeadlineMiddleware(app))
+    ) as client:
+        await client.get("http://service/", headers={"Request-Timeout": value.decode()})
+    assert seen == [None]
+
+
+async def test_a_usable_deadline_header_sets_the_scope_less_the_margin() -> None:
+    seen: list[float] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        deadline = retrysafe.scope.current_deadline()
+        assert deadline is not None
+        seen.append(deadline.remaining())
+        await Response("ok")(scope, receive, send)
+
+    middleware = retrysafe.DeadlineMiddleware(app, margin=0.5, clock=FakeClock())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware)) as client:
+        await client.get("http://service/", headers={"Request-Timeout": "2.5"})
+    assert seen == [2.0]
