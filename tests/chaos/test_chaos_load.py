@@ -82,6 +82,7 @@ def test_outage_is_503_for_the_window_then_200(chaos: KeyedChaos, client: httpx.
     assert after.status_code == 200
 
 
+@pytest.mark.anyio
 async def test_capacity_sheds_requests_beyond_the_concurrency(chaos: KeyedChaos) -> None:
     url = chaos.url("/capacity/db", concurrency=2, service_ms=400)
     statuses: list[int] = []

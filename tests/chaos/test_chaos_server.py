@@ -183,6 +183,7 @@ def test_importing_the_plugin_does_not_import_the_server() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.anyio
 async def test_without_the_chaos_protocol_socket_faults_answer_501() -> None:
     state = ChaosState()
     transport = httpx.ASGITransport(app=create_app(state))

@@ -52,6 +52,7 @@ def test_delay_longer_than_the_client_timeout_is_a_read_timeout(
         client.get(chaos.url("/delay", ms=2000), timeout=0.2)
 
 
+@pytest.mark.anyio
 async def test_delays_run_concurrently(chaos: KeyedChaos) -> None:
     url = chaos.url("/delay", ms=300)
     started = time.monotonic()
