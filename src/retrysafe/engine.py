@@ -17,6 +17,7 @@ states are ``ready`` -> ``attempting`` -> ``ready`` (after a Wait) or ``done``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any, Literal
 
@@ -148,12 +149,12 @@ class Call:
     ) -> None:
         self.policy = policy
         self.method = request.method.upper()
-        self.url = redact_url(request.url)
+        self._request_url = request.url
         self.dependency = dependency or default_dependency(request.url)
         self.idempotency_key = request.headers.get(IDEMPOTENCY_HEADER)
         self.replayable = is_replayable(request)
         self._clock = clock
-        self._redactor = Redactor.for_request(request)
+        self._request = request
         self._observer = observer or Observer()
         self._started = clock.monotonic()
         self.deadline = Deadline.after(policy.deadline, clock).tighter(scope_deadline)
@@ -172,6 +173,15 @@ class Call:
         self._permit: Permit | None = None
         self._pacing_reserved = False
         self._attempt_started = 0.0
+
+    @functools.cached_property
+    def url(self) -> str:
+        """The request's URL with secrets redacted (computed once, when first needed)."""
+        return redact_url(self._request_url)
+
+    @functools.cached_property
+    def _redactor(self) -> Redactor:
+        return Redactor.for_request(self._request)
 
     # -- the shell's three calls ------------------------------------------------------
 

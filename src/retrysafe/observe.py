@@ -2,7 +2,8 @@
 
 Logger ``retrysafe`` gets one INFO record per retry (dependency, attempt,
 reason, status, wait) and one WARNING record per final failure (status and a
-bounded, secret-scrubbed body excerpt). Hooks receive the same facts as
+bounded, secret-scrubbed body excerpt); a fail-fast ``CircuitOpen`` is DEBUG,
+since the breaker opening was already a WARNING. Hooks receive the same facts as
 :class:`RetryEvent` values, for metrics. Every URL here is already redacted.
 """
 
@@ -16,6 +17,9 @@ from typing import Literal, Protocol
 __all__ = ["EventHook", "Observer", "RetryEvent", "logger"]
 
 logger = logging.getLogger("retrysafe")
+# A library never decides where its records go: without this, Python's last-resort
+# handler would print every final-failure WARNING to stderr of apps that log nothing.
+logger.addHandler(logging.NullHandler())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +74,28 @@ class Observer:
         return f"Observer({len(self._hooks)} hooks)"
 
 
+def _level(event: RetryEvent) -> int:
+    """Retries are INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
+    which is DEBUG: the breaker opening is already one WARNING, and an outage must
+    not turn every cheap fail-fast call into a log line."""
+    if event.kind == "failure":
+        return logging.DEBUG if event.error == "CircuitOpen" else logging.WARNING
+    if event.kind == "circuit":
+        return logging.WARNING if event.reason.endswith("->open") else logging.INFO
+    if event.kind == "retry":
+        return logging.INFO
+    return logging.DEBUG
+
+
 def _log(event: RetryEvent, body_excerpt: str) -> None:
+    level = _level(event)
+    if not logger.isEnabledFor(level):
+        return
     fields = {"retrysafe": dataclasses.asdict(event)}
     status = f"HTTP {event.status} " if event.status is not None else ""
     if event.kind == "retry":
-        logger.info(
+        logger.log(
+            level,
             "retrying %s %s [%s]: attempt %d got %s%s, waiting %.3fs",
             event.method,
             event.url,
@@ -86,7 +107,8 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             extra=fields,
         )
     elif event.kind == "failure":
-        logger.warning(
+        logger.log(
+            level,
             "%s %s [%s] failed after %d attempt(s): %s%s, gave up: %s (%s)%s",
             event.method,
             event.url,
@@ -100,10 +122,10 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             extra=fields,
         )
     elif event.kind == "circuit":
-        level = logging.WARNING if event.reason.endswith("->open") else logging.INFO
         logger.log(level, "circuit %s [%s]", event.reason, event.dependency, extra=fields)
     else:
-        logger.debug(
+        logger.log(
+            level,
             "%s %s [%s] succeeded after %d attempts",
             event.method,
             event.url,
