@@ -1,0 +1,289 @@
+"""``retrysafe get URL`` and ``retrysafe request METHOD URL``: curl with retrysafe's policy.
+
+Each retry is reported on stderr as it happens; the final body goes to stdout, or the
+typed error to stderr with its family's exit code. Input is checked before anything is
+sent, so a typo costs one clear line, never a request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from typing import Any, TextIO
+
+import httpx
+
+from retrysafe import ApiError, CallReport, Client, EventHook, RetryEvent, RetryPolicy
+from retrysafe.cli.exit_codes import EXIT_OK, UsageError, exit_code_for
+from retrysafe.cli.terminal import Style, wants_color
+
+__all__ = [
+    "RequestSpec",
+    "add_request_options",
+    "build_policy",
+    "parse_header",
+    "parse_method",
+    "parse_url",
+    "request_spec",
+    "run_request",
+]
+
+# RFC 9110 token characters: what a header name or a method may be made of.
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_FORBIDDEN_IN_VALUE = re.compile(r"[\r\n\x00]")
+
+#: Command-line flag -> RetryPolicy field, for the flags that set the policy.
+_POLICY_FLAGS = {
+    "attempts": "attempts",
+    "timeout": "attempt_timeout",
+    "deadline": "deadline",
+    "backoff_base": "backoff_base",
+    "backoff_cap": "backoff_cap",
+    "max_retry_after": "max_retry_after",
+}
+
+
+def add_request_options(parser: argparse.ArgumentParser) -> None:
+    """The options ``get`` and ``request`` share: policy, headers, body, key, output."""
+    policy = parser.add_argument_group("retry policy (defaults: RetryPolicy's)")
+    policy.add_argument("--attempts", type=int, metavar="N", help="most attempts, first included")
+    policy.add_argument("--timeout", type=float, metavar="S", help="seconds per attempt")
+    policy.add_argument("--deadline", type=float, metavar="S", help="seconds for the whole call")
+    policy.add_argument("--backoff-base", type=float, metavar="S", help="first backoff ceiling")
+    policy.add_argument("--backoff-cap", type=float, metavar="S", help="largest backoff ceiling")
+    policy.add_argument(
+        "--max-retry-after",
+        type=float,
+        metavar="S",
+        help="give up at once when the server asks to wait longer",
+    )
+    sent = parser.add_argument_group("what to send")
+    sent.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="add a header (repeatable)",
+    )
+    body = sent.add_mutually_exclusive_group()
+    body.add_argument(
+        "-d", "--data", metavar="BODY", help="request body: text, @FILE, or @- for stdin"
+    )
+    body.add_argument("--json", metavar="JSON", help="JSON request body (sets Content-Type)")
+    sent.add_argument(
+        "--idempotency-key",
+        metavar="KEY|auto",
+        help="send this Idempotency-Key on every attempt ('auto': make one), "
+        "which makes a POST safe to retry",
+    )
+    shown = parser.add_argument_group("output")
+    shown.add_argument("-L", "--location", action="store_true", help="follow redirects")
+    shown.add_argument(
+        "-q", "--quiet", action="store_true", help="no retry log or summary on stderr"
+    )
+
+
+# -- checking input ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestSpec:
+    """A request checked and ready to send."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    content: bytes | None
+    json: Any
+    has_json: bool
+    idempotency_key: str | bool | None
+    policy: RetryPolicy
+    follow_redirects: bool
+
+
+def parse_url(text: str) -> str:
+    """``text`` if it is an absolute http(s) URL with a host."""
+    if any(character.isspace() or not character.isprintable() for character in text):
+        raise UsageError(f"invalid URL {text!r}: percent-encode spaces and control characters")
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise UsageError(f"invalid URL {text!r}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UsageError(f"invalid URL {text!r}: it needs http:// or https:// and a host")
+    return text
+
+
+def parse_method(text: str) -> str:
+    """An HTTP method name, upper-cased."""
+    if not _TOKEN.match(text):
+        raise UsageError(f"invalid method {text!r}: expected a name such as GET or POST")
+    return text.upper()
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``'Name: value'`` as ``("Name", "value")``."""
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not _TOKEN.match(name):
+        raise UsageError(f"bad header {text!r}: expected 'Name: value'")
+    if _FORBIDDEN_IN_VALUE.search(value):
+        raise UsageError(f"bad header {name!r}: its value may not contain line breaks")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise UsageError(f"bad header {name!r}: its value must be Latin-1 text") from None
+    return name, value
+
+
+def read_data(text: str, stdin: TextIO) -> bytes:
+    """The ``--data`` body: the text itself, a file's bytes (``@FILE``) or stdin (``@-``)."""
+    if not text.startswith("@"):
+        return text.encode()
+    source = text[1:]
+    if source == "-":
+        return stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    try:
+        with open(source, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read --data file {source!r}: {exc.strerror}") from None
+
+
+def parse_json_body(text: str) -> Any:
+    """The ``--json`` body, parsed (so a typo fails here, not on the server)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--json is not valid JSON: {exc}") from None
+
+
+def build_policy(args: argparse.Namespace) -> RetryPolicy:
+    """A RetryPolicy from the flags given; RetryPolicy's defaults for the rest."""
+    values = {
+        field: getattr(args, flag)
+        for flag, field in _POLICY_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+    try:
+        return RetryPolicy(**values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _idempotency_key(text: str | None) -> str | bool | None:
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError("--idempotency-key needs a key, or 'auto' to make one")
+    return True if text == "auto" else text
+
+
+def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
+    """Check every input of a ``get``/``request`` command; raises :class:`UsageError`."""
+    method = parse_method(args.method)
+    url = parse_url(args.url)
+    headers = tuple(parse_header(header) for header in args.header)
+    policy = build_policy(args)
+    return RequestSpec(
+        method=method,
+        url=url,
+        headers=headers,
+        content=None if args.data is None else read_data(args.data, stdin),
+        json=None if args.json is None else parse_json_body(args.json),
+        has_json=args.json is not None,
+        idempotency_key=_idempotency_key(args.idempotency_key),
+        policy=policy,
+        follow_redirects=args.location,
+    )
+
+
+# -- sending and reporting --------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _retry_printer(stderr: TextIO, style: Style) -> EventHook:
+    """A hook that prints one line per retry, as it happens (the URL is already redacted)."""
+
+    def hook(event: RetryEvent) -> None:
+        if event.kind != "retry":
+            return
+        got = f"HTTP {event.status} {event.reason}" if event.status is not None else event.reason
+        line = f"attempt {event.attempt} got {got}; retrying in {_seconds(event.wait)}"
+        stderr.write(style.paint(f"retrysafe: {line}", "yellow") + "\n")
+        stderr.flush()
+
+    return hook
+
+
+def _send(spec: RequestSpec, hooks: list[EventHook]) -> httpx.Response:
+    """Send the request through retrysafe; raises its ApiError on a final failure."""
+    extra: dict[str, Any] = {}
+    if spec.content is not None:
+        extra["content"] = spec.content
+    if spec.has_json:
+        extra["json"] = spec.json
+    # timeout=None: the policy's attempt timeout alone bounds each attempt.
+    with Client(
+        policy=spec.policy, hooks=hooks, timeout=None, follow_redirects=spec.follow_redirects
+    ) as client:
+        return client.request(
+            spec.method,
+            spec.url,
+            headers=list(spec.headers),
+            idempotency_key=spec.idempotency_key,
+            **extra,
+        )
+
+
+def _write_body(response: httpx.Response, stdout: TextIO) -> None:
+    content = response.content
+    stdout.flush()
+    if hasattr(stdout, "buffer"):
+        stdout.buffer.write(content)
+        stdout.buffer.flush()
+    else:  # a text-only stream (an embedding program's): decode as the response says
+        stdout.write(response.text)
+    if content and not content.endswith(b"\n") and stdout.isatty():
+        stdout.write("\n")
+    stdout.flush()
+
+
+def _summary(response: httpx.Response) -> str:
+    report = response.extensions.get("retrysafe")
+    status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+    if not isinstance(report, CallReport):
+        return status
+    plural = "" if report.attempts == 1 else "s"
+    return f"{status} after {report.attempts} attempt{plural} in {_seconds(report.elapsed)}"
+
+
+def _error_line(error: ApiError) -> str:
+    status = "" if error.status is None else f", HTTP {error.status}"
+    return f"{type(error).__name__} [{error.reason}{status}]: {error}"
+
+
+def run_request(args: argparse.Namespace) -> int:
+    """Run ``get``/``request``: 0 with the body on stdout, or the error family's exit code."""
+    stdout, stderr = sys.stdout, sys.stderr
+    style = Style(wants_color(stderr, disabled=args.no_color))
+    spec = request_spec(args, sys.stdin)
+    hooks = [] if args.quiet else [_retry_printer(stderr, style)]
+    try:
+        response = _send(spec, hooks)
+    except ApiError as error:
+        stderr.write(style.paint(f"retrysafe: {_error_line(error)}", "red") + "\n")
+        return exit_code_for(error)
+    except httpx.InvalidURL as exc:
+        raise UsageError(f"invalid URL {spec.url!r}: {exc}") from None
+    _write_body(response, stdout)
+    if not args.quiet:
+        stderr.write(style.paint(f"retrysafe: {_summary(response)}", "dim") + "\n")
+    return EXIT_OK

@@ -1,0 +1,275 @@
+"""The ``retrysafe`` command: ``get``/``request`` against a real chaos server, input checks,
+exit codes, the missing-extra message, and ``chaos`` serving in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe.cli import main
+from retrysafe.cli.exit_codes import ERROR_EXIT_CODES, EXIT_USAGE, exit_code_for
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "retrysafe"
+# Small waits so a retried call takes milliseconds.
+FAST = ["--backoff-base", "0.01", "--backoff-cap", "0.05"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def code_of(error_class: type[retrysafe.ApiError]) -> int:
+    return next(code for family, code, _ in ERROR_EXIT_CODES if family is error_class)
+
+
+# -- the command itself ------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert (code, out.strip()) == (0, f"retrysafe {retrysafe.__version__}")
+
+
+def test_help_documents_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for family, number, _ in ERROR_EXIT_CODES:
+        assert re.search(rf"^\s+{number}\s+{family.__name__}:", out, re.MULTILINE)
+
+
+def test_get_help_documents_the_exit_codes_too(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "get", "--help")
+    assert code == 0
+    assert "ClientError" in out
+    assert "--idempotency-key" in out
+
+
+def test_each_error_family_has_its_own_exit_code() -> None:
+    codes = [code for _, code, _ in ERROR_EXIT_CODES]
+    assert len(set(codes)) == len(codes)
+    assert not {0, 1, 2} & set(codes)
+
+
+def test_an_unknown_command_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "frobnicate")
+    assert code == EXIT_USAGE
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_demo_without_the_cli_extra_names_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    code, out, err = run(capsys, "demo")
+    assert code == EXIT_USAGE
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "retrysafe demo: 'retrysafe demo' needs the cli extra (uvicorn is missing): "
+        "pip install 'retrysafe[cli]'"
+    ]
+
+
+def test_chaos_without_the_cli_extra_names_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    code, _, err = run(capsys, "chaos")
+    assert code == EXIT_USAGE
+    assert "pip install 'retrysafe[cli]'" in err
+    assert "Traceback" not in err
+
+
+# -- get and request -----------------------------------------------------------------------------
+
+
+def test_get_prints_the_body_on_stdout(capsys: pytest.CaptureFixture[str], chaos: Any) -> None:
+    code, out, err = run(capsys, "get", chaos.url("/status/200"))
+    assert code == 0
+    assert json.loads(out) == {"status": 200, "attempt": 1, "key": chaos.key}
+    assert "HTTP 200 OK after 1 attempt" in err
+
+
+def test_a_503_then_200_shows_one_retry_line(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, out, err = run(capsys, "get", chaos.url("/fail/{key}", times=1, status=503), *FAST)
+    assert code == 0
+    assert json.loads(out)["attempt"] == 2
+    retry_lines = [line for line in err.splitlines() if "retrying in" in line]
+    assert len(retry_lines) == 1
+    assert "attempt 1 got HTTP 503 service_unavailable" in retry_lines[0]
+
+
+def test_quiet_prints_no_retry_log(capsys: pytest.CaptureFixture[str], chaos: Any) -> None:
+    url = chaos.url("/fail/{key}", times=1, status=503)
+    code, _, err = run(capsys, "get", url, "--quiet", *FAST)
+    assert (code, err) == (0, "")
+
+
+def test_a_404_exits_with_the_client_error_code(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, out, err = run(capsys, "get", chaos.url("/status/404"))
+    assert code == code_of(retrysafe.ClientError)
+    assert out == ""
+    assert err.startswith("retrysafe: ClientError [not_found, HTTP 404]: GET ")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_out_of_credits_exits_with_the_quota_code(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, _, err = run(capsys, "get", chaos.url("/quota"))
+    assert code == code_of(retrysafe.QuotaExhausted)
+    assert "QuotaExhausted [quota_exhausted, HTTP 429]" in err
+
+
+def test_a_secret_in_the_url_never_reaches_stderr(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/fail/{key}", times=5, status=404, api_key="sekrit-value-123")
+    code, _, err = run(capsys, "get", url)
+    assert code == code_of(retrysafe.ClientError)
+    assert "sekrit-value-123" not in err
+    assert "api_key=[REDACTED]" in err
+
+
+def test_a_post_that_times_out_is_sent_once_and_exits_with_the_transport_code(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, _, err = run(
+        capsys, "request", "POST", chaos.url("/hang"), "--timeout", "0.3", "--json", "{}"
+    )
+    assert code == code_of(retrysafe.TransportError)
+    assert "TransportError [unsafe_to_repeat]" in err
+    assert "may have processed it" in err
+    assert len(chaos.log()) == 1
+
+
+def test_an_idempotency_key_makes_a_post_retry_with_one_key_and_one_effect(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/idempotent/orders", fail_after_commit=500)
+    code, out, err = run(
+        capsys, "request", "post", url, "--json", '{"sku": 1}', "--idempotency-key", "auto", *FAST
+    )
+    assert code == 0
+    assert json.loads(out)["resource"] == "orders"
+    assert "attempt 1 got HTTP 500" in err
+    keys = {record.idempotency_key for record in chaos.log()}
+    assert len(keys) == 1
+    assert None not in keys
+    assert sum(chaos.ledger("orders").values()) == 1
+
+
+def test_headers_and_a_data_file_reach_the_server(
+    capsys: pytest.CaptureFixture[str], chaos: Any, tmp_path: Path
+) -> None:
+    body_file = tmp_path / "body.txt"
+    body_file.write_bytes(b"name=jane")
+    code, out, _ = run(
+        capsys,
+        "request",
+        "PUT",
+        chaos.url("/echo"),
+        "-H",
+        "X-Trace: abc",
+        "-H",
+        "Content-Type: text/plain",
+        "-d",
+        f"@{body_file}",
+    )
+    echoed = json.loads(out)
+    assert code == 0
+    assert (echoed["method"], echoed["body"]) == ("PUT", "name=jane")
+    assert echoed["headers"]["x-trace"] == "abc"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-H", "NoColonHere"], "bad header 'NoColonHere': expected 'Name: value'"),
+        (["-H", "Bad Name: x"], "bad header 'Bad Name: x': expected 'Name: value'"),
+        (["--attempts", "0"], "RetryPolicy.attempts must be >= 1, got 0"),
+        (["--timeout", "-1"], "RetryPolicy.attempt_timeout must be > 0 seconds, got -1.0"),
+        (["--backoff-base", "5", "--backoff-cap", "1"], "RetryPolicy.backoff_base must be <="),
+        (["--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
+        (["--json", "{oops"], "--json is not valid JSON"),
+        (["--idempotency-key", " "], "--idempotency-key needs a key"),
+    ],
+)
+def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(
+    capsys: pytest.CaptureFixture[str], chaos: Any, argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "get", chaos.url("/echo"), *argv)
+    assert (code, out) == (EXIT_USAGE, "")
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+    assert chaos.log() == []
+
+
+@pytest.mark.parametrize("url", ["example.com/path", "ftp://example.com/", "http://exa mple/"])
+def test_an_invalid_url_is_exit_2(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    code, _, err = run(capsys, "get", url)
+    assert code == EXIT_USAGE
+    assert err.startswith(f"retrysafe get: invalid URL {url!r}")
+
+
+def test_an_invalid_method_is_exit_2(capsys: pytest.CaptureFixture[str], chaos: Any) -> None:
+    code, _, err = run(capsys, "request", "PO ST", chaos.url("/echo"))
+    assert code == EXIT_USAGE
+    assert "invalid method 'PO ST'" in err
+
+
+def test_exit_code_for_follows_the_error_class_hierarchy() -> None:
+    class PaymentRequired(retrysafe.ClientError):
+        pass
+
+    error = PaymentRequired(
+        reason="payment_required",
+        outcome="payment_required",
+        method="GET",
+        url="http://127.0.0.1/",
+        retryable=False,
+        status=402,
+    )
+    assert exit_code_for(error) == code_of(retrysafe.ClientError)
+
+
+# -- chaos, as a real process ------------------------------------------------------------------
+
+
+def test_chaos_serves_until_sigint_and_exits_cleanly() -> None:
+    process = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "chaos", "--port", "0", "--no-color"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first_line = process.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+", first_line)
+        assert match, first_line
+        response = httpx.get(match.group(0) + "/status/200?key=cli-test", timeout=5)
+        assert response.json() == {"status": 200, "attempt": 1, "key": "cli-test"}
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+        assert process.stderr is not None
+        assert process.stderr.read().strip() == "retrysafe chaos: stopped"
+        assert "reset_on_accept" in process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
