@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from retrysafe.clock import Clock
 from retrysafe.engine import IDEMPOTENCY_HEADER, CallReport
+from retrysafe.errors import ApiError
 from retrysafe.governor import Governor
+from retrysafe.idempotency.journal import Journal, state_after
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.transport import OPTIONS_EXTENSION, AsyncRetryTransport, CallOptions, RetryTransport
@@ -29,15 +31,33 @@ from retrysafe.transport import OPTIONS_EXTENSION, AsyncRetryTransport, CallOpti
 __all__ = ["AsyncClient", "Client"]
 
 
+#: Methods that get a key of their own under ``idempotency="auto"``.
+_AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
+_SEND_ARGUMENTS = ("auth", "follow_redirects")
+
+
+def _check_idempotency_mode(mode: str) -> Literal["off", "auto"]:
+    if mode not in ("off", "auto"):
+        raise ValueError(
+            f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
+        )
+    return "auto" if mode == "auto" else "off"
+
+
 def _with_call_options(
     kwargs: dict[str, Any],
     idempotency_key: str | bool | None,
     policy: RetryPolicy | None,
     dependency: str | None,
+    *,
+    method: str = "",
+    idempotency: str = "off",
 ) -> dict[str, Any]:
     """httpx request kwargs carrying the key header and the per-call options."""
     if policy is not None and not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+    if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
+        idempotency_key = True
     if idempotency_key is True:
         # One key for the whole call: built once here, so every attempt sends the same one.
         idempotency_key = str(uuid.uuid4())
@@ -54,6 +74,42 @@ def _with_call_options(
     extensions[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
     kwargs["extensions"] = extensions
     return kwargs
+
+
+def _split_send_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """httpx ``request()`` kwargs split into ``build_request()`` and ``send()`` ones."""
+    send = {name: kwargs.pop(name) for name in _SEND_ARGUMENTS if name in kwargs}
+    return kwargs, send
+
+
+def _begin_operation(
+    journal: Journal | None, operation: str, request: httpx.Request, key: str | bool | None
+) -> None:
+    """Record the operation durably and put its (possibly resumed) key on the request."""
+    if journal is None:
+        raise ValueError("operation= needs a journal: Client(journal=Journal('ops.sqlite3'))")
+    if key is not None:
+        raise ValueError("operation= keeps its own idempotency key; do not pass idempotency_key")
+    entry = journal.begin(operation, request)
+    request.headers[IDEMPOTENCY_HEADER] = entry.key
+    journal.mark_sent(operation)
+
+
+def _finish_operation(journal: Journal, operation: str, outcome: httpx.Response | ApiError) -> None:
+    if isinstance(outcome, ApiError):
+        journal.finish(
+            operation,
+            state=state_after(outcome),
+            attempts=outcome.attempts,
+            status=outcome.status,
+            reason=outcome.reason,
+        )
+        return
+    report = outcome.extensions.get(OPTIONS_EXTENSION)
+    attempts = report.attempts if isinstance(report, CallReport) else 1
+    journal.finish(
+        operation, state="done", attempts=attempts, status=outcome.status_code, reason=None
+    )
 
 
 def _raise_if_failed(response: httpx.Response) -> httpx.Response:
@@ -82,10 +138,14 @@ class Client(httpx.Client):
         dependency: str | None = None,
         governor: Governor | None = None,
         deadline_header: str | None = None,
+        idempotency: Literal["off", "auto"] = "off",
+        journal: Journal | None = None,
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
         self.policy = policy
+        self.idempotency = _check_idempotency_mode(idempotency)
+        self.journal = journal
         self.governor = governor if governor is not None else Governor(clock=clock)
 
         def wrap(transport: httpx.BaseTransport) -> RetryTransport:
@@ -116,16 +176,38 @@ class Client(httpx.Client):
         idempotency_key: str | bool | None = None,
         policy: RetryPolicy | None = None,
         dependency: str | None = None,
+        operation: str | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
         """Send one logical request, retried as the policy allows.
 
         ``idempotency_key=True`` makes one key for this call (sent on every
         attempt); a string is sent as given. ``policy`` and ``dependency``
-        override the client's for this call.
+        override the client's for this call. ``operation`` names a write kept in
+        the client's journal: its key survives a crash, and re-running the same
+        operation resumes it with the same key and bytes.
         """
-        kwargs = _with_call_options(kwargs, idempotency_key, policy, dependency)
-        return super().request(method, url, **kwargs)
+        if operation is None:
+            kwargs = _with_call_options(
+                kwargs,
+                idempotency_key,
+                policy,
+                dependency,
+                method=method,
+                idempotency=self.idempotency,
+            )
+            return super().request(method, url, **kwargs)
+        build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
+        request = self.build_request(method, url, **build)
+        _begin_operation(self.journal, operation, request, idempotency_key)
+        assert self.journal is not None
+        try:
+            response = self.send(request, **send)
+        except ApiError as error:
+            _finish_operation(self.journal, operation, error)
+            raise
+        _finish_operation(self.journal, operation, response)
+        return response
 
     def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         response = super().send(request, **kwargs)
@@ -172,10 +254,14 @@ class AsyncClient(httpx.AsyncClient):
         dependency: str | None = None,
         governor: Governor | None = None,
         deadline_header: str | None = None,
+        idempotency: Literal["off", "auto"] = "off",
+        journal: Journal | None = None,
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
         self.policy = policy
+        self.idempotency = _check_idempotency_mode(idempotency)
+        self.journal = journal
         self.governor = governor if governor is not None else Governor(clock=clock)
 
         def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
@@ -204,11 +290,34 @@ class AsyncClient(httpx.AsyncClient):
         idempotency_key: str | bool | None = None,
         policy: RetryPolicy | None = None,
         dependency: str | None = None,
+        operation: str | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        """Send one logical request, retried as the policy allows (see ``Client.request``)."""
-        kwargs = _with_call_options(kwargs, idempotency_key, policy, dependency)
-        return await super().request(method, url, **kwargs)
+        """Send one logical request, retried as the policy allows (see ``Client.request``).
+
+        The journal is SQLite on local disk: its writes are brief and made inline.
+        """
+        if operation is None:
+            kwargs = _with_call_options(
+                kwargs,
+                idempotency_key,
+                policy,
+                dependency,
+                method=method,
+                idempotency=self.idempotency,
+            )
+            return await super().request(method, url, **kwargs)
+        build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
+        request = self.build_request(method, url, **build)
+        _begin_operation(self.journal, operation, request, idempotency_key)
+        assert self.journal is not None
+        try:
+            response = await self.send(request, **send)
+        except ApiError as error:
+            _finish_operation(self.journal, operation, error)
+            raise
+        _finish_operation(self.journal, operation, response)
+        return response
 
     async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         response = await super().send(request, **kwargs)

@@ -13,6 +13,7 @@ import threading
 from types import TracebackType
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from retrysafe.chaos.app import create_app
 from retrysafe.chaos.connection import listening_socket
@@ -65,12 +66,20 @@ class ChaosServer:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, state: ChaosState | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        state: ChaosState | None = None,
+        app: ASGIApp | None = None,
     ) -> None:
         self.host = host
         self.requested_port = port
         self.state = ChaosState() if state is None else state
-        self.app = create_app(self.state)
+        #: What is served: the chaos app, or ``app`` to serve one of your own with the
+        #: same socket access (``scope["extensions"]["retrysafe.chaos.transport"]``),
+        #: e.g. to lose a reply after your handler has done its work.
+        self.app: ASGIApp = create_app(self.state) if app is None else app
         self._lifecycle = threading.Lock()
         self._running: _Running | None = None
 

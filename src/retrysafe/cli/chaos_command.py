@@ -36,7 +36,7 @@ def _is_loopback(host: str) -> bool:
 def banner(server: ChaosServer, style: Style) -> list[str]:
     """Where the server listens: its base URL, its endpoints and each raw TCP fault."""
     paths = sorted(
-        {str(getattr(route, "path", "")) for route in server.app.routes} - {""},
+        {str(getattr(route, "path", "")) for route in getattr(server.app, "routes", ())} - {""},
         key=lambda path: (path.startswith("/_chaos"), path),
     )
     lines = [

@@ -8,10 +8,14 @@ store is down. Stores: :class:`MemoryStore` (one process), :class:`SQLiteStore` 
 host), :class:`RedisStore` and :class:`PostgresStore` (many hosts), all implementing
 :class:`IdempotencyStore`. A handler calls :func:`mark_committed` once its side effect is
 durable, so a failure after it is kept rather than run again.
+
+On the client, :class:`Journal` keeps each named write's key on disk, so a retry
+after a crash goes out under the same key instead of becoming a second write.
 """
 
 from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
 from retrysafe.idempotency.fingerprint import request_fingerprint
+from retrysafe.idempotency.journal import Journal, JournalConflict, JournalState, Operation
 from retrysafe.idempotency.memory_store import MemoryStore
 from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware, WallClock
 from retrysafe.idempotency.postgres_store import PostgresStore
@@ -38,7 +42,11 @@ __all__ = [
     "IdempotencySettings",
     "IdempotencyStore",
     "IdempotentRequest",
+    "Journal",
+    "JournalConflict",
+    "JournalState",
     "MemoryStore",
+    "Operation",
     "PostgresStore",
     "RecordState",
     "RedisStore",

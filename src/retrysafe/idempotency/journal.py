@@ -1,0 +1,272 @@
+"""Journal: the client's durable record of each logical write and its idempotency key.
+
+Keys kept in memory die with the process: crash between two attempts and the
+retry goes out under a new key, as a second payment. The journal writes the
+operation (name, key, method, URL, body fingerprint, state) to SQLite *before*
+the first send, so re-running the same named operation after a restart resumes
+with the same key and the same bytes. An outcome that stays ambiguous (the
+server may have acted) is handed to a reconciliation hook and listed by
+:meth:`Journal.unresolved`; it is never re-sent under a new key.
+
+States: ``pending`` (recorded, not yet sent) -> ``sent`` -> ``done`` |
+``failed`` (the server surely did not act) | ``ambiguous`` (it may have).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from retrysafe.clock import Clock, SystemClock
+from retrysafe.errors import (
+    ApiError,
+    CircuitOpen,
+    ClientError,
+    DeadlineExceeded,
+    QuotaExhausted,
+    RateLimited,
+    RetryAfterTooLong,
+    TransportError,
+)
+from retrysafe.redact import redact_url
+
+__all__ = [
+    "Journal",
+    "JournalConflict",
+    "JournalState",
+    "Operation",
+    "request_fingerprint_of",
+    "state_after",
+]
+
+JournalState = Literal["pending", "sent", "done", "failed", "ambiguous"]
+_UNRESOLVED: tuple[JournalState, ...] = ("pending", "sent", "ambiguous")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS retrysafe_operations (
+    name        TEXT PRIMARY KEY,
+    key         TEXT NOT NULL,
+    method      TEXT NOT NULL,
+    url         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    last_status INTEGER,
+    reason      TEXT,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """One logical write as the journal knows it. ``url`` is stored with secrets redacted."""
+
+    name: str
+    key: str
+    method: str
+    url: str
+    fingerprint: str
+    state: JournalState
+    attempts: int
+    last_status: int | None
+    reason: str | None
+    created_at: float
+    updated_at: float
+
+
+class JournalConflict(ValueError):
+    """An operation name was reused for a different request; nothing was sent."""
+
+
+def request_fingerprint_of(request: httpx.Request) -> str:
+    """sha256 of method, full URL and body bytes: what must be identical on a resume."""
+    digest = hashlib.sha256()
+    for part in (request.method.upper().encode(), str(request.url).encode(), request.read()):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def state_after(error: ApiError) -> JournalState:
+    """``failed`` when the error proves the server did not act on the write, else ``ambiguous``.
+
+    The server answered no (4xx, a rate limit, out of credits), or nothing was
+    sent at all (refused at connect, an open circuit or a deadline or cooldown
+    before the first attempt): failed. Anything else (a 5xx, a timeout or reset
+    after sending) may have been processed: ambiguous.
+    """
+    if isinstance(error, (ClientError, RateLimited, QuotaExhausted)):
+        return "failed"
+    if isinstance(error, TransportError) and error.sent == "no":
+        return "failed"
+    nothing_sent = isinstance(error, (CircuitOpen, DeadlineExceeded, RetryAfterTooLong))
+    if nothing_sent and error.attempts == 0:
+        return "failed"
+    return "ambiguous"
+
+
+class Journal:
+    """A SQLite (WAL) journal of named write operations; thread-safe.
+
+    Args:
+        path: the database file (created if missing).
+        on_ambiguous: called with the :class:`Operation` whenever an outcome is
+            ambiguous, to reconcile it (e.g. look the payment up); the operation
+            stays listed by :meth:`unresolved` until :meth:`resolve` is called.
+        clock: wall time for the timestamps.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        on_ambiguous: Callable[[Operation], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._on_ambiguous = on_ambiguous
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.execute(_SCHEMA)
+
+    def begin(self, name: str, request: httpx.Request) -> Operation:
+        """Record ``name`` for ``request`` before it is sent, or find it again after a restart.
+
+        A new operation gets a fresh key; an existing one keeps its key, whatever
+        its state. Raises :class:`JournalConflict` if ``name`` was recorded for a
+        different method, URL or body.
+        """
+        if not name or not name.strip():
+            raise ValueError("an operation name must be a non-empty string, e.g. 'pay-invoice-42'")
+        fingerprint = request_fingerprint_of(request)
+        with self._lock:
+            existing = self._get(name)
+            if existing is not None:
+                if existing.fingerprint != fingerprint:
+                    raise JournalConflict(
+                        f"operation {name!r} was recorded for a different request "
+                        f"({existing.method} {existing.url}); nothing was sent. Repeat it with "
+                        "the same method, URL and body, or use a new operation name"
+                    )
+                return existing
+            now = self._clock.time()
+            self._db.execute(
+                "INSERT INTO retrysafe_operations (name, key, method, url, fingerprint, state, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (
+                    name,
+                    str(uuid.uuid4()),
+                    request.method.upper(),
+                    redact_url(request.url),
+                    fingerprint,
+                    now,
+                    now,
+                ),
+            )
+            created = self._get(name)
+        assert created is not None
+        return created
+
+    def mark_sent(self, name: str) -> None:
+        """The operation is about to go out: from here its outcome may be unknown."""
+        self._update(name, state="sent")
+
+    def finish(
+        self,
+        name: str,
+        *,
+        state: JournalState,
+        attempts: int,
+        status: int | None,
+        reason: str | None,
+    ) -> Operation:
+        """Record the outcome; an ambiguous one goes to the reconciliation hook."""
+        operation = self._update(
+            name, state=state, attempts=attempts, last_status=status, reason=reason
+        )
+        if state == "ambiguous" and self._on_ambiguous is not None:
+            self._on_ambiguous(operation)
+        return operation
+
+    def resolve(self, name: str, state: Literal["done", "failed"]) -> Operation:
+        """Settle an operation after reconciliation (its key is kept)."""
+        return self._update(name, state=state)
+
+    def get(self, name: str) -> Operation | None:
+        """The operation called ``name``, or None."""
+        with self._lock:
+            return self._get(name)
+
+    def unresolved(self) -> list[Operation]:
+        """Operations not known to be done or failed: pending, sent or ambiguous."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM retrysafe_operations WHERE state IN ({', '.join('?' * 3)}) "
+                "ORDER BY created_at",
+                _UNRESOLVED,
+            ).fetchall()
+        return [_operation(row) for row in rows]
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _get(self, name: str) -> Operation | None:
+        row = self._db.execute(
+            "SELECT * FROM retrysafe_operations WHERE name = ?", (name,)
+        ).fetchone()
+        return None if row is None else _operation(row)
+
+    def _update(self, name: str, **fields: object) -> Operation:
+        columns = ", ".join(f"{column} = ?" for column in fields)
+        with self._lock:
+            cursor = self._db.execute(
+                f"UPDATE retrysafe_operations SET {columns}, updated_at = ? WHERE name = ?",
+                (*fields.values(), self._clock.time(), name),
+            )
+            if cursor.rowcount != 1:
+                raise KeyError(f"no operation named {name!r} in the journal at {self.path}")
+            operation = self._get(name)
+        assert operation is not None
+        return operation
+
+    def __repr__(self) -> str:
+        return f"Journal({str(self.path)!r})"
+
+
+def _operation(row: sqlite3.Row) -> Operation:
+    return Operation(
+        name=row["name"],
+        key=row["key"],
+        method=row["method"],
+        url=row["url"],
+        fingerprint=row["fingerprint"],
+        state=row["state"],
+        attempts=row["attempts"],
+        last_status=row["last_status"],
+        reason=row["reason"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

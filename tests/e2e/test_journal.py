@@ -1,0 +1,272 @@
+"""Client-side idempotency: one key per operation, kept on disk across a crash.
+
+Writes go to the chaos server's ``/idempotent`` endpoint (its ledger counts side
+effects per key over real sockets) and through ``IdempotencyMiddleware`` with a
+real SQLite store, in both cases with the reply lost after the work was done.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos import ChaosServer
+from retrysafe.chaos.connection import reset
+from retrysafe.idempotency import IdempotencyMiddleware, Journal, JournalConflict, SQLiteStore
+
+pytestmark = pytest.mark.anyio
+FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, attempt_timeout=5)
+PAYMENT = {"amount": 4900, "currency": "eur"}
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Any:
+    with Journal(tmp_path / "operations.sqlite3") as opened:
+        yield opened
+
+
+def test_the_operation_is_on_disk_before_the_first_send(chaos: Any, tmp_path: Path) -> None:
+    path = tmp_path / "ops.sqlite3"
+    seen_states: list[str] = []
+
+    def during_call(event: retrysafe.RetryEvent) -> None:
+        with Journal(path) as other_connection:  # what a crash would leave behind
+            operation = other_connection.get("pay-1")
+            seen_states.append(operation.state if operation else "missing")
+
+    url = chaos.url("/fail/{key}", times=1, status=503)
+    with (
+        Journal(path) as journal,
+        retrysafe.Client(journal=journal, policy=FAST, hooks=[during_call]) as client,
+    ):
+        client.post(url, json=PAYMENT, operation="pay-1")
+        done = journal.get("pay-1")
+    # Read from a second connection, as a restarted process would, during the call.
+    assert seen_states == ["sent", "sent"]
+    assert done is not None
+    assert (done.state, done.attempts, done.last_status) == ("done", 2, 200)
+
+
+def test_a_reply_lost_after_commit_is_retried_with_the_same_key(
+    chaos: Any, journal: Journal
+) -> None:
+    resource = f"orders-{chaos.key}"
+    url = chaos.url(f"/idempotent/{resource}", fail_after_commit="reset")
+    with retrysafe.Client(journal=journal, policy=FAST) as client:
+        response = client.post(url, json=PAYMENT, operation="order-1")
+    operation = journal.get("order-1")
+    assert operation is not None
+    assert response.headers["idempotent-replayed"] == "true"
+    assert chaos.ledger(resource) == {operation.key: 1}
+    assert {record.idempotency_key for record in chaos.log()} == {operation.key}
+
+
+def test_reusing_a_name_for_a_different_body_is_refused_before_sending(
+    chaos: Any, journal: Journal
+) -> None:
+    url = chaos.url("/echo")
+    with retrysafe.Client(journal=journal, policy=FAST) as client:
+        client.post(url, json=PAYMENT, operation="pay-2")
+        with pytest.raises(JournalConflict, match="different request"):
+            client.post(url, json={"amount": 1}, operation="pay-2")
+    assert len(chaos.log()) == 1
+
+
+def test_an_ambiguous_outcome_goes_to_the_hook_and_resumes_with_the_same_key(
+    chaos: Any, tmp_path: Path
+) -> None:
+    reconcile: list[str] = []
+    resource = f"payouts-{chaos.key}"
+    url = chaos.url(f"/idempotent/{resource}", fail_after_commit="hang", fail_times=2)
+    policy = RetryPolicy(attempts=2, attempt_timeout=0.3, backoff_base=0.01)
+    with (
+        Journal(
+            tmp_path / "ops.sqlite3", on_ambiguous=lambda op: reconcile.append(op.name)
+        ) as journal,
+        retrysafe.Client(journal=journal, policy=policy) as client,
+    ):
+        with pytest.raises(retrysafe.TransportError):
+            client.post(url, json=PAYMENT, operation="payout-7")
+        assert reconcile == ["payout-7"]
+        assert [op.name for op in journal.unresolved()] == ["payout-7"]
+        first = journal.get("payout-7")
+        assert first is not None
+        assert first.state == "ambiguous"
+        response = client.post(url, json=PAYMENT, operation="payout-7")
+        assert response.headers["idempotent-replayed"] == "true"
+        assert journal.unresolved() == []
+    assert chaos.ledger(resource) == {first.key: 1}
+    assert {record.idempotency_key for record in chaos.log()} == {first.key}
+
+
+def test_a_failure_the_server_refused_is_failed_not_ambiguous(chaos: Any, journal: Journal) -> None:
+    with (
+        retrysafe.Client(journal=journal, policy=FAST) as client,
+        pytest.raises(retrysafe.ClientError),
+    ):
+        client.post(chaos.url("/status/422"), json=PAYMENT, operation="bad-1")
+    operation = journal.get("bad-1")
+    assert operation is not None
+    assert (operation.state, operation.last_status) == ("failed", 422)
+    assert journal.unresolved() == []
+
+
+def test_operation_needs_a_journal(chaos: Any) -> None:
+    with retrysafe.Client() as client, pytest.raises(ValueError, match="needs a journal"):
+        client.post(chaos.url("/echo"), operation="x")
+    assert chaos.log() == []
+
+
+def test_auto_mode_keys_every_post_and_patch_but_not_get(chaos: Any) -> None:
+    with retrysafe.Client(idempotency="auto", policy=FAST) as client:
+        client.post(chaos.url("/echo"), json=PAYMENT)
+        client.patch(chaos.url("/echo"), json=PAYMENT)
+        client.get(chaos.url("/echo"))
+    keys = [record.idempotency_key for record in chaos.log()]
+    assert keys[0]
+    assert keys[1]
+    assert keys[0] != keys[1]
+    assert keys[2] is None
+
+
+def test_a_bad_idempotency_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="'off' or 'auto'"):
+        retrysafe.Client(idempotency="always")  # type: ignore[arg-type]
+
+
+async def test_the_async_client_journals_too(chaos: Any, journal: Journal) -> None:
+    resource = f"async-{chaos.key}"
+    url = chaos.url(f"/idempotent/{resource}", fail_after_commit="500")
+    async with retrysafe.AsyncClient(journal=journal, policy=FAST) as client:
+        await client.post(url, json=PAYMENT, operation="async-1")
+    operation = journal.get("async-1")
+    assert operation is not None
+    assert operation.state == "done"
+    assert chaos.ledger(resource) == {operation.key: 1}
+
+
+def test_a_killed_client_resumes_with_its_key_after_a_restart(
+    chaos_server: ChaosServer, chaos: Any, tmp_path: Path
+) -> None:
+    resource = f"crash-{chaos.key}"
+    url = chaos.url(f"/idempotent/{resource}", fail_after_commit="hang", fail_times=1)
+    journal_path = tmp_path / "ops.sqlite3"
+    script = Path(__file__).with_name("journal_client.py")
+    command = [sys.executable, str(script), str(journal_path), url]
+    first_run = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not chaos.ledger(resource) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(chaos.ledger(resource).values()) == 1, "the first run's write was applied"
+    finally:
+        os.kill(first_run.pid, signal.SIGKILL)
+        first_run.wait(10)
+    with Journal(journal_path) as journal:
+        crashed = journal.get("pay-42")
+    assert crashed is not None
+    assert crashed.state == "sent"
+
+    second_run = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
+    assert second_run.stdout.strip() == "201"
+    with Journal(journal_path) as journal:
+        resumed = journal.get("pay-42")
+    assert resumed is not None
+    assert (resumed.key, resumed.state) == (crashed.key, "done")
+    assert chaos.ledger(resource) == {crashed.key: 1}
+    assert [record.idempotency_key for record in chaos.log()] == [crashed.key, crashed.key]
+
+
+# -- through the server middleware --------------------------------------------------------
+
+
+def payments_app(store: SQLiteStore, runs: list[str]) -> Any:
+    """A payments API behind IdempotencyMiddleware, whose first reply per key is lost.
+
+    The outer layer lets the guarded app run to the end (the middleware stores the
+    response), then resets the TCP connection instead of answering: the work is done and
+    the client never hears of it.
+    """
+
+    async def pay(request: Request) -> Response:
+        runs.append(request.headers["idempotency-key"])
+        return JSONResponse({"paid": True}, status_code=201)
+
+    guarded = IdempotencyMiddleware(
+        Starlette(routes=[Route("/payments", pay, methods=["POST"])]),
+        store,
+        scope=lambda request: "alice",
+        required=True,
+    )
+    replies_lost: set[str] = set()
+
+    async def lose_first_reply(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers", ()))
+        key = headers.get(b"idempotency-key", b"").decode()
+        if key and key not in replies_lost:
+            replies_lost.add(key)
+
+            async def swallow(message: Any) -> None:
+                return None
+
+            await guarded(scope, receive, swallow)
+            reset(scope["extensions"]["retrysafe.chaos.transport"])
+            return
+        await guarded(scope, receive, send)
+
+    return lose_first_reply
+
+
+def test_through_the_middleware_a_lost_reply_is_replayed_and_the_work_runs_once(
+    tmp_path: Path,
+) -> None:
+    runs: list[str] = []
+    store = SQLiteStore(tmp_path / "idempotency.sqlite3")
+    with (
+        ChaosServer(app=payments_app(store, runs)) as server,
+        retrysafe.Client(policy=FAST) as client,
+    ):
+        response = client.post(f"{server.url}/payments", json=PAYMENT, idempotency_key=True)
+        report = response.extensions["retrysafe"]
+    assert response.status_code == 201
+    assert response.headers["idempotent-replayed"] == "true"
+    assert report.attempts == 2
+    assert report.history[0].reason in {"connection_reset", "remote_protocol_error"}
+    assert runs == [report.idempotency_key]
+
+
+def test_without_a_key_the_same_lost_reply_is_not_retried(tmp_path: Path) -> None:
+    runs: list[str] = []
+    store = SQLiteStore(tmp_path / "idempotency.sqlite3")
+    with (
+        ChaosServer(app=payments_app(store, runs)) as server,
+        retrysafe.Client(policy=FAST) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post(f"{server.url}/payments", json=PAYMENT)
+    assert caught.value.status == 400  # the key is required: refused before running
+    assert runs == []
+
+
+def test_the_plain_httpx_way_without_retrysafe_pays_twice() -> None:
+    """The baseline the ledger tests compare against: retry without a key, pay twice."""
+    with ChaosServer() as server:
+        url = f"{server.url}/idempotent/baseline?fail_after_commit=500"
+        with httpx.Client() as client:
+            client.post(url, json=PAYMENT)
+            client.post(url, json=PAYMENT)
+        assert server.ledger("baseline") == {"": 2}
