@@ -274,3 +274,30 @@ def test_the_transport_drop_in_returns_the_final_response_without_raising() -> N
     assert report.attempts == 2
     assert isinstance(report.error, retrysafe.ServerError)
     assert len(seen) == 2
+
+
+def test_messages_are_one_line_that_say_what_happened_and_what_to_do() -> None:
+    handler, _ = scripted(httpx.Response(502, text="Bad\ngateway"))
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(handler, FakeClock()).post("http://api.test/orders?api_key=s3cr3t-value")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("POST http://api.test/orders?api_key=[REDACTED] failed: HTTP 502")
+    assert "(Bad gateway)" in message
+    assert "idempotency key" in message
+    assert "s3cr3t-value" not in message
+
+
+def test_errors_survive_pickling_for_process_pools() -> None:
+    import pickle
+
+    handler, _ = scripted(httpx.Response(429, headers={"Retry-After": "5"}))
+    with pytest.raises(retrysafe.RateLimited) as caught:
+        client_for(handler, FakeClock(), attempts=1).get("http://api.test/")
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (type(copy), copy.retry_after, copy.reason, str(copy)) == (
+        retrysafe.RateLimited,
+        5.0,
+        caught.value.reason,
+        str(caught.value),
+    )

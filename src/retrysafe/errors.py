@@ -56,6 +56,12 @@ class AttemptRecord:
     wait: float = 0.0
 
 
+_UNSAFE_ADVICE = (
+    "not repeated, since the server may already have acted on it: check before sending "
+    "it again, or send it with an idempotency key (idempotency_key=True) to make retries safe"
+)
+
+
 class ApiError(Exception):
     """A call failed for good. Fields say why; ``str()`` is one line with advice.
 
@@ -100,9 +106,10 @@ class ApiError(Exception):
             what += f" ({body_excerpt})"
         why = "" if self.reason == self.outcome else f", gave up: {self.reason}"
         plural = "" if self.attempts == 1 else "s"
+        advice = _UNSAFE_ADVICE if self.reason == "unsafe_to_repeat" else self.advice
         return (
             f"{self.method} {self.url} failed: {what} after {self.attempts} attempt{plural}"
-            f" in {self.elapsed:.2f}s{why}; {self.advice}"
+            f" in {self.elapsed:.2f}s{why}; {advice}"
         )
 
     def __repr__(self) -> str:
@@ -166,6 +173,8 @@ class TransportError(ApiError):
         super().__init__(**fields)
 
     def _message(self, body_excerpt: str) -> str:
+        if self.reason == "unsafe_to_repeat":
+            return super()._message(body_excerpt)
         if self.sent == "maybe":
             note = "; the server may have processed it: check before sending a write again"
         else:
