@@ -153,7 +153,7 @@ def test_a_post_that_times_out_is_sent_once_and_exits_with_the_transport_code(
     )
     assert code == code_of(retrysafe.TransportError)
     assert "TransportError [unsafe_to_repeat]" in err
-    assert "may have processed it" in err
+    assert "may already have acted on it" in err
     assert len(chaos.log()) == 1
 
 
