@@ -7,6 +7,9 @@ backoffs; assertions on time are bounds, never exact values.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
 from typing import Any
 
@@ -315,3 +318,45 @@ async def test_the_async_drop_in_transport(chaos: Any) -> None:
         response = await client.get(chaos.url("/fail/{key}", times=1, status=502))
     assert response.status_code == 200
     assert response.extensions["retrysafe"].attempts == 2
+
+
+@pytest.fixture
+def full_backlog_url() -> Any:
+    """A loopback port whose accept queue is full: the kernel drops new SYNs (connect timeout)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    yield f"http://127.0.0.1:{port}/orders"
+    for sock in [*fillers, server]:
+        sock.close()
+
+
+def test_a_post_that_cannot_connect_in_time_is_retried(api: Any, full_backlog_url: str) -> None:
+    policy = RetryPolicy(attempts=2, attempt_timeout=0.3, backoff_base=0.01)
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("POST", full_backlog_url, policy=policy, json={"n": 1})
+    assert (caught.value.sent, caught.value.reason) == ("no", "attempts_exhausted")
+    assert [record.reason for record in caught.value.history] == ["connect_timeout"] * 2
+
+
+def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: Any) -> None:
+    limits = httpx.Limits(max_connections=1)
+    policy = RetryPolicy(attempts=2, attempt_timeout=0.3, backoff_base=0.01)
+    with retrysafe.Client(limits=limits, policy=RetryPolicy(attempt_timeout=5)) as client:
+        hog = threading.Thread(target=client.get, args=(chaos.url("/delay", ms=1500),))
+        hog.start()
+        time.sleep(0.2)
+        with pytest.raises(retrysafe.TransportError) as caught:
+            client.post(chaos.url("/echo"), json={"n": 1}, policy=policy)
+        hog.join()
+    assert caught.value.sent == "no"
+    assert [record.reason for record in caught.value.history] == ["pool_timeout"] * 2
+    assert [record.endpoint for record in chaos.log()] == ["delay"]

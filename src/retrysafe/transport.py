@@ -30,6 +30,12 @@ from retrysafe.scope import current_deadline
 
 __all__ = ["AsyncRetryTransport", "CallOptions", "RetryTransport"]
 
+#: The async attempt's cancel scope ends this much after its per-phase timeouts, so
+#: httpx's own timeouts, which know how far the request got (a connect timeout means it
+#: was never sent), fire first; the scope only bounds an attempt, such as a trickling
+#: body, whose every phase kept within time.
+_SCOPE_GRACE = 0.05
+
 #: Request extension key under which a client passes per-call options.
 OPTIONS_EXTENSION = "retrysafe"
 
@@ -221,7 +227,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
 
     Same arguments as :class:`RetryTransport`; the default transport is
     ``httpx.AsyncHTTPTransport()``. Each attempt (headers and body) runs under
-    one cancel scope of the attempt's timeout.
+    one cancel scope of the attempt's timeout (plus a small grace, see ``_SCOPE_GRACE``).
     """
 
     def __init__(
@@ -267,7 +273,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         self._prepare_attempt(request, plan)
         response: httpx.Response | None = None
         try:
-            with anyio.fail_after(plan.timeout):
+            with anyio.fail_after(plan.timeout + _SCOPE_GRACE):
                 response = await self.transport.handle_async_request(request)
                 await response.aread()
         except TimeoutError:
