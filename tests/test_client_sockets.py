@@ -8,6 +8,7 @@ backoffs; assertions on time are bounds, never exact values.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -360,3 +361,27 @@ def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: An
     assert caught.value.sent == "no"
     assert [record.reason for record in caught.value.history] == ["pool_timeout"] * 2
     assert [record.endpoint for record in chaos.log()] == ["delay"]
+
+
+def test_a_slow_drip_cannot_carry_an_attempt_past_the_deadline(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(deadline=1.5, attempt_timeout=10)
+    started = time.monotonic()
+    with pytest.raises(retrysafe.DeadlineExceeded):
+        api.request("GET", chaos.url("/drip", chunks=4, interval_ms=1200), policy=policy)
+    assert time.monotonic() - started < 1.8
+
+
+def test_no_timeout_at_all_is_allowed(api: Any, chaos: Any) -> None:
+    policy = RetryPolicy(attempt_timeout=math.inf, deadline=math.inf)
+    response = api.request("GET", chaos.url("/delay", ms=50), policy=policy, timeout=None)
+    assert response.status_code == 200
+
+
+def test_a_granted_wait_is_not_refused_after_a_real_sleep(api: Any, chaos: Any) -> None:
+    # 1.6 s leaves exactly room for the 1 s hint plus a minimal attempt: once the client
+    # decided to wait, a sleep overshooting by a few ms must not waste the wait.
+    policy = RetryPolicy(deadline=1.6, retry_after_jitter=0.25)
+    url = chaos.url("/fail/{key}", times=1, status=503, retry_after=1)
+    for _ in range(3):
+        response = api.request("GET", url.replace(chaos.key, f"{chaos.key}-{_}"), policy=policy)
+        assert response.status_code == 200

@@ -301,3 +301,30 @@ def test_errors_survive_pickling_for_process_pools() -> None:
         caught.value.reason,
         str(caught.value),
     )
+
+
+def test_a_write_that_may_have_been_processed_stays_maybe_whatever_came_after() -> None:
+    replies: list[object] = [httpx.ReadTimeout("slow"), httpx.ConnectError("refused")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        reply = replies[0] if len(replies) == 1 else replies.pop(0)
+        assert isinstance(reply, Exception)
+        raise reply
+
+    with pytest.raises(retrysafe.TransportError) as caught:
+        client_for(handler, FakeClock()).post("http://api.test/pay", idempotency_key="k")
+    assert [record.reason for record in caught.value.history] == [
+        "read_timeout",
+        "connect_error",
+        "connect_error",
+        "connect_error",
+    ]
+    assert caught.value.sent == "maybe"
+    assert caught.value.may_have_processed is True
+
+
+def test_only_refusals_mean_nothing_was_processed() -> None:
+    handler, _ = scripted(httpx.Response(503), httpx.Response(429), httpx.Response(400))
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(handler, FakeClock()).post("http://api.test/pay")
+    assert caught.value.may_have_processed is False

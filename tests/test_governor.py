@@ -352,3 +352,59 @@ def test_governor_off_means_every_call_is_on_its_own() -> None:
         with pytest.raises(retrysafe.ServerError):
             client.get("http://api.test/")
     assert len(seen) == 20
+
+
+def test_one_absurd_429_cannot_block_an_origin_for_long() -> None:
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(max_cooldown=300), clock)
+    limiter.start_cooldown(99_999_999_999)
+    assert limiter.cooldown_remaining() == 300
+
+
+def half_open_governor(clock: FakeClock) -> Governor:
+    governor = Governor(GovernorSettings(budget=None), clock=clock)
+    breaker = governor.guard("http://api.test:80").breaker
+    assert breaker is not None
+    for _ in range(5):
+        breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
+    clock.advance(BreakerSettings().open_for)
+    return governor
+
+
+def test_a_probe_interrupted_by_ctrl_c_frees_the_slot_at_once() -> None:
+    clock = FakeClock()
+    governor = half_open_governor(clock)
+    replies: list[object] = [KeyboardInterrupt(), httpx.Response(200)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        reply = replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        assert isinstance(reply, httpx.Response)
+        return reply
+
+    policy = RetryPolicy(attempt_timeout=float("inf"), deadline=float("inf"))
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor, policy=policy
+    )
+    with pytest.raises(KeyboardInterrupt):
+        client.get("http://api.test/")
+    assert client.get("http://api.test/").status_code == 200  # a new probe, not CircuitOpen
+    assert governor.guard("http://api.test:80").breaker.state == "closed"  # type: ignore[union-attr]
+
+
+def test_a_rule_that_crashes_during_a_probe_frees_the_slot() -> None:
+    clock = FakeClock()
+    governor = half_open_governor(clock)
+
+    def buggy(response: httpx.Response) -> retrysafe.Verdict | None:
+        raise KeyError("bug")
+
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        clock=clock,
+        governor=governor,
+    )
+    with pytest.raises(KeyError):
+        client.get("http://api.test/", policy=RetryPolicy(rules=(buggy,)))
+    assert client.get("http://api.test/").status_code == 200

@@ -147,3 +147,8 @@ def test_result_does_not_depend_on_the_local_time_zone(zone: str) -> None:
         timeout=30,
     )
     assert result.stdout.strip() == "[90.0, 90.0, 90.0]"
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), 1e300, -1e300])
+def test_an_absurd_now_gives_none_instead_of_raising(now: float) -> None:
+    assert parse_retry_after("Sunday, 06-Nov-94 08:49:37 GMT", now=now) is None

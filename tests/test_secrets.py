@@ -95,3 +95,17 @@ def test_redact_url_keeps_ordinary_parameters() -> None:
     assert redact_url("https://u:pw@api.test/v1?q=cats&token=abc") == (
         "https://u:[REDACTED]@api.test/v1?q=cats&token=[REDACTED]"
     )
+
+
+def test_a_lone_username_is_treated_as_a_token() -> None:
+    assert redact_url("https://ghp_TOKENVALUE123@api.test/repos") == (
+        "https://[REDACTED]@api.test/repos"
+    )
+
+
+def test_a_token_as_username_never_reaches_the_error(chaos: Any) -> None:
+    url = chaos.url("/status/404").replace("http://", "http://ghp_TOKENVALUE123@")
+    with retrysafe.Client() as client, pytest.raises(retrysafe.ClientError) as caught:
+        client.get(url)
+    for text in (str(caught.value), repr(caught.value), caught.value.url):
+        assert "ghp_TOKENVALUE123" not in text

@@ -143,7 +143,6 @@ class Client(httpx.Client):
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
-        self.policy = policy
         self.idempotency = _check_idempotency_mode(idempotency)
         self.journal = journal
         self.governor = governor if governor is not None else Governor(clock=clock)
@@ -259,7 +258,6 @@ class AsyncClient(httpx.AsyncClient):
         **httpx_kwargs: Any,
     ) -> None:
         super().__init__(**httpx_kwargs)
-        self.policy = policy
         self.idempotency = _check_idempotency_mode(idempotency)
         self.journal = journal
         self.governor = governor if governor is not None else Governor(clock=clock)

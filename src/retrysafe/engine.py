@@ -63,6 +63,10 @@ _BODY_LIMIT = 64 * 1024
 _EXCERPT_LIMIT = 200
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
 _RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
+#: Give-up reasons that mean this call, or one nested in it, already retried.
+_RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
+#: A half-open probe that never reports frees its slot after at most this long.
+_MAX_PROBE_LEASE = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +177,13 @@ class Call:
         self._permit: Permit | None = None
         self._pacing_reserved = False
         self._attempt_started = 0.0
+        #: A wait was granted for the next attempt: it may start with less than
+        #: min_attempt_time left (a sleep can overshoot by a little).
+        self._promised = False
+        self._last_response: httpx.Response | None = None
+        self._last_cause: Exception | None = None
+        #: Sticky across attempts: some attempt may have been acted on by the server.
+        self._may_have_processed = False
 
     @functools.cached_property
     def url(self) -> str:
@@ -191,8 +202,11 @@ class Call:
         """
         self._require("ready", "begin_attempt")
         remaining = self.deadline.remaining()
-        if remaining <= 0 or remaining < self.policy.min_attempt_time:
-            return self._deadline_exceeded(cause=None, response=None, reason="deadline_exceeded")
+        needed = 0.0 if self._promised else self.policy.min_attempt_time
+        if remaining <= 0 or remaining < needed:
+            return self._deadline_exceeded(
+                cause=self._last_cause, response=self._last_response, reason="deadline_exceeded"
+            )
         guard = self._guard
         if guard is not None and guard.limiter is not None:
             hold = self._limiter_wait(guard)
@@ -200,7 +214,7 @@ class Call:
                 return hold
         timeout = self.deadline.attempt_timeout(self.policy.attempt_timeout)
         if guard is not None and guard.breaker is not None:
-            permit = guard.breaker.acquire(probe_lease=timeout)
+            permit = guard.breaker.acquire(probe_lease=min(timeout, _MAX_PROBE_LEASE))
             self._emit_transition(permit.transition)
             if not permit.allowed:
                 return self._circuit_open(permit)
@@ -209,6 +223,7 @@ class Call:
             guard.budget.record_first_attempt()
         if self._scope is not None:
             self._scope.nested_gave_up = False
+        self._promised = False
         self._plan = AttemptPlan(
             number=len(self._history) + 1,
             timeout=timeout,
@@ -223,17 +238,19 @@ class Call:
         assert guard.limiter is not None
         cooldown = guard.limiter.cooldown_remaining()
         if cooldown > 0:
-            if not self.deadline.allows(cooldown, self.policy.min_attempt_time):
+            wait = self._hinted_wait(cooldown)
+            if wait is None:
                 return self._give_up(
                     RetryAfterTooLong,
                     "cooldown",
                     self._last_outcome("cooldown"),
-                    None,
-                    None,
+                    self._last_response,
+                    self._last_cause,
                     True,
                     {"retry_after": cooldown},
                 )
-            return Wait(cooldown)
+            self._promised = True
+            return Wait(wait)
         if self._pacing_reserved:
             self._pacing_reserved = False
             return None
@@ -242,10 +259,25 @@ class Call:
             return None
         if not self.deadline.allows(pace, self.policy.min_attempt_time):
             return self._deadline_exceeded(
-                cause=None, response=None, reason="deadline_insufficient"
+                cause=self._last_cause, response=self._last_response, reason="deadline_insufficient"
             )
         self._pacing_reserved = True
+        self._promised = True
         return Wait(pace)
+
+    def attempt_abandoned(self) -> None:
+        """The attempt ended with no outcome (the caller cancelled it, or a rule raised).
+
+        Frees what the attempt held, such as the breaker's single half-open probe
+        slot, so the dependency is not blocked until the probe's lease runs out.
+        """
+        if self.state != "attempting":
+            return
+        self.state = "done"
+        guard = self._guard
+        if guard is not None and guard.breaker is not None and self._permit is not None:
+            guard.breaker.release(self._permit)
+        self._permit = None
 
     def attempt_returned(self, response: httpx.Response) -> Decision:
         """The attempt produced a complete response (body read)."""
@@ -275,6 +307,9 @@ class Call:
         cause: Exception | None,
         during_body: bool,
     ) -> Decision:
+        self._last_response, self._last_cause = response, cause
+        if verdict.kind != "success" and _may_have_acted(verdict, response):
+            self._may_have_processed = True
         if verdict.kind == "success":
             self.state = "done"
             report = self._report(error=None)
@@ -290,7 +325,9 @@ class Call:
             )
         assert self._plan is not None
         if isinstance(cause, httpx.TimeoutException) and self._plan.cut_by_deadline:
-            return self._deadline_exceeded(cause=cause, response=None, reason="deadline_exceeded")
+            return self._deadline_exceeded(
+                cause=cause, response=response, reason="deadline_exceeded"
+            )
         if not self._safe_to_repeat(verdict, response):
             return self._fail(
                 verdict, "unsafe_to_repeat", response, cause, during_body, retryable=False
@@ -316,8 +353,24 @@ class Call:
             return self._fail(verdict, refusal, response, cause, during_body, retryable=True)
         self._history[-1] = dataclasses.replace(self._history[-1], wait=wait)
         self._emit("retry", verdict, response, wait=wait)
+        self._promised = True
         self.state = "ready"
         return Wait(wait)
+
+    def _hinted_wait(self, hint: float) -> float | None:
+        """The wait for a server's hint: the hint plus jitter on top, or None if too long.
+
+        Jitter is never subtracted and never reaches into the time kept for the
+        next attempt, so clients told the same time spread out without any
+        coming back early or running out of time.
+        """
+        policy = self.policy
+        if policy.max_retry_after is not None and hint > policy.max_retry_after:
+            return None
+        if not self.deadline.allows(hint, policy.min_attempt_time):
+            return None
+        room = self.deadline.remaining() - policy.min_attempt_time - hint
+        return hint + min(policy.retry_after_jitter * self._clock.random(), max(0.0, room))
 
     def _safe_to_repeat(self, verdict: Verdict, response: httpx.Response | None) -> bool:
         """DESIGN §3: repeat only what cannot do the work twice, with bytes we can resend."""
@@ -334,14 +387,7 @@ class Call:
         """Seconds to wait before the next attempt, or None if the deadline forbids it."""
         policy = self.policy
         if verdict.after is not None:
-            hint = verdict.after
-            if policy.max_retry_after is not None and hint > policy.max_retry_after:
-                return None
-            if not self.deadline.allows(hint, policy.min_attempt_time):
-                return None
-            # Jitter goes on top of the hint, never below it, and never past the deadline.
-            room = self.deadline.remaining() - policy.min_attempt_time - hint
-            return hint + min(policy.retry_after_jitter * self._clock.random(), max(0.0, room))
+            return self._hinted_wait(verdict.after)
         retries_so_far = len(self._history) - 1
         wait = backoff_delay(
             retries_so_far, policy.backoff_base, policy.backoff_cap, self._clock.random()
@@ -389,8 +435,8 @@ class Call:
             CircuitOpen,
             "circuit_open",
             self._last_outcome("circuit_open"),
-            None,
-            None,
+            self._last_response,
+            self._last_cause,
             True,
             {"retry_after": retry_after},
         )
@@ -443,7 +489,8 @@ class Call:
         elif during_body and not isinstance(cause, httpx.TimeoutException):
             error_class = BadResponse
         else:
-            error_class, extra = TransportError, {"sent": verdict.processed}
+            sent = "maybe" if self._may_have_processed else "no"
+            error_class, extra = TransportError, {"sent": sent}
         return self._give_up(error_class, reason, verdict.reason, response, cause, retryable, extra)
 
     def _retry_after_too_long(
@@ -491,12 +538,15 @@ class Call:
             history=tuple(self._history),
             response=response,
             elapsed=self._clock.monotonic() - self._started,
+            may_have_processed=self._may_have_processed,
             **extra,
         )
         report = self._report(error=error)
         if response is not None:
             response.extensions["retrysafe"] = report
-        if self._scope is not None and self._scope.parent is not None and retryable:
+        # Tell the enclosing call only when retrying happened here or deeper down.
+        retried = len(self._history) > 1 or reason in _RETRIED_REASONS
+        if self._scope is not None and self._scope.parent is not None and retryable and retried:
             self._scope.parent.nested_gave_up = True
         self._observer.emit(
             RetryEvent(
@@ -592,6 +642,19 @@ class Call:
         return (
             f"Call({self.method} {self.url}, state={self.state!r}, attempts={len(self._history)})"
         )
+
+
+def _may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
+    """Whether the server may have acted on this attempt.
+
+    A 4xx says it did not, except a 409 to a keyed request: our own earlier
+    attempt under that key is still running there.
+    """
+    if verdict.reason == "idempotency_key_in_use":
+        return True
+    if response is not None and 400 <= response.status_code < 500:
+        return False
+    return verdict.processed == "maybe"
 
 
 def _health(verdict: Verdict, status: int | None) -> Health:

@@ -67,6 +67,8 @@ class ApiError(Exception):
 
     The request's method and URL are kept with secrets redacted; ``response`` is
     the last response (body read) or None when none came back.
+    ``may_have_processed`` is True when any attempt may have been acted on by the
+    server: check (or resend under the same idempotency key) before writing again.
     """
 
     advice: ClassVar[str] = "see .reason and .history"
@@ -86,6 +88,7 @@ class ApiError(Exception):
         history: tuple[AttemptRecord, ...] = (),
         response: httpx.Response | None = None,
         elapsed: float = 0.0,
+        may_have_processed: bool = False,
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -98,6 +101,7 @@ class ApiError(Exception):
         self.history = history
         self.response = response
         self.elapsed = elapsed
+        self.may_have_processed = may_have_processed
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:

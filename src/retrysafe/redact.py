@@ -45,10 +45,13 @@ def is_secret_name(name: str) -> bool:
 
 
 def redact_url(url: httpx.URL | str) -> str:
-    """The URL as text, with its password and secret query values replaced."""
+    """The URL as text, with its password (or lone username) and secret query values replaced."""
     parsed = httpx.URL(url)
     if parsed.password:
         parsed = parsed.copy_with(username=parsed.username, password=REDACTED)
+    elif parsed.username:
+        # A lone username is usually a token ("https://ghp_...@host"): hide it.
+        parsed = parsed.copy_with(username=REDACTED)
     if parsed.query:
         params = [
             (name, REDACTED if is_secret_name(name) else value)
@@ -84,6 +87,8 @@ class Redactor:
                 secrets.append(value)
         if request.url.password:
             secrets.append(request.url.password)
+        elif request.url.username:
+            secrets.append(request.url.username)
         return cls([secret.strip() for secret in secrets])
 
     def scrub(self, text: str) -> str:

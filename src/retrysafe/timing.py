@@ -75,7 +75,12 @@ def parse_retry_after(value: str | bytes | None, now: float | None = None) -> fl
             return MAX_RETRY_AFTER
         return min(float(int(digits)), MAX_RETRY_AFTER)
     reference = time.time() if now is None else now
-    moment = _parse_http_date(text, reference)
+    if not math.isfinite(reference):
+        return None
+    try:
+        moment = _parse_http_date(text, reference)
+    except (OverflowError, ValueError, OSError):  # a `now` beyond any calendar
+        return None
     if moment is None:
         return None
     return max(0.0, moment - reference)

@@ -12,7 +12,10 @@ its status, and a final transport failure re-raises httpx's own exception::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
+import socket
 from collections.abc import Iterator, Sequence
 
 import anyio
@@ -27,6 +30,7 @@ from retrysafe.observe import EventHook, Observer
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
 from retrysafe.scope import current_deadline
+from retrysafe.watchdog import Alarm, watchdog
 
 __all__ = ["AsyncRetryTransport", "CallOptions", "RetryTransport"]
 
@@ -90,10 +94,12 @@ class _Shell:
             nested_attempts=self.governor.settings.nested_attempts,
         )
 
-    def _prepare_attempt(self, request: httpx.Request, plan: AttemptPlan) -> None:
+    def _prepare_attempt(
+        self, request: httpx.Request, plan: AttemptPlan, timeouts: dict[str, float | None]
+    ) -> None:
         """Bound each phase by the attempt's time and tell the server how long it has."""
-        _limit_timeouts(request, plan)
-        if self.deadline_header is not None:
+        request.extensions["timeout"] = _attempt_timeouts(timeouts, plan.timeout)
+        if self.deadline_header is not None and math.isfinite(plan.timeout):
             request.headers[self.deadline_header] = f"{plan.timeout:.3f}"
 
     def _give_up(self, fail: Fail) -> httpx.Response:
@@ -107,13 +113,39 @@ class _Shell:
         raise fail.error from fail.cause
 
 
-def _limit_timeouts(request: httpx.Request, plan: AttemptPlan) -> None:
-    """Give each phase of this attempt at most the attempt's time (keeping smaller ones)."""
-    current = request.extensions.get("timeout") or {}
-    request.extensions["timeout"] = {
-        phase: plan.timeout if current.get(phase) is None else min(current[phase], plan.timeout)
-        for phase in ("connect", "read", "write", "pool")
-    }
+_PHASES = ("connect", "read", "write", "pool")
+
+
+def _caller_timeouts(request: httpx.Request) -> dict[str, float | None]:
+    """The per-phase timeouts the request came with, kept for every attempt to start from."""
+    given = request.extensions.get("timeout") or {}
+    return {phase: given.get(phase) for phase in _PHASES}
+
+
+def _attempt_timeouts(given: dict[str, float | None], limit: float) -> dict[str, float | None]:
+    """Each phase gets at most the attempt's time, keeping the caller's smaller ones.
+
+    httpx spells "no timeout" as None, and sockets refuse an infinite one.
+    """
+    bounded: dict[str, float | None] = {}
+    for phase in _PHASES:
+        value = limit if given[phase] is None else min(given[phase] or 0.0, limit)
+        bounded[phase] = value if math.isfinite(value) else None
+    return bounded
+
+
+def _shut_down_on_alarm(response: httpx.Response, delay: float) -> Alarm | None:
+    """Arm the watchdog to shut the response's socket down when the attempt's time is up."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is None or not math.isfinite(delay):
+        return None
+
+    def shut_down() -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return watchdog.arm(max(0.0, delay), shut_down)
 
 
 class _TimeBoundStream(httpx.SyncByteStream):
@@ -183,36 +215,55 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         self.transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = _caller_timeouts(request)
         with retry_scope() as scope:
             call = self._new_call(request, scope)
             while True:
                 step = call.begin_attempt()
-                decision = (
-                    self._attempt(call, request, step) if isinstance(step, AttemptPlan) else step
-                )
+                if isinstance(step, AttemptPlan):
+                    try:
+                        decision = self._attempt(call, request, step, timeouts)
+                    except BaseException:
+                        call.attempt_abandoned()
+                        raise
+                else:
+                    decision = step
                 if isinstance(decision, Succeed):
                     return decision.response
                 if isinstance(decision, Fail):
                     return self._give_up(decision)
                 self.clock.sleep(decision.seconds)
 
-    def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
-        self._prepare_attempt(request, plan)
+    def _attempt(
+        self,
+        call: Call,
+        request: httpx.Request,
+        plan: AttemptPlan,
+        timeouts: dict[str, float | None],
+    ) -> Decision:
+        self._prepare_attempt(request, plan, timeouts)
         ends_at = self.clock.monotonic() + plan.timeout
         try:
             response = self.transport.handle_request(request)
         except httpx.TransportError as exc:
             return call.attempt_raised(exc, during_body=False)
+        alarm = _shut_down_on_alarm(response, ends_at - self.clock.monotonic())
         try:
             if isinstance(response.stream, httpx.SyncByteStream):
                 response.stream = _TimeBoundStream(response.stream, ends_at, self.clock)
             response.read()
         except (httpx.TransportError, httpx.DecodingError) as exc:
             response.close()
-            return call.attempt_raised(exc, during_body=True)
+            failure: Exception = exc
+            if alarm is not None and alarm.fired:
+                failure = AttemptTimedOut("the body did not arrive within the attempt's timeout")
+            return call.attempt_raised(failure, during_body=True)
         except BaseException:
             response.close()
             raise
+        finally:
+            if alarm is not None:
+                alarm.cancel()
         return call.attempt_returned(response)
 
     def close(self) -> None:
@@ -254,26 +305,37 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = _caller_timeouts(request)
         with retry_scope() as scope:
             call = self._new_call(request, scope)
             while True:
                 step = call.begin_attempt()
-                decision = (
-                    await self._attempt(call, request, step)
-                    if isinstance(step, AttemptPlan)
-                    else step
-                )
+                if isinstance(step, AttemptPlan):
+                    try:
+                        decision = await self._attempt(call, request, step, timeouts)
+                    except BaseException:
+                        call.attempt_abandoned()
+                        raise
+                else:
+                    decision = step
                 if isinstance(decision, Succeed):
                     return decision.response
                 if isinstance(decision, Fail):
                     return self._give_up(decision)
                 await self.clock.async_sleep(decision.seconds)
 
-    async def _attempt(self, call: Call, request: httpx.Request, plan: AttemptPlan) -> Decision:
-        self._prepare_attempt(request, plan)
+    async def _attempt(
+        self,
+        call: Call,
+        request: httpx.Request,
+        plan: AttemptPlan,
+        timeouts: dict[str, float | None],
+    ) -> Decision:
+        self._prepare_attempt(request, plan, timeouts)
         response: httpx.Response | None = None
+        scope_timeout = plan.timeout + _SCOPE_GRACE if math.isfinite(plan.timeout) else None
         try:
-            with anyio.fail_after(plan.timeout + _SCOPE_GRACE):
+            with anyio.fail_after(scope_timeout):
                 response = await self.transport.handle_async_request(request)
                 await response.aread()
         except TimeoutError:

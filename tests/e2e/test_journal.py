@@ -26,7 +26,13 @@ import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.chaos import ChaosServer
 from retrysafe.chaos.connection import reset
-from retrysafe.idempotency import IdempotencyMiddleware, Journal, JournalConflict, SQLiteStore
+from retrysafe.idempotency import (
+    IdempotencyMiddleware,
+    Journal,
+    JournalConflict,
+    OperationDone,
+    SQLiteStore,
+)
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, attempt_timeout=5)
@@ -270,3 +276,25 @@ def test_the_plain_httpx_way_without_retrysafe_pays_twice() -> None:
             client.post(url, json=PAYMENT)
             client.post(url, json=PAYMENT)
         assert server.ledger("baseline") == {"": 2}
+
+
+def test_a_completed_operation_is_not_sent_again(chaos: Any, journal: Journal) -> None:
+    with retrysafe.Client(journal=journal, policy=FAST) as client:
+        client.post(chaos.url("/echo"), json=PAYMENT, operation="pay-once")
+        with pytest.raises(OperationDone, match="already completed"):
+            client.post(chaos.url("/echo"), json=PAYMENT, operation="pay-once")
+    assert len(chaos.log()) == 1
+
+
+def test_a_lost_reply_then_a_refusal_is_still_ambiguous(chaos: Any, journal: Journal) -> None:
+    reconcile: list[str] = []
+    journal_with_hook = Journal(journal.path, on_ambiguous=lambda op: reconcile.append(op.name))
+    url = chaos.url("/sequence/{key}", steps="close,429")
+    with journal_with_hook, retrysafe.Client(journal=journal_with_hook, policy=FAST) as client:
+        with pytest.raises(retrysafe.RateLimited) as caught:
+            client.post(url, json=PAYMENT, operation="pay-close-429")
+        operation = journal_with_hook.get("pay-close-429")
+    assert caught.value.may_have_processed is True
+    assert operation is not None
+    assert operation.state == "ambiguous"
+    assert reconcile == ["pay-close-429"]

@@ -101,6 +101,12 @@ class CircuitBreaker:
                 allowed=True, probe=True, probe_token=self._probe_token, transition=transition
             )
 
+    def release(self, permit: Permit) -> None:
+        """Give back a probe that ended with no outcome, so the next caller may probe."""
+        with self._lock:
+            if permit.probe and permit.probe_token == self._probe_token:
+                self._probe_expires = None
+
     def record(
         self, permit: Permit, health: Health, *, open_for: float | None = None
     ) -> Transition | None:

@@ -32,9 +32,10 @@ class Limiter:
             return max(0.0, self._cooldown_until - self._clock.monotonic())
 
     def start_cooldown(self, seconds: float) -> None:
-        """Pause every caller for ``seconds`` from now (only ever extends a cooldown)."""
+        """Pause every caller for ``seconds`` (capped) from now; only ever extends a cooldown."""
         if not self.settings.cooldown_on_429 or seconds <= 0:
             return
+        seconds = min(seconds, self.settings.max_cooldown)
         with self._lock:
             self._cooldown_until = max(self._cooldown_until, self._clock.monotonic() + seconds)
 

@@ -89,10 +89,12 @@ class LimiterSettings:
     """
 
     cooldown_on_429: bool = True
+    max_cooldown: float = 300.0
     requests_per_second: float | None = None
     burst: int = 1
 
     def __post_init__(self) -> None:
+        _positive("LimiterSettings", "max_cooldown", self.max_cooldown)
         if self.requests_per_second is not None:
             _positive("LimiterSettings", "requests_per_second", self.requests_per_second)
         _check(self.burst >= 1, "LimiterSettings", "burst", f"must be >= 1, got {self.burst!r}")

@@ -15,7 +15,13 @@ after a crash goes out under the same key instead of becoming a second write.
 
 from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
 from retrysafe.idempotency.fingerprint import request_fingerprint
-from retrysafe.idempotency.journal import Journal, JournalConflict, JournalState, Operation
+from retrysafe.idempotency.journal import (
+    Journal,
+    JournalConflict,
+    JournalState,
+    Operation,
+    OperationDone,
+)
 from retrysafe.idempotency.memory_store import MemoryStore
 from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware, WallClock
 from retrysafe.idempotency.postgres_store import PostgresStore
@@ -47,6 +53,7 @@ __all__ = [
     "JournalState",
     "MemoryStore",
     "Operation",
+    "OperationDone",
     "PostgresStore",
     "RecordState",
     "RedisStore",

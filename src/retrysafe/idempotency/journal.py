@@ -26,16 +26,7 @@ from typing import Literal
 import httpx
 
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.errors import (
-    ApiError,
-    CircuitOpen,
-    ClientError,
-    DeadlineExceeded,
-    QuotaExhausted,
-    RateLimited,
-    RetryAfterTooLong,
-    TransportError,
-)
+from retrysafe.errors import ApiError
 from retrysafe.redact import redact_url
 
 __all__ = [
@@ -43,6 +34,7 @@ __all__ = [
     "JournalConflict",
     "JournalState",
     "Operation",
+    "OperationDone",
     "request_fingerprint_of",
     "state_after",
 ]
@@ -88,6 +80,10 @@ class JournalConflict(ValueError):
     """An operation name was reused for a different request; nothing was sent."""
 
 
+class OperationDone(ValueError):
+    """The named operation already completed; running it again would be a second write."""
+
+
 def request_fingerprint_of(request: httpx.Request) -> str:
     """sha256 of method, full URL and body bytes: what must be identical on a resume."""
     digest = hashlib.sha256()
@@ -98,21 +94,13 @@ def request_fingerprint_of(request: httpx.Request) -> str:
 
 
 def state_after(error: ApiError) -> JournalState:
-    """``failed`` when the error proves the server did not act on the write, else ``ambiguous``.
+    """``ambiguous`` when any attempt may have been acted on by the server, else ``failed``.
 
-    The server answered no (4xx, a rate limit, out of credits), or nothing was
-    sent at all (refused at connect, an open circuit or a deadline or cooldown
-    before the first attempt): failed. Anything else (a 5xx, a timeout or reset
-    after sending) may have been processed: ambiguous.
+    The engine tracks that across every attempt (``ApiError.may_have_processed``):
+    a timeout on the first attempt followed by a refused connection is still
+    ambiguous, and a 4xx answer after an earlier lost reply is too.
     """
-    if isinstance(error, (ClientError, RateLimited, QuotaExhausted)):
-        return "failed"
-    if isinstance(error, TransportError) and error.sent == "no":
-        return "failed"
-    nothing_sent = isinstance(error, (CircuitOpen, DeadlineExceeded, RetryAfterTooLong))
-    if nothing_sent and error.attempts == 0:
-        return "failed"
-    return "ambiguous"
+    return "ambiguous" if error.may_have_processed else "failed"
 
 
 class Journal:
@@ -147,8 +135,10 @@ class Journal:
     def begin(self, name: str, request: httpx.Request) -> Operation:
         """Record ``name`` for ``request`` before it is sent, or find it again after a restart.
 
-        A new operation gets a fresh key; an existing one keeps its key, whatever
-        its state. Raises :class:`JournalConflict` if ``name`` was recorded for a
+        A new operation gets a fresh key; an unfinished one (pending, sent,
+        ambiguous or failed) keeps its key, so re-sending it is guarded by the
+        server's idempotency. Raises :class:`OperationDone` if it already
+        completed, and :class:`JournalConflict` if ``name`` was recorded for a
         different method, URL or body.
         """
         if not name or not name.strip():
@@ -162,6 +152,11 @@ class Journal:
                         f"operation {name!r} was recorded for a different request "
                         f"({existing.method} {existing.url}); nothing was sent. Repeat it with "
                         "the same method, URL and body, or use a new operation name"
+                    )
+                if existing.state == "done":
+                    raise OperationDone(
+                        f"operation {name!r} already completed (HTTP {existing.last_status}); "
+                        "nothing was sent. Use a new operation name for a new write"
                     )
                 return existing
             now = self._clock.time()
