@@ -8,7 +8,8 @@ raise errors a caller can act on.
 from retrysafe.classify import Verdict
 from retrysafe.client import AsyncClient, Client
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.engine import Call, CallReport
+from retrysafe.decisions import CallReport
+from retrysafe.engine import Call
 from retrysafe.errors import (
     ApiError,
     AttemptRecord,

@@ -13,6 +13,7 @@ from typing import Literal
 
 import httpx
 
+from retrysafe.governor.breaker import Health
 from retrysafe.policy import RetryPolicy
 from retrysafe.timing import parse_retry_after
 
@@ -22,6 +23,8 @@ __all__ = [
     "Verdict",
     "classify_exception",
     "classify_response",
+    "health",
+    "may_have_acted",
     "status_reason",
 ]
 
@@ -244,3 +247,29 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
     if isinstance(exc, httpx.DecodingError):
         return Verdict.retry("undecodable_body")
     return Verdict.permanent("transport_error")
+
+
+def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
+    """Whether the server may have acted on this attempt.
+
+    A 4xx says it did not, except a 409 to a keyed request: our own earlier
+    attempt under that key is still running there.
+    """
+    if verdict.reason == "idempotency_key_in_use":
+        return True
+    if response is not None and 400 <= response.status_code < 500:
+        return False
+    return verdict.processed == "maybe"
+
+
+def health(verdict: Verdict, status: int | None) -> Health:
+    """What an outcome says about the dependency: only server-side trouble is unhealthy.
+
+    5xx, timeouts, transport errors and unreadable bodies count; 4xx (429 included)
+    means the server is answering, and a permanent verdict is about the request.
+    """
+    if verdict.kind == "success":
+        return "healthy"
+    if verdict.kind == "permanent" or (status is not None and 400 <= status < 500):
+        return "neutral"
+    return "unhealthy"

@@ -20,7 +20,8 @@ from typing import Any, Literal
 import httpx
 
 from retrysafe.clock import Clock
-from retrysafe.engine import IDEMPOTENCY_HEADER, CallReport
+from retrysafe.decisions import CallReport
+from retrysafe.engine import IDEMPOTENCY_HEADER
 from retrysafe.errors import ApiError
 from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal, state_after

@@ -18,105 +18,43 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from typing import Any, Literal
 
 import httpx
 
-from retrysafe.classify import Verdict, classify_exception, classify_response
+from retrysafe.classify import (
+    Verdict,
+    classify_exception,
+    classify_response,
+    health,
+    may_have_acted,
+)
 from retrysafe.clock import Clock
+from retrysafe.decisions import AttemptPlan, CallReport, Decision, Fail, Succeed, Wait
 from retrysafe.errors import (
     ApiError,
     AttemptRecord,
-    BadResponse,
     CircuitOpen,
-    ClientError,
     DeadlineExceeded,
-    QuotaExhausted,
-    RateLimited,
     RetryAfterTooLong,
-    ServerError,
-    TransportError,
 )
-from retrysafe.governor import DependencyGuard, Health, Permit, Transition
+from retrysafe.failures import describe_body, error_class_for
+from retrysafe.governor import DependencyGuard, Permit, Transition
 from retrysafe.nesting import RetryScope
 from retrysafe.observe import Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
 from retrysafe.timing import Deadline, backoff_delay
 
-__all__ = [
-    "AttemptPlan",
-    "Call",
-    "CallReport",
-    "Decision",
-    "Fail",
-    "IDEMPOTENCY_HEADER",
-    "Succeed",
-    "Wait",
-    "default_dependency",
-]
+__all__ = ["IDEMPOTENCY_HEADER", "Call", "default_dependency", "is_replayable"]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-#: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
-_BODY_LIMIT = 64 * 1024
-_EXCERPT_LIMIT = 200
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
 _RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
 #: Give-up reasons that mean this call, or one nested in it, already retried.
 _RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
 #: A half-open probe that never reports frees its slot after at most this long.
 _MAX_PROBE_LEASE = 60.0
-
-
-@dataclasses.dataclass(frozen=True)
-class CallReport:
-    """What a call did, attached as ``response.extensions["retrysafe"]``."""
-
-    attempts: int
-    waits: tuple[float, ...]
-    elapsed: float
-    idempotency_key: str | None
-    dependency: str
-    history: tuple[AttemptRecord, ...]
-    error: ApiError | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class AttemptPlan:
-    """Start attempt ``number`` (1-based) and give it at most ``timeout`` seconds."""
-
-    number: int
-    timeout: float
-    cut_by_deadline: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Succeed:
-    """Return ``response``: the call succeeded (or reached a final, stored answer)."""
-
-    response: httpx.Response
-    report: CallReport
-
-
-@dataclasses.dataclass(frozen=True)
-class Wait:
-    """Sleep ``seconds``, then ask for the next attempt."""
-
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Fail:
-    """Give up with ``error``; ``response`` is the last response, ``cause`` the last exception."""
-
-    error: ApiError
-    response: httpx.Response | None
-    cause: Exception | None
-    report: CallReport
-
-
-Decision = Succeed | Wait | Fail
 
 
 def default_dependency(url: httpx.URL) -> str:
@@ -308,7 +246,7 @@ class Call:
         during_body: bool,
     ) -> Decision:
         self._last_response, self._last_cause = response, cause
-        if verdict.kind != "success" and _may_have_acted(verdict, response):
+        if verdict.kind != "success" and may_have_acted(verdict, response):
             self._may_have_processed = True
         if verdict.kind == "success":
             self.state = "done"
@@ -406,7 +344,7 @@ class Call:
         if guard.breaker is not None and self._permit is not None:
             open_for = verdict.after if status == 503 else None
             transition = guard.breaker.record(
-                self._permit, _health(verdict, status), open_for=open_for
+                self._permit, health(verdict, status), open_for=open_for
             )
             self._emit_transition(transition)
             self._permit = None
@@ -472,25 +410,13 @@ class Call:
         *,
         retryable: bool,
     ) -> Fail:
-        error_class: type[ApiError]
-        extra: dict[str, Any] = {}
-        if response is not None:
-            status = response.status_code
-            if verdict.reason == "quota_exhausted":
-                error_class = QuotaExhausted
-            elif status == 429:
-                error_class, extra = RateLimited, {"retry_after": verdict.after}
-            elif 400 <= status < 500:
-                error_class = ClientError
-            elif status >= 500:
-                error_class = ServerError
-            else:
-                error_class = BadResponse
-        elif during_body and not isinstance(cause, httpx.TimeoutException):
-            error_class = BadResponse
-        else:
-            sent = "maybe" if self._may_have_processed else "no"
-            error_class, extra = TransportError, {"sent": sent}
+        error_class, extra = error_class_for(
+            verdict,
+            response,
+            cause,
+            during_body=during_body,
+            may_have_processed=self._may_have_processed,
+        )
         return self._give_up(error_class, reason, verdict.reason, response, cause, retryable, extra)
 
     def _retry_after_too_long(
@@ -524,7 +450,7 @@ class Call:
         extra: dict[str, Any],
     ) -> Fail:
         self.state = "done"
-        body, excerpt = self._describe_body(response)
+        body, excerpt = describe_body(response, self._redactor)
         error = error_class(
             reason=reason,
             outcome=outcome,
@@ -564,23 +490,6 @@ class Call:
             body_excerpt=excerpt,
         )
         return Fail(error, response, cause, report)
-
-    def _describe_body(self, response: httpx.Response | None) -> tuple[Any, str]:
-        """The failing body, parsed when JSON, bounded and scrubbed, plus a one-line excerpt."""
-        if response is None:
-            return None, ""
-        content = response.content[:_BODY_LIMIT]
-        text = self._redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
-        body: Any = text
-        if len(response.content) <= _BODY_LIMIT:
-            try:
-                body = _scrub_json(json.loads(text), self._redactor)
-            except ValueError:
-                body = text
-        excerpt = " ".join(text.split())
-        if len(excerpt) > _EXCERPT_LIMIT:
-            excerpt = excerpt[: _EXCERPT_LIMIT - 3] + "..."
-        return body, excerpt
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -642,39 +551,3 @@ class Call:
         return (
             f"Call({self.method} {self.url}, state={self.state!r}, attempts={len(self._history)})"
         )
-
-
-def _may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
-    """Whether the server may have acted on this attempt.
-
-    A 4xx says it did not, except a 409 to a keyed request: our own earlier
-    attempt under that key is still running there.
-    """
-    if verdict.reason == "idempotency_key_in_use":
-        return True
-    if response is not None and 400 <= response.status_code < 500:
-        return False
-    return verdict.processed == "maybe"
-
-
-def _health(verdict: Verdict, status: int | None) -> Health:
-    """What an outcome says about the dependency: only server-side trouble is unhealthy.
-
-    5xx, timeouts, transport errors and unreadable bodies count; 4xx (429 included)
-    means the server is answering, and a permanent verdict is about the request.
-    """
-    if verdict.kind == "success":
-        return "healthy"
-    if verdict.kind == "permanent" or (status is not None and 400 <= status < 500):
-        return "neutral"
-    return "unhealthy"
-
-
-def _scrub_json(value: Any, redactor: Redactor) -> Any:
-    if isinstance(value, str):
-        return redactor.scrub(value)
-    if isinstance(value, list):
-        return [_scrub_json(item, redactor) for item in value]
-    if isinstance(value, dict):
-        return {key: _scrub_json(item, redactor) for key, item in value.items()}
-    return value

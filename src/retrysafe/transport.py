@@ -23,7 +23,8 @@ import httpx
 
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.engine import AttemptPlan, Call, Decision, Fail, Succeed, default_dependency
+from retrysafe.decisions import AttemptPlan, Decision, Fail, Succeed
+from retrysafe.engine import Call, default_dependency
 from retrysafe.governor import Governor
 from retrysafe.nesting import RetryScope, retry_scope
 from retrysafe.observe import EventHook, Observer
