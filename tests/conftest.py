@@ -6,6 +6,7 @@ asyncio and trio; integration tests get an ``api`` for each client mode.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -25,11 +26,13 @@ class Api:
     """One way of calling through retrysafe: the sync Client, or AsyncClient on a loop.
 
     Integration tests take the ``api`` fixture and so run once per way, over
-    real sockets, with the same assertions.
+    real sockets, with the same assertions. ``seconds`` is how long the last
+    call itself took (wall clock), without making and closing the client.
     """
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
+        self.seconds = 0.0
 
     def request(
         self,
@@ -45,11 +48,19 @@ class Api:
             options["policy"] = policy
         if self.mode == "sync":
             with retrysafe.Client(**options) as client:
-                return client.request(method, url, **kwargs)
+                started = time.monotonic()
+                try:
+                    return client.request(method, url, **kwargs)
+                finally:
+                    self.seconds = time.monotonic() - started
 
         async def run() -> httpx.Response:
             async with retrysafe.AsyncClient(**options) as client:
-                return await client.request(method, url, **kwargs)
+                started = time.monotonic()
+                try:
+                    return await client.request(method, url, **kwargs)
+                finally:
+                    self.seconds = time.monotonic() - started
 
         return anyio.run(run, backend=self.mode)
 

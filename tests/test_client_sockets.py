@@ -119,12 +119,11 @@ def test_a_reset_mid_body_is_caught_inside_the_attempt(api: Any, chaos: Any) -> 
 
 def test_a_dripping_body_is_bounded_by_the_attempt_timeout(api: Any, chaos: Any) -> None:
     policy = RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5)
-    started = time.monotonic()
     with pytest.raises(retrysafe.TransportError):
         api.request("GET", chaos.url("/drip", chunks=100, interval_ms=100), policy=policy)
     # Headers came at once and each chunk within the read timeout: only the whole-attempt
-    # bound stops it. Sync checks between chunks, so it may overrun by one chunk interval.
-    assert time.monotonic() - started < 1.5
+    # bound stops it.
+    assert api.seconds < 0.8
 
 
 # -- statuses -----------------------------------------------------------------------------
@@ -260,20 +259,17 @@ def test_a_rule_turns_a_200_error_body_into_a_failure(api: Any, chaos: Any) -> N
 
 def test_a_hanging_server_gives_deadline_exceeded_on_time(api: Any, chaos: Any) -> None:
     policy = RetryPolicy(deadline=1, attempt_timeout=10)
-    started = time.monotonic()
     with pytest.raises(retrysafe.DeadlineExceeded) as caught:
         api.request("GET", chaos.url("/hang"), policy=policy)
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.2
+    assert api.seconds < 1.2
     assert caught.value.retryable is True
     assert isinstance(caught.value.__cause__, httpx.TimeoutException)
 
 
 def test_a_retry_after_far_beyond_the_deadline_fails_at_once(api: Any, chaos: Any) -> None:
-    started = time.monotonic()
     with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
         api.request("GET", chaos.url("/status/503", retry_after=3600), policy=RetryPolicy())
-    assert time.monotonic() - started < 0.5
+    assert api.seconds < 0.5
     assert (caught.value.retry_after, caught.value.attempts) == (3600.0, 1)
     assert attempts_seen(chaos) == 1
 
@@ -365,10 +361,9 @@ def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: An
 
 def test_a_slow_drip_cannot_carry_an_attempt_past_the_deadline(api: Any, chaos: Any) -> None:
     policy = RetryPolicy(deadline=1.5, attempt_timeout=10)
-    started = time.monotonic()
     with pytest.raises(retrysafe.DeadlineExceeded):
         api.request("GET", chaos.url("/drip", chunks=4, interval_ms=1200), policy=policy)
-    assert time.monotonic() - started < 1.8
+    assert api.seconds < 1.8
 
 
 def test_no_timeout_at_all_is_allowed(api: Any, chaos: Any) -> None:
