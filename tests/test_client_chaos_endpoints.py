@@ -7,6 +7,7 @@ client waited at least what it was told to, and never came back early.
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -141,3 +142,14 @@ def test_a_server_that_never_reads_times_out_per_attempt(api: Any, chaos: Any) -
     with pytest.raises(retrysafe.TransportError) as caught:
         api.request("GET", chaos.fault_url("accept_never_read"), policy=policy)
     assert [record.reason for record in caught.value.history] == ["read_timeout"] * 2
+
+
+def test_load_shedding_is_retried_until_capacity_frees_up(chaos: Any) -> None:
+    url = chaos.url("/capacity/{key}", concurrency=1, service_ms=300)
+    policy = RetryPolicy(backoff_base=0.2, backoff_cap=0.4, deadline=5)
+    with retrysafe.Client(policy=policy) as client, ThreadPoolExecutor(2) as pool:
+        statuses = list(pool.map(lambda _: client.get(url).status_code, range(2)))
+    assert statuses == [200, 200]
+    details = [record.detail for record in chaos.log()]
+    assert details.count("served") == 2
+    assert details.count("shed") >= 1
