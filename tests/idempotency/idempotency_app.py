@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -154,6 +155,17 @@ async def slow(request: Request) -> Response:
     return JSONResponse({"run": run}, status_code=201)
 
 
+async def stream(request: Request) -> Response:
+    """Streams three chunks: ``chunk0`` to ``chunk2``, one line each."""
+    await _count(request)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for number in range(3):
+            yield f"chunk{number}\n".encode()
+
+    return StreamingResponse(chunks(), media_type="text/plain")
+
+
 def build_app(
     store: IdempotencyStore, *, shop: Shop | None = None, **middleware_options: Any
 ) -> Starlette:
@@ -170,6 +182,7 @@ def build_app(
             Route("/commit-then-raise", commit_then_raise, methods=["POST"]),
             Route("/big", big, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
+            Route("/stream", stream, methods=["POST"]),
         ],
         middleware=[
             Middleware(TokenAuth),

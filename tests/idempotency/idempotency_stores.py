@@ -6,14 +6,19 @@ import contextlib
 import uuid
 from pathlib import Path
 
+import anyio
 import pytest
 
 from retrysafe.idempotency import (
+    Claimed,
+    IdempotencyRecord,
     IdempotencyStore,
     MemoryStore,
     PostgresStore,
     RedisStore,
     SQLiteStore,
+    StoredResponse,
+    StoreUnavailable,
 )
 from retrysafe.idempotency._testservers import free_port
 
@@ -94,3 +99,76 @@ class StoreFactory:
         for store in self._made:
             with contextlib.suppress(Exception):
                 await store.close()
+
+
+class InterposedStore:
+    """A real store behind a thin layer the test controls, standing in for a flaky or
+    slow backend: it can fail the next ``complete`` calls, hold lease renewals back until
+    the test lets them through, and notes every renewal and every owner token."""
+
+    def __init__(self, inner: IdempotencyStore, *, failing_completes: int = 0) -> None:
+        self.inner = inner
+        self.failing_completes = failing_completes
+        self.tokens: list[str] = []
+        #: (``now`` passed in, whether the claim was renewed) for each renewal.
+        self.renewals: list[tuple[float, bool]] = []
+        self._renewals_held: anyio.Event | None = None
+        self._renewal_seen: anyio.Event | None = None
+
+    def hold_renewals(self) -> None:
+        """Make renewals wait, as if the store were slow, until :meth:`release_renewals`."""
+        self._renewals_held = anyio.Event()
+
+    def release_renewals(self) -> None:
+        if self._renewals_held is not None:
+            self._renewals_held.set()
+
+    async def renewal(self, *, at_or_after: float, renewed: bool = True) -> None:
+        """Wait (at most 5 s) for a renewal made at ``now >= at_or_after`` that had the
+        outcome ``renewed``."""
+        with anyio.fail_after(5):
+            while not any(
+                now >= at_or_after and outcome == renewed for now, outcome in self.renewals
+            ):
+                if self._renewal_seen is None:
+                    self._renewal_seen = anyio.Event()
+                await self._renewal_seen.wait()
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
+    ) -> Claimed | IdempotencyRecord:
+        outcome = await self.inner.claim(scope, key, fingerprint, now=now, lease=lease)
+        if isinstance(outcome, Claimed):
+            self.tokens.append(outcome.token)
+        return outcome
+
+    async def complete(
+        self,
+        scope: str,
+        key: str,
+        token: str,
+        response: StoredResponse | None,
+        *,
+        now: float,
+        ttl: float,
+    ) -> bool:
+        if self.failing_completes:
+            self.failing_completes -= 1
+            raise StoreUnavailable("InterposedStore", "connection reset (injected)")
+        return await self.inner.complete(scope, key, token, response, now=now, ttl=ttl)
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        if self._renewals_held is not None:
+            await self._renewals_held.wait()
+        renewed = await self.inner.extend(scope, key, token, now=now, lease=lease)
+        self.renewals.append((now, renewed))
+        if self._renewal_seen is not None:
+            self._renewal_seen.set()
+            self._renewal_seen = None
+        return renewed
+
+    async def release(self, scope: str, key: str, token: str) -> bool:
+        return await self.inner.release(scope, key, token)
+
+    async def close(self) -> None:
+        await self.inner.close()

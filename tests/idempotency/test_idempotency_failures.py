@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 
 import anyio
 import pytest
 from idempotency_app import Shop, build_app, client_for, headers
-from idempotency_stores import StoreFactory
+from idempotency_stores import InterposedStore, StoreFactory
 
 from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
 from retrysafe.idempotency.asgi import Message
@@ -53,10 +54,59 @@ async def test_a_store_that_is_down_gets_503_and_the_handler_does_not_run(
     assert app.state.shop.runs["/orders"] == 0
 
 
-def _scope(key: str, path: str) -> dict[str, object]:
+async def test_a_store_that_is_down_asks_the_client_to_retry_after_a_second(
+    stores: StoreFactory,
+) -> None:
+    store = stores.make_down()
+    if stores.kind == "memory":
+        await store.close()
+    app = build_app(store)
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+
+
+async def test_an_outcome_the_store_fails_to_keep_once_is_kept_by_trying_again(
+    store: IdempotencyStore,
+) -> None:
+    flaky = InterposedStore(store, failing_completes=1)
+    app = build_app(flaky)
+    async with client_for(app) as client:
+        first = await client.post("/orders", json={}, headers=headers("k1"))
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert first.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json() == first.json()
+    assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_an_outcome_the_store_never_keeps_is_logged_as_an_error_without_secrets(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = InterposedStore(store, failing_completes=100)
+    app = build_app(broken)
+    with caplog.at_level(logging.WARNING, logger="retrysafe.idempotency"):
+        async with client_for(app) as client:
+            response = await client.post("/orders", json={}, headers=headers("k1"))
+
+    errors = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert response.status_code == 201  # the client still gets its answer
+    assert len(errors) == 1
+    message = errors[0].getMessage()
+    assert "could not be stored" in message
+    assert "'k1'" in message
+    assert "'alice'" in message
+    assert broken.tokens
+    assert all(token not in caplog.text for token in broken.tokens)
+
+
+def _scope(key: str, path: str, *, spec_version: str = "2.4") -> dict[str, object]:
     return {
         "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "asgi": {"version": "3.0", "spec_version": spec_version},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
@@ -125,6 +175,32 @@ async def test_a_client_that_leaves_mid_request_does_not_stop_the_handler(
     assert retry.headers["idempotent-replayed"] == "true"
     assert retry.json() == {"run": 1}
     assert shop.runs["/slow"] == 1
+
+
+async def test_a_streamed_response_goes_out_whole_when_the_server_send_waits(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    sent: list[Message] = []
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        await anyio.sleep(0.01)  # a server waiting for its socket to drain
+        sent.append(message)
+
+    # Before ASGI 2.4, Starlette streams while listening for a disconnect, and stops
+    # streaming when it hears one.
+    await app(_scope("k1", "/stream", spec_version="2.3"), receive, send)
+
+    chunks = [message for message in sent if message["type"] == "http.response.body"]
+    assert b"".join(message.get("body", b"") for message in chunks) == b"chunk0\nchunk1\nchunk2\n"
+    assert not chunks[-1].get("more_body", False)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +55,39 @@ def test_json_key_order_does_not_matter_but_values_do() -> None:
     assert fingerprint(b"[1,2]") != fingerprint(b"[2,1]")
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("12345678901234567.89", "12345678901234567.88"),
+        ("0.1", "0.10000000000000000001"),
+        ("1e400", "9e999"),
+        ("-1e400", "-9e999"),
+        ("0", "-0"),
+        ("123456789012345678901234567890", "123456789012345678901234567891"),
+    ],
+)
+def test_json_numbers_that_floats_cannot_tell_apart_are_different_requests(
+    first: str, second: str
+) -> None:
+    assert fingerprint(f'{{"amount":{first}}}'.encode()) != fingerprint(
+        f'{{"amount":{second}}}'.encode()
+    )
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False, max_value=10**40, min_value=-(10**40)))
+def test_a_digit_past_float_precision_still_makes_another_request(number: Decimal) -> None:
+    text = format(number, "f")
+    longer = text + ("" if "." in text else ".") + "0000000000000000000001"
+
+    assert fingerprint(f'{{"n":{text}}}'.encode()) != fingerprint(f'{{"n":{longer}}}'.encode())
+
+
+def test_exact_numbers_still_ignore_key_order_and_whitespace() -> None:
+    assert fingerprint(b'{"amount":12345678901234567.89,"to":"bob"}') == fingerprint(
+        b'{ "to" : "bob" ,\n  "amount" : 12345678901234567.89 }'
+    )
+
+
 def test_structured_json_media_types_count_as_json() -> None:
     merge_patch = "application/merge-patch+json; charset=utf-8"
 
@@ -94,6 +129,13 @@ def test_distinct_query_names_may_come_in_any_order_but_repeats_keep_theirs() ->
     assert fingerprint(query=b"a=1&b=2") == fingerprint(query=b"b=2&a=1")
     assert fingerprint(query=b"tag=x&tag=y") != fingerprint(query=b"tag=y&tag=x")
     assert fingerprint(query=b"a=") != fingerprint(query=b"")
+
+
+def test_percent_escapes_of_different_bytes_are_different_queries() -> None:
+    assert fingerprint(query=b"to=%FF") != fingerprint(query=b"to=%FE")
+    assert fingerprint(query=b"%FF=1") != fingerprint(query=b"%FE=1")
+    assert fingerprint(query=b"to=%C3%A9") != fingerprint(query=b"to=%C3%A8")
+    assert fingerprint(query=b"to=%41") == fingerprint(query=b"to=A")
 
 
 def test_fields_cannot_bleed_into_each_other() -> None:

@@ -9,6 +9,7 @@ import anyio
 import httpx
 import pytest
 from idempotency_app import build_app, client_for, headers
+from idempotency_stores import InterposedStore
 
 from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
 from retrysafe.testing import FakeClock
@@ -94,6 +95,74 @@ async def test_an_expired_lease_is_taken_over_and_the_late_owner_cannot_overwrit
     assert later.json() == {"run": 2}
     assert shop.runs["/slow"] == 2
     assert "another request took the key over" in caplog.text
+
+
+async def test_a_handler_that_outlives_its_lease_keeps_the_key_by_renewing_it(
+    store: IdempotencyStore,
+) -> None:
+    clock = FakeClock()
+    watched = InterposedStore(store)
+    app = build_app(watched, clock=clock, lease=0.3)  # renewed every 0.1 s of real time
+    shop = app.state.shop
+    results: dict[str, httpx.Response] = {}
+    async with client_for(app) as client:
+
+        async def first() -> None:
+            results["first"] = await client.post("/slow", json={}, headers=headers("k1"))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(first)
+            await shop.entered[1].wait()
+            for _ in range(4):  # one step stays inside a lease; four run far past the first
+                clock.advance(0.25)
+                await watched.renewal(at_or_after=clock.time())
+            during = await client.post("/slow", json={}, headers=headers("k1"))
+            shop.gates[1].set()
+        after = await client.post("/slow", json={}, headers=headers("k1"))
+
+    assert during.status_code == 409
+    assert results["first"].json() == {"run": 1}
+    assert after.headers["idempotent-replayed"] == "true"
+    assert after.json() == {"run": 1}
+    assert shop.runs["/slow"] == 1
+
+
+async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without_secrets(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    slow_store = InterposedStore(store)
+    slow_store.hold_renewals()  # the store stalls, so the first claim's lease runs out
+    app = build_app(slow_store, clock=clock, lease=0.3)
+    shop = app.state.shop
+    results: dict[str, httpx.Response] = {}
+    async with client_for(app) as client:
+
+        async def post(name: str) -> None:
+            results[name] = await client.post("/slow", json={}, headers=headers("k1"))
+
+        with caplog.at_level(logging.WARNING, logger="retrysafe.idempotency"):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(post, "stale")
+                await shop.entered[1].wait()
+                clock.advance(1)
+                tasks.start_soon(post, "takeover")
+                await shop.entered[2].wait()
+                slow_store.release_renewals()
+                await slow_store.renewal(at_or_after=0, renewed=False)
+                shop.gates[1].set()
+                shop.gates[2].set()
+        later = await client.post("/slow", json={}, headers=headers("k1"))
+
+    errors = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "was lost" in errors[0].getMessage()
+    assert "'k1'" in errors[0].getMessage()
+    assert "'alice'" in errors[0].getMessage()
+    assert all(token not in caplog.text for token in slow_store.tokens)
+    assert results["stale"].json() == {"run": 1}  # its handler ran on to the end
+    assert results["takeover"].json() == {"run": 2}
+    assert later.json() == {"run": 2}
 
 
 async def test_a_kept_response_outlives_the_lease(store: IdempotencyStore) -> None:

@@ -66,6 +66,28 @@ async def test_json_formatting_and_key_order_do_not_make_another_request(
     assert app.state.shop.runs["/orders"] == 1
 
 
+async def test_an_amount_that_differs_past_float_precision_is_a_different_request(
+    store: IdempotencyStore,
+) -> None:
+    app = build_app(store)
+    content_type = {"Content-Type": "application/json"}
+    async with client_for(app) as client:
+        first = await client.post(
+            "/orders",
+            content=b'{"amount": 12345678901234567.89}',
+            headers=headers("k1") | content_type,
+        )
+        other = await client.post(
+            "/orders",
+            content=b'{"amount": 12345678901234567.88}',
+            headers=headers("k1") | content_type,
+        )
+
+    assert first.status_code == 201
+    assert other.status_code == 422
+    assert app.state.shop.runs["/orders"] == 1
+
+
 async def test_a_different_body_is_422_and_the_original_still_replays(
     store: IdempotencyStore,
 ) -> None:

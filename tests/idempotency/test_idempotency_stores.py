@@ -106,6 +106,62 @@ async def test_a_lapsed_claim_is_taken_over_and_its_old_token_fenced_off(
     assert await store.complete("alice", "k1", fresh, RESPONSE, now=NOW + 11, ttl=100)
 
 
+async def test_a_renewed_claim_holds_the_key_until_its_new_lease_ends(
+    store: IdempotencyStore,
+) -> None:
+    token = await claim(store)
+
+    assert await store.extend("alice", "k1", token, now=NOW + 8, lease=10)
+    held = await store.claim("alice", "k1", "fp", now=NOW + 15, lease=10)
+
+    assert held == IdempotencyRecord("in_flight", "fp", NOW + 18)
+    assert await store.complete("alice", "k1", token, RESPONSE, now=NOW + 16, ttl=100)
+
+
+async def test_another_token_cannot_renew_a_claim(store: IdempotencyStore) -> None:
+    await claim(store)
+
+    assert not await store.extend("alice", "k1", "not-the-owner", now=NOW + 8, lease=10)
+    held = await store.claim("alice", "k1", "fp", now=NOW + 1, lease=10)
+    assert held == IdempotencyRecord("in_flight", "fp", NOW + 10)
+
+
+async def test_a_taken_over_claim_cannot_be_renewed_by_its_old_owner(
+    store: IdempotencyStore,
+) -> None:
+    stale = await claim(store)
+    await claim(store, now=NOW + 10, fingerprint="fp-new")
+
+    assert not await store.extend("alice", "k1", stale, now=NOW + 11, lease=10)
+    held = await store.claim("alice", "k1", "fp", now=NOW + 12, lease=10)
+    assert held == IdempotencyRecord("in_flight", "fp-new", NOW + 20)
+
+
+async def test_a_finished_claim_cannot_be_renewed(store: IdempotencyStore) -> None:
+    kept = await claim(store)
+    await store.complete("alice", "k1", kept, RESPONSE, now=NOW, ttl=100)
+    released = await store.claim("bob", "k1", "fp", now=NOW, lease=10)
+    assert isinstance(released, Claimed)
+    await store.release("bob", "k1", released.token)
+
+    assert not await store.extend("alice", "k1", kept, now=NOW + 1, lease=10)
+    assert not await store.extend("bob", "k1", released.token, now=NOW + 1, lease=10)
+    record = await store.claim("alice", "k1", "fp", now=NOW + 2, lease=10)
+    assert record == IdempotencyRecord("completed", "fp", NOW + 100, RESPONSE)
+
+
+async def test_completing_again_with_the_same_token_succeeds_and_changes_nothing(
+    store: IdempotencyStore,
+) -> None:
+    token = await claim(store)
+    await store.complete("alice", "k1", token, RESPONSE, now=NOW, ttl=100)
+
+    assert await store.complete("alice", "k1", token, RESPONSE, now=NOW + 5, ttl=100)
+    assert not await store.complete("alice", "k1", token, None, now=NOW + 5, ttl=100)
+    kept = await store.claim("alice", "k1", "fp", now=NOW + 6, lease=10)
+    assert kept == IdempotencyRecord("completed", "fp", NOW + 100, RESPONSE)
+
+
 async def test_a_kept_response_lapses_after_its_ttl(store: IdempotencyStore) -> None:
     token = await claim(store)
     await store.complete("alice", "k1", token, RESPONSE, now=NOW, ttl=100)

@@ -15,6 +15,7 @@ after a crash goes out under the same key instead of becoming a second write.
 
 from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
 from retrysafe.idempotency.fingerprint import request_fingerprint
+from retrysafe.idempotency.held_claim import WallClock
 from retrysafe.idempotency.journal import (
     Journal,
     JournalConflict,
@@ -23,7 +24,7 @@ from retrysafe.idempotency.journal import (
     OperationDone,
 )
 from retrysafe.idempotency.memory_store import MemoryStore
-from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware, WallClock
+from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware
 from retrysafe.idempotency.postgres_store import PostgresStore
 from retrysafe.idempotency.problems import PROBLEM_TYPE_PREFIX
 from retrysafe.idempotency.records import (

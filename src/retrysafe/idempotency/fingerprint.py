@@ -32,26 +32,80 @@ def request_fingerprint(
 
 
 def canonical_query(query: bytes) -> bytes:
-    """The query string decoded and sorted by name, keeping the order of repeated names."""
-    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    """The query string decoded and sorted by name, keeping the order of repeated names.
+
+    Percent escapes are decoded byte for byte (as Latin-1), so escapes of different
+    bytes never decode to the same text.
+    """
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
     pairs.sort(key=lambda pair: pair[0])
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def canonical_body(body: bytes, content_type: str | None) -> bytes:
-    """A JSON body re-serialised with sorted keys and no whitespace; other bodies as sent.
+    """A JSON body rewritten with sorted keys and no whitespace; other bodies as sent.
 
-    A body labelled JSON that does not parse is taken byte for byte.
+    Numbers keep the exact text they were sent as: read as floats, two different amounts
+    such as ``12345678901234567.89`` and ``…88`` would look the same. A body labelled
+    JSON that does not parse is taken byte for byte.
     """
     if not body or not _is_json(content_type):
         return body
     try:
-        document = json.loads(body)
+        document = json.loads(
+            body, parse_float=_Literal, parse_int=_Literal, parse_constant=_Literal
+        )
     except (ValueError, RecursionError):
         return body
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    return _write_canonical(document).encode("utf-8", "surrogatepass")
+
+
+class _Literal:
+    """JSON text written out exactly as it is: a number as sent, or punctuation."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+_OPEN_ARRAY, _CLOSE_ARRAY = _Literal("["), _Literal("]")
+_OPEN_OBJECT, _CLOSE_OBJECT = _Literal("{"), _Literal("}")
+_COMMA, _COLON = _Literal(","), _Literal(":")
+
+
+def _write_canonical(document: object) -> str:
+    """Serialise a parsed document: keys sorted, no whitespace, numbers as sent.
+
+    Iterative rather than recursive, so any depth the parser accepted is written too.
+    """
+    out: list[str] = []
+    pending: list[object] = [document]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _Literal):
+            out.append(item.text)
+        elif isinstance(item, str):
+            out.append(json.dumps(item, ensure_ascii=False))
+        elif item is None or item is True or item is False:
+            out.append(json.dumps(item))
+        elif isinstance(item, list):
+            parts: list[object] = [_OPEN_ARRAY]
+            for index, element in enumerate(item):
+                parts.extend((_COMMA, element) if index else (element,))
+            parts.append(_CLOSE_ARRAY)
+            pending.extend(reversed(parts))
+        elif isinstance(item, dict):
+            parts = [_OPEN_OBJECT]
+            for index, name in enumerate(sorted(item)):
+                if index:
+                    parts.append(_COMMA)
+                parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, item[name]))
+            parts.append(_CLOSE_OBJECT)
+            pending.extend(reversed(parts))
+        else:
+            raise TypeError(f"not a parsed JSON value: {item!r}")
+    return "".join(out)
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -69,9 +69,21 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             entry = self._entries.get((scope, key))
+            if entry is None or entry.token != token:
+                return False
+            if entry.record.state != "in_flight":
+                return entry.record.state == state  # already completed by this claim
+            record = IdempotencyRecord(state, entry.record.fingerprint, now + ttl, response)
+            self._entries[(scope, key)] = _Entry(record, token)
+            return True
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        with self._lock:
+            self._check_open()
+            entry = self._entries.get((scope, key))
             if entry is None or entry.token != token or entry.record.state != "in_flight":
                 return False
-            record = IdempotencyRecord(state, entry.record.fingerprint, now + ttl, response)
+            record = dataclasses.replace(entry.record, expires_at=now + lease)
             self._entries[(scope, key)] = _Entry(record, token)
             return True
 

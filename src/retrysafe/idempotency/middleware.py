@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -16,9 +16,10 @@ from retrysafe.idempotency.asgi import ASGIApp, Receive, Scope, Send
 from retrysafe.idempotency.commit import SCOPE_KEY, IdempotentRequest
 from retrysafe.idempotency.decisions import Finish, answer_repeat, finish_claim
 from retrysafe.idempotency.fingerprint import request_fingerprint
+from retrysafe.idempotency.held_claim import HeldClaim, WallClock
 from retrysafe.idempotency.key_header import KeyProblem, read_key
 from retrysafe.idempotency.problems import Problem, send_problem
-from retrysafe.idempotency.records import IdempotencyRecord
+from retrysafe.idempotency.records import IdempotencyRecord, StoredResponse
 from retrysafe.idempotency.replay import send_replay, stored_response
 from retrysafe.idempotency.request_body import BodyRefused, read_body, replaying_receive
 from retrysafe.idempotency.response_capture import ResponseCapture
@@ -41,6 +42,9 @@ logger = logging.getLogger("retrysafe.idempotency")
 #: It is given the request before its body is read, and must not read the body.
 CallerScope = Callable[["Request"], "str | Awaitable[str | None] | None"]
 
+#: The ``Retry-After`` seconds told to a client whose request met a store that was down.
+STORE_DOWN_RETRY_AFTER = 1
+
 # Server-side shortcuts that send a file without passing its bytes through ``send``;
 # the middleware hides them from the app so the response can be copied.
 _UNCOPYABLE_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
@@ -56,12 +60,6 @@ class _Admitted:
     fingerprint: str
 
 
-class WallClock(Protocol):
-    """Anything with wall-clock ``time()``: :class:`retrysafe.SystemClock`, ``FakeClock``."""
-
-    def time(self) -> float: ...
-
-
 class IdempotencyMiddleware:
     """Pure ASGI middleware that makes keyed writes safe to retry.
 
@@ -70,7 +68,9 @@ class IdempotencyMiddleware:
     same request gets the kept response again, marked ``Idempotent-Replayed: true``; a
     repeat while the first runs gets 409 with ``Retry-After``; the same key with another
     method, path, query or body gets 422. Refusals are ``application/problem+json``. If
-    the store cannot be used, the request gets 503 and the handler does not run.
+    the store cannot be used, the request gets 503 with ``Retry-After`` and the handler
+    does not run. While the handler runs its claim's lease is renewed; its outcome is
+    written when it ends, tried again if the store blinks.
 
     Place it inside authentication: ``scope`` is called with the Starlette ``Request`` and
     returns the verified caller, so one caller's keys never meet another's.
@@ -151,7 +151,7 @@ class IdempotencyMiddleware:
             )
         except StoreUnavailable as exc:
             logger.warning("idempotency store unavailable, refusing a keyed request: %s", exc)
-            await send_problem(send, problems.store_unavailable())
+            await send_problem(send, problems.store_unavailable(STORE_DOWN_RETRY_AFTER))
             return
         if isinstance(claim, IdempotencyRecord):
             answer = answer_repeat(claim, admitted.fingerprint, now=now, settings=settings)
@@ -197,6 +197,15 @@ class IdempotencyMiddleware:
     async def _run_claimed(
         self, scope: Scope, body: bytes, send: Send, guarded: IdempotentRequest, token: str
     ) -> None:
+        held = HeldClaim(
+            self.store,
+            guarded.caller,
+            guarded.key,
+            token,
+            clock=self._clock,
+            settings=self.settings,
+        )
+
         async def on_complete(capture: ResponseCapture) -> None:
             finish = finish_claim(
                 capture.status,
@@ -204,7 +213,7 @@ class IdempotencyMiddleware:
                 oversized=capture.oversized,
                 settings=self.settings,
             )
-            await self._finish(guarded, token, finish, capture)
+            await held.finish(finish, _kept_response(finish, capture))
 
         capture = ResponseCapture(
             send, max_size=self.settings.max_response_size, on_complete=on_complete
@@ -218,51 +227,29 @@ class IdempotencyMiddleware:
                 for name, value in extensions.items()
                 if name not in _UNCOPYABLE_EXTENSIONS
             }
-        try:
-            await self.app(inner_scope, replaying_receive(body, capture.complete), capture.send)
-        finally:
-            if not capture.complete.is_set():
-                # No complete response: the handler raised, was cancelled or sent nothing.
-                finish = finish_claim(
-                    None, committed=guarded.committed, oversized=False, settings=self.settings
-                )
-                with anyio.CancelScope(shield=True):
-                    await self._finish(guarded, token, finish, None)
-
-    async def _finish(
-        self,
-        guarded: IdempotentRequest,
-        token: str,
-        finish: Finish,
-        capture: ResponseCapture | None,
-    ) -> None:
-        caller, key = guarded.caller, guarded.key
-        try:
-            if finish == "release":
-                done = await self.store.release(caller, key, token)
-            else:
-                response = None
-                if finish == "keep" and capture is not None and capture.status is not None:
-                    response = stored_response(capture.status, capture.headers, bytes(capture.body))
-                done = await self.store.complete(
-                    caller, key, token, response, now=self._clock.time(), ttl=self.settings.ttl
-                )
-        except StoreUnavailable as exc:
-            logger.warning(
-                "could not record the outcome (%s) of idempotency key %r; the key stays"
-                " claimed until its lease ends: %s",
-                finish,
-                key,
-                exc,
-            )
-            return
-        if not done:
-            logger.warning(
-                "the lease on idempotency key %r ran out and another request took the key"
-                " over; this request's outcome (%s) was not recorded",
-                key,
-                finish,
-            )
+        failure: Exception | None = None
+        async with anyio.create_task_group() as renewal:
+            renewal.start_soon(held.renew_until_finished)
+            try:
+                await self.app(inner_scope, replaying_receive(body, capture.sent), capture.send)
+            except Exception as exc:
+                # Raised again below, outside the task group, so it is not wrapped in an
+                # exception group on its way to the server's error handling.
+                failure = exc
+            finally:
+                if not capture.recorded:
+                    # No complete response: the handler raised, was cancelled or sent nothing.
+                    finish = finish_claim(
+                        None, committed=guarded.committed, oversized=False, settings=self.settings
+                    )
+                    with anyio.CancelScope(shield=True):
+                        await held.finish(finish, None)
+                held.stop()
+        if failure is not None:
+            try:
+                raise failure
+            finally:
+                failure = None
 
     async def _caller(self, scope: Scope) -> str | None:
         from starlette.requests import Request
@@ -276,6 +263,13 @@ class IdempotencyMiddleware:
 
     def __repr__(self) -> str:
         return f"IdempotencyMiddleware(store={self.store!r}, settings={self.settings!r})"
+
+
+def _kept_response(finish: Finish, capture: ResponseCapture) -> StoredResponse | None:
+    """The response to store: ``None`` unless the decision was to keep it."""
+    if finish != "keep" or capture.status is None:
+        return None
+    return stored_response(capture.status, capture.headers, bytes(capture.body))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -117,9 +117,32 @@ class PostgresStore:
             " WHERE scope = %s AND key = %s AND token = %s AND state = 'in_flight'"
         )
 
+        # Completed already by this claim (an earlier try whose answer was lost)?
+        done_before = (
+            f"SELECT 1 FROM {self._table}"
+            " WHERE scope = %s AND key = %s AND token = %s AND state = %s"
+        )
+
         async def work(connection: AsyncConnection[tuple[Any, ...]]) -> bool:
             cursor = await connection.execute(
                 statement, (*values, now + ttl, scope, key, token), prepare=True
+            )
+            if cursor.rowcount == 1:
+                return True
+            cursor = await connection.execute(done_before, (scope, key, token, values[0]))
+            return await cursor.fetchone() is not None
+
+        return await self._run(work)
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        statement = (
+            f"UPDATE {self._table} SET expires_at = %s"
+            " WHERE scope = %s AND key = %s AND token = %s AND state = 'in_flight'"
+        )
+
+        async def work(connection: AsyncConnection[tuple[Any, ...]]) -> bool:
+            cursor = await connection.execute(
+                statement, (now + lease, scope, key, token), prepare=True
             )
             return cursor.rowcount == 1
 

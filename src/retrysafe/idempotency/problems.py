@@ -128,12 +128,13 @@ def not_replayable(header: str) -> Problem:
     )
 
 
-def store_unavailable() -> Problem:
+def store_unavailable(retry_after: int) -> Problem:
     """The idempotency store could not be used, so the handler was not run."""
     return Problem(
         503,
         "store-unavailable",
         "Idempotency store unavailable",
         "The request was not processed because its idempotency key could not be checked."
-        " Retry it with the same key.",
+        f" Retry it with the same key after {retry_after} s.",
+        (("retry-after", str(retry_after)),),
     )

@@ -56,6 +56,16 @@ redis.call('PEXPIRE', KEYS[1], ARGV[7])
 return 1
 """
 
+_EXTEND = """
+local fields = redis.call('HMGET', KEYS[1], 'token', 'state')
+if fields[1] == ARGV[1] and fields[2] == 'in_flight' then
+    redis.call('HSET', KEYS[1], 'expires_at', ARGV[2])
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return 1
+end
+return 0
+"""
+
 _RELEASE = """
 local fields = redis.call('HMGET', KEYS[1], 'token', 'state')
 if fields[1] == ARGV[1] and fields[2] == 'in_flight' then
@@ -98,6 +108,7 @@ class RedisStore:
         )
         self._claim: AsyncScript = self._client.register_script(_CLAIM)
         self._complete: AsyncScript = self._client.register_script(_COMPLETE)
+        self._extend: AsyncScript = self._client.register_script(_EXTEND)
         self._release: AsyncScript = self._client.register_script(_RELEASE)
         self._closed = False
 
@@ -127,6 +138,10 @@ class RedisStore:
             parts = ["completed", str(response.status), response.headers_json(), response.body]
         args = [token, *parts, repr(now + ttl), _milliseconds(ttl)]
         return bool(await self._call(self._complete, scope, key, args))
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        args = [token, repr(now + lease), _milliseconds(lease)]
+        return bool(await self._call(self._extend, scope, key, args))
 
     async def release(self, scope: str, key: str, token: str) -> bool:
         return bool(await self._call(self._release, scope, key, [token]))

@@ -46,12 +46,14 @@ async def read_body(
             return b"".join(chunks)
 
 
-def replaying_receive(body: bytes, response_done: anyio.Event) -> Receive:
+def replaying_receive(body: bytes, response_sent: anyio.Event) -> Receive:
     """A ``receive`` for the app that yields the already-read ``body``.
 
-    After that it reports a disconnect only once the response is complete. The app is
-    never told the client left mid-way: a claimed request runs to the end so its outcome
-    can be kept, and the client's retry gets it replayed.
+    After that it reports a disconnect only once ``response_sent`` is set, after the last
+    body chunk went out: an app that stops on a disconnect (Starlette's streaming
+    responses do) must not cut that chunk off. The app is never told the client left
+    mid-way: a claimed request runs to the end so its outcome can be kept, and the
+    client's retry gets it replayed.
     """
     delivered = False
 
@@ -60,7 +62,7 @@ def replaying_receive(body: bytes, response_done: anyio.Event) -> Receive:
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await response_done.wait()
+        await response_sent.wait()
         return {"type": "http.disconnect"}
 
     return receive

@@ -16,9 +16,11 @@ class ResponseCapture:
 
     When the app sends the last body chunk, ``on_complete`` runs (shielded from
     cancellation) *before* that chunk goes out, so the outcome is stored even when the
-    client is gone by then. If the server's ``send`` fails because the client left (ASGI
-    servers raise ``OSError``), nothing more is forwarded but the app runs on and the
-    copy is still completed. A body over ``max_size`` is not kept; ``oversized`` says so.
+    client is gone by then; ``recorded`` says it ran. ``sent`` is set once the last chunk
+    has been forwarded (or could not be). If the server's ``send`` fails because the
+    client left (ASGI servers raise ``OSError``), nothing more is forwarded but the app
+    runs on and the copy is still completed. A body over ``max_size`` is not kept;
+    ``oversized`` says so.
     """
 
     def __init__(
@@ -36,21 +38,28 @@ class ResponseCapture:
         self.body = bytearray()
         self.oversized = False
         self.client_gone = False
-        self.complete = anyio.Event()
+        self.recorded = False
+        self.sent = anyio.Event()
 
     async def send(self, message: Message) -> None:
         """The ``send`` handed to the app."""
         kind = message["type"]
+        last = False
         if kind == "http.response.start":
             self.status = int(message["status"])
             self.headers = [(bytes(name), bytes(value)) for name, value in message["headers"]]
         elif kind == "http.response.body":
             self._keep(bytes(message.get("body", b"")))
-            if not message.get("more_body", False):
+            last = not message.get("more_body", False)
+            if last:
                 with anyio.CancelScope(shield=True):
                     await self._on_complete(self)
-                self.complete.set()
-        await self._forward(message)
+                self.recorded = True
+        try:
+            await self._forward(message)
+        finally:
+            if last:
+                self.sent.set()
 
     def _keep(self, chunk: bytes) -> None:
         if self.oversized:

@@ -27,8 +27,10 @@ class IdempotencySettings:
         required: ``True`` answers a keyless request 400; ``False`` lets it through
             unguarded.
         ttl: seconds a finished request's response is kept for replay (retention).
-        lease: seconds a claim holds the key while its handler runs; a claim older than
-            this is presumed dead and the next repeat takes the key over.
+        lease: seconds a claim holds the key unless renewed. The middleware renews it
+            every third of this while the handler runs, so only a claim whose server
+            stopped renewing it (crashed, or cut off from the store) lapses, and the next
+            repeat takes the key over.
         header: the request header carrying the key.
         methods: request methods whose keys are honoured; others pass through.
         max_key_length: longest key accepted, in characters.

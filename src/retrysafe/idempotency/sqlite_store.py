@@ -110,6 +110,25 @@ class SQLiteStore:
                 " WHERE scope = ? AND key = ? AND token = ? AND state = 'in_flight'",
                 (*values, now + ttl, scope, key, token),
             )
+            if cursor.rowcount == 1:
+                return True
+            # Completed already by this claim (an earlier try whose answer was lost)?
+            row = connection.execute(
+                f"SELECT 1 FROM {self._table} WHERE scope = ? AND key = ? AND token = ?"
+                " AND state = ?",
+                (scope, key, token, values[0]),
+            ).fetchone()
+            return row is not None
+
+        return await self._run(run)
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        def run(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
+                f"UPDATE {self._table} SET expires_at = ?"
+                " WHERE scope = ? AND key = ? AND token = ? AND state = 'in_flight'",
+                (now + lease, scope, key, token),
+            )
             return cursor.rowcount == 1
 
         return await self._run(run)

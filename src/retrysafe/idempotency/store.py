@@ -60,6 +60,16 @@ class IdempotencyStore(Protocol):
         ``response=None`` keeps a ``not_replayable`` record instead. Returns ``False``,
         changing nothing, when ``token`` no longer owns the key: another claim took it
         over, or the lapsed claim was removed (stores may remove lapsed records any time).
+        Completing again with the same token and outcome changes nothing and returns
+        ``True``, so a write whose reply was lost can be retried.
+        """
+        ...
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        """Renew a claim still in flight: it now holds the key until ``now + lease``.
+
+        Atomic and fenced like :meth:`complete`: returns ``False``, changing nothing, when
+        ``token`` no longer owns an in-flight record for the key.
         """
         ...
 

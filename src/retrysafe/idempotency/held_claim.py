@@ -1,0 +1,164 @@
+"""A claim while its handler runs: renew its lease, then write its outcome, retrying blips."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import anyio
+
+from retrysafe.idempotency.decisions import Finish
+from retrysafe.idempotency.records import StoredResponse
+from retrysafe.idempotency.settings import IdempotencySettings
+from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
+
+__all__ = ["FINISH_RETRY_DELAYS", "HeldClaim", "WallClock"]
+
+logger = logging.getLogger("retrysafe.idempotency")
+
+#: Seconds to wait before each further try at writing an outcome the store refused with
+#: :class:`StoreUnavailable`: a blip costs the client a moment, not a second run.
+FINISH_RETRY_DELAYS = (0.05, 0.25, 1.0)
+
+
+class WallClock(Protocol):
+    """Anything with wall-clock ``time()``: :class:`retrysafe.SystemClock`, ``FakeClock``."""
+
+    def time(self) -> float: ...
+
+
+class HeldClaim:
+    """One claim on (caller, key), held by the request whose handler is running.
+
+    :meth:`renew_until_finished` pushes the lease forward every third of its length, so a
+    handler that runs longer than the lease keeps the key and never runs twice.
+    :meth:`finish` writes the outcome, retrying a store that is briefly unavailable, and
+    stops the renewal. Log lines name the caller and the key, never the owner token.
+    """
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        caller: str,
+        key: str,
+        token: str,
+        *,
+        clock: WallClock,
+        settings: IdempotencySettings,
+    ) -> None:
+        self.caller = caller
+        self.key = key
+        self._store = store
+        self._token = token
+        self._clock = clock
+        self._settings = settings
+        self._finished = False
+        self._renewal = anyio.CancelScope()
+
+    async def renew_until_finished(self) -> None:
+        """Renew the lease until :meth:`finish` or :meth:`stop`; run it in a task group.
+
+        A store that is briefly unavailable is tried again at the next renewal. A claim
+        that was lost (the lease ran out and another request took the key over) is logged
+        as an error and renewal stops; the handler runs on, and the fencing token keeps
+        its late outcome from overwriting the new owner's.
+        """
+        interval = self._settings.lease / 3
+        with self._renewal:
+            while not self._finished:
+                await anyio.sleep(interval)
+                try:
+                    renewed = await self._store.extend(
+                        self.caller,
+                        self.key,
+                        self._token,
+                        now=self._clock.time(),
+                        lease=self._settings.lease,
+                    )
+                except StoreUnavailable as exc:
+                    logger.warning(
+                        "could not renew the lease on idempotency key %r of caller %r;"
+                        " trying again in %g s: %s",
+                        self.key,
+                        self.caller,
+                        interval,
+                        exc,
+                    )
+                    continue
+                except Exception:
+                    # A broken store must not take the running handler down with it.
+                    logger.exception(
+                        "renewing the lease on idempotency key %r of caller %r failed;"
+                        " it is no longer renewed",
+                        self.key,
+                        self.caller,
+                    )
+                    return
+                if not renewed and not self._finished:
+                    logger.error(
+                        "the claim on idempotency key %r of caller %r was lost while its"
+                        " handler ran: the lease ran out and another request took the key"
+                        " over; this request's outcome will not be stored",
+                        self.key,
+                        self.caller,
+                    )
+                    return
+
+    def stop(self) -> None:
+        """Stop renewing the lease (the handler is over)."""
+        self._finished = True
+        self._renewal.cancel()
+
+    async def finish(self, finish: Finish, response: StoredResponse | None) -> None:
+        """Release the key or keep the outcome (``response``; ``None`` for not replayable).
+
+        Tries again after each of :data:`FINISH_RETRY_DELAYS` while the store is
+        unavailable, renewing the lease meanwhile; logs an error if the outcome could not
+        be stored at all. Call it shielded from cancellation.
+        """
+        try:
+            for delay in (*FINISH_RETRY_DELAYS, None):
+                try:
+                    done = await self._write(finish, response)
+                except StoreUnavailable as exc:
+                    if delay is not None:
+                        await anyio.sleep(delay)
+                        continue
+                    logger.error(
+                        "the outcome (%s) of idempotency key %r of caller %r could not be"
+                        " stored after %d tries; the key stays in flight until its lease"
+                        " ends, and a retry after that runs the handler again: %s",
+                        finish,
+                        self.key,
+                        self.caller,
+                        len(FINISH_RETRY_DELAYS) + 1,
+                        exc,
+                    )
+                    return
+                if not done:
+                    logger.warning(
+                        "the lease on idempotency key %r of caller %r ran out and another"
+                        " request took the key over; this request's outcome (%s) was not"
+                        " recorded",
+                        self.key,
+                        self.caller,
+                        finish,
+                    )
+                return
+        finally:
+            self.stop()
+
+    async def _write(self, finish: Finish, response: StoredResponse | None) -> bool:
+        if finish == "release":
+            return await self._store.release(self.caller, self.key, self._token)
+        return await self._store.complete(
+            self.caller,
+            self.key,
+            self._token,
+            response,
+            now=self._clock.time(),
+            ttl=self._settings.ttl,
+        )
+
+    def __repr__(self) -> str:
+        return f"HeldClaim(key={self.key!r}, finished={self._finished!r})"
