@@ -74,3 +74,20 @@ def test_echo_keeps_repeated_query_parameters(chaos: KeyedChaos, client: httpx.C
 
     assert ["tag", "a"] in response.json()["query_list"]
     assert ["tag", "b"] in response.json()["query_list"]
+
+
+def test_auth_says_where_the_key_goes_until_it_is_sent(chaos: KeyedChaos) -> None:
+    with httpx.Client() as client:
+        refused = client.get(chaos.url("/auth"))
+        allowed = client.get(chaos.url("/auth"), headers={"X-Api-Key": "k"})
+    assert refused.status_code == 401
+    assert "x-api-key header" in refused.json()["message"]
+    assert allowed.status_code == 200
+
+
+def test_validate_names_each_missing_parameter(chaos: KeyedChaos) -> None:
+    with httpx.Client() as client:
+        typo = client.get(chaos.url("/validate", require="email", emial="jane@example.com"))
+        right = client.get(chaos.url("/validate", require="email", email="jane@example.com"))
+    assert (typo.status_code, typo.json()) == (400, {"missing": ["email"]})
+    assert (right.status_code, right.json()) == (200, {"email": "jane@example.com"})

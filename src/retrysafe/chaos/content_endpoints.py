@@ -8,6 +8,10 @@ really a permanent refusal, a 200 that reports an error. Rules in the client dec
   ``remaining`` verbatim, and a JSON error; no Retry-After.
 - ``/refused-site``: 503 with the stable JSON error :data:`REFUSED_SITE_ERROR`.
 - ``/ok-error``: 200 with ``{"status": "error", "error": "..."}``.
+- ``/auth?header=x-api-key``: 401 with a message saying where the key goes unless the
+  request carries that header (any value), then 200.
+- ``/validate?require=email,name``: 400 ``{"missing": [...]}`` naming each required query
+  parameter the request lacks (a misspelled ``emial=`` is just unknown), else 200.
 - ``/echo``: JSON of the request: method, path, query (last value per name),
   query_list (every pair), headers (repeats joined with ``", "``) and body (UTF-8 text).
 - ``/malformed?kind=truncated-json|html-error|empty|wrong-content-type&status=200``: a
@@ -75,6 +79,26 @@ def routes(state: ChaosState) -> list[Route]:
         headers = {header: "0" if remaining is None else remaining}
         return reply_json(arrival, 429, content, headers=headers)
 
+    async def auth(request: Request) -> Response:
+        header = header_name_param(request, "header", "x-api-key")
+        arrival = await arrive(state, request, "auth")
+        if header in request.headers:
+            return reply_json(arrival, 200, {"ok": True})
+        message = f"Missing API key: pass it in the {header} header."
+        return reply_json(arrival, 401, {"error": "unauthorized", "message": message})
+
+    async def validate(request: Request) -> Response:
+        required = [
+            name.strip()
+            for name in (request.query_params.get("require") or "").split(",")
+            if name.strip()
+        ]
+        arrival = await arrive(state, request, "validate")
+        missing = [name for name in required if not request.query_params.get(name)]
+        if missing:
+            return reply_json(arrival, 400, {"missing": missing})
+        return reply_json(arrival, 200, {name: request.query_params[name] for name in required})
+
     async def refused_site(request: Request) -> Response:
         arrival = await arrive(state, request, "refused-site")
         return reply_json(arrival, 503, {"error": REFUSED_SITE_ERROR})
@@ -102,6 +126,8 @@ def routes(state: ChaosState) -> list[Route]:
 
     return [
         Route("/quota", quota, methods=ALL_METHODS),
+        Route("/auth", auth, methods=ALL_METHODS),
+        Route("/validate", validate, methods=ALL_METHODS),
         Route("/refused-site", refused_site, methods=ALL_METHODS),
         Route("/ok-error", ok_error, methods=ALL_METHODS),
         Route("/echo", echo, methods=ALL_METHODS),
