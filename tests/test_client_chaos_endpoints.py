@@ -72,16 +72,16 @@ def test_a_garbage_retry_after_falls_back_to_backoff(chaos: Any) -> None:
 
 
 def test_flaky_failures_are_absorbed_by_retries(chaos: Any) -> None:
+    # /flaky decides by (seed, key, attempt): fixed keys make this run the same every time
+    # (with the per-test random key, 1 run in 5 would meet four failures in a row).
     # Load protection off: at 30 % failures a run of five can trip the breaker by design.
     with retrysafe.Client(policy=FAST, governor=Governor(GovernorSettings.off())) as client:
-        reports = [
-            client.get(chaos.url("/flaky", rate=0.3, seed=11, key=f"{chaos.key}-{n}")).extensions[
-                "retrysafe"
-            ]
-            for n in range(30)
-        ]
-    assert all(report.error is None for report in reports)
-    assert sum(report.attempts for report in reports) > 30
+        for n in range(30):
+            client.get(chaos.url("/flaky", rate=0.3, seed=2, key=f"absorb-{n}"))
+    records = [record for record in chaos.server.log() if record.key.startswith("absorb-")]
+    successes = [record for record in records if record.action == "status:200"]
+    assert len(successes) == 30
+    assert len(records) == 43  # 13 failures, every one absorbed
 
 
 def test_a_slow_success_is_not_cut_short(api: Any, chaos: Any) -> None:
