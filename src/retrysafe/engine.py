@@ -450,7 +450,7 @@ class Call:
         extra: dict[str, Any],
     ) -> Fail:
         self.state = "done"
-        body, excerpt = describe_body(response, self._redactor)
+        body, excerpt = (None, "") if response is None else describe_body(response, self._redactor)
         error = error_class(
             reason=reason,
             outcome=outcome,
