@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+from retrysafe.validation import check, check_number
 
 if TYPE_CHECKING:
     import httpx
@@ -115,23 +116,13 @@ class RetryPolicy:
 
 
 def _require(condition: bool, field: str, rule: str) -> None:
-    if not condition:
-        raise ValueError(f"RetryPolicy.{field} {rule}")
+    check(condition, "RetryPolicy", field, rule)
 
 
 def _require_seconds(field: str, value: object, *, positive: bool, infinite_ok: bool) -> None:
-    _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool),
-        field,
-        f"must be a number of seconds, got {value!r}",
+    check_number(
+        "RetryPolicy", field, value, positive=positive, infinite_ok=infinite_ok, unit=" seconds"
     )
-    assert isinstance(value, (int, float))
-    _require(not math.isnan(value), field, "must be a number of seconds, got nan")
-    _require(infinite_ok or math.isfinite(value), field, f"must be finite, got {value!r}")
-    if positive:
-        _require(value > 0, field, f"must be > 0 seconds, got {value!r}")
-    else:
-        _require(value >= 0, field, f"must be >= 0 seconds, got {value!r}")
 
 
 def _frozen(values: Any, field: str) -> frozenset[Any]:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from retrysafe.validation import check, check_number
 
 __all__ = ["BreakerSettings", "BudgetSettings", "GovernorSettings", "LimiterSettings"]
 
 
-def _check(condition: bool, owner: str, field: str, rule: str) -> None:
-    if not condition:
-        raise ValueError(f"{owner}.{field} {rule}")
-
-
 def _positive(owner: str, field: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    _check(ok, owner, field, f"must be {'>= 0' if allow_zero else '> 0'} and finite, got {value!r}")
+    check_number(owner, field, value, positive=not allow_zero, infinite_ok=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,9 +55,9 @@ class BreakerSettings:
 
     def __post_init__(self) -> None:
         owner = "BreakerSettings"
-        _check(self.consecutive_failures >= 1, owner, "consecutive_failures", "must be >= 1")
-        _check(self.ratio_min_calls >= 1, owner, "ratio_min_calls", "must be >= 1")
-        _check(
+        check(self.consecutive_failures >= 1, owner, "consecutive_failures", "must be >= 1")
+        check(self.ratio_min_calls >= 1, owner, "ratio_min_calls", "must be >= 1")
+        check(
             0 < self.failure_ratio <= 1,
             owner,
             "failure_ratio",
@@ -70,7 +65,7 @@ class BreakerSettings:
         )
         for field in ("failure_window", "ratio_window", "open_for", "max_open_for"):
             _positive(owner, field, getattr(self, field))
-        _check(
+        check(
             self.open_for <= self.max_open_for,
             owner,
             "open_for",
@@ -97,7 +92,7 @@ class LimiterSettings:
         _positive("LimiterSettings", "max_cooldown", self.max_cooldown)
         if self.requests_per_second is not None:
             _positive("LimiterSettings", "requests_per_second", self.requests_per_second)
-        _check(self.burst >= 1, "LimiterSettings", "burst", f"must be >= 1, got {self.burst!r}")
+        check(self.burst >= 1, "LimiterSettings", "burst", f"must be >= 1, got {self.burst!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -121,7 +116,7 @@ class GovernorSettings:
         return cls(budget=None, breaker=None, limiter=None, nested_attempts=None)
 
     def __post_init__(self) -> None:
-        _check(
+        check(
             self.nested_attempts is None or self.nested_attempts >= 1,
             "GovernorSettings",
             "nested_attempts",
