@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from typing import Any
 
 import anyio
+import httpx
 import pytest
 from idempotency_app import Shop, build_app, client_for, headers
 from idempotency_stores import InterposedStore, StoreFactory
@@ -38,15 +40,21 @@ async def test_concurrent_duplicates_run_exactly_once(store: IdempotencyStore) -
     assert app.state.shop.runs["/orders"] == 1
 
 
-async def test_a_store_that_is_down_gets_503_and_the_handler_does_not_run(
-    stores: StoreFactory,
-) -> None:
+async def post_with_the_store_down(stores: StoreFactory) -> tuple[httpx.Response, Any]:
+    """POST a keyed order to the shop while its store cannot be reached."""
     store = stores.make_down()
     if stores.kind == "memory":
         await store.close()
     app = build_app(store)
     async with client_for(app) as client:
         response = await client.post("/orders", json={}, headers=headers("k1"))
+    return response, app
+
+
+async def test_a_store_that_is_down_gets_503_and_the_handler_does_not_run(
+    stores: StoreFactory,
+) -> None:
+    response, app = await post_with_the_store_down(stores)
 
     assert response.status_code == 503
     assert response.headers["content-type"] == "application/problem+json"
@@ -57,12 +65,7 @@ async def test_a_store_that_is_down_gets_503_and_the_handler_does_not_run(
 async def test_a_store_that_is_down_asks_the_client_to_retry_after_a_second(
     stores: StoreFactory,
 ) -> None:
-    store = stores.make_down()
-    if stores.kind == "memory":
-        await store.close()
-    app = build_app(store)
-    async with client_for(app) as client:
-        response = await client.post("/orders", json={}, headers=headers("k1"))
+    response, _ = await post_with_the_store_down(stores)
 
     assert response.status_code == 503
     assert response.headers["retry-after"] == "1"

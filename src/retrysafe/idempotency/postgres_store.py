@@ -107,10 +107,7 @@ class PostgresStore:
         now: float,
         ttl: float,
     ) -> bool:
-        if response is None:
-            values: tuple[object, ...] = ("not_replayable", None, None, None)
-        else:
-            values = ("completed", response.status, response.headers_json(), response.body)
+        values = StoredResponse.columns(response)
         statement = (
             f"UPDATE {self._table}"
             " SET state = %s, status = %s, headers = %s, body = %s, expires_at = %s"

@@ -30,6 +30,16 @@ class StoredResponse:
         """The headers as compact JSON, the form the database stores keep them in."""
         return json.dumps([list(pair) for pair in self.headers], separators=(",", ":"))
 
+    @staticmethod
+    def columns(response: StoredResponse | None) -> tuple[object, ...]:
+        """``(state, status, headers, body)`` as the SQL stores keep an outcome.
+
+        ``None`` is a result too large to keep: the key is tombstoned, not replayable.
+        """
+        if response is None:
+            return ("not_replayable", None, None, None)
+        return ("completed", response.status, response.headers_json(), response.body)
+
     @classmethod
     def from_parts(cls, status: int, headers_json: str, body: bytes) -> StoredResponse:
         """Rebuild a response from a status, :meth:`headers_json` output and the body."""

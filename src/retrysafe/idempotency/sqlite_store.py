@@ -98,10 +98,7 @@ class SQLiteStore:
         now: float,
         ttl: float,
     ) -> bool:
-        if response is None:
-            values: tuple[object, ...] = ("not_replayable", None, None, None)
-        else:
-            values = ("completed", response.status, response.headers_json(), response.body)
+        values = StoredResponse.columns(response)
 
         def run(connection: sqlite3.Connection) -> bool:
             cursor = connection.execute(
