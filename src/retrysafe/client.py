@@ -14,8 +14,8 @@ A success returns the ``httpx.Response`` (body read) with a report in
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -85,7 +85,7 @@ def _split_send_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[
 
 def _begin_operation(
     journal: Journal | None, operation: str, request: httpx.Request, key: str | bool | None
-) -> None:
+) -> Journal:
     """Record the operation durably and put its (possibly resumed) key on the request."""
     if journal is None:
         raise ValueError("operation= needs a journal: Client(journal=Journal('ops.sqlite3'))")
@@ -94,6 +94,7 @@ def _begin_operation(
     entry = journal.begin(operation, request)
     request.headers[IDEMPOTENCY_HEADER] = entry.key
     journal.mark_sent(operation)
+    return journal
 
 
 def _finish_operation(journal: Journal, operation: str, outcome: httpx.Response | ApiError) -> None:
@@ -111,6 +112,26 @@ def _finish_operation(journal: Journal, operation: str, outcome: httpx.Response 
     journal.finish(
         operation, state="done", attempts=attempts, status=outcome.status_code, reason=None
     )
+
+
+_Transport = TypeVar("_Transport")
+_Shell = TypeVar("_Shell")
+
+
+def _wrap_transports(
+    transport: _Transport,
+    mounts: dict[Any, _Transport | None],
+    wrap: Callable[[_Transport], _Shell],
+) -> tuple[_Shell, dict[Any, _Shell | None]]:
+    """Wrap the client's transport and every mounted one (proxies, custom mounts).
+
+    httpx picks a transport per URL from these two; wrapping them all keeps
+    httpx's own transport configuration intact.
+    """
+    wrapped = {
+        pattern: None if mounted is None else wrap(mounted) for pattern, mounted in mounts.items()
+    }
+    return wrap(transport), wrapped
 
 
 def _raise_if_failed(response: httpx.Response) -> httpx.Response:
@@ -160,13 +181,7 @@ class Client(httpx.Client):
                 deadline_header=deadline_header,
             )
 
-        # httpx picks a transport per URL from _transport and _mounts (proxies, custom
-        # mounts); wrapping them all keeps httpx's own transport configuration intact.
-        self._transport = wrap(self._transport)
-        self._mounts = {
-            pattern: None if transport is None else wrap(transport)
-            for pattern, transport in self._mounts.items()
-        }
+        self._transport, self._mounts = _wrap_transports(self._transport, self._mounts, wrap)
 
     def request(
         self,
@@ -199,14 +214,13 @@ class Client(httpx.Client):
             return super().request(method, url, **kwargs)
         build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
         request = self.build_request(method, url, **build)
-        _begin_operation(self.journal, operation, request, idempotency_key)
-        assert self.journal is not None
+        journal = _begin_operation(self.journal, operation, request, idempotency_key)
         try:
             response = self.send(request, **send)
         except ApiError as error:
-            _finish_operation(self.journal, operation, error)
+            _finish_operation(journal, operation, error)
             raise
-        _finish_operation(self.journal, operation, response)
+        _finish_operation(journal, operation, response)
         return response
 
     def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
@@ -275,11 +289,7 @@ class AsyncClient(httpx.AsyncClient):
                 deadline_header=deadline_header,
             )
 
-        self._transport = wrap(self._transport)
-        self._mounts = {
-            pattern: None if transport is None else wrap(transport)
-            for pattern, transport in self._mounts.items()
-        }
+        self._transport, self._mounts = _wrap_transports(self._transport, self._mounts, wrap)
 
     async def request(
         self,
@@ -308,14 +318,13 @@ class AsyncClient(httpx.AsyncClient):
             return await super().request(method, url, **kwargs)
         build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
         request = self.build_request(method, url, **build)
-        _begin_operation(self.journal, operation, request, idempotency_key)
-        assert self.journal is not None
+        journal = _begin_operation(self.journal, operation, request, idempotency_key)
         try:
             response = await self.send(request, **send)
         except ApiError as error:
-            _finish_operation(self.journal, operation, error)
+            _finish_operation(journal, operation, error)
             raise
-        _finish_operation(self.journal, operation, response)
+        _finish_operation(journal, operation, response)
         return response
 
     async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
