@@ -9,6 +9,8 @@ import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy
+from retrysafe.classify import classify_response
+from retrysafe.classify import health as health_of
 from retrysafe.governor import (
     BreakerSettings,
     BudgetSettings,
@@ -91,12 +93,21 @@ def test_failures_spread_wider_than_the_window_do_not_trip() -> None:
     assert circuit.state == "closed"
 
 
-@pytest.mark.parametrize("status_class", ["4xx", "429"])
-def test_client_errors_and_rate_limits_never_count(status_class: str) -> None:
+@pytest.mark.parametrize("status", [400, 404, 409, 422, 429])
+def test_client_errors_and_rate_limits_never_count(status: int) -> None:
     circuit = breaker(FakeClock())
+    response = httpx.Response(status, headers={"Retry-After": "1"})
+    verdict = classify_response(response, RetryPolicy(), keyed=False, now=0.0)
+    assert health_of(verdict, status) == "neutral"
     for _ in range(50):
-        circuit.record(CLOSED, "neutral")
+        circuit.record(CLOSED, health_of(verdict, status))
     assert circuit.state == "closed"
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+def test_server_errors_count(status: int) -> None:
+    verdict = classify_response(httpx.Response(status), RetryPolicy(), keyed=False, now=0.0)
+    assert health_of(verdict, status) == "unhealthy"
 
 
 def test_a_failure_ratio_over_the_window_trips_once_enough_calls_were_seen() -> None:
