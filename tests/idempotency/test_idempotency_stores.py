@@ -166,7 +166,10 @@ async def test_a_kept_response_lapses_after_its_ttl(store: IdempotencyStore) -> 
     token = await claim(store)
     await store.complete("alice", "k1", token, RESPONSE, now=NOW, ttl=100)
 
-    await claim(store, now=NOW + 100)
+    kept = await store.claim("alice", "k1", "fp", now=NOW + 99.9, lease=10)
+    assert isinstance(kept, IdempotencyRecord)
+    assert kept.response == RESPONSE
+    assert isinstance(await store.claim("alice", "k1", "fp", now=NOW + 100, lease=10), Claimed)
 
 
 async def test_a_released_key_cannot_be_completed(store: IdempotencyStore) -> None:
