@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -33,8 +34,11 @@ from retrysafe.idempotency import (
     RedisStore,
     SQLiteStore,
 )
-from retrysafe.idempotency._testservers import ServerNotInstalled, postgres_server, redis_server
 from retrysafe.idempotency.asgi import Message, Receive, Scope, Send
+
+# The throwaway Redis/PostgreSQL servers are test support, kept beside the idempotency tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "idempotency"))
+from store_servers import ServerNotInstalled, postgres_server, redis_server
 
 STORES = ("memory", "sqlite", "sqlite-normal", "redis", "postgres")
 BODY = b'{"amount": 5, "currency": "EUR"}'

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from idempotency_stores import STORE_KINDS, StoreFactory
+from store_servers import ServerNotInstalled, postgres_server, redis_server
 
 from retrysafe.idempotency import IdempotencyStore
-from retrysafe.idempotency._testservers import ServerNotInstalled, postgres_server, redis_server
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from store_servers import free_port
 
 from retrysafe.idempotency import (
     Claimed,
@@ -20,7 +21,6 @@ from retrysafe.idempotency import (
     StoredResponse,
     StoreUnavailable,
 )
-from retrysafe.idempotency._testservers import free_port
 
 #: Every store, in the order the suite runs them.
 STORE_KINDS = ["memory", "sqlite", "redis", "postgres"]

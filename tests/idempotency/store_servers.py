@@ -1,9 +1,11 @@
 """Throwaway Redis and PostgreSQL servers on loopback, for retrysafe's tests and benchmarks.
 
-Not public API. Each context manager starts a private server on a free 127.0.0.1 port,
-with its data in a fresh temporary directory, yields its URL, and stops and deletes it
-afterwards. PostgreSQL refuses to run as root, so as root it runs as the ``postgres``
-account (or ``nobody``).
+Test support, not part of the package: the idempotency tests import it as
+``store_servers`` (pytest puts this directory on ``sys.path``), and
+benchmarks/middleware_latency.py after adding this directory to ``sys.path``. Each context
+manager starts a private server on a free 127.0.0.1 port, with its data in a fresh
+temporary directory, yields its URL, and stops and deletes it afterwards. PostgreSQL
+refuses to run as root, so as root it runs as the ``postgres`` account (or ``nobody``).
 """
 
 from __future__ import annotations
