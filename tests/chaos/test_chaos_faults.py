@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from retrysafe.chaos import FAULT_NAMES, KeyedChaos
+from retrysafe.chaos.faults import TRICKLE_BODY, TRICKLE_HEAD, TRICKLE_INTERVAL, trickle_interval
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: chaos\r\n\r\n"
 
@@ -126,3 +128,44 @@ def test_every_fault_has_a_distinct_port(chaos: KeyedChaos, client: httpx.Client
 def test_unknown_fault_names_are_rejected(chaos: KeyedChaos, client: httpx.Client) -> None:
     with pytest.raises(ValueError, match="reset_on_accept"):
         chaos.fault_url("explode")
+
+
+def test_trickle_headers_sends_the_head_one_byte_at_a_time(chaos: KeyedChaos) -> None:
+    """The default pace is one head byte every 50 ms: each read gets one byte, in time."""
+    with _connect(chaos, "trickle_headers") as sock:
+        sock.sendall(REQUEST)
+        sock.settimeout(0.5)
+        started = time.monotonic()
+        pieces = [sock.recv(1024) for _ in range(6)]
+        took = time.monotonic() - started
+
+    assert b"".join(pieces) == TRICKLE_HEAD[:6]
+    assert all(len(piece) == 1 for piece in pieces)
+    assert 0.2 <= took < 1.0
+
+
+def test_trickle_headers_ends_with_a_valid_response(chaos: KeyedChaos) -> None:
+    """At a fast pace (``?interval_ms=1``) httpx reads a complete 200 and the short body."""
+    url = chaos.fault_url("trickle_headers") + "?interval_ms=1"
+    with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+        response = client.get(url)
+
+    assert response.status_code == 200
+    assert response.headers["x-trickle"] == "slow"
+    assert response.content == TRICKLE_BODY
+
+
+def test_trickle_headers_refuses_a_bad_interval(chaos: KeyedChaos, client: httpx.Client) -> None:
+    """A pace that is not a number of milliseconds up to 1000 is answered 400 at once."""
+    response = client.get(chaos.fault_url("trickle_headers") + "?interval_ms=soon")
+
+    assert response.status_code == 400
+    assert b"interval_ms" in response.content
+
+
+def test_trickle_headers_head_takes_seconds_at_the_default_pace() -> None:
+    """100 bytes at 50 ms: the head alone outlasts any short deadline several times over."""
+    assert len(TRICKLE_HEAD) * TRICKLE_INTERVAL >= 4.0
+    assert trickle_interval(b"GET /?interval_ms=7 HTTP/1.1\r\nHost: x\r\n\r\n") == 0.007
+    assert trickle_interval(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == TRICKLE_INTERVAL
+    assert trickle_interval(b"GET /?interval_ms=5000 HTTP/1.1\r\n\r\n") is None

@@ -12,17 +12,32 @@ own loopback port and does one thing to every connection:
 - ``reset_mid_body``: answers 200 with ``Content-Length: 1000``, sends 100 bytes, resets.
 - ``accept_never_read``: accepts and then neither reads nor answers, until the server stops.
 - ``garbage_status_line``: reads the request, answers a status line that is not HTTP, closes.
+- ``trickle_headers``: reads the request, then sends a valid ``200`` response head one
+  byte every 50 ms (``?interval_ms=N`` in the request's URL changes the pace), then the
+  short body :data:`TRICKLE_BODY` at once, and closes. Each byte comes well within any
+  per-read timeout, so only a deadline on the whole response can end it early.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
+from urllib.parse import parse_qs, urlsplit
 
 from retrysafe.chaos.connection import close_quietly, listening_socket, reset
 
-__all__ = ["FAULT_NAMES", "LISTENING_FAULTS", "FaultServers", "closed_port"]
+__all__ = [
+    "FAULT_NAMES",
+    "LISTENING_FAULTS",
+    "TRICKLE_BODY",
+    "TRICKLE_HEAD",
+    "TRICKLE_INTERVAL",
+    "FaultServers",
+    "closed_port",
+    "trickle_interval",
+]
 
 #: Faults served by a listening port (``refused`` is the absence of one).
 LISTENING_FAULTS = (
@@ -32,6 +47,7 @@ LISTENING_FAULTS = (
     "reset_mid_body",
     "accept_never_read",
     "garbage_status_line",
+    "trickle_headers",
 )
 #: Every fault :meth:`ChaosServer.fault_url` knows.
 FAULT_NAMES = ("refused", *LISTENING_FAULTS)
@@ -47,6 +63,24 @@ _MID_BODY_SENT = b"x" * 100
 _MID_BODY_RESET_DELAY = 0.05
 _GARBAGE = b"HTTP/1.1 two hundred OK-ish\r\nthis is not a header\r\n\r\n"
 
+#: The body ``trickle_headers`` sends, all at once, after its trickled head.
+TRICKLE_BODY = b"trickled"
+#: The head ``trickle_headers`` sends one byte at a time: 100 bytes, 5 s at the default pace.
+TRICKLE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
+    b"content-length: %d\r\nconnection: close\r\nx-trickle: slow\r\n\r\n" % len(TRICKLE_BODY)
+)
+#: Seconds between two bytes of the trickled head, unless the request asks otherwise.
+TRICKLE_INTERVAL = 0.05
+# A typo must not tie a test up for hours: at most a second per byte.
+_MAX_TRICKLE_INTERVAL = 1.0
+_REQUEST_TARGET = re.compile(rb"^[A-Z]+ (\S+) HTTP/1\.[01]\r\n")
+_BAD_INTERVAL_BODY = b"interval_ms: expected an integer from 0 to 1000\n"
+_BAD_INTERVAL = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n"
+    b"connection: close\r\n\r\n%s" % (len(_BAD_INTERVAL_BODY), _BAD_INTERVAL_BODY)
+)
+
 
 def closed_port(host: str = "127.0.0.1") -> int:
     """A port on ``host`` that nothing listens on (bound and released just now)."""
@@ -55,6 +89,24 @@ def closed_port(host: str = "127.0.0.1") -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+def trickle_interval(request: bytes) -> float | None:
+    """Seconds between trickled bytes asked for by ``?interval_ms=`` in the request line.
+
+    :data:`TRICKLE_INTERVAL` when the request does not say; ``None`` when it says
+    something that is not a whole number of milliseconds from 0 to 1000.
+    """
+    target = _REQUEST_TARGET.match(request)
+    if target is None:
+        return TRICKLE_INTERVAL
+    query = parse_qs(urlsplit(target.group(1).decode("latin-1")).query)
+    raw = query.get("interval_ms", [""])[-1].strip()
+    if not raw:
+        return TRICKLE_INTERVAL
+    if not raw.isdigit() or int(raw) > _MAX_TRICKLE_INTERVAL * 1000:
+        return None
+    return int(raw) / 1000
 
 
 def _request_complete(buffer: bytes) -> bool:
@@ -77,6 +129,7 @@ class _FaultProtocol(asyncio.Protocol):
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
         self.acted = False
+        self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -110,10 +163,32 @@ class _FaultProtocol(asyncio.Protocol):
         elif self.kind == "garbage_status_line":
             transport.write(_GARBAGE)
             close_quietly(transport)
+        elif self.kind == "trickle_headers":
+            interval = trickle_interval(self.buffer)
+            if interval is None:
+                transport.write(_BAD_INTERVAL)
+                close_quietly(transport)
+                return
+            self.task = asyncio.get_running_loop().create_task(_trickle(transport, interval))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.task is not None:
+            self.task.cancel()
         if self.transport is not None:
             self.open_transports.discard(self.transport)
+
+
+async def _trickle(transport: asyncio.Transport, interval: float) -> None:
+    """Send :data:`TRICKLE_HEAD` a byte per ``interval``, then the body, then close."""
+    with contextlib.suppress(asyncio.CancelledError):
+        for index in range(len(TRICKLE_HEAD)):
+            if transport.is_closing():
+                return
+            transport.write(TRICKLE_HEAD[index : index + 1])
+            await asyncio.sleep(interval)
+        if not transport.is_closing():
+            transport.write(TRICKLE_BODY)
+            close_quietly(transport)
 
 
 class FaultServers:
