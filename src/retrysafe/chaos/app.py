@@ -10,8 +10,10 @@ from retrysafe.chaos import (
     control,
     idempotency_endpoint,
     load_endpoints,
+    redirect_endpoints,
     retry_after_endpoint,
     status_endpoints,
+    stream_endpoints,
     transport_endpoints,
 )
 from retrysafe.chaos.params import InvalidParameter, invalid_parameter_response
@@ -37,6 +39,8 @@ def create_app(state: ChaosState | None = None) -> Starlette:
         content_endpoints,
         load_endpoints,
         idempotency_endpoint,
+        redirect_endpoints,
+        stream_endpoints,
     ):
         routes.extend(module.routes(chaos_state))
     app = Starlette(

@@ -57,6 +57,14 @@ class KeyedChaos:
         )
         return f"{self.server.url}{path}?{query}"
 
+    def openai_base_url(self) -> str:
+        """The ``base_url`` for the openai SDK: ``.../openai/{key}/v1`` under this key.
+
+        The SDK posts to ``{base_url}/chat/completions``; pass ``events``,
+        ``interval_ms``, ``fail_times`` and ``fail_status`` as its ``default_query``.
+        """
+        return f"{self.server.url}/openai/{quote(self.key, safe='')}/v1"
+
     def log(self) -> list[ChaosRecord]:
         """This key's request records, in the order the server recorded them."""
         return self.server.log(self.key)

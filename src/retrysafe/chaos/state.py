@@ -33,9 +33,10 @@ class ChaosRecord:
     test in that process reads), so gaps between attempts can be measured exactly.
     ``action`` says what the reply was: ``"status:503"``, ``"reset"``, ``"close"``,
     ``"truncate"``, ``"hang"``, ``"early"`` (refused again for ignoring Retry-After),
-    ``"drip"`` or ``"malformed:<kind>"``. ``detail`` adds what the endpoint did besides
-    replying: ``"applied"``, ``"replayed"`` or ``"conflict"`` for idempotent writes,
-    ``"served"`` or ``"shed"`` for ``/capacity``, ``"after N ms"`` for ``/delay``;
+    ``"drip"``, ``"sse"`` or ``"malformed:<kind>"``. ``detail`` adds what the endpoint
+    did besides replying: ``"applied"``, ``"replayed"`` or ``"conflict"`` for idempotent
+    writes, ``"served"`` or ``"shed"`` for ``/capacity``, ``"after N ms"`` for ``/delay``,
+    ``"hop N of H"`` for ``/redirect-chain``, ``"N events every M ms"`` for streams;
     empty otherwise. Requests refused for invalid parameters (400), unknown paths and
     control-plane requests are not recorded.
     """
