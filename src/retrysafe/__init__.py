@@ -3,7 +3,16 @@
 Retry only what asking again can fix, wait as long as the server asks, never
 run past the caller's deadline, never send a write twice by accident, and
 raise errors a caller can act on.
+
+``import retrysafe`` loads what a client needs. Server pieces load on first use: the
+idempotency middleware and stores live in :mod:`retrysafe.idempotency`, itself lazy, and
+:class:`DeadlineMiddleware` is imported when first named here (PEP 562).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from retrysafe.classify import Verdict
 from retrysafe.client import AsyncClient, Client
@@ -35,10 +44,15 @@ from retrysafe.governor import (
 )
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
-from retrysafe.propagation import DeadlineMiddleware
 from retrysafe.scope import deadline
 from retrysafe.timing import Deadline, backoff_delay, parse_retry_after
 from retrysafe.transport import AsyncRetryTransport, CallOptions, RetryTransport
+
+if TYPE_CHECKING:
+    from retrysafe.propagation import DeadlineMiddleware
+
+#: Public names imported on first use (server-side pieces), and the module defining each.
+_LAZY: dict[str, str] = {"DeadlineMiddleware": "retrysafe.propagation"}
 
 __version__ = "0.1.0"
 
@@ -83,3 +97,19 @@ __all__ = [
     "deadline",
     "parse_retry_after",
 ]
+
+
+# Hidden from type checkers, which see the names through the TYPE_CHECKING imports above:
+# a visible module __getattr__ would make them accept any misspelt name here.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

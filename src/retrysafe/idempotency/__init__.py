@@ -11,33 +11,71 @@ durable, so a failure after it is kept rather than run again.
 
 On the client, :class:`Journal` keeps each named write's key on disk, so a retry
 after a crash goes out under the same key instead of becoming a second write.
+
+Each name is imported on first use (PEP 562): ``import retrysafe``, whose client needs only
+the journal, loads neither the middleware nor any store nor their drivers.
 """
 
-from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
-from retrysafe.idempotency.fingerprint import request_fingerprint
-from retrysafe.idempotency.held_claim import WallClock
-from retrysafe.idempotency.journal import (
-    Journal,
-    JournalConflict,
-    JournalState,
-    Operation,
-    OperationDone,
-)
-from retrysafe.idempotency.memory_store import MemoryStore
-from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware
-from retrysafe.idempotency.postgres_store import PostgresStore
-from retrysafe.idempotency.problems import PROBLEM_TYPE_PREFIX
-from retrysafe.idempotency.records import (
-    Claimed,
-    IdempotencyRecord,
-    RecordState,
-    StoredResponse,
-)
-from retrysafe.idempotency.redis_store import RedisStore
-from retrysafe.idempotency.replay import REPLAYED_HEADER
-from retrysafe.idempotency.settings import IdempotencySettings
-from retrysafe.idempotency.sqlite_store import SQLiteStore
-from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
+    from retrysafe.idempotency.fingerprint import request_fingerprint
+    from retrysafe.idempotency.held_claim import WallClock
+    from retrysafe.idempotency.journal import (
+        Journal,
+        JournalConflict,
+        JournalState,
+        Operation,
+        OperationDone,
+    )
+    from retrysafe.idempotency.memory_store import MemoryStore
+    from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware
+    from retrysafe.idempotency.postgres_store import PostgresStore
+    from retrysafe.idempotency.problems import PROBLEM_TYPE_PREFIX
+    from retrysafe.idempotency.records import (
+        Claimed,
+        IdempotencyRecord,
+        RecordState,
+        StoredResponse,
+    )
+    from retrysafe.idempotency.redis_store import RedisStore
+    from retrysafe.idempotency.replay import REPLAYED_HEADER
+    from retrysafe.idempotency.settings import IdempotencySettings
+    from retrysafe.idempotency.sqlite_store import SQLiteStore
+    from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
+
+#: Each public name and the module defining it, imported when the name is first used.
+_LAZY: dict[str, str] = {
+    "IdempotentRequest": "retrysafe.idempotency.commit",
+    "current_request": "retrysafe.idempotency.commit",
+    "mark_committed": "retrysafe.idempotency.commit",
+    "request_fingerprint": "retrysafe.idempotency.fingerprint",
+    "WallClock": "retrysafe.idempotency.held_claim",
+    "Journal": "retrysafe.idempotency.journal",
+    "JournalConflict": "retrysafe.idempotency.journal",
+    "JournalState": "retrysafe.idempotency.journal",
+    "Operation": "retrysafe.idempotency.journal",
+    "OperationDone": "retrysafe.idempotency.journal",
+    "MemoryStore": "retrysafe.idempotency.memory_store",
+    "CallerScope": "retrysafe.idempotency.middleware",
+    "IdempotencyMiddleware": "retrysafe.idempotency.middleware",
+    "PostgresStore": "retrysafe.idempotency.postgres_store",
+    "PROBLEM_TYPE_PREFIX": "retrysafe.idempotency.problems",
+    "Claimed": "retrysafe.idempotency.records",
+    "IdempotencyRecord": "retrysafe.idempotency.records",
+    "RecordState": "retrysafe.idempotency.records",
+    "StoredResponse": "retrysafe.idempotency.records",
+    "RedisStore": "retrysafe.idempotency.redis_store",
+    "REPLAYED_HEADER": "retrysafe.idempotency.replay",
+    "IdempotencySettings": "retrysafe.idempotency.settings",
+    "SQLiteStore": "retrysafe.idempotency.sqlite_store",
+    "IdempotencyStore": "retrysafe.idempotency.store",
+    "StoreUnavailable": "retrysafe.idempotency.store",
+}
 
 __all__ = [
     "PROBLEM_TYPE_PREFIX",
@@ -66,3 +104,19 @@ __all__ = [
     "mark_committed",
     "request_fingerprint",
 ]
+
+
+# Hidden from type checkers, which see the names through the TYPE_CHECKING imports above:
+# a visible module __getattr__ would make them accept any misspelt name here.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,117 @@
+"""``import retrysafe`` loads what a client needs, and server pieces only on first use.
+
+Deterministic checks of which modules a fresh interpreter has loaded, not timings:
+benchmarks/overhead.py measures the time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import retrysafe
+import retrysafe.idempotency
+
+#: Packages only the server side, the chaos server or the CLI need.
+SERVER_PACKAGES = ("starlette", "uvicorn", "redis", "psycopg", "psycopg_pool")
+#: retrysafe's own server-side modules.
+SERVER_MODULES = (
+    "retrysafe.chaos",
+    "retrysafe.cli",
+    "retrysafe.propagation",
+    "retrysafe.idempotency.middleware",
+    "retrysafe.idempotency.held_claim",
+    "retrysafe.idempotency.memory_store",
+    "retrysafe.idempotency.sqlite_store",
+    "retrysafe.idempotency.redis_store",
+    "retrysafe.idempotency.postgres_store",
+    "retrysafe.idempotency.postgres_pool",
+)
+#: Event loops: loaded by an async caller, never by the import itself.
+EVENT_LOOPS = ("asyncio", "trio")
+
+_LOADED_AFTER = """
+import json, sys
+import httpx
+by_httpx = set(sys.modules)
+{code}
+print(json.dumps({{"by_httpx": sorted(by_httpx), "all": sorted(sys.modules)}}))
+"""
+
+
+def loaded_after(code: str) -> tuple[set[str], set[str]]:
+    """The modules a fresh interpreter has after ``import httpx``, and after ``code`` too."""
+    result = subprocess.run(
+        [sys.executable, "-c", _LOADED_AFTER.format(code=code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    modules = json.loads(result.stdout)
+    return set(modules["by_httpx"]), set(modules["all"])
+
+
+def server_pieces(modules: set[str]) -> list[str]:
+    return sorted(
+        name
+        for name in modules
+        if name.split(".")[0] in SERVER_PACKAGES
+        or any(name == piece or name.startswith(piece + ".") for piece in SERVER_MODULES)
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import retrysafe",
+        # A whole successful call, sync, through the client and the bare transport.
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+        "with retrysafe.Client(transport=mock) as client:\n"
+        "    client.get('http://127.0.0.1/')\n"
+        "with httpx.Client(transport=retrysafe.RetryTransport(mock)) as client:\n"
+        "    client.get('http://127.0.0.1/')",
+    ],
+    ids=["import", "sync-call"],
+)
+def test_a_client_loads_no_server_piece(code: str) -> None:
+    by_httpx, loaded = loaded_after(code)
+    assert server_pieces(loaded) == []
+    assert sorted(set(EVENT_LOOPS) & (loaded - by_httpx)) == []
+
+
+def test_each_server_piece_loads_on_first_use() -> None:
+    _, loaded = loaded_after(
+        "from retrysafe.idempotency import IdempotencyMiddleware, RedisStore\n"
+        "from retrysafe import DeadlineMiddleware"
+    )
+    assert "retrysafe.idempotency.middleware" in loaded
+    assert "retrysafe.idempotency.redis_store" in loaded
+    assert "retrysafe.propagation" in loaded
+    # Naming one store does not load the others, nor any driver.
+    assert "retrysafe.idempotency.postgres_store" not in loaded
+    assert not [name for name in loaded if name.split(".")[0] in ("redis", "psycopg")]
+
+
+@pytest.mark.parametrize("package", [retrysafe, retrysafe.idempotency], ids=lambda p: p.__name__)
+def test_every_exported_name_resolves(package: object) -> None:
+    exported: list[str] = package.__all__  # type: ignore[attr-defined]
+    lazy: dict[str, str] = package._LAZY  # type: ignore[attr-defined]
+    assert set(lazy) <= set(exported)
+    for name in exported:
+        value = getattr(package, name)
+        assert value is not None
+        assert name in dir(package)
+    for name, module in lazy.items():
+        assert getattr(package, name) is getattr(sys.modules[module], name)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="IdempotencyMiddlware"):
+        _ = retrysafe.idempotency.IdempotencyMiddlware  # type: ignore[attr-defined]
+    with pytest.raises(ImportError):
+        from retrysafe import NoSuchName  # type: ignore[attr-defined]  # noqa: F401
