@@ -13,6 +13,7 @@ import pytest
 
 import retrysafe
 from retrysafe import Call, RetryPolicy
+from retrysafe.decisions import AttemptPlan
 from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.testing import FakeClock
 
@@ -255,11 +256,15 @@ def test_hooks_see_every_retry_and_the_end_and_a_broken_hook_changes_nothing() -
 
 def test_the_call_refuses_steps_out_of_order() -> None:
     call = Call(httpx.Request("GET", "http://api.test/"), policy=RetryPolicy(), clock=FakeClock())
+    stray = AttemptPlan(1, 1.0, cut_by_deadline=False, read_body=True)
     with pytest.raises(RuntimeError, match="needs state 'attempting'"):
-        call.attempt_returned(httpx.Response(200))
-    call.begin_attempt()
+        call.attempt_returned(stray, httpx.Response(200))
+    plan = call.start_attempt()
     with pytest.raises(RuntimeError, match="needs state 'ready'"):
-        call.begin_attempt()
+        call.start_attempt()
+    with pytest.raises(RuntimeError, match="not the attempt in flight"):
+        call.attempt_returned(stray, httpx.Response(200))
+    assert isinstance(plan, AttemptPlan)
 
 
 def test_the_transport_drop_in_returns_the_final_response_without_raising() -> None:

@@ -18,6 +18,7 @@ from retrysafe.policy import RetryPolicy
 from retrysafe.timing import parse_retry_after
 
 __all__ = [
+    "SUCCESS",
     "AttemptTimedOut",
     "Processed",
     "Verdict",
@@ -55,7 +56,7 @@ class Verdict:
     @classmethod
     def success(cls) -> Verdict:
         """The call succeeded; return the response."""
-        return cls("success", "success")
+        return SUCCESS
 
     @classmethod
     def retry(
@@ -72,6 +73,10 @@ class Verdict:
     @property
     def retryable(self) -> bool:
         return self.kind == "retry"
+
+
+#: The one success verdict (verdicts are frozen values, so one instance serves all).
+SUCCESS = Verdict("success", "success")
 
 
 class AttemptTimedOut(httpx.TimeoutException):
@@ -151,6 +156,8 @@ def classify_response(
     A replayed response never turns into a retry: the stored outcome will not
     change. ``now`` is wall time, for HTTP-date Retry-After values.
     """
+    if response.status_code < 400 and not policy.rules:
+        return SUCCESS  # the hot path: a success needs no header looked at
     verdict = _apply_rules(response, policy)
     if is_replay(response):
         if verdict is None:
@@ -163,6 +170,23 @@ def classify_response(
             verdict = dataclasses.replace(verdict, after=retry_after_of(response, now))
         return verdict
     return _default_verdict(response, policy, keyed=keyed, now=now)
+
+
+#: The problem type ``retrysafe.idempotency`` (and servers following it) answer with when
+#: a key's request already ran but its response could not be kept.
+_NOT_REPLAYABLE_TYPE = "result-not-replayable"
+
+
+def _is_not_replayable(response: httpx.Response) -> bool:
+    """A 409 whose problem document says the key's result cannot be replayed."""
+    if "problem+json" not in response.headers.get("content-type", ""):
+        return False
+    try:
+        document = response.json()
+    except (ValueError, httpx.ResponseNotRead):
+        return False
+    kind = document.get("type") if isinstance(document, dict) else None
+    return isinstance(kind, str) and kind.endswith(_NOT_REPLAYABLE_TYPE)
 
 
 def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | None:
@@ -190,6 +214,9 @@ def _default_verdict(
             return Verdict.permanent("quota_exhausted")
         return Verdict.retry("rate_limited", retry_after_of(response, now), processed="no")
     if status == 409 and keyed:
+        if _is_not_replayable(response):
+            # The work ran but its result was not kept: asking again cannot get it.
+            return Verdict.permanent("result_not_replayable")
         # The key is in use by an attempt still in flight: wait for it, the key guards the work.
         return Verdict.retry(
             "idempotency_key_in_use", retry_after_of(response, now), processed="no"

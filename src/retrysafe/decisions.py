@@ -1,24 +1,52 @@
-"""What the engine tells a shell to do next, and what a finished call reports.
+"""The values that pass between the engine and a shell.
 
 A shell drives a :class:`~retrysafe.engine.Call` and gets back one of these
-plain values: an :class:`AttemptPlan` to send, a :class:`Wait` to sleep, a
-:class:`Succeed` to return or a :class:`Fail` to give up with.
+plain values: a :class:`AttemptPlan` to send, a :class:`ReadBody` to finish
+reading a response, an :class:`AskRetry` to put to the governor, a
+:class:`Wait` to sleep, a :class:`Succeed` to return or a :class:`Fail` to
+give up with. Facts flow the other way: an :class:`Admission` and a
+:class:`RetryAnswer` are the governor's answers. What the shell must do on the
+side (record health, start a cooldown, emit an event...) the engine leaves in
+its outbox as effects (:data:`Effect`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from retrysafe.errors import ApiError, AttemptRecord
 
-__all__ = ["AttemptPlan", "CallReport", "Decision", "Fail", "Succeed", "Wait"]
+if TYPE_CHECKING:
+    from retrysafe.governor.breaker import Health, Permit
+    from retrysafe.observe import RetryEvent
+
+__all__ = [
+    "OPEN_ADMISSION",
+    "Admission",
+    "AskRetry",
+    "AttemptPlan",
+    "CallReport",
+    "Decision",
+    "Effect",
+    "EmitEvent",
+    "Fail",
+    "ReadBody",
+    "RecordHealth",
+    "ReleasePacing",
+    "ReleaseProbe",
+    "RetryAnswer",
+    "StartCooldown",
+    "Succeed",
+    "Wait",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class CallReport:
-    """What a call did, attached as ``response.extensions["retrysafe"]``."""
+    """What a call did; :func:`retrysafe.report_of` reads it from the response."""
 
     attempts: int
     waits: tuple[float, ...]
@@ -29,13 +57,58 @@ class CallReport:
     error: ApiError | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class AttemptPlan:
-    """Start attempt ``number`` (1-based) and give it at most ``timeout`` seconds."""
+# -- actions: what the shell does next -------------------------------------------------
 
-    number: int
-    timeout: float
-    cut_by_deadline: bool
+
+class AttemptPlan:
+    """Send attempt ``number`` (1-based) with at most ``timeout`` seconds for it.
+
+    ``read_body``: read the whole body inside the attempt (a call that does not
+    stream); otherwise only the headers are the attempt's, and the engine asks for
+    the body (:class:`ReadBody`) when it needs it. ``cut_by_deadline``: the
+    timeout is the deadline's remainder, not the policy's per-attempt limit.
+    """
+
+    __slots__ = ("cut_by_deadline", "number", "read_body", "timeout")
+
+    def __init__(self, number: int, timeout: float, cut_by_deadline: bool, read_body: bool) -> None:
+        self.number = number
+        self.timeout = timeout
+        self.cut_by_deadline = cut_by_deadline
+        self.read_body = read_body
+
+    def __repr__(self) -> str:
+        return f"AttemptPlan(number={self.number}, timeout={self.timeout!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadBody:
+    """Read the response body within the attempt, then report the attempt again.
+
+    A streamed call's body is the caller's, but the engine needs it to judge a
+    failure (and to report it), or when a rule reads it.
+    """
+
+    plan: AttemptPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class AskRetry:
+    """Ask the governor whether a retry after ``wait`` seconds may happen.
+
+    ``spends_budget`` is False for waits the server asked for because we were too
+    fast (a 429, a key in use): those do not spend the retry budget.
+    """
+
+    wait: float
+    spends_budget: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """Sleep ``seconds``, then ask for the next attempt."""
+
+    seconds: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,20 +120,87 @@ class Succeed:
 
 
 @dataclasses.dataclass(frozen=True)
-class Wait:
-    """Sleep ``seconds``, then ask for the next attempt."""
-
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
 class Fail:
     """Give up with ``error``; ``response`` is the last response, ``cause`` the last exception."""
 
     error: ApiError
     response: httpx.Response | None
-    cause: Exception | None
+    cause: BaseException | None
     report: CallReport
+    #: This call (or one nested in it) already retried: an enclosing retrying call
+    #: must not retry the same failure again.
+    retried: bool = False
 
 
-Decision = Succeed | Wait | Fail
+#: What a step of the engine can ask of the shell.
+Decision = AttemptPlan | ReadBody | AskRetry | Wait | Succeed | Fail
+
+
+# -- facts: the governor's answers -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """The governor's answer to "may an attempt start now?".
+
+    ``cooldown``: seconds a dependency-wide cooldown still runs (nothing reserved).
+    ``pacing``: seconds until the paced slot reserved for this call comes up.
+    ``permit``: the breaker's answer (None when there is no breaker).
+    """
+
+    cooldown: float = 0.0
+    pacing: float = 0.0
+    permit: Permit | None = None
+
+
+#: The answer when no governor stands in the way.
+OPEN_ADMISSION = Admission()
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryAnswer:
+    """The governor's answer to :class:`AskRetry`: ``refusal`` None means granted."""
+
+    refusal: Literal["circuit_open", "budget_exhausted"] | None = None
+
+
+# -- effects: what the shell does on the side ------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordHealth:
+    """Tell the breaker what the attempt sent under ``permit`` said about the dependency."""
+
+    permit: Permit
+    health: Health
+    open_for: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StartCooldown:
+    """Pause every caller of the dependency for ``seconds`` (a 429's Retry-After)."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleasePacing:
+    """Give back a paced slot the call reserved but will not use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseProbe:
+    """Give back the breaker's permit of an attempt that ended with no outcome."""
+
+    permit: Permit
+
+
+@dataclasses.dataclass(frozen=True)
+class EmitEvent:
+    """Log ``event`` and hand it to the hooks; ``body_excerpt`` is for the log only."""
+
+    event: RetryEvent
+    body_excerpt: str = ""
+
+
+Effect = RecordHealth | StartCooldown | ReleasePacing | ReleaseProbe | EmitEvent

@@ -1,65 +1,123 @@
-"""Turning a final outcome into the error a caller can act on.
+"""Turning a call that gives up into the error a caller can act on.
 
-Which :class:`~retrysafe.ApiError` subclass a failure becomes follows from the
-last outcome: the status class for a response, ``BadResponse`` for a body that
-could not be read, ``TransportError`` when no response came back. The failing
-body is kept bounded, parsed when JSON, and scrubbed of the request's secrets.
+:func:`give_up_error` is the one place an :class:`~retrysafe.ApiError` is built.
+Its class follows from why the call stopped: the deadline, a Retry-After or
+cooldown too long, an open circuit, or else the last outcome itself (the
+status class for a response, ``BadResponse`` for a body that could not be read,
+``TransportError`` when no response came back). The failing body is kept
+bounded, parsed when JSON, and scrubbed of the request's secrets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from retrysafe.classify import Verdict
 from retrysafe.errors import (
     ApiError,
+    AttemptRecord,
     BadResponse,
+    CircuitOpen,
     ClientError,
+    DeadlineExceeded,
     QuotaExhausted,
     RateLimited,
+    RetryAfterTooLong,
     ServerError,
     TransportError,
 )
 from retrysafe.redact import Redactor
 
-__all__ = ["describe_body", "error_class_for"]
+__all__ = ["CallSummary", "StopKind", "describe_body", "give_up_error"]
 
 #: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
 _BODY_LIMIT = 64 * 1024
 _EXCERPT_LIMIT = 200
 
+#: Why the call stopped, as far as the error's class goes: ``"outcome"`` lets the last
+#: attempt's outcome pick it; the others name the limit that stopped the call.
+StopKind = Literal["outcome", "deadline", "retry_after", "circuit"]
 
-def error_class_for(
-    verdict: Verdict,
-    response: httpx.Response | None,
-    cause: Exception | None,
+
+@dataclasses.dataclass(frozen=True)
+class CallSummary:
+    """The call-wide facts every error carries."""
+
+    method: str
+    url: str
+    attempts: int
+    history: tuple[AttemptRecord, ...]
+    elapsed: float
+    may_have_processed: bool
+
+
+def give_up_error(
+    stop: StopKind,
     *,
+    reason: str,
+    outcome: str,
+    retryable: bool,
+    summary: CallSummary,
+    verdict: Verdict | None,
+    response: httpx.Response | None,
+    cause: BaseException | None,
     during_body: bool,
-    may_have_processed: bool,
-) -> tuple[type[ApiError], dict[str, Any]]:
-    """The error class for a failed call's last outcome, and its class-specific fields."""
-    if response is not None:
+    retry_after: float | None,
+    redactor: Redactor,
+) -> tuple[ApiError, str]:
+    """The error for a call that stops now, and a one-line excerpt of the failing body."""
+    body, excerpt = describe_body(response, redactor)
+    fields: dict[str, Any] = {
+        "reason": reason,
+        "outcome": outcome,
+        "method": summary.method,
+        "url": summary.url,
+        "retryable": retryable,
+        "status": response.status_code if response is not None else None,
+        "body": body,
+        "body_excerpt": excerpt,
+        "attempts": summary.attempts,
+        "history": summary.history,
+        "response": response,
+        "elapsed": summary.elapsed,
+        "may_have_processed": summary.may_have_processed,
+    }
+    error: ApiError
+    if stop == "deadline":
+        error = DeadlineExceeded(**fields)
+    elif stop == "retry_after":
+        error = RetryAfterTooLong(retry_after=retry_after or 0.0, **fields)
+    elif stop == "circuit":
+        error = CircuitOpen(retry_after=retry_after, **fields)
+    elif response is not None:
         status = response.status_code
-        if verdict.reason == "quota_exhausted":
-            return QuotaExhausted, {}
-        if status == 429:
-            return RateLimited, {"retry_after": verdict.after}
-        if 400 <= status < 500:
-            return ClientError, {}
-        if status >= 500:
-            return ServerError, {}
-        return BadResponse, {}
-    if during_body and not isinstance(cause, httpx.TimeoutException):
-        return BadResponse, {}
-    return TransportError, {"sent": "maybe" if may_have_processed else "no"}
+        if verdict is not None and verdict.reason == "quota_exhausted":
+            error = QuotaExhausted(**fields)
+        elif status == 429:
+            error = RateLimited(retry_after=verdict.after if verdict else None, **fields)
+        elif 400 <= status < 500:
+            error = ClientError(**fields)
+        elif status >= 500:
+            error = ServerError(**fields)
+        else:
+            error = BadResponse(**fields)
+    elif during_body and not isinstance(cause, httpx.TimeoutException):
+        error = BadResponse(**fields)
+    else:
+        error = TransportError(sent="maybe" if summary.may_have_processed else "no", **fields)
+    return error, excerpt
 
 
 def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[Any, str]:
-    """The failing body, parsed when JSON, bounded and scrubbed, plus a one-line excerpt."""
-    if response is None:
+    """The failing body, parsed when JSON, bounded and scrubbed, plus a one-line excerpt.
+
+    A streamed body the call never read is not read here: it stays the caller's.
+    """
+    if response is None or not _is_read(response):
         return None, ""
     content = response.content[:_BODY_LIMIT]
     text = redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
@@ -73,6 +131,14 @@ def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[
     if len(excerpt) > _EXCERPT_LIMIT:
         excerpt = excerpt[: _EXCERPT_LIMIT - 3] + "..."
     return body, excerpt
+
+
+def _is_read(response: httpx.Response) -> bool:
+    try:
+        response.content  # noqa: B018 - raises ResponseNotRead on an unread stream
+    except httpx.ResponseNotRead:
+        return False
+    return True
 
 
 def _scrub_json(value: Any, redactor: Redactor) -> Any:

@@ -61,6 +61,12 @@ class Observer:
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
+        a successful call need not build its event at all."""
+        return bool(self._hooks) or logger.isEnabledFor(logging.DEBUG)
+
     def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
         """Log ``event`` and hand it to the hooks."""
         _log(event, body_excerpt)

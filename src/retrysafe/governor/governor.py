@@ -6,22 +6,91 @@ import dataclasses
 import threading
 
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.governor.breaker import CircuitBreaker
+from retrysafe.decisions import (
+    OPEN_ADMISSION,
+    Admission,
+    AskRetry,
+    Effect,
+    RecordHealth,
+    ReleasePacing,
+    ReleaseProbe,
+    RetryAnswer,
+    StartCooldown,
+)
+from retrysafe.governor.breaker import CircuitBreaker, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
 
-__all__ = ["DependencyGuard", "Governor"]
+__all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
 
 @dataclasses.dataclass(frozen=True)
 class DependencyGuard:
-    """The budget, breaker and limiter of one dependency (None where switched off)."""
+    """The budget, breaker and limiter of one dependency (None where switched off).
+
+    It answers the engine's questions (:meth:`admit`, :meth:`answer_retry`) and
+    carries out its effects (:meth:`apply`); the shell passes both along.
+    """
 
     dependency: str
     budget: RetryBudget | None
     breaker: CircuitBreaker | None
     limiter: Limiter | None
+
+    def admit(self, *, first: bool, probe_lease: float, pacing_held: bool) -> Admission:
+        """May an attempt start now? A cooldown is only reported (nothing reserved);
+        otherwise a paced slot is reserved (unless the call holds one), then the
+        breaker is asked. A ``first`` attempt earns the retry budget its share."""
+        limiter = self.limiter
+        if limiter is not None:
+            cooldown = limiter.cooldown_remaining()
+            if cooldown > 0:
+                return Admission(cooldown=cooldown)
+            if not pacing_held:
+                pacing = limiter.reserve()
+                if pacing > 0:
+                    return Admission(pacing=pacing)
+        permit = None
+        if self.breaker is not None:
+            permit = self.breaker.acquire(probe_lease=min(probe_lease, _MAX_PROBE_LEASE))
+        if first and self.budget is not None and (permit is None or permit.allowed):
+            self.budget.record_first_attempt()
+        return Admission(permit=permit) if permit is not None else OPEN_ADMISSION
+
+    def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
+        """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
+        open past then, nor without a budget token (rate-limit waits spend none)."""
+        breaker = self.breaker
+        if breaker is not None:
+            open_until = breaker.open_until()
+            if open_until is not None and open_until > now + ask.wait:
+                return _CIRCUIT_OPEN
+        if ask.spends_budget and self.budget is not None and not self.budget.try_spend():
+            return _BUDGET_EXHAUSTED
+        return GRANTED
+
+    def apply(self, effect: Effect) -> Transition | None:
+        """Carry out one of the engine's effects; returns a breaker state change, if any."""
+        if isinstance(effect, RecordHealth):
+            if self.breaker is not None:
+                return self.breaker.record(effect.permit, effect.health, open_for=effect.open_for)
+        elif isinstance(effect, StartCooldown):
+            if self.limiter is not None:
+                self.limiter.start_cooldown(effect.seconds)
+        elif isinstance(effect, ReleaseProbe):
+            if self.breaker is not None:
+                self.breaker.release(effect.permit)
+        elif isinstance(effect, ReleasePacing) and self.limiter is not None:
+            self.limiter.release()
+        return None
+
+
+#: A half-open probe that never reports frees its slot after at most this long.
+_MAX_PROBE_LEASE = 60.0
+GRANTED = RetryAnswer()
+_CIRCUIT_OPEN = RetryAnswer("circuit_open")
+_BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
 
 
 class Governor:
@@ -39,6 +108,13 @@ class Governor:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._guards: dict[str, DependencyGuard] = {}
+
+    @property
+    def protects(self) -> bool:
+        """Whether any piece of load protection is on (else calls need no guard at all)."""
+        settings = self.settings
+        pieces = (settings.budget, settings.breaker, settings.limiter)
+        return any(piece is not None for piece in pieces)
 
     def guard(self, dependency: str) -> DependencyGuard:
         """The guard for ``dependency``, made on first use."""

@@ -53,5 +53,12 @@ class Limiter:
             self._tokens -= 1.0  # may go negative: a reservation in the queue
             return 0.0 if self._tokens >= 0 else -self._tokens / rate
 
+    def release(self) -> None:
+        """Give back a reserved slot that will not be used (its caller gave up)."""
+        if self.settings.requests_per_second is None:
+            return
+        with self._lock:
+            self._tokens = min(float(self.settings.burst), self._tokens + 1.0)
+
     def __repr__(self) -> str:
         return f"Limiter(cooldown={self.cooldown_remaining():.3f}s, {self.settings!r})"

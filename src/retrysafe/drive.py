@@ -1,0 +1,314 @@
+"""The drive loop's shared half: everything between the engine and the world but I/O.
+
+A shell (sync or async) makes one :class:`Drive` per request and only sends,
+reads and sleeps; the Drive turns each engine step into the next one by
+answering the engine's questions with the governor, applying its effects
+(breaker health, cooldowns, events to the log and hooks), and keeping the two
+contexts a call lives in:
+
+- nesting: a call made inside another retrying call's attempt (same task or
+  thread) is nested; it retries less, and when it gives up after retrying, the
+  enclosing call does not retry the same failure again;
+- the redirect chain: httpx follows redirects above the transport, one request
+  per hop; every hop of one chain shares one deadline and one retry allowance.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from retrysafe.clock import Clock, SystemClock
+from retrysafe.decisions import (
+    OPEN_ADMISSION,
+    AskRetry,
+    AttemptPlan,
+    Decision,
+    EmitEvent,
+    Fail,
+    ReadBody,
+    Succeed,
+    Wait,
+)
+from retrysafe.engine import Call, default_dependency
+from retrysafe.governor import Governor
+from retrysafe.governor.breaker import Transition
+from retrysafe.governor.governor import GRANTED, DependencyGuard
+from retrysafe.observe import EventHook, Observer, RetryEvent
+from retrysafe.policy import RetryPolicy
+from retrysafe.scope import current_deadline
+from retrysafe.timing import Deadline
+
+__all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
+
+#: Request extension key under which per-call options travel (and, on the response, the report).
+OPTIONS_EXTENSION = "retrysafe"
+#: Request extension key of the redirect chain a request belongs to.
+_CHAIN_EXTENSION = "retrysafe.chain"
+_PHASES = ("connect", "read", "write", "pool")
+
+#: What a shell is told to do next: send, read the body, sleep, or end the call.
+Step = AttemptPlan | ReadBody | Wait | Succeed | Fail
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """Per-call overrides carried in ``request.extensions["retrysafe"]``.
+
+    ``stream``: the caller reads the body itself (``client.stream()``,
+    ``send(stream=True)``): retries end at the response headers.
+    """
+
+    policy: RetryPolicy | None = None
+    dependency: str | None = None
+    stream: bool = False
+
+
+_NO_OPTIONS = CallOptions()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShellSettings:
+    """Everything a shell is configured with, as one frozen value for every layer."""
+
+    policy: RetryPolicy
+    clock: Clock
+    governor: Governor
+    observer: Observer
+    dependency: str | None = None
+    raise_errors: bool = False
+    deadline_header: str | None = None
+    #: Without options saying otherwise, the caller streams the body (a drop-in
+    #: transport cannot know whether httpx will read the body; retrysafe.Client tells it).
+    stream_by_default: bool = True
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        policy: RetryPolicy,
+        clock: Clock | None,
+        governor: Governor | None,
+        hooks: Sequence[EventHook],
+        dependency: str | None,
+        raise_errors: bool,
+        deadline_header: str | None,
+    ) -> ShellSettings:
+        """Validate the shell's arguments and fill in the defaults."""
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+        clock = clock if clock is not None else SystemClock()
+        return cls(
+            policy=policy,
+            clock=clock,
+            governor=governor if governor is not None else Governor(clock=clock),
+            observer=Observer(hooks),
+            dependency=dependency,
+            raise_errors=raise_errors,
+            deadline_header=deadline_header,
+        )
+
+
+class _Nesting:
+    """One retrysafe call in progress, for calls made inside its attempts to find."""
+
+    __slots__ = ("gave_up_inside", "parent")
+
+    def __init__(self, parent: _Nesting | None) -> None:
+        self.parent = parent
+        #: Set by a nested call that retried and gave up during this call's attempt.
+        self.gave_up_inside = False
+
+
+_current_nesting: contextvars.ContextVar[_Nesting | None] = contextvars.ContextVar(
+    "retrysafe_nesting", default=None
+)
+
+
+class _Chain:
+    """The hops of one redirect chain: one deadline, one retry allowance."""
+
+    __slots__ = ("awaiting_hop", "deadline", "last_request", "retries_used", "timeouts")
+
+    def __init__(self, deadline: Deadline, timeouts: dict[str, Any]) -> None:
+        self.deadline = deadline
+        self.timeouts = timeouts
+        self.retries_used = 0
+        self.last_request: httpx.Request | None = None
+        self.awaiting_hop = False
+
+
+class Drive:
+    """One request's trip through the engine, minus the sending and the sleeping."""
+
+    __slots__ = ("_chain", "_guard", "_nesting", "_token", "call", "request", "settings")
+
+    def __init__(self, settings: ShellSettings, request: httpx.Request) -> None:
+        self.settings = settings
+        self.request = request
+        options = request.extensions.get(OPTIONS_EXTENSION)
+        if not isinstance(options, CallOptions):
+            options = _NO_OPTIONS if not settings.stream_by_default else _STREAM_OPTIONS
+        policy = options.policy or settings.policy
+        dependency = options.dependency or settings.dependency or default_dependency(request.url)
+        governor = settings.governor
+        self._guard: DependencyGuard | None = (
+            governor.guard(dependency) if governor.protects else None
+        )
+        parent = _current_nesting.get()
+        nested_attempts = governor.settings.nested_attempts
+        self._nesting = _Nesting(parent) if nested_attempts is not None else None
+        self._token = _current_nesting.set(self._nesting) if self._nesting is not None else None
+        self._chain = chain = self._chain_for(request, policy, settings.clock)
+        self.call = Call(
+            request,
+            policy=policy,
+            clock=settings.clock,
+            dependency=dependency,
+            deadline=chain.deadline,
+            retries_used=chain.retries_used,
+            max_attempts=nested_attempts if parent is not None else None,
+            stream=options.stream,
+            observed=settings.observer.listening,
+        )
+
+    def _chain_for(self, request: httpx.Request, policy: RetryPolicy, clock: Clock) -> _Chain:
+        """The redirect chain this request continues, or a new one it starts.
+
+        httpx builds each hop as a new request carrying the same extensions; the
+        chain continues only for such a new request after a redirect response.
+        """
+        chain = request.extensions.get(_CHAIN_EXTENSION)
+        if (
+            isinstance(chain, _Chain)
+            and chain.awaiting_hop
+            and chain.last_request is not request
+            and not chain.deadline.expired
+        ):
+            chain.awaiting_hop = False
+            chain.last_request = request
+            return chain
+        deadline = Deadline.after(policy.deadline, clock).tighter(current_deadline())
+        timeouts = request.extensions.get("timeout") or {}
+        chain = _Chain(deadline, {phase: timeouts.get(phase) for phase in _PHASES})
+        chain.last_request = request
+        request.extensions[_CHAIN_EXTENSION] = chain
+        return chain
+
+    @property
+    def caller_timeouts(self) -> dict[str, Any]:
+        """The per-phase timeouts the request came with, before any attempt bounded them."""
+        return self._chain.timeouts
+
+    # -- steps -------------------------------------------------------------------------
+
+    def next_attempt(self) -> Step:
+        """Ask the governor, then the engine, whether and how the next attempt starts."""
+        call = self.call
+        guard = self._guard
+        if guard is None:
+            step = call.start_attempt(OPEN_ADMISSION)
+        else:
+            admission = guard.admit(
+                first=call.attempts == 0,
+                probe_lease=call.probe_lease(),
+                pacing_held=call.pacing_held,
+            )
+            step = call.start_attempt(admission)
+        self._apply_effects()
+        return step
+
+    def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
+        """The attempt got a response (body read as the plan asked)."""
+        self._note_nested_give_up()
+        return self._after(self.call.attempt_returned(plan, response))
+
+    def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
+        """The attempt failed with ``exc``."""
+        self._note_nested_give_up()
+        return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
+
+    def abandoned(self) -> None:
+        """The attempt ended with no outcome (cancelled): free what it held."""
+        self.call.attempt_abandoned()
+        self._apply_effects()
+
+    def _note_nested_give_up(self) -> None:
+        nesting = self._nesting
+        if nesting is not None and nesting.gave_up_inside:
+            nesting.gave_up_inside = False
+            self.call.nested_call_gave_up()
+
+    def _after(self, step: Decision) -> Step:
+        # The outcome's effects (breaker health, a cooldown) first: the governor's answer
+        # to a retry must already know about the failure that asks for it.
+        self._apply_effects()
+        if isinstance(step, AskRetry):
+            guard = self._guard
+            now = self.settings.clock.monotonic()
+            answer = GRANTED if guard is None else guard.answer_retry(step, now)
+            answered = self.call.retry_answered(step, answer)
+            self._apply_effects()
+            return answered
+        return step
+
+    def _apply_effects(self) -> None:
+        effects = self.call.take_effects()
+        if not effects:
+            return
+        guard = self._guard
+        for effect in effects:
+            if type(effect) is EmitEvent:
+                self.settings.observer.emit(effect.event, body_excerpt=effect.body_excerpt)
+            elif guard is not None:
+                transition = guard.apply(effect)
+                if transition is not None:
+                    self._emit_transition(transition)
+
+    def _emit_transition(self, transition: Transition) -> None:
+        call = self.call
+        self.settings.observer.emit(
+            RetryEvent(
+                kind="circuit",
+                dependency=call.dependency,
+                method=call.method,
+                url=call.url,
+                attempt=call.attempts,
+                reason=f"{transition.before}->{transition.after}",
+                status=None,
+            )
+        )
+
+    # -- the end -----------------------------------------------------------------------
+
+    def finish(self, step: Step) -> httpx.Response:
+        """Hand the call's end (a Succeed or a Fail) back the way the shell's caller expects."""
+        chain = self._chain
+        chain.retries_used += max(0, self.call.attempts - 1)
+        if type(step) is Succeed:
+            chain.awaiting_hop = step.response.is_redirect
+            return step.response
+        assert isinstance(step, Fail)
+        nesting = self._nesting
+        if step.retried and nesting is not None and nesting.parent is not None:
+            nesting.parent.gave_up_inside = True
+        if step.response is not None:
+            # The report (with its error) rides on the response; httpx's auth and redirect
+            # handling sees the response as usual, and retrysafe.Client raises afterwards.
+            return step.response
+        if step.cause is not None and not self.settings.raise_errors:
+            raise step.cause
+        raise step.error from step.cause
+
+    def close(self) -> None:
+        """Leave the call's nesting context (always, however the call ended)."""
+        if self._token is not None:
+            _current_nesting.reset(self._token)
+            self._token = None
+
+
+_STREAM_OPTIONS = CallOptions(stream=True)
