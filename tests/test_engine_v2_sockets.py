@@ -1,0 +1,390 @@
+"""Issue 8's I/O behaviour over real sockets: one deadline for every byte, one attempt
+allowance for a whole redirect chain, HTTP/2 streams cut one by one, and keys that are
+really keys.
+
+Most tests run three times (``api`` fixture): sync Client, AsyncClient on asyncio and on
+trio. Time is asserted as bounds against each call's deadline, never exact values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos import ChaosServer, KeyedChaos, create_app
+from retrysafe.chaos.connection import listening_socket
+
+pytestmark = pytest.mark.anyio
+
+# Small waits so the suite stays fast.
+FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
+# How far past its deadline a call may end: scheduling, closing sockets, a slow CI.
+SLACK = 0.3
+
+
+# -- one deadline for every byte: trickled headers ------------------------------------------
+
+
+def test_trickled_headers_end_at_the_deadline(api: Any, chaos: KeyedChaos) -> None:
+    """A head trickled one byte per 50 ms cannot carry a call past its 1 s deadline."""
+    policy = RetryPolicy(deadline=1, attempt_timeout=10)
+    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
+        api.request("GET", chaos.fault_url("trickle_headers"), policy=policy)
+    assert api.seconds < 1 + SLACK
+    assert caught.value.elapsed < 1 + SLACK
+
+
+def test_trickled_headers_end_at_the_deadline_for_a_post(api: Any, chaos: KeyedChaos) -> None:
+    """The same for a POST: cut at the deadline, and not repeated."""
+    policy = RetryPolicy(deadline=1, attempt_timeout=10)
+    with pytest.raises(retrysafe.ApiError) as caught:
+        api.request("POST", chaos.fault_url("trickle_headers"), policy=policy, json={"n": 1})
+    assert api.seconds < 1 + SLACK
+    assert caught.value.attempts == 1
+
+
+def test_trickled_headers_within_the_attempt_timeout_still_succeed(
+    api: Any, chaos: KeyedChaos
+) -> None:
+    """A head trickled fast enough to finish in time is a success, not a timeout."""
+    policy = RetryPolicy(deadline=3, attempt_timeout=2)
+    response = api.request(
+        "GET", chaos.fault_url("trickle_headers") + "?interval_ms=2", policy=policy
+    )
+    assert response.status_code == 200
+    assert response.content == b"trickled"
+    assert api.seconds < 3
+
+
+# -- one deadline and one attempt allowance for a redirect chain ----------------------------
+
+
+def test_a_slow_redirect_chain_shares_one_deadline(api: Any, chaos: KeyedChaos) -> None:
+    """4 hops of 0.4 s under a 1 s deadline end with DeadlineExceeded by about 1 s."""
+    policy = RetryPolicy(deadline=1, attempt_timeout=10)
+    url = chaos.url("/redirect-chain/{key}", hops=4, delay_ms=400)
+    with pytest.raises(retrysafe.DeadlineExceeded):
+        api.request("GET", url, policy=policy, follow_redirects=True)
+    assert api.seconds < 1 + SLACK
+    assert len(chaos.log()) <= 3
+
+
+def test_a_redirect_chain_within_its_deadline_succeeds(api: Any, chaos: KeyedChaos) -> None:
+    """A chain that fits its deadline ends with the last hop's 200, one request per hop."""
+    policy = RetryPolicy(deadline=2, attempt_timeout=1)
+    url = chaos.url("/redirect-chain/{key}", hops=3, delay_ms=50)
+    response = api.request("GET", url, policy=policy, follow_redirects=True)
+    assert response.status_code == 200
+    assert response.json()["hop"] == 3
+    assert len(chaos.log()) == 4
+    assert api.seconds < 2
+
+
+def test_a_redirect_chain_shares_one_retry_allowance(api: Any, chaos: KeyedChaos) -> None:
+    """attempts=4 over 4 hops that each fail once: at most 3 retries in all, not 3 per hop."""
+    policy = RetryPolicy(attempts=4, deadline=5, backoff_base=0.01, backoff_cap=0.02)
+    url = chaos.url("/redirect-chain/{key}", hops=3, fail_times=1, fail_status=503)
+    with pytest.raises(retrysafe.ApiError) as caught:
+        api.request("GET", url, policy=policy, follow_redirects=True)
+    records = chaos.log()
+    hops_reached = {record.endpoint for record in records}
+    retries = len(records) - len(hops_reached)
+    assert retries <= policy.attempts - 1
+    assert len(records) == 7  # four first sends and three retries, then out of attempts
+    assert caught.value.status == 503
+    assert api.seconds < policy.deadline
+
+
+def test_a_redirect_chain_within_its_retry_allowance_succeeds(api: Any, chaos: KeyedChaos) -> None:
+    """Two hops failing once each need two retries: within attempts=4, so a 200."""
+    policy = RetryPolicy(attempts=4, deadline=5, backoff_base=0.01, backoff_cap=0.02)
+    url = chaos.url("/redirect-chain/{key}", hops=1, fail_times=1, fail_status=503)
+    response = api.request("GET", url, policy=policy, follow_redirects=True)
+    assert response.status_code == 200
+    assert [record.action for record in chaos.log()] == [
+        "status:503",
+        "status:302",
+        "status:503",
+        "status:200",
+    ]
+
+
+# -- HTTP/2: a timed-out request cancels only its own stream --------------------------------
+
+
+class H2Chaos:
+    """The session's chaos state served over h2c (HTTP/2 without TLS) by hypercorn."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def url(self, chaos: KeyedChaos, path: str, /, **params: object) -> str:
+        """``chaos.url(path, **params)`` on the HTTP/2 server (same key, same log)."""
+        return self.base_url + chaos.url(path, **params)[len(chaos.base_url) :]
+
+
+@pytest.fixture(scope="module")
+def h2(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
+    """hypercorn serving the chaos app, sharing the chaos server's state, on loopback h2c.
+
+    httpx speaks HTTP/2 with prior knowledge on ``http://`` with ``http1=False,
+    http2=True``; hypercorn accepts that preface on a cleartext port.
+    """
+    hypercorn_asyncio = pytest.importorskip("hypercorn.asyncio")
+    hypercorn_config = pytest.importorskip("hypercorn.config")
+    pytest.importorskip("h2")
+    sock = listening_socket("127.0.0.1")
+    port = sock.getsockname()[1]
+    config = hypercorn_config.Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.graceful_timeout = 0.5
+    config.errorlog = None
+    started = threading.Event()
+    control: dict[str, Any] = {}
+
+    def quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # Connections still open at shutdown are cancelled; that is no error here.
+        if not isinstance(context.get("exception"), asyncio.CancelledError):
+            loop.default_exception_handler(context)
+
+    async def serve() -> None:
+        control["stop"] = asyncio.Event()
+        control["loop"] = asyncio.get_running_loop()
+        control["loop"].set_exception_handler(quiet)
+        started.set()
+        await hypercorn_asyncio.serve(
+            create_app(chaos_server.state), config, shutdown_trigger=control["stop"].wait
+        )
+
+    def run() -> None:
+        # Streams still hanging at shutdown end in cancellation; nothing to report.
+        with contextlib.suppress(BaseException):
+            asyncio.run(serve())
+
+    thread = threading.Thread(target=run, name="h2-chaos", daemon=True)
+    thread.start()
+    assert started.wait(5)
+    yield H2Chaos(f"http://127.0.0.1:{port}")
+    control["loop"].call_soon_threadsafe(control["stop"].set)
+    thread.join(5)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+H2_OPTIONS: dict[str, Any] = {"http1": False, "http2": True}
+HANG_POLICY = RetryPolicy(deadline=0.5, attempt_timeout=10, min_attempt_time=0.1)
+POST_POLICY = RetryPolicy(deadline=3, attempt_timeout=3)
+
+
+def _post_records(chaos: KeyedChaos) -> list[Any]:
+    return [record for record in chaos.log() if record.method == "POST"]
+
+
+def test_h2_server_speaks_http2(h2: H2Chaos, chaos: KeyedChaos) -> None:
+    """The fixture really serves HTTP/2 on one connection, with the chaos log shared."""
+    with httpx.Client(**H2_OPTIONS) as client:
+        response = client.get(h2.url(chaos, "/status/200"))
+    assert response.http_version == "HTTP/2"
+    assert [record.endpoint for record in chaos.log()] == ["status"]
+
+
+def test_h2_a_timed_out_request_spares_a_concurrent_post_sync(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Sync, one HTTP/2 connection: a GET cut by its deadline leaves the POST beside it alone."""
+    results: dict[str, Any] = {}
+    with retrysafe.Client(**H2_OPTIONS) as client:
+        client.get(h2.url(chaos, "/status/200"))  # one connection, open before both start
+
+        def hang() -> None:
+            started = time.monotonic()
+            try:
+                client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
+            except Exception as error:
+                results["hang"] = error
+            results["hang_seconds"] = time.monotonic() - started
+
+        def post() -> None:
+            try:
+                url = h2.url(chaos, "/delay", ms=1000)
+                results["post"] = client.post(url, json={"n": 1}, policy=POST_POLICY)
+            except Exception as error:
+                results["post"] = error
+
+        threads = [threading.Thread(target=hang), threading.Thread(target=post)]
+        threads[0].start()
+        time.sleep(0.1)  # the hanging GET is the stream reading when its time runs out
+        threads[1].start()
+        for thread in threads:
+            thread.join(10)
+
+    assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
+    assert results["hang_seconds"] < HANG_POLICY.deadline + SLACK
+    assert isinstance(results["post"], httpx.Response), results["post"]
+    assert results["post"].status_code == 200
+    assert results["post"].http_version == "HTTP/2"
+    assert len(_post_records(chaos)) == 1
+
+
+async def test_h2_a_timed_out_request_spares_a_concurrent_post_async(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Async, one HTTP/2 connection: a task cut by its deadline leaves the POST task alone."""
+    results: dict[str, Any] = {}
+    async with retrysafe.AsyncClient(**H2_OPTIONS) as client:
+        await client.get(h2.url(chaos, "/status/200"))
+
+        async def hang() -> None:
+            started = time.monotonic()
+            try:
+                await client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
+            except Exception as error:
+                results["hang"] = error
+            results["hang_seconds"] = time.monotonic() - started
+
+        async def post() -> None:
+            await anyio.sleep(0.1)  # the hanging GET is the stream reading when time runs out
+            try:
+                url = h2.url(chaos, "/delay", ms=1000)
+                results["post"] = await client.post(url, json={"n": 1}, policy=POST_POLICY)
+            except Exception as error:
+                results["post"] = error
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(hang)
+            group.start_soon(post)
+
+    assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
+    assert results["hang_seconds"] < HANG_POLICY.deadline + SLACK
+    assert isinstance(results["post"], httpx.Response), results["post"]
+    assert results["post"].status_code == 200
+    assert len(_post_records(chaos)) == 1
+
+
+# -- keys: a blank header is no key ----------------------------------------------------------
+
+
+def test_an_empty_idempotency_key_header_is_no_key(api: Any, chaos: KeyedChaos) -> None:
+    """A POST carrying ``Idempotency-Key: ""`` is keyless: its 502 is not repeated."""
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request(
+            "POST",
+            chaos.url("/status/502"),
+            policy=FAST,
+            json={"amount": 4900},
+            headers={"Idempotency-Key": ""},
+        )
+    assert len(chaos.log()) == 1
+    assert caught.value.status == 502
+    assert caught.value.attempts == 1
+    assert caught.value.retryable is False
+
+
+def test_a_whitespace_idempotency_key_header_is_not_repeated(api: Any, chaos: KeyedChaos) -> None:
+    """``Idempotency-Key: "   "`` never leads to a repeat (h11 itself refuses to send it)."""
+    with pytest.raises(retrysafe.ApiError) as caught:
+        api.request(
+            "POST",
+            chaos.url("/status/502"),
+            policy=FAST,
+            json={"amount": 4900},
+            headers={"Idempotency-Key": "   "},
+        )
+    assert len(chaos.log()) <= 1
+    assert caught.value.attempts == 1
+    assert caught.value.retryable is False
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t"], ids=["empty", "spaces", "tab"])
+def test_a_blank_idempotency_key_header_is_no_key_on_any_transport(api: Any, blank: str) -> None:
+    """Where the transport does send a blank key (here MockTransport), it is still no key."""
+    sent: list[str] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("idempotency-key", "<none>"))
+        return httpx.Response(502)
+
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request(
+            "POST",
+            "http://upstream.test/orders",
+            policy=FAST,
+            client_options={"transport": httpx.MockTransport(upstream)},
+            json={"amount": 4900},
+            headers={"Idempotency-Key": blank},
+        )
+    assert len(sent) == 1
+    assert caught.value.attempts == 1
+    assert caught.value.retryable is False
+
+
+# -- keys: the middleware's "result cannot be replayed" 409 is final -------------------------
+
+
+class _NotReplayableServer:
+    """A write behind IdempotencyMiddleware whose reply is too large to keep for replay.
+
+    The first request under a key runs and gets its (oversized) reply; every repeat gets
+    the middleware's 409 "result not replayable". ``requests`` counts arrivals per key.
+    """
+
+    def __init__(self) -> None:
+        from retrysafe.idempotency import IdempotencyMiddleware, MemoryStore
+
+        async def write(request: Request) -> Response:
+            return Response(b"x" * 200, status_code=200, media_type="text/plain")
+
+        guarded = IdempotencyMiddleware(
+            Starlette(routes=[Route("/writes", write, methods=["POST"])]),
+            MemoryStore(),
+            scope=lambda request: "caller",
+            required=False,
+            max_response_size=16,
+        )
+        self.requests: dict[str, int] = {}
+
+        async def counted(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                key = dict(scope["headers"]).get(b"idempotency-key", b"").decode()
+                self.requests[key] = self.requests.get(key, 0) + 1
+            await guarded(scope, receive, send)
+
+        self.server = ChaosServer(app=counted)
+
+
+@pytest.fixture(scope="module")
+def not_replayable() -> Iterator[_NotReplayableServer]:
+    served = _NotReplayableServer()
+    with served.server:
+        yield served
+
+
+def test_the_not_replayable_409_is_final(api: Any, not_replayable: _NotReplayableServer) -> None:
+    """The middleware's "result cannot be replayed" 409 is sent once and is not retryable."""
+    key = f"write-{uuid.uuid4()}"
+    url = f"{not_replayable.server.url}/writes"
+    first = api.request("POST", url, policy=FAST, content=b"once", idempotency_key=key)
+    assert first.status_code == 200
+
+    with pytest.raises(retrysafe.ApiError) as caught:
+        api.request("POST", url, policy=FAST, content=b"once", idempotency_key=key)
+    assert caught.value.status == 409
+    assert caught.value.retryable is False
+    assert caught.value.attempts == 1
+    assert not_replayable.requests[key] == 2
+    assert api.seconds < 1
