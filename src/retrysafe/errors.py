@@ -16,10 +16,9 @@ subclass that matches what you would do about it::
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-if TYPE_CHECKING:
-    import httpx
+import httpx
 
 __all__ = [
     "ApiError",

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ForwardRef
+
+import httpx
 
 from retrysafe.validation import check, check_number
 
-if TYPE_CHECKING:
-    import httpx
-
-    from retrysafe.classify import Verdict
-
 __all__ = ["DEFAULT_IDEMPOTENT_METHODS", "DEFAULT_RETRY_STATUSES", "RetryPolicy", "Rule"]
 
-#: A rule looks at a response and returns a verdict, or None to defer to the defaults.
-Rule = Callable[["httpx.Response"], "Verdict | None"]
+if TYPE_CHECKING:
+    from retrysafe.classify import Verdict
+
+    #: A rule looks at a response and returns a verdict, or None to defer to the defaults.
+    Rule = Callable[[httpx.Response], Verdict | None]
+else:
+    # classify imports this module, so Verdict cannot be imported here; the reference
+    # names its module, so typing.get_type_hints resolves it from any caller's module.
+    Rule = Callable[[httpx.Response], ForwardRef("Verdict | None", module="retrysafe.classify")]
 
 DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
 DEFAULT_IDEMPOTENT_METHODS: frozenset[str] = frozenset(
@@ -42,7 +46,11 @@ class RetryPolicy:
         retry_statuses: statuses that a later attempt may fix.
         idempotent_methods: methods safe to repeat without an idempotency key.
         quota_headers: headers whose value ``"0"`` on a 429 means "out of credits".
-        rules: callables ``(httpx.Response) -> Verdict | None`` consulted first.
+        rules: callables ``(httpx.Response) -> Verdict | None`` consulted first, in order.
+
+    The collections may be given as any collection (a list, a set...); they are
+    kept as a ``frozenset`` (statuses, upper-case methods) or a ``tuple``
+    (lower-case headers, rules), so a policy is hashable and compares by value.
     """
 
     attempts: int = 4
@@ -53,10 +61,10 @@ class RetryPolicy:
     backoff_cap: float = 8.0
     retry_after_jitter: float = 0.25
     max_retry_after: float | None = None
-    retry_statuses: frozenset[int] = DEFAULT_RETRY_STATUSES
-    idempotent_methods: frozenset[str] = DEFAULT_IDEMPOTENT_METHODS
-    quota_headers: tuple[str, ...] = ("x-api-remaining-credits",)
-    rules: tuple[Rule, ...] = ()
+    retry_statuses: Collection[int] = DEFAULT_RETRY_STATUSES
+    idempotent_methods: Collection[str] = DEFAULT_IDEMPOTENT_METHODS
+    quota_headers: Collection[str] = ("x-api-remaining-credits",)
+    rules: Sequence[Rule] = ()
 
     def __post_init__(self) -> None:
         _require(
