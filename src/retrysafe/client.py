@@ -1,145 +1,66 @@
 """Client and AsyncClient: httpx clients that retry safely and raise errors you can act on.
 
 They are ``httpx.Client`` / ``httpx.AsyncClient`` with every transport wrapped
-in a retry shell, plus three per-call arguments::
+in a retry shell, httpx's own typed signatures, and per-call arguments of
+retrysafe's own (``idempotency_key``, ``policy``, ``dependency``, ``operation``)::
 
     with retrysafe.Client(base_url="https://api.example.com") as client:
         client.post("/payments", json=payment, idempotency_key=True)
 
-A success returns the ``httpx.Response`` (body read) with a report in
-``response.extensions["retrysafe"]``; a final failure raises the matching
+A success returns the ``httpx.Response`` (body read, unless streamed) whose
+report :func:`report_of` returns; a final failure raises the matching
 :class:`~retrysafe.ApiError`.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+import ssl
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 
+# httpx's type aliases name these by string; importing them lets typing.get_type_hints
+# resolve the signatures below.
+from httpx import URL, Auth, Cookies, Headers, Proxy, QueryParams, Request, Timeout  # noqa: F401
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
+from httpx._config import DEFAULT_LIMITS, DEFAULT_MAX_REDIRECTS, DEFAULT_TIMEOUT_CONFIG
+from httpx._types import (
+    AuthTypes,
+    CertTypes,
+    CookieTypes,
+    HeaderTypes,
+    ProxyTypes,
+    QueryParamTypes,
+    RequestContent,
+    RequestData,
+    RequestExtensions,
+    RequestFiles,
+    TimeoutTypes,
+)
+
+from retrysafe.async_client import AsyncClient
+from retrysafe.client_options import (
+    IdempotencyMode,
+    begin_operation,
+    check_idempotency_mode,
+    finish_operation,
+    mark_stream,
+    raise_if_failed,
+    report_of,
+    with_call_options,
+    wrap_transports,
+)
 from retrysafe.clock import Clock
-from retrysafe.decisions import CallReport
-from retrysafe.engine import IDEMPOTENCY_HEADER
 from retrysafe.errors import ApiError
 from retrysafe.governor import Governor
-from retrysafe.idempotency.journal import Journal, state_after
+from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
-from retrysafe.transport import OPTIONS_EXTENSION, AsyncRetryTransport, CallOptions, RetryTransport
+from retrysafe.transport import RetryTransport
 
-__all__ = ["AsyncClient", "Client"]
-
-
-#: Methods that get a key of their own under ``idempotency="auto"``.
-_AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
-_SEND_ARGUMENTS = ("auth", "follow_redirects")
-
-
-def _check_idempotency_mode(mode: str) -> Literal["off", "auto"]:
-    if mode not in ("off", "auto"):
-        raise ValueError(
-            f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
-        )
-    return "auto" if mode == "auto" else "off"
-
-
-def _with_call_options(
-    kwargs: dict[str, Any],
-    idempotency_key: str | bool | None,
-    policy: RetryPolicy | None,
-    dependency: str | None,
-    *,
-    method: str = "",
-    idempotency: str = "off",
-) -> dict[str, Any]:
-    """httpx request kwargs carrying the key header and the per-call options."""
-    if policy is not None and not isinstance(policy, RetryPolicy):
-        raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
-    if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
-        idempotency_key = True
-    if idempotency_key is True:
-        # One key for the whole call: built once here, so every attempt sends the same one.
-        idempotency_key = str(uuid.uuid4())
-    if idempotency_key is not None and idempotency_key is not False:
-        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-            raise ValueError(
-                "idempotency_key must be True (make one) or a non-empty string, "
-                f"got {idempotency_key!r}"
-            )
-        headers = httpx.Headers(kwargs.get("headers"))
-        headers[IDEMPOTENCY_HEADER] = idempotency_key
-        kwargs["headers"] = headers
-    extensions = dict(kwargs.get("extensions") or {})
-    extensions[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
-    kwargs["extensions"] = extensions
-    return kwargs
-
-
-def _split_send_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """httpx ``request()`` kwargs split into ``build_request()`` and ``send()`` ones."""
-    send = {name: kwargs.pop(name) for name in _SEND_ARGUMENTS if name in kwargs}
-    return kwargs, send
-
-
-def _begin_operation(
-    journal: Journal | None, operation: str, request: httpx.Request, key: str | bool | None
-) -> Journal:
-    """Record the operation durably and put its (possibly resumed) key on the request."""
-    if journal is None:
-        raise ValueError("operation= needs a journal: Client(journal=Journal('ops.sqlite3'))")
-    if key is not None:
-        raise ValueError("operation= keeps its own idempotency key; do not pass idempotency_key")
-    entry = journal.begin(operation, request)
-    request.headers[IDEMPOTENCY_HEADER] = entry.key
-    journal.mark_sent(operation)
-    return journal
-
-
-def _finish_operation(journal: Journal, operation: str, outcome: httpx.Response | ApiError) -> None:
-    if isinstance(outcome, ApiError):
-        journal.finish(
-            operation,
-            state=state_after(outcome),
-            attempts=outcome.attempts,
-            status=outcome.status,
-            reason=outcome.reason,
-        )
-        return
-    report = outcome.extensions.get(OPTIONS_EXTENSION)
-    attempts = report.attempts if isinstance(report, CallReport) else 1
-    journal.finish(
-        operation, state="done", attempts=attempts, status=outcome.status_code, reason=None
-    )
-
-
-_Transport = TypeVar("_Transport")
-_Shell = TypeVar("_Shell")
-
-
-def _wrap_transports(
-    transport: _Transport,
-    mounts: dict[Any, _Transport | None],
-    wrap: Callable[[_Transport], _Shell],
-) -> tuple[_Shell, dict[Any, _Shell | None]]:
-    """Wrap the client's transport and every mounted one (proxies, custom mounts).
-
-    httpx picks a transport per URL from these two; wrapping them all keeps
-    httpx's own transport configuration intact.
-    """
-    wrapped = {
-        pattern: None if mounted is None else wrap(mounted) for pattern, mounted in mounts.items()
-    }
-    return wrap(transport), wrapped
-
-
-def _raise_if_failed(response: httpx.Response) -> httpx.Response:
-    """Raise the call's error if its final response was a failure."""
-    report = response.extensions.get(OPTIONS_EXTENSION)
-    if isinstance(report, CallReport) and report.error is not None:
-        raise report.error
-    return response
+__all__ = ["AsyncClient", "Client", "report_of"]
 
 
 class Client(httpx.Client):
@@ -147,8 +68,10 @@ class Client(httpx.Client):
 
     ``governor`` holds the load protection per dependency (one per client by
     default; pass a shared one to share budgets and breakers across clients).
-    Other arguments are as for :class:`~retrysafe.RetryTransport`; every keyword
-    argument retrysafe does not know goes to ``httpx.Client``.
+    ``idempotency="auto"`` gives every POST and PATCH a key of its own;
+    ``journal`` keeps named operations (``request(..., operation=...)``).
+    Other retrysafe arguments are as for :class:`~retrysafe.RetryTransport`;
+    the rest are ``httpx.Client``'s, with its defaults.
     """
 
     def __init__(
@@ -160,12 +83,50 @@ class Client(httpx.Client):
         dependency: str | None = None,
         governor: Governor | None = None,
         deadline_header: str | None = None,
-        idempotency: Literal["off", "auto"] = "off",
+        idempotency: IdempotencyMode = "off",
         journal: Journal | None = None,
-        **httpx_kwargs: Any,
+        auth: AuthTypes | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: CertTypes | None = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        proxy: ProxyTypes | None = None,
+        mounts: Mapping[str, httpx.BaseTransport | None] | None = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT_CONFIG,
+        follow_redirects: bool = False,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        max_redirects: int = DEFAULT_MAX_REDIRECTS,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+        base_url: httpx.URL | str = "",
+        transport: httpx.BaseTransport | None = None,
+        default_encoding: str | Callable[[bytes], str] = "utf-8",
     ) -> None:
-        super().__init__(**httpx_kwargs)
-        self.idempotency = _check_idempotency_mode(idempotency)
+        super().__init__(
+            auth=auth,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            verify=verify,
+            cert=cert,
+            trust_env=trust_env,
+            http1=http1,
+            http2=http2,
+            proxy=proxy,
+            mounts=mounts,
+            timeout=timeout,
+            follow_redirects=follow_redirects,
+            limits=limits,
+            max_redirects=max_redirects,
+            event_hooks=event_hooks,
+            base_url=base_url,
+            transport=transport,
+            default_encoding=default_encoding,
+        )
+        self.idempotency = check_idempotency_mode(idempotency)
         self.journal = journal
         self.governor = governor if governor is not None else Governor(clock=clock)
 
@@ -181,18 +142,28 @@ class Client(httpx.Client):
                 deadline_header=deadline_header,
             )
 
-        self._transport, self._mounts = _wrap_transports(self._transport, self._mounts, wrap)
+        self._transport, self._mounts = wrap_transports(self._transport, self._mounts, wrap)
 
     def request(
         self,
         method: str,
         url: httpx.URL | str,
         *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
         idempotency_key: str | bool | None = None,
         policy: RetryPolicy | None = None,
         dependency: str | None = None,
         operation: str | None = None,
-        **kwargs: Any,
     ) -> httpx.Response:
         """Send one logical request, retried as the policy allows.
 
@@ -202,156 +173,376 @@ class Client(httpx.Client):
         the client's journal: its key survives a crash, and re-running the same
         operation resumes it with the same key and bytes.
         """
+        headers, extensions = with_call_options(
+            method,
+            headers,
+            extensions,
+            # An operation's key comes from the journal (begin_operation checks none is given).
+            idempotency_key=idempotency_key if operation is None else None,
+            idempotency=self.idempotency if operation is None else "off",
+            policy=policy,
+            dependency=dependency,
+        )
         if operation is None:
-            kwargs = _with_call_options(
-                kwargs,
-                idempotency_key,
-                policy,
-                dependency,
-                method=method,
-                idempotency=self.idempotency,
+            return super().request(
+                method,
+                url,
+                content=content,
+                data=data,
+                files=files,
+                json=json,
+                params=params,
+                headers=headers,
+                cookies=cookies,
+                auth=auth,
+                follow_redirects=follow_redirects,
+                timeout=timeout,
+                extensions=extensions,
             )
-            return super().request(method, url, **kwargs)
-        build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
-        request = self.build_request(method, url, **build)
-        journal = _begin_operation(self.journal, operation, request, idempotency_key)
+        request = self.build_request(
+            method,
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            timeout=timeout,
+            extensions=extensions,
+        )
+        journal = begin_operation(self.journal, operation, request, idempotency_key)
         try:
-            response = self.send(request, **send)
+            response = self.send(request, auth=auth, follow_redirects=follow_redirects)
         except ApiError as error:
-            _finish_operation(journal, operation, error)
+            finish_operation(journal, operation, error)
             raise
-        _finish_operation(journal, operation, response)
+        finish_operation(journal, operation, response)
         return response
 
-    def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        response = super().send(request, **kwargs)
-        try:
-            return _raise_if_failed(response)
-        except BaseException:
-            response.close()
-            raise
-
-    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("GET", url, **kwargs)
-
-    def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("HEAD", url, **kwargs)
-
-    def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("OPTIONS", url, **kwargs)
-
-    def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("POST", url, **kwargs)
-
-    def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("PUT", url, **kwargs)
-
-    def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("PATCH", url, **kwargs)
-
-    def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("DELETE", url, **kwargs)
-
-
-class AsyncClient(httpx.AsyncClient):
-    """An ``httpx.AsyncClient`` whose requests retry per ``policy`` and raise ``ApiError``.
-
-    Works on asyncio and trio. Arguments as for :class:`Client`.
-    """
-
-    def __init__(
-        self,
-        *,
-        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
-        clock: Clock | None = None,
-        hooks: Sequence[EventHook] = (),
-        dependency: str | None = None,
-        governor: Governor | None = None,
-        deadline_header: str | None = None,
-        idempotency: Literal["off", "auto"] = "off",
-        journal: Journal | None = None,
-        **httpx_kwargs: Any,
-    ) -> None:
-        super().__init__(**httpx_kwargs)
-        self.idempotency = _check_idempotency_mode(idempotency)
-        self.journal = journal
-        self.governor = governor if governor is not None else Governor(clock=clock)
-
-        def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
-            return AsyncRetryTransport(
-                transport,
-                policy=policy,
-                clock=clock,
-                hooks=hooks,
-                dependency=dependency,
-                raise_errors=True,
-                governor=self.governor,
-                deadline_header=deadline_header,
-            )
-
-        self._transport, self._mounts = _wrap_transports(self._transport, self._mounts, wrap)
-
-    async def request(
+    @contextmanager
+    def stream(
         self,
         method: str,
         url: httpx.URL | str,
         *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+    ) -> Iterator[httpx.Response]:
+        """Like ``request()``, but the body is left for the caller to read.
+
+        Attempts are retried until a response's headers are judged final; the
+        response is then yielded unread.
+        """
+        headers, extensions = with_call_options(
+            method,
+            headers,
+            extensions,
+            idempotency_key=idempotency_key,
+            idempotency=self.idempotency,
+            policy=policy,
+            dependency=dependency,
+        )
+        with super().stream(
+            method,
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+        ) as response:
+            yield response
+
+    def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """httpx's ``send``; raises the call's ``ApiError`` if it failed for good."""
+        mark_stream(request, stream)
+        response = super().send(
+            request, stream=stream, auth=auth, follow_redirects=follow_redirects
+        )
+        try:
+            return raise_if_failed(response)
+        except BaseException:
+            response.close()
+            raise
+
+    def get(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
         idempotency_key: str | bool | None = None,
         policy: RetryPolicy | None = None,
         dependency: str | None = None,
         operation: str | None = None,
-        **kwargs: Any,
     ) -> httpx.Response:
-        """Send one logical request, retried as the policy allows (see ``Client.request``).
+        """Send a ``GET`` request (see ``request()``)."""
+        return self.request(
+            "GET",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-        The journal is SQLite on local disk: its writes are brief and made inline.
-        """
-        if operation is None:
-            kwargs = _with_call_options(
-                kwargs,
-                idempotency_key,
-                policy,
-                dependency,
-                method=method,
-                idempotency=self.idempotency,
-            )
-            return await super().request(method, url, **kwargs)
-        build, send = _split_send_arguments(_with_call_options(kwargs, None, policy, dependency))
-        request = self.build_request(method, url, **build)
-        journal = _begin_operation(self.journal, operation, request, idempotency_key)
-        try:
-            response = await self.send(request, **send)
-        except ApiError as error:
-            _finish_operation(journal, operation, error)
-            raise
-        _finish_operation(journal, operation, response)
-        return response
+    def options(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``OPTIONS`` request (see ``request()``)."""
+        return self.request(
+            "OPTIONS",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        response = await super().send(request, **kwargs)
-        try:
-            return _raise_if_failed(response)
-        except BaseException:
-            await response.aclose()
-            raise
+    def head(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``HEAD`` request (see ``request()``)."""
+        return self.request(
+            "HEAD",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-    async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("GET", url, **kwargs)
+    def post(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``POST`` request (see ``request()``)."""
+        return self.request(
+            "POST",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-    async def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("HEAD", url, **kwargs)
+    def put(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``PUT`` request (see ``request()``)."""
+        return self.request(
+            "PUT",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-    async def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("OPTIONS", url, **kwargs)
+    def patch(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``PATCH`` request (see ``request()``)."""
+        return self.request(
+            "PATCH",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
 
-    async def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("POST", url, **kwargs)
-
-    async def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("PUT", url, **kwargs)
-
-    async def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("PATCH", url, **kwargs)
-
-    async def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("DELETE", url, **kwargs)
+    def delete(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``DELETE`` request (see ``request()``)."""
+        return self.request(
+            "DELETE",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )

@@ -1,0 +1,529 @@
+"""AsyncClient: the ``httpx.AsyncClient`` counterpart of :class:`retrysafe.Client`.
+
+Same arguments, same per-call options, same errors; works on asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+# httpx's type aliases name these by string; importing them lets typing.get_type_hints
+# resolve the signatures below.
+from httpx import URL, Auth, Cookies, Headers, Proxy, QueryParams, Request, Timeout  # noqa: F401
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
+from httpx._config import DEFAULT_LIMITS, DEFAULT_MAX_REDIRECTS, DEFAULT_TIMEOUT_CONFIG
+from httpx._types import (
+    AuthTypes,
+    CertTypes,
+    CookieTypes,
+    HeaderTypes,
+    ProxyTypes,
+    QueryParamTypes,
+    RequestContent,
+    RequestData,
+    RequestExtensions,
+    RequestFiles,
+    TimeoutTypes,
+)
+
+from retrysafe.client_options import (
+    IdempotencyMode,
+    begin_operation,
+    check_idempotency_mode,
+    finish_operation,
+    mark_stream,
+    raise_if_failed,
+    with_call_options,
+    wrap_transports,
+)
+from retrysafe.clock import Clock
+from retrysafe.errors import ApiError
+from retrysafe.governor import Governor
+from retrysafe.idempotency.journal import Journal
+from retrysafe.observe import EventHook
+from retrysafe.policy import RetryPolicy
+from retrysafe.transport import AsyncRetryTransport
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose requests retry per ``policy`` and raise ``ApiError``.
+
+    Works on asyncio and trio. Arguments as for :class:`~retrysafe.Client`; the
+    httpx ones are ``httpx.AsyncClient``'s, with its defaults.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | None = None,
+        governor: Governor | None = None,
+        deadline_header: str | None = None,
+        idempotency: IdempotencyMode = "off",
+        journal: Journal | None = None,
+        auth: AuthTypes | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: CertTypes | None = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        proxy: ProxyTypes | None = None,
+        mounts: Mapping[str, httpx.AsyncBaseTransport | None] | None = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT_CONFIG,
+        follow_redirects: bool = False,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        max_redirects: int = DEFAULT_MAX_REDIRECTS,
+        event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+        base_url: httpx.URL | str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+        default_encoding: str | Callable[[bytes], str] = "utf-8",
+    ) -> None:
+        super().__init__(
+            auth=auth,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            verify=verify,
+            cert=cert,
+            trust_env=trust_env,
+            http1=http1,
+            http2=http2,
+            proxy=proxy,
+            mounts=mounts,
+            timeout=timeout,
+            follow_redirects=follow_redirects,
+            limits=limits,
+            max_redirects=max_redirects,
+            event_hooks=event_hooks,
+            base_url=base_url,
+            transport=transport,
+            default_encoding=default_encoding,
+        )
+        self.idempotency = check_idempotency_mode(idempotency)
+        self.journal = journal
+        self.governor = governor if governor is not None else Governor(clock=clock)
+
+        def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
+            return AsyncRetryTransport(
+                transport,
+                policy=policy,
+                clock=clock,
+                hooks=hooks,
+                dependency=dependency,
+                raise_errors=True,
+                governor=self.governor,
+                deadline_header=deadline_header,
+            )
+
+        self._transport, self._mounts = wrap_transports(self._transport, self._mounts, wrap)
+
+    async def request(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send one logical request, retried as the policy allows (see ``Client.request``).
+
+        The journal is SQLite on local disk: its writes are brief and made inline.
+        """
+        headers, extensions = with_call_options(
+            method,
+            headers,
+            extensions,
+            # An operation's key comes from the journal (begin_operation checks none is given).
+            idempotency_key=idempotency_key if operation is None else None,
+            idempotency=self.idempotency if operation is None else "off",
+            policy=policy,
+            dependency=dependency,
+        )
+        if operation is None:
+            return await super().request(
+                method,
+                url,
+                content=content,
+                data=data,
+                files=files,
+                json=json,
+                params=params,
+                headers=headers,
+                cookies=cookies,
+                auth=auth,
+                follow_redirects=follow_redirects,
+                timeout=timeout,
+                extensions=extensions,
+            )
+        request = self.build_request(
+            method,
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            timeout=timeout,
+            extensions=extensions,
+        )
+        journal = begin_operation(self.journal, operation, request, idempotency_key)
+        try:
+            response = await self.send(request, auth=auth, follow_redirects=follow_redirects)
+        except ApiError as error:
+            finish_operation(journal, operation, error)
+            raise
+        finish_operation(journal, operation, response)
+        return response
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """Like ``request()``, but the body is left for the caller to read.
+
+        Attempts are retried until a response's headers are judged final; the
+        response is then yielded unread.
+        """
+        headers, extensions = with_call_options(
+            method,
+            headers,
+            extensions,
+            idempotency_key=idempotency_key,
+            idempotency=self.idempotency,
+            policy=policy,
+            dependency=dependency,
+        )
+        async with super().stream(
+            method,
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+        ) as response:
+            yield response
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """httpx's ``send``; raises the call's ``ApiError`` if it failed for good."""
+        mark_stream(request, stream)
+        response = await super().send(
+            request, stream=stream, auth=auth, follow_redirects=follow_redirects
+        )
+        try:
+            return raise_if_failed(response)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def get(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault | None = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``GET`` request (see ``request()``)."""
+        return await self.request(
+            "GET",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def options(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``OPTIONS`` request (see ``request()``)."""
+        return await self.request(
+            "OPTIONS",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def head(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``HEAD`` request (see ``request()``)."""
+        return await self.request(
+            "HEAD",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def post(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``POST`` request (see ``request()``)."""
+        return await self.request(
+            "POST",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def put(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``PUT`` request (see ``request()``)."""
+        return await self.request(
+            "PUT",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def patch(
+        self,
+        url: httpx.URL | str,
+        *,
+        content: RequestContent | None = None,
+        data: RequestData | None = None,
+        files: RequestFiles | None = None,
+        json: Any | None = None,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``PATCH`` request (see ``request()``)."""
+        return await self.request(
+            "PATCH",
+            url,
+            content=content,
+            data=data,
+            files=files,
+            json=json,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )
+
+    async def delete(
+        self,
+        url: httpx.URL | str,
+        *,
+        params: QueryParamTypes | None = None,
+        headers: HeaderTypes | None = None,
+        cookies: CookieTypes | None = None,
+        auth: AuthTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
+        timeout: TimeoutTypes | UseClientDefault = USE_CLIENT_DEFAULT,
+        extensions: RequestExtensions | None = None,
+        idempotency_key: str | bool | None = None,
+        policy: RetryPolicy | None = None,
+        dependency: str | None = None,
+        operation: str | None = None,
+    ) -> httpx.Response:
+        """Send a ``DELETE`` request (see ``request()``)."""
+        return await self.request(
+            "DELETE",
+            url,
+            params=params,
+            headers=headers,
+            cookies=cookies,
+            auth=auth,
+            follow_redirects=follow_redirects,
+            timeout=timeout,
+            extensions=extensions,
+            idempotency_key=idempotency_key,
+            policy=policy,
+            dependency=dependency,
+            operation=operation,
+        )

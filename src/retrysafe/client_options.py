@@ -1,0 +1,156 @@
+"""What ``Client`` and ``AsyncClient`` add around httpx's request, shared by both.
+
+The per-call options (idempotency key, policy, dependency, streaming) ride on
+the request; the report rides back on the response; a named operation is kept
+in the client's journal around its one send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import httpx
+from httpx._types import HeaderTypes, RequestExtensions
+
+from retrysafe.decisions import CallReport
+from retrysafe.engine import IDEMPOTENCY_HEADER
+from retrysafe.errors import ApiError
+from retrysafe.idempotency.journal import Journal, state_after
+from retrysafe.policy import RetryPolicy
+from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
+
+__all__ = [
+    "IdempotencyMode",
+    "begin_operation",
+    "check_idempotency_mode",
+    "finish_operation",
+    "mark_stream",
+    "raise_if_failed",
+    "report_of",
+    "with_call_options",
+    "wrap_transports",
+]
+
+#: ``"auto"`` gives every POST and PATCH a key of its own; ``"off"`` keys only on request.
+IdempotencyMode = Literal["off", "auto"]
+
+_AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
+
+
+def check_idempotency_mode(mode: str) -> IdempotencyMode:
+    if mode not in ("off", "auto"):
+        raise ValueError(
+            f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
+        )
+    return "auto" if mode == "auto" else "off"
+
+
+def with_call_options(
+    method: str,
+    headers: HeaderTypes | None,
+    extensions: RequestExtensions | None,
+    *,
+    idempotency_key: str | bool | None,
+    policy: RetryPolicy | None,
+    dependency: str | None,
+    idempotency: IdempotencyMode = "off",
+) -> tuple[HeaderTypes | None, dict[str, Any]]:
+    """The request's headers with its key, and its extensions with the per-call options."""
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+    if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
+        idempotency_key = True
+    if idempotency_key is True:
+        # One key for the whole call: built once here, so every attempt sends the same one.
+        idempotency_key = str(uuid.uuid4())
+    if idempotency_key is not None and idempotency_key is not False:
+        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+            raise ValueError(
+                "idempotency_key must be True (make one) or a non-empty string, "
+                f"got {idempotency_key!r}"
+            )
+        headers = httpx.Headers(headers)
+        headers[IDEMPOTENCY_HEADER] = idempotency_key
+    options = dict(extensions or {})
+    options[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
+    return headers, options
+
+
+def mark_stream(request: httpx.Request, stream: bool) -> None:
+    """Tell the transport whether the caller reads the body itself (``stream=True``)."""
+    options = request.extensions.get(OPTIONS_EXTENSION)
+    if not isinstance(options, CallOptions):
+        options = CallOptions()
+    request.extensions[OPTIONS_EXTENSION] = dataclasses.replace(options, stream=stream)
+
+
+def report_of(response: httpx.Response) -> CallReport | None:
+    """What the call behind ``response`` did (attempts, waits, error), or None.
+
+    None when the response did not come through retrysafe. The report is kept in
+    ``response.extensions["retrysafe"]``; this reads it with its type.
+    """
+    report = response.extensions.get(OPTIONS_EXTENSION)
+    return report if isinstance(report, CallReport) else None
+
+
+def raise_if_failed(response: httpx.Response) -> httpx.Response:
+    """Raise the call's error if its final response was a failure."""
+    report = report_of(response)
+    if report is not None and report.error is not None:
+        raise report.error
+    return response
+
+
+def begin_operation(
+    journal: Journal | None, operation: str, request: httpx.Request, key: str | bool | None
+) -> Journal:
+    """Record the operation durably and put its (possibly resumed) key on the request."""
+    if journal is None:
+        raise ValueError("operation= needs a journal: Client(journal=Journal('ops.sqlite3'))")
+    if key is not None:
+        raise ValueError("operation= keeps its own idempotency key; do not pass idempotency_key")
+    entry = journal.begin(operation, request)
+    request.headers[IDEMPOTENCY_HEADER] = entry.key
+    journal.mark_sent(operation)
+    return journal
+
+
+def finish_operation(journal: Journal, operation: str, outcome: httpx.Response | ApiError) -> None:
+    if isinstance(outcome, ApiError):
+        journal.finish(
+            operation,
+            state=state_after(outcome),
+            attempts=outcome.attempts,
+            status=outcome.status,
+            reason=outcome.reason,
+        )
+        return
+    report = report_of(outcome)
+    attempts = report.attempts if report is not None else 1
+    journal.finish(
+        operation, state="done", attempts=attempts, status=outcome.status_code, reason=None
+    )
+
+
+_Transport = TypeVar("_Transport")
+_Shell = TypeVar("_Shell")
+
+
+def wrap_transports(
+    transport: _Transport,
+    mounts: dict[Any, _Transport | None],
+    wrap: Callable[[_Transport], _Shell],
+) -> tuple[_Shell, dict[Any, _Shell | None]]:
+    """Wrap the client's transport and every mounted one (proxies, custom mounts).
+
+    httpx picks a transport per URL from these two; wrapping them all keeps
+    httpx's own transport configuration intact.
+    """
+    wrapped = {
+        pattern: None if mounted is None else wrap(mounted) for pattern, mounted in mounts.items()
+    }
+    return wrap(transport), wrapped
