@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import contextvars
 import time
-import typing
-from collections.abc import Iterable
 
-import httpcore
 import httpx
 
-__all__ = ["AttemptDeadlineReached", "attempt_ends_at", "bound_transport"]
+from retrysafe.classify import AttemptTimedOut
+
+__all__ = ["AttemptDeadlineReached", "attempt_ends_at", "bound_transport", "time_left"]
 
 #: The monotonic time (``time.monotonic()``) by which the current sync attempt must end.
 attempt_ends_at: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -34,10 +33,24 @@ attempt_ends_at: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 
 class AttemptDeadlineReached(BaseException):
-    """The sync attempt in this context ran out of time in the middle of a read."""
+    """The attempt in this context ran out of time in the middle of a read.
+
+    ``stalled``: a single read waited out its whole timeout (the server went
+    quiet: a read timeout); otherwise bytes kept coming, too slowly (a trickle).
+    """
+
+    def __init__(self, *, stalled: bool) -> None:
+        super().__init__("the attempt ran out of time while reading the response")
+        self.stalled = stalled
+
+    def as_outcome(self) -> Exception:
+        """The ordinary timeout this stands for, for the engine to classify."""
+        if self.stalled:
+            return httpx.ReadTimeout("the server sent nothing for the read timeout")
+        return AttemptTimedOut("the response did not arrive within the attempt's time")
 
 
-def _time_left(timeout: float | None) -> tuple[float | None, bool]:
+def time_left(timeout: float | None) -> tuple[float | None, bool]:
     """The timeout to use now, and whether it is the attempt's deadline that binds."""
     ends_at = attempt_ends_at.get()
     if ends_at is None:
@@ -48,77 +61,7 @@ def _time_left(timeout: float | None) -> tuple[float | None, bool]:
     return timeout, False
 
 
-class _BoundedStream(httpcore.NetworkStream):
-    """A network stream whose every operation ends by the current attempt's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        bounded, binds = _time_left(timeout)
-        if binds and bounded is not None and bounded <= 0:
-            raise AttemptDeadlineReached
-        try:
-            return self._inner.read(max_bytes, bounded)
-        except httpcore.ReadTimeout:
-            if binds:
-                raise AttemptDeadlineReached from None
-            raise
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        bounded, binds = _time_left(timeout)
-        if binds and bounded is not None and bounded <= 0:
-            raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
-        self._inner.write(buffer, bounded)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: typing.Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded, _ = _time_left(timeout)
-        return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class _BoundedBackend(httpcore.NetworkBackend):
-    """A network backend whose connections are :class:`_BoundedStream`."""
-
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
-        self.inner = inner
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded, _ = _time_left(timeout)
-        stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        return _BoundedStream(stream)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        bounded, _ = _time_left(timeout)
-        return _BoundedStream(self.inner.connect_unix_socket(path, bounded, socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self.inner.sleep(seconds)
-
-
-def bound_transport(transport: httpx.BaseTransport) -> bool:
+def bound_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport) -> bool:
     """Make ``transport``'s connections honour the attempt deadline; False if it cannot.
 
     Works on httpx's own ``HTTPTransport`` (and its proxy pools), whose httpcore
@@ -126,9 +69,20 @@ def bound_transport(transport: httpx.BaseTransport) -> bool:
     (``MockTransport``, WSGI, custom ones) are left as they are.
     """
     pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if not isinstance(backend, httpcore.NetworkBackend):
+    if pool is None:
         return False
-    if not isinstance(backend, _BoundedBackend):
-        pool._network_backend = _BoundedBackend(backend)  # type: ignore[union-attr]
-    return True
+    # httpx loads httpcore only once a transport exists; so it is loaded by now.
+    import httpcore
+
+    from retrysafe.bounded_backend import AsyncBoundedBackend, BoundedBackend
+
+    backend = getattr(pool, "_network_backend", None)
+    if isinstance(backend, (BoundedBackend, AsyncBoundedBackend)):
+        return True
+    if isinstance(backend, httpcore.NetworkBackend):
+        pool._network_backend = BoundedBackend(backend)
+        return True
+    if isinstance(backend, httpcore.AsyncNetworkBackend):
+        pool._network_backend = AsyncBoundedBackend(backend)
+        return True
+    return False

@@ -270,7 +270,8 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
                 return Verdict.retry(reason, processed="no" if processed == "no" else "maybe")
     for kind, reason in _PERMANENT:
         if isinstance(exc, kind):
-            return Verdict.permanent(reason)
+            # Refused on this side (bad URL scheme, an unsendable header): nothing left.
+            return Verdict("permanent", reason, None, "no")
     if isinstance(exc, httpx.DecodingError):
         return Verdict.retry("undecodable_body")
     return Verdict.permanent("transport_error")

@@ -47,7 +47,7 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     given = drive.caller_timeouts
     bounded: dict[str, float | None] = {}
     for phase in _PHASES:
-        value = given[phase]
+        value = given.get(phase)
         value = limit if value is None or value > limit else value
         # httpx spells "no timeout" as None, and sockets refuse an infinite one.
         bounded[phase] = value if value != math.inf else None
@@ -147,8 +147,8 @@ class RetryTransport(httpx.BaseTransport):
                     response.read()
                     step = drive.returned(plan, response)
                 return step
-            except AttemptDeadlineReached:
-                failure: Exception = AttemptTimedOut("the attempt did not finish in its time")
+            except AttemptDeadlineReached as reached:
+                failure: Exception = reached.as_outcome()
             except (httpx.TransportError, httpx.DecodingError) as exc:
                 failure = exc
         except BaseException:
@@ -201,6 +201,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
             deadline_header=deadline_header,
         )
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        bound_transport(self.transport)
         redact_httpx_logs()
 
     @property
@@ -232,9 +233,12 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
         response: httpx.Response | None = None
-        timeout = plan.timeout + _GRACE if plan.timeout != math.inf else None
+        finite = plan.timeout != math.inf
+        token = attempt_ends_at.set(time.monotonic() + plan.timeout + _GRACE if finite else None)
         try:
-            with anyio.fail_after(timeout):
+            # The network backend ends reads at the attempt's end (see attempt_deadline);
+            # the cancel scope, a little later still, bounds transports it cannot reach.
+            with anyio.fail_after(plan.timeout + 2 * _GRACE if finite else None):
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()
@@ -243,8 +247,10 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
                     await response.aread()
                     step = drive.returned(plan, response)
                 return step
+        except AttemptDeadlineReached as reached:
+            failure: Exception = reached.as_outcome()
         except TimeoutError:
-            failure: Exception = AttemptTimedOut("the attempt did not finish in its time")
+            failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException:
@@ -253,6 +259,8 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
                     await response.aclose()
             drive.abandoned()
             raise
+        finally:
+            attempt_ends_at.reset(token)
         if response is not None:
             await response.aclose()
         return drive.raised(plan, failure, during_body=response is not None)
