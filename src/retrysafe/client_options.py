@@ -7,7 +7,6 @@ in the client's journal around its one send.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -75,7 +74,8 @@ def with_call_options(
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
     options = dict(extensions or {})
-    options[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
+    if policy is not None or dependency is not None:
+        options[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
     return headers, options
 
 
@@ -83,8 +83,14 @@ def mark_stream(request: httpx.Request, stream: bool) -> None:
     """Tell the transport whether the caller reads the body itself (``stream=True``)."""
     options = request.extensions.get(OPTIONS_EXTENSION)
     if not isinstance(options, CallOptions):
-        options = CallOptions()
-    request.extensions[OPTIONS_EXTENSION] = dataclasses.replace(options, stream=stream)
+        options = _STREAMED if stream else _READ
+    elif options.stream != stream:
+        options = CallOptions(policy=options.policy, dependency=options.dependency, stream=stream)
+    request.extensions[OPTIONS_EXTENSION] = options
+
+
+_STREAMED = CallOptions(stream=True)
+_READ = CallOptions()
 
 
 def report_of(response: httpx.Response) -> CallReport | None:

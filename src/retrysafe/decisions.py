@@ -1,5 +1,8 @@
 """The values that pass between the engine and a shell.
 
+They are small immutable tuples (``NamedTuple``): one or more of them is made
+for every call, and a tuple costs a third of a frozen dataclass to build.
+
 A shell drives a :class:`~retrysafe.engine.Call` and gets back one of these
 plain values: a :class:`AttemptPlan` to send, a :class:`ReadBody` to finish
 reading a response, an :class:`AskRetry` to put to the governor, a
@@ -13,7 +16,7 @@ its outbox as effects (:data:`Effect`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import httpx
 
@@ -81,8 +84,7 @@ class AttemptPlan:
         return f"AttemptPlan(number={self.number}, timeout={self.timeout!r})"
 
 
-@dataclasses.dataclass(frozen=True)
-class ReadBody:
+class ReadBody(NamedTuple):
     """Read the response body within the attempt, then report the attempt again.
 
     A streamed call's body is the caller's, but the engine needs it to judge a
@@ -92,8 +94,7 @@ class ReadBody:
     plan: AttemptPlan
 
 
-@dataclasses.dataclass(frozen=True)
-class AskRetry:
+class AskRetry(NamedTuple):
     """Ask the governor whether a retry after ``wait`` seconds may happen.
 
     ``spends_budget`` is False for waits the server asked for because we were too
@@ -104,23 +105,20 @@ class AskRetry:
     spends_budget: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class Wait:
+class Wait(NamedTuple):
     """Sleep ``seconds``, then ask for the next attempt."""
 
     seconds: float
 
 
-@dataclasses.dataclass(frozen=True)
-class Succeed:
+class Succeed(NamedTuple):
     """Return ``response``: the call succeeded (or reached a final, stored answer)."""
 
     response: httpx.Response
     report: CallReport
 
 
-@dataclasses.dataclass(frozen=True)
-class Fail:
+class Fail(NamedTuple):
     """Give up with ``error``; ``response`` is the last response, ``cause`` the last exception."""
 
     error: ApiError
@@ -139,8 +137,7 @@ Decision = AttemptPlan | ReadBody | AskRetry | Wait | Succeed | Fail
 # -- facts: the governor's answers -----------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Admission:
+class Admission(NamedTuple):
     """The governor's answer to "may an attempt start now?".
 
     ``cooldown``: seconds a dependency-wide cooldown still runs (nothing reserved).
@@ -157,8 +154,7 @@ class Admission:
 OPEN_ADMISSION = Admission()
 
 
-@dataclasses.dataclass(frozen=True)
-class RetryAnswer:
+class RetryAnswer(NamedTuple):
     """The governor's answer to :class:`AskRetry`: ``refusal`` None means granted."""
 
     refusal: Literal["circuit_open", "budget_exhausted"] | None = None
@@ -167,8 +163,7 @@ class RetryAnswer:
 # -- effects: what the shell does on the side ------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class RecordHealth:
+class RecordHealth(NamedTuple):
     """Tell the breaker what the attempt sent under ``permit`` said about the dependency."""
 
     permit: Permit
@@ -176,27 +171,25 @@ class RecordHealth:
     open_for: float | None
 
 
-@dataclasses.dataclass(frozen=True)
-class StartCooldown:
+class StartCooldown(NamedTuple):
     """Pause every caller of the dependency for ``seconds`` (a 429's Retry-After)."""
 
     seconds: float
 
 
-@dataclasses.dataclass(frozen=True)
-class ReleasePacing:
+class ReleasePacing(NamedTuple):
     """Give back a paced slot the call reserved but will not use."""
 
+    slots: int = 1
 
-@dataclasses.dataclass(frozen=True)
-class ReleaseProbe:
+
+class ReleaseProbe(NamedTuple):
     """Give back the breaker's permit of an attempt that ended with no outcome."""
 
     permit: Permit
 
 
-@dataclasses.dataclass(frozen=True)
-class EmitEvent:
+class EmitEvent(NamedTuple):
     """Log ``event`` and hand it to the hooks; ``body_excerpt`` is for the log only."""
 
     event: RetryEvent

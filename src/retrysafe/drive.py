@@ -37,7 +37,7 @@ from retrysafe.decisions import (
 from retrysafe.engine import Call, default_dependency
 from retrysafe.governor import Governor
 from retrysafe.governor.breaker import Transition
-from retrysafe.governor.governor import GRANTED, DependencyGuard
+from retrysafe.governor.governor import GRANTED
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.scope import current_deadline
@@ -130,79 +130,84 @@ _current_nesting: contextvars.ContextVar[_Nesting | None] = contextvars.ContextV
 
 
 class _Chain:
-    """The hops of one redirect chain: one deadline, one retry allowance."""
+    """The hops of one redirect chain: one deadline, one retry allowance.
 
-    __slots__ = ("awaiting_hop", "deadline", "last_request", "retries_used", "timeouts")
+    Made only when a hop ends in a redirect; httpx builds the next hop as a new
+    request carrying a copy of the same extensions, which is how the next hop finds it.
+    """
 
-    def __init__(self, deadline: Deadline, timeouts: dict[str, Any]) -> None:
+    __slots__ = ("deadline", "last_request", "retries_used", "timeouts")
+
+    def __init__(
+        self,
+        deadline: Deadline,
+        timeouts: dict[str, Any],
+        retries_used: int,
+        last_request: httpx.Request,
+    ) -> None:
         self.deadline = deadline
         self.timeouts = timeouts
-        self.retries_used = 0
-        self.last_request: httpx.Request | None = None
-        self.awaiting_hop = False
+        self.retries_used = retries_used
+        self.last_request = last_request
+
+
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 class Drive:
     """One request's trip through the engine, minus the sending and the sleeping."""
 
-    __slots__ = ("_chain", "_guard", "_nesting", "_token", "call", "request", "settings")
+    __slots__ = (
+        "_guard",
+        "_nesting",
+        "_retries_before",
+        "_token",
+        "call",
+        "caller_timeouts",
+        "request",
+        "settings",
+    )
 
     def __init__(self, settings: ShellSettings, request: httpx.Request) -> None:
         self.settings = settings
         self.request = request
-        options = request.extensions.get(OPTIONS_EXTENSION)
+        extensions = request.extensions
+        options = extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
-            options = _NO_OPTIONS if not settings.stream_by_default else _STREAM_OPTIONS
+            options = _STREAM_OPTIONS if settings.stream_by_default else _NO_OPTIONS
         policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         governor = settings.governor
-        self._guard: DependencyGuard | None = (
-            governor.guard(dependency) if governor.protects else None
-        )
+        self._guard = governor.guard(dependency) if governor.protects else None
         parent = _current_nesting.get()
         nested_attempts = governor.settings.nested_attempts
-        self._nesting = _Nesting(parent) if nested_attempts is not None else None
-        self._token = _current_nesting.set(self._nesting) if self._nesting is not None else None
-        self._chain = chain = self._chain_for(request, policy, settings.clock)
+        if nested_attempts is None:
+            self._nesting = self._token = None
+        else:
+            self._nesting = _Nesting(parent)
+            self._token = _current_nesting.set(self._nesting)
+        chain = extensions.get(_CHAIN_EXTENSION)
+        if isinstance(chain, _Chain) and chain.last_request is not request:
+            # The next hop of a redirect chain: what the earlier hops left is this hop's.
+            deadline = chain.deadline
+            self._retries_before = chain.retries_used
+            #: The per-phase timeouts the request came with, before any attempt bounded them.
+            self.caller_timeouts: dict[str, Any] = chain.timeouts
+        else:
+            deadline = Deadline.after(policy.deadline, settings.clock).tighter(current_deadline())
+            self._retries_before = 0
+            self.caller_timeouts = extensions.get("timeout") or {}
         self.call = Call(
             request,
             policy=policy,
             clock=settings.clock,
             dependency=dependency,
-            deadline=chain.deadline,
-            retries_used=chain.retries_used,
+            deadline=deadline,
+            retries_used=self._retries_before,
             max_attempts=nested_attempts if parent is not None else None,
             stream=options.stream,
             observed=settings.observer.listening,
         )
-
-    def _chain_for(self, request: httpx.Request, policy: RetryPolicy, clock: Clock) -> _Chain:
-        """The redirect chain this request continues, or a new one it starts.
-
-        httpx builds each hop as a new request carrying the same extensions; the
-        chain continues only for such a new request after a redirect response.
-        """
-        chain = request.extensions.get(_CHAIN_EXTENSION)
-        if (
-            isinstance(chain, _Chain)
-            and chain.awaiting_hop
-            and chain.last_request is not request
-            and not chain.deadline.expired
-        ):
-            chain.awaiting_hop = False
-            chain.last_request = request
-            return chain
-        deadline = Deadline.after(policy.deadline, clock).tighter(current_deadline())
-        timeouts = request.extensions.get("timeout") or {}
-        chain = _Chain(deadline, {phase: timeouts.get(phase) for phase in _PHASES})
-        chain.last_request = request
-        request.extensions[_CHAIN_EXTENSION] = chain
-        return chain
-
-    @property
-    def caller_timeouts(self) -> dict[str, Any]:
-        """The per-phase timeouts the request came with, before any attempt bounded them."""
-        return self._chain.timeouts
 
     # -- steps -------------------------------------------------------------------------
 
@@ -287,11 +292,11 @@ class Drive:
 
     def finish(self, step: Step) -> httpx.Response:
         """Hand the call's end (a Succeed or a Fail) back the way the shell's caller expects."""
-        chain = self._chain
-        chain.retries_used += max(0, self.call.attempts - 1)
         if type(step) is Succeed:
-            chain.awaiting_hop = step.response.is_redirect
-            return step.response
+            response = step.response
+            if response.status_code in _REDIRECT_STATUSES:
+                self._continue_chain()
+            return response
         assert isinstance(step, Fail)
         nesting = self._nesting
         if step.retried and nesting is not None and nesting.parent is not None:
@@ -303,6 +308,16 @@ class Drive:
         if step.cause is not None and not self.settings.raise_errors:
             raise step.cause
         raise step.error from step.cause
+
+    def _continue_chain(self) -> None:
+        """Leave this hop's deadline and retries for the redirect's next hop to find."""
+        call = self.call
+        self.request.extensions[_CHAIN_EXTENSION] = _Chain(
+            call.deadline,
+            self.caller_timeouts,
+            self._retries_before + call.attempts - 1,
+            self.request,
+        )
 
     def close(self) -> None:
         """Leave the call's nesting context (always, however the call ended)."""

@@ -27,7 +27,6 @@ the errors are built by :func:`retrysafe.failures.give_up_error`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Literal
 
 import httpx
@@ -61,6 +60,7 @@ from retrysafe.decisions import (
 )
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.failures import CallSummary, StopKind, give_up_error
+from retrysafe.governor.breaker import Permit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
@@ -100,6 +100,37 @@ class Call:
     retrying call, and whether the caller streams the body.
     """
 
+    __slots__ = (
+        "_attempt_started",
+        "_body_read",
+        "_clock",
+        "_during_body",
+        "_effects",
+        "_history",
+        "_last_cause",
+        "_last_response",
+        "_may_have_processed",
+        "_nested_gave_up",
+        "_observed",
+        "_pacing_held",
+        "_permit",
+        "_plan",
+        "_promised",
+        "_request",
+        "_started",
+        "_stream",
+        "_url",
+        "_verdict",
+        "deadline",
+        "dependency",
+        "idempotency_key",
+        "max_attempts",
+        "method",
+        "policy",
+        "replayable",
+        "state",
+    )
+
     def __init__(
         self,
         request: httpx.Request,
@@ -114,9 +145,9 @@ class Call:
         observed: bool = True,
     ) -> None:
         self.policy = policy
-        self.method = request.method
+        self.method: str = request.method
         self._request = request
-        self.dependency = dependency or default_dependency(request.url)
+        self.dependency: str = dependency or default_dependency(request.url)
         self.idempotency_key = idempotency_key_of(request)
         #: The body can be sent again byte for byte (bytes, not a one-shot stream).
         self.replayable = isinstance(request.stream, httpx.ByteStream)
@@ -133,7 +164,7 @@ class Call:
         self._history: list[AttemptRecord] = []
         self._effects: list[Effect] = []
         self._plan: AttemptPlan | None = None
-        self._permit = OPEN_ADMISSION.permit
+        self._permit: Permit | None = None
         self._pacing_held = False
         self._attempt_started = 0.0
         self._body_read = False
@@ -147,11 +178,14 @@ class Call:
         self._nested_gave_up = False
         #: Sticky across attempts: some attempt may have been acted on by the server.
         self._may_have_processed = False
+        self._url: str | None = None
 
-    @functools.cached_property
+    @property
     def url(self) -> str:
         """The request's URL with secrets redacted (computed once, when first needed)."""
-        return redact_url(self._request.url)
+        if self._url is None:
+            self._url = redact_url(self._request.url)
+        return self._url
 
     @property
     def attempts(self) -> int:
@@ -451,7 +485,7 @@ class Call:
         history = tuple(self._history)
         return CallReport(
             attempts=len(history),
-            waits=tuple(record.wait for record in history[:-1]),
+            waits=tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),
             elapsed=self._clock.monotonic() - self._started,
             idempotency_key=self.idempotency_key,
             dependency=self.dependency,

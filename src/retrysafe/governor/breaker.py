@@ -15,7 +15,7 @@ from typing import Literal
 from retrysafe.clock import Clock
 from retrysafe.governor.settings import BreakerSettings
 
-__all__ = ["BreakerState", "CircuitBreaker", "Health", "Permit", "Transition"]
+__all__ = ["CLOSED_PERMIT", "BreakerState", "CircuitBreaker", "Health", "Permit", "Transition"]
 
 BreakerState = Literal["closed", "open", "half_open"]
 #: What an outcome says about the dependency: 5xx, timeouts, transport errors and
@@ -45,6 +45,10 @@ class Permit:
     retry_at: float | None = None
     probe_token: int = 0
     transition: Transition | None = None
+
+
+#: The permit of every attempt sent while the breaker is closed (permits are values).
+CLOSED_PERMIT = Permit(allowed=True)
 
 
 class CircuitBreaker:
@@ -82,10 +86,13 @@ class CircuitBreaker:
 
     def acquire(self, probe_lease: float) -> Permit:
         """May one attempt be sent? An unreported probe frees its slot after ``probe_lease``."""
+        if self._state == "closed":  # one attribute read: the healthy path takes no lock
+            return CLOSED_PERMIT
         with self._lock:
             now = self._clock.monotonic()
-            if self._state == "closed":
-                return Permit(allowed=True)
+            # Looked at again under the lock: another thread may have closed it since.
+            if self._state == "closed":  # type: ignore[comparison-overlap]
+                return CLOSED_PERMIT
             transition = None
             if self._state == "open":
                 if now < self._open_until:
@@ -133,9 +140,14 @@ class CircuitBreaker:
     def _count(self, now: float, *, failed: bool) -> None:
         if failed:
             self._run.append(now)
-        else:
+        elif self._run:
             self._run.clear()
-        self._window.append((now, failed))
+        window = self._window
+        window.append((now, failed))
+        # Trim as we go, so a dependency that keeps succeeding keeps a bounded window.
+        horizon = now - self.settings.ratio_window
+        while window[0][0] < horizon:
+            window.popleft()
 
     def _should_trip(self, now: float) -> bool:
         settings = self.settings

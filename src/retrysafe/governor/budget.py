@@ -34,6 +34,8 @@ class RetryBudget:
 
     def record_first_attempt(self) -> None:
         """A new call starts: earn ``ratio`` tokens."""
+        if self._tokens >= self.settings.max_tokens:
+            return  # full already (the healthy steady state): nothing to earn, no lock
         with self._lock:
             self._refill()
             self._tokens = min(self.settings.max_tokens, self._tokens + self.settings.ratio)

@@ -17,7 +17,7 @@ from retrysafe.decisions import (
     RetryAnswer,
     StartCooldown,
 )
-from retrysafe.governor.breaker import CircuitBreaker, Transition
+from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
@@ -47,7 +47,7 @@ class DependencyGuard:
             cooldown = limiter.cooldown_remaining()
             if cooldown > 0:
                 return Admission(cooldown=cooldown)
-            if not pacing_held:
+            if not pacing_held and limiter.paced:
                 pacing = limiter.reserve()
                 if pacing > 0:
                     return Admission(pacing=pacing)
@@ -56,7 +56,9 @@ class DependencyGuard:
             permit = self.breaker.acquire(probe_lease=min(probe_lease, _MAX_PROBE_LEASE))
         if first and self.budget is not None and (permit is None or permit.allowed):
             self.budget.record_first_attempt()
-        return Admission(permit=permit) if permit is not None else OPEN_ADMISSION
+        if permit is None:
+            return OPEN_ADMISSION
+        return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
@@ -89,6 +91,8 @@ class DependencyGuard:
 #: A half-open probe that never reports frees its slot after at most this long.
 _MAX_PROBE_LEASE = 60.0
 GRANTED = RetryAnswer()
+_CLOSED_PERMIT = CLOSED_PERMIT
+_ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
 _CIRCUIT_OPEN = RetryAnswer("circuit_open")
 _BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
 
@@ -108,16 +112,15 @@ class Governor:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._guards: dict[str, DependencyGuard] = {}
-
-    @property
-    def protects(self) -> bool:
-        """Whether any piece of load protection is on (else calls need no guard at all)."""
-        settings = self.settings
-        pieces = (settings.budget, settings.breaker, settings.limiter)
-        return any(piece is not None for piece in pieces)
+        pieces = (self.settings.budget, self.settings.breaker, self.settings.limiter)
+        #: Whether any piece of load protection is on (else calls need no guard at all).
+        self.protects = any(piece is not None for piece in pieces)
 
     def guard(self, dependency: str) -> DependencyGuard:
         """The guard for ``dependency``, made on first use."""
+        guard = self._guards.get(dependency)  # a dict read needs no lock; a miss takes it
+        if guard is not None:
+            return guard
         with self._lock:
             guard = self._guards.get(dependency)
             if guard is None:

@@ -23,13 +23,17 @@ class Limiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._cooldown_until = 0.0
+        #: Whether attempts are paced at all (``requests_per_second`` is set).
+        self.paced = settings.requests_per_second is not None
         self._tokens = float(settings.burst)
         self._refilled_at = clock.monotonic()
 
     def cooldown_remaining(self) -> float:
         """Seconds until the current cooldown ends (0.0 when none)."""
-        with self._lock:
-            return max(0.0, self._cooldown_until - self._clock.monotonic())
+        until = self._cooldown_until  # one float read: no lock needed to look
+        if until == 0.0:
+            return 0.0
+        return max(0.0, until - self._clock.monotonic())
 
     def start_cooldown(self, seconds: float) -> None:
         """Pause every caller for ``seconds`` (capped) from now; only ever extends a cooldown."""
