@@ -15,7 +15,6 @@ its outbox as effects (:data:`Effect`).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import httpx
@@ -47,9 +46,11 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class CallReport:
-    """What a call did; :func:`retrysafe.report_of` reads it from the response."""
+class CallReport(NamedTuple):
+    """What a call did; :func:`retrysafe.report_of` reads it from the response.
+
+    An immutable record (a named tuple: one is made for every call, cheaply).
+    """
 
     attempts: int
     waits: tuple[float, ...]

@@ -113,18 +113,9 @@ class ShellSettings:
         )
 
 
-class _Nesting:
-    """One retrysafe call in progress, for calls made inside its attempts to find."""
-
-    __slots__ = ("gave_up_inside", "parent")
-
-    def __init__(self, parent: _Nesting | None) -> None:
-        self.parent = parent
-        #: Set by a nested call that retried and gave up during this call's attempt.
-        self.gave_up_inside = False
-
-
-_current_nesting: contextvars.ContextVar[_Nesting | None] = contextvars.ContextVar(
+#: The call whose attempt is running in this context (task or thread), if any: a call
+#: made inside it is nested.
+_current_nesting: contextvars.ContextVar[Drive | None] = contextvars.ContextVar(
     "retrysafe_nesting", default=None
 )
 
@@ -159,11 +150,12 @@ class Drive:
 
     __slots__ = (
         "_guard",
-        "_nesting",
+        "_parent",
         "_retries_before",
         "_token",
         "call",
         "caller_timeouts",
+        "gave_up_inside",
         "request",
         "settings",
     )
@@ -181,11 +173,13 @@ class Drive:
         self._guard = governor.guard(dependency) if governor.protects else None
         parent = _current_nesting.get()
         nested_attempts = governor.settings.nested_attempts
+        #: Set by a call nested in this one's attempt that retried and gave up.
+        self.gave_up_inside = False
         if nested_attempts is None:
-            self._nesting = self._token = None
+            self._parent = self._token = None
         else:
-            self._nesting = _Nesting(parent)
-            self._token = _current_nesting.set(self._nesting)
+            self._parent = parent
+            self._token = _current_nesting.set(self)
         chain = extensions.get(_CHAIN_EXTENSION)
         if isinstance(chain, _Chain) and chain.last_request is not request:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
@@ -243,9 +237,8 @@ class Drive:
         self._apply_effects()
 
     def _note_nested_give_up(self) -> None:
-        nesting = self._nesting
-        if nesting is not None and nesting.gave_up_inside:
-            nesting.gave_up_inside = False
+        if self.gave_up_inside:
+            self.gave_up_inside = False
             self.call.nested_call_gave_up()
 
     def _after(self, step: Decision) -> Step:
@@ -262,9 +255,9 @@ class Drive:
         return step
 
     def _apply_effects(self) -> None:
-        effects = self.call.take_effects()
-        if not effects:
+        if not self.call.effects:
             return
+        effects = self.call.take_effects()
         guard = self._guard
         for effect in effects:
             if type(effect) is EmitEvent:
@@ -298,9 +291,8 @@ class Drive:
                 self._continue_chain()
             return response
         assert isinstance(step, Fail)
-        nesting = self._nesting
-        if step.retried and nesting is not None and nesting.parent is not None:
-            nesting.parent.gave_up_inside = True
+        if step.retried and self._parent is not None:
+            self._parent.gave_up_inside = True
         if step.response is not None:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.

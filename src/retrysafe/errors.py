@@ -15,8 +15,7 @@ subclass that matches what you would do about it::
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import httpx
 
@@ -35,9 +34,8 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class AttemptRecord:
-    """What one attempt did.
+class AttemptRecord(NamedTuple):
+    """What one attempt did (an immutable record: a named tuple, cheap to make).
 
     ``status`` is the response status (None when no response came back),
     ``exception`` the exception's class name, ``reason`` the outcome's code,
