@@ -94,18 +94,18 @@ def test_negative_deadline_is_refused() -> None:
 
 def test_deadline_scope_nests_and_only_tightens() -> None:
     clock = FakeClock()
-    assert retrysafe.scope.current_deadline() is None
+    assert retrysafe.deadline_scope.current_deadline() is None
     with retrysafe.deadline(5, clock=clock) as outer:
         with retrysafe.deadline(60, clock=clock) as inner:
             assert inner is outer
         with retrysafe.deadline(1, clock=clock) as tight:
             assert tight.remaining() == 1
-        assert retrysafe.scope.current_deadline() is outer
-    assert retrysafe.scope.current_deadline() is None
+        assert retrysafe.deadline_scope.current_deadline() is outer
+    assert retrysafe.deadline_scope.current_deadline() is None
 
 
 async def test_deadline_scope_works_with_async_with() -> None:
     clock = FakeClock()
     async with retrysafe.deadline(2, clock=clock) as scope:
-        assert retrysafe.scope.current_deadline() is scope
-    assert retrysafe.scope.current_deadline() is None
+        assert retrysafe.deadline_scope.current_deadline() is scope
+    assert retrysafe.deadline_scope.current_deadline() is None

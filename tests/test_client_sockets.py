@@ -70,7 +70,7 @@ def test_a_reset_get_is_retried_and_succeeds(api: Any, chaos: Any) -> None:
     response = api.request("GET", chaos.url("/sequence/{key}", steps="reset,200"), policy=FAST)
     assert response.status_code == 200
     assert response.extensions["retrysafe"].attempts == 2
-    assert response.extensions["retrysafe"].history[0].reason in {
+    assert response.extensions["retrysafe"].history[0].outcome in {
         "connection_reset",
         "remote_protocol_error",
     }
@@ -100,7 +100,7 @@ def test_a_reset_after_the_request_is_maybe_sent(api: Any, chaos: Any) -> None:
 def test_a_truncated_body_on_get_is_retried(api: Any, chaos: Any) -> None:
     response = api.request("GET", chaos.url("/sequence/{key}", steps="truncate,200"), policy=FAST)
     assert response.status_code == 200
-    assert response.extensions["retrysafe"].history[0].reason == "truncated_body"
+    assert response.extensions["retrysafe"].history[0].outcome == "truncated_body"
 
 
 def test_a_body_that_is_always_truncated_is_a_bad_response(api: Any, chaos: Any) -> None:
@@ -341,7 +341,7 @@ def test_a_post_that_cannot_connect_in_time_is_retried(api: Any, full_backlog_ur
     with pytest.raises(retrysafe.TransportError) as caught:
         api.request("POST", full_backlog_url, policy=policy, json={"n": 1})
     assert (caught.value.sent, caught.value.reason) == ("no", "attempts_exhausted")
-    assert [record.reason for record in caught.value.history] == ["connect_timeout"] * 2
+    assert [record.outcome for record in caught.value.history] == ["connect_timeout"] * 2
 
 
 def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: Any) -> None:
@@ -355,7 +355,7 @@ def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: An
             client.post(chaos.url("/echo"), json={"n": 1}, policy=policy)
         hog.join()
     assert caught.value.sent == "no"
-    assert [record.reason for record in caught.value.history] == ["pool_timeout"] * 2
+    assert [record.outcome for record in caught.value.history] == ["pool_timeout"] * 2
     assert [record.endpoint for record in chaos.log()] == ["delay"]
 
 

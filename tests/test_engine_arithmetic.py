@@ -318,18 +318,18 @@ def test_a_write_that_may_have_been_processed_stays_maybe_whatever_came_after() 
 
     with pytest.raises(retrysafe.TransportError) as caught:
         client_for(handler, FakeClock()).post("http://api.test/pay", idempotency_key="k")
-    assert [record.reason for record in caught.value.history] == [
+    assert [record.outcome for record in caught.value.history] == [
         "read_timeout",
         "connect_error",
         "connect_error",
         "connect_error",
     ]
     assert caught.value.sent == "maybe"
-    assert caught.value.may_have_processed is True
+    assert caught.value.processed == "maybe"
 
 
 def test_only_refusals_mean_nothing_was_processed() -> None:
     handler, _ = scripted(httpx.Response(503), httpx.Response(429), httpx.Response(400))
     with pytest.raises(retrysafe.ClientError) as caught:
         client_for(handler, FakeClock()).post("http://api.test/pay")
-    assert caught.value.may_have_processed is False
+    assert caught.value.processed == "no"

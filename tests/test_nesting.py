@@ -115,7 +115,7 @@ async def test_an_unusable_deadline_header_leaves_no_scope(value: bytes) -> None
     seen: list[object] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.append(retrysafe.scope.current_deadline())
+        seen.append(retrysafe.deadline_scope.current_deadline())
         await Response("ok")(scope, receive, send)
 
     async with httpx.AsyncClient(
@@ -129,7 +129,7 @@ async def test_a_usable_deadline_header_sets_the_scope_less_the_margin() -> None
     seen: list[float] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        deadline = retrysafe.scope.current_deadline()
+        deadline = retrysafe.deadline_scope.current_deadline()
         assert deadline is not None
         seen.append(deadline.remaining())
         await Response("ok")(scope, receive, send)

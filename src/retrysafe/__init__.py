@@ -15,8 +15,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from retrysafe.classify import Verdict
-from retrysafe.client import AsyncClient, Client
+from retrysafe.client import AsyncClient, Client, report_of
 from retrysafe.clock import Clock, SystemClock
+from retrysafe.deadline_scope import deadline
 from retrysafe.decisions import CallReport
 from retrysafe.engine import Call
 from retrysafe.errors import (
@@ -44,7 +45,6 @@ from retrysafe.governor import (
 )
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
-from retrysafe.scope import deadline
 from retrysafe.timing import Deadline, backoff_delay, parse_retry_after
 from retrysafe.transport import AsyncRetryTransport, CallOptions, RetryTransport
 
@@ -96,6 +96,7 @@ __all__ = [
     "backoff_delay",
     "deadline",
     "parse_retry_after",
+    "report_of",
 ]
 
 

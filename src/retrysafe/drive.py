@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from retrysafe.clock import Clock, SystemClock
+from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
     AskRetry,
@@ -40,7 +41,6 @@ from retrysafe.governor.breaker import Transition
 from retrysafe.governor.governor import GRANTED
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
-from retrysafe.scope import current_deadline
 from retrysafe.timing import Deadline
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]

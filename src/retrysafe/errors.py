@@ -38,13 +38,13 @@ class AttemptRecord(NamedTuple):
     """What one attempt did (an immutable record: a named tuple, cheap to make).
 
     ``status`` is the response status (None when no response came back),
-    ``exception`` the exception's class name, ``reason`` the outcome's code,
+    ``exception`` the exception's class name, ``outcome`` what it got, as a code,
     ``started`` seconds from the start of the call, ``elapsed`` the attempt's own
     duration and ``wait`` the sleep that followed it (0.0 for the last).
     """
 
     number: int
-    reason: str
+    outcome: str
     status: int | None
     exception: str | None
     started: float
@@ -64,8 +64,9 @@ class ApiError(Exception):
 
     The request's method and URL are kept with secrets redacted; ``response`` is
     the last response (body read) or None when none came back.
-    ``may_have_processed`` is True when any attempt may have been acted on by the
-    server: check (or resend under the same idempotency key) before writing again.
+    ``processed`` is ``"maybe"`` when any attempt may have been acted on by the
+    server (check, or resend under the same idempotency key, before writing
+    again) and ``"no"`` when surely none was.
     """
 
     advice: ClassVar[str] = "see .reason and .history"
@@ -85,7 +86,7 @@ class ApiError(Exception):
         history: tuple[AttemptRecord, ...] = (),
         response: httpx.Response | None = None,
         elapsed: float = 0.0,
-        may_have_processed: bool = False,
+        processed: Literal["no", "maybe"] = "no",
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -98,7 +99,7 @@ class ApiError(Exception):
         self.history = history
         self.response = response
         self.elapsed = elapsed
-        self.may_have_processed = may_have_processed
+        self.processed = processed
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:
@@ -163,20 +164,22 @@ class ServerError(ApiError):
 class TransportError(ApiError):
     """No usable response: the connection failed, reset or timed out.
 
-    ``sent`` is ``"no"`` when the request never reached the server (safe to
-    repeat) and ``"maybe"`` when it may have been processed (check before repeating a write).
+    ``sent`` is another name for ``processed``, kept from the first releases:
+    ``"no"`` when the request never reached the server (safe to repeat), ``"maybe"``
+    when it may have been processed (check before repeating a write).
     """
 
     advice = "the connection failed; check the network or try again later"
 
-    def __init__(self, *, sent: Literal["no", "maybe"], **fields: Any) -> None:
-        self.sent = sent
-        super().__init__(**fields)
+    @property
+    def sent(self) -> Literal["no", "maybe"]:
+        """The same fact as :attr:`processed` (the name this error first had for it)."""
+        return self.processed
 
     def _message(self, body_excerpt: str) -> str:
         if self.reason == "unsafe_to_repeat":
             return super()._message(body_excerpt)
-        if self.sent == "maybe":
+        if self.processed == "maybe":
             note = "; the server may have processed it: check before sending a write again"
         else:
             note = "; the server never received it"

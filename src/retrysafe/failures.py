@@ -52,7 +52,7 @@ class CallSummary:
     attempts: int
     history: tuple[AttemptRecord, ...]
     elapsed: float
-    may_have_processed: bool
+    processed: Literal["no", "maybe"]
 
 
 def give_up_error(
@@ -84,7 +84,7 @@ def give_up_error(
         "history": summary.history,
         "response": response,
         "elapsed": summary.elapsed,
-        "may_have_processed": summary.may_have_processed,
+        "processed": summary.processed,
     }
     error: ApiError
     if stop == "deadline":
@@ -108,7 +108,7 @@ def give_up_error(
     elif during_body and not isinstance(cause, httpx.TimeoutException):
         error = BadResponse(**fields)
     else:
-        error = TransportError(sent="maybe" if summary.may_have_processed else "no", **fields)
+        error = TransportError(**fields)
     return error, excerpt
 
 

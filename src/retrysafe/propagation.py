@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from retrysafe.clock import Clock
-from retrysafe.scope import deadline
+from retrysafe.deadline_scope import deadline
 
 __all__ = ["DeadlineMiddleware"]
 

@@ -294,7 +294,7 @@ class DemoProgress(Protocol):
 def _retried_after(history: tuple[AttemptRecord, ...]) -> tuple[str, ...]:
     """What each attempt that was followed by a retry got: ``HTTP 429``, ``truncated_body``."""
     return tuple(
-        record.reason if record.status is None else f"HTTP {record.status}"
+        record.outcome if record.status is None else f"HTTP {record.status}"
         for record in history[:-1]
     )
 

@@ -96,11 +96,11 @@ def request_fingerprint_of(request: httpx.Request) -> str:
 def state_after(error: ApiError) -> JournalState:
     """``ambiguous`` when any attempt may have been acted on by the server, else ``failed``.
 
-    The engine tracks that across every attempt (``ApiError.may_have_processed``):
+    The engine tracks that across every attempt (``ApiError.processed``):
     a timeout on the first attempt followed by a refused connection is still
     ambiguous, and a 4xx answer after an earlier lost reply is too.
     """
-    return "ambiguous" if error.may_have_processed else "failed"
+    return "ambiguous" if error.processed == "maybe" else "failed"
 
 
 class Journal:
