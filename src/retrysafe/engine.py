@@ -32,6 +32,7 @@ import httpx
 
 from retrysafe.classify import (
     SUCCESS,
+    Processed,
     Verdict,
     classify_exception,
     classify_response,
@@ -113,12 +114,12 @@ class Call:
         "_history",
         "_last_cause",
         "_last_response",
-        "_may_have_processed",
         "_nested_gave_up",
         "_observed",
         "_pacing_held",
         "_permit",
         "_plan",
+        "_processed",
         "_promised",
         "_request",
         "_started",
@@ -181,8 +182,8 @@ class Call:
         self._last_cause: Exception | None = None
         self._during_body = False
         self._nested_gave_up = False
-        #: Sticky across attempts: some attempt may have been acted on by the server.
-        self._may_have_processed = False
+        #: Sticky across attempts: whether some attempt may have been acted on by the server.
+        self._processed: Processed = "no"
         self._url: str | None = None
 
     @property
@@ -239,13 +240,14 @@ class Call:
                 return self._stop("deadline", "deadline_insufficient")
             self._promised = True
             return Wait(admission.pacing)
-        self._pacing_held = False
         permit = admission.permit
         if permit is not None and not permit.allowed:
+            self._return_admission(admission)  # a paced slot held for this attempt goes back
             retry_after = None
             if permit.retry_at is not None:
                 retry_after = max(0.0, permit.retry_at - self._clock.monotonic())
             return self._stop("circuit", "circuit_open", retry_after=retry_after)
+        self._pacing_held = False
         self._permit = permit
         self._promised = False
         self._nested_gave_up = False
@@ -357,7 +359,7 @@ class Call:
                 self._emit("success", verdict.reason, response.status_code)
             return Succeed(response, report)
         if may_have_acted(verdict, response):
-            self._may_have_processed = True
+            self._processed = "maybe"
         if verdict.kind == "permanent":
             return self._stop("outcome", verdict.reason, retryable=False)
         assert self._plan is not None
@@ -431,7 +433,7 @@ class Call:
         """Give up now with the error ``stop`` and ``reason`` call for."""
         self.state = "done"
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
-        outcome = self._history[-1].reason if self._history else reason
+        outcome = self._history[-1].outcome if self._history else reason
         error, excerpt = give_up_error(
             stop,
             reason=reason,
@@ -443,7 +445,7 @@ class Call:
                 attempts=len(self._history),
                 history=tuple(self._history),
                 elapsed=self._clock.monotonic() - self._started,
-                may_have_processed=self._may_have_processed,
+                processed=self._processed,
             ),
             verdict=verdict,
             response=response,
@@ -484,7 +486,7 @@ class Call:
         self._history.append(
             AttemptRecord(
                 number=plan.number,
-                reason=verdict.reason,
+                outcome=verdict.reason,
                 status=status,
                 exception=exception,
                 started=self._attempt_started - self._started,
