@@ -1291,7 +1291,9 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
     if last.verdict.kind == "permanent":
         return by_outcome, False, "a final outcome"
     if isinstance(last.exc, httpx.TimeoutException) and last.plan.cut_by_deadline:
-        return DeadlineExceeded, True, "an attempt cut short by the deadline timed out"
+        # Out of time; retryable only if the work may be repeated blindly.
+        safe = not _unsafe_to_repeat(run, last)
+        return DeadlineExceeded, safe, "an attempt cut short by the deadline timed out"
     if _unsafe_to_repeat(run, last):
         return by_outcome, False, "unsafe to repeat"
     if isinstance(run.final, Fail) and run.final.error.reason == "retry_after_too_long":

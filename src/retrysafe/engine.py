@@ -363,16 +363,18 @@ class Call:
         if verdict.kind == "permanent":
             return self._stop("outcome", verdict.reason, retryable=False)
         assert self._plan is not None
-        if isinstance(cause, httpx.TimeoutException) and self._plan.cut_by_deadline:
-            return self._stop("deadline", "deadline_exceeded")
-        if not safe_to_repeat(
+        safe = safe_to_repeat(
             verdict,
             method=self.method,
             keyed=self.idempotency_key is not None,
             replayable=self.replayable,
             responded=response is not None,
             policy=self.policy,
-        ):
+        )
+        if isinstance(cause, httpx.TimeoutException) and self._plan.cut_by_deadline:
+            # Out of time; and a write the server may have done is not for blind resending.
+            return self._stop("deadline", "deadline_exceeded", retryable=safe)
+        if not safe:
             return self._stop("outcome", "unsafe_to_repeat", retryable=False)
         if self._nested_gave_up:
             return self._stop("outcome", "nested_retry_exhausted")

@@ -43,6 +43,7 @@ class DependencyGuard:
         otherwise a paced slot is reserved (unless the call holds one), then the
         breaker is asked. A ``first`` attempt earns the retry budget its share."""
         limiter = self.limiter
+        reserved = False
         if limiter is not None:
             cooldown = limiter.cooldown_remaining()
             if cooldown > 0:
@@ -51,9 +52,12 @@ class DependencyGuard:
                 pacing = limiter.reserve()
                 if pacing > 0:
                     return Admission(pacing=pacing)
+                reserved = True
         permit = None
         if self.breaker is not None:
             permit = self.breaker.acquire(probe_lease=min(probe_lease, _MAX_PROBE_LEASE))
+            if reserved and not permit.allowed and limiter is not None:
+                limiter.release()  # the slot taken for this attempt goes back
         if first and self.budget is not None and (permit is None or permit.allowed):
             self.budget.record_first_attempt()
         if permit is None:
