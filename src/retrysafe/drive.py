@@ -188,7 +188,11 @@ class Drive:
             #: The per-phase timeouts the request came with, before any attempt bounded them.
             self.caller_timeouts: dict[str, Any] = chain.timeouts
         else:
-            deadline = Deadline.after(policy.deadline, settings.clock).tighter(current_deadline())
+            # (policy.deadline is validated already: no need for Deadline.after's checks)
+            deadline = Deadline(settings.clock.monotonic() + policy.deadline, settings.clock)
+            scope = current_deadline()
+            if scope is not None:
+                deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
         self.call = Call(
@@ -212,23 +216,24 @@ class Drive:
         if guard is None:
             step = call.start_attempt(OPEN_ADMISSION)
         else:
-            admission = guard.admit(
-                first=call.attempts == 0,
-                probe_lease=call.probe_lease(),
-                pacing_held=call.pacing_held,
-            )
+            admission = guard.admit(call)
             step = call.start_attempt(admission)
         self._apply_effects()
         return step
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
         """The attempt got a response (body read as the plan asked)."""
-        self._note_nested_give_up()
-        return self._after(self.call.attempt_returned(plan, response))
+        if self.gave_up_inside:
+            self._note_nested_give_up()
+        step = self.call.attempt_returned(plan, response)
+        if type(step) is Succeed and not self.call.effects:
+            return step  # the hot path: nothing to ask, nothing to apply
+        return self._after(step)
 
     def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
         """The attempt failed with ``exc``."""
-        self._note_nested_give_up()
+        if self.gave_up_inside:
+            self._note_nested_give_up()
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 
     def abandoned(self) -> None:
@@ -237,9 +242,8 @@ class Drive:
         self._apply_effects()
 
     def _note_nested_give_up(self) -> None:
-        if self.gave_up_inside:
-            self.gave_up_inside = False
-            self.call.nested_call_gave_up()
+        self.gave_up_inside = False
+        self.call.nested_call_gave_up()
 
     def _after(self, step: Decision) -> Step:
         # The outcome's effects (breaker health, a cooldown) first: the governor's answer

@@ -221,7 +221,8 @@ class Call:
         """Plan the next attempt, given the governor's ``admission``; or wait out a
         cooldown or a pacing slot first; or give up when time or the breaker forbids it.
         """
-        self._require("ready", "start_attempt")
+        if self.state != "ready":
+            self._out_of_order("ready", "start_attempt")
         remaining = self.deadline.remaining()
         if remaining <= 0 or (not self._promised and remaining < self.policy.min_attempt_time):
             self._return_admission(admission)
@@ -281,7 +282,8 @@ class Call:
         A streamed success settled by its headers reaches the caller unread; a
         failure, or a rule that reads the body, first needs the body (ReadBody).
         """
-        self._require_plan(plan, "attempt_returned")
+        if plan is not self._plan or self.state != "attempting":
+            self._out_of_order("attempting", "attempt_returned", plan)
         if not self._body_read:
             verdict = self._verdict_on_headers(response)
             if verdict is None:
@@ -319,7 +321,8 @@ class Call:
 
     def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
         """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had come."""
-        self._require_plan(plan, "attempt_raised")
+        if plan is not self._plan or self.state != "attempting":
+            self._out_of_order("attempting", "attempt_raised", plan)
         verdict = classify_exception(exc, during_body=during_body)
         self._record(verdict, status=None, exception=type(exc).__name__)
         self._inform_governor(verdict, None)
@@ -399,7 +402,8 @@ class Call:
 
     def retry_answered(self, ask: AskRetry, answer: RetryAnswer) -> Wait | Fail:
         """The governor's ``answer`` to ``ask``: wait and retry, or give up."""
-        self._require("asking", "retry_answered")
+        if self.state != "asking":
+            self._out_of_order("asking", "retry_answered")
         if answer.refusal is not None:
             return self._stop("outcome", answer.refusal)
         self._history[-1] = self._history[-1]._replace(wait=ask.wait)
@@ -533,15 +537,13 @@ class Call:
             )
         )
 
-    def _require(self, state: str, action: str) -> None:
+    def _out_of_order(self, state: str, action: str, plan: AttemptPlan | None = None) -> None:
+        """Raise for a step the state machine cannot take now (a shell's bug)."""
         if self.state != state:
             raise RuntimeError(
                 f"Call.{action}() needs state {state!r}, but the call is {self.state!r}"
             )
-
-    def _require_plan(self, plan: AttemptPlan, action: str) -> None:
-        self._require("attempting", action)
-        if plan is not self._plan:
+        if plan is not None and plan is not self._plan:
             raise RuntimeError(f"Call.{action}() got a plan that is not the attempt in flight")
 
     def __repr__(self) -> str:

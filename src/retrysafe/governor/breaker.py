@@ -79,6 +79,11 @@ class CircuitBreaker:
                 return "half_open"
             return self._state
 
+    @property
+    def closed(self) -> bool:
+        """Whether calls flow freely now (read without the lock: one attribute)."""
+        return self._state == "closed"
+
     def open_until(self) -> float | None:
         """When the open period ends (monotonic seconds), or None when not open."""
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Protocol
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.decisions import (
@@ -25,6 +26,18 @@ from retrysafe.governor.settings import GovernorSettings
 __all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
 
+class CallFacts(Protocol):
+    """What the governor reads of a call to admit its next attempt (``engine.Call``)."""
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def pacing_held(self) -> bool: ...
+
+    def probe_lease(self) -> float: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class DependencyGuard:
     """The budget, breaker and limiter of one dependency (None where switched off).
@@ -38,27 +51,31 @@ class DependencyGuard:
     breaker: CircuitBreaker | None
     limiter: Limiter | None
 
-    def admit(self, *, first: bool, probe_lease: float, pacing_held: bool) -> Admission:
-        """May an attempt start now? A cooldown is only reported (nothing reserved);
-        otherwise a paced slot is reserved (unless the call holds one), then the
-        breaker is asked. A ``first`` attempt earns the retry budget its share."""
+    def admit(self, call: CallFacts) -> Admission:
+        """May the call's next attempt start now? A cooldown is only reported (nothing
+        reserved); otherwise a paced slot is reserved (unless the call holds one), then
+        the breaker is asked. A first attempt earns the retry budget its share."""
         limiter = self.limiter
         reserved = False
         if limiter is not None:
             cooldown = limiter.cooldown_remaining()
             if cooldown > 0:
                 return Admission(cooldown=cooldown)
-            if not pacing_held and limiter.paced:
+            if limiter.paced and not call.pacing_held:
                 pacing = limiter.reserve()
                 if pacing > 0:
                     return Admission(pacing=pacing)
                 reserved = True
         permit = None
         if self.breaker is not None:
-            permit = self.breaker.acquire(probe_lease=min(probe_lease, _MAX_PROBE_LEASE))
+            breaker = self.breaker
+            if breaker.closed:  # the healthy path: no lock, no lease to work out
+                permit = CLOSED_PERMIT
+            else:
+                permit = breaker.acquire(probe_lease=min(call.probe_lease(), _MAX_PROBE_LEASE))
             if reserved and not permit.allowed and limiter is not None:
                 limiter.release()  # the slot taken for this attempt goes back
-        if first and self.budget is not None and (permit is None or permit.allowed):
+        if self.budget is not None and call.attempts == 0 and (permit is None or permit.allowed):
             self.budget.record_first_attempt()
         if permit is None:
             return OPEN_ADMISSION

@@ -15,19 +15,20 @@ States: ``pending`` (recorded, not yet sent) -> ``sent`` -> ``done`` |
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.errors import ApiError
 from retrysafe.redact import redact_url
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "Journal",
@@ -86,6 +87,8 @@ class OperationDone(ValueError):
 
 def request_fingerprint_of(request: httpx.Request) -> str:
     """sha256 of method, full URL and body bytes: what must be identical on a resume."""
+    import hashlib  # here, not at the top: a client that keeps no journal never needs it
+
     digest = hashlib.sha256()
     for part in (request.method.upper().encode(), str(request.url).encode(), request.read()):
         digest.update(len(part).to_bytes(8, "big"))
@@ -125,6 +128,8 @@ class Journal:
         self._on_ambiguous = on_ambiguous
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
+        import sqlite3  # here, not at the top: `import retrysafe` stays light
+
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
