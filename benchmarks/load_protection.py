@@ -40,9 +40,9 @@ import httpx
 import retrysafe
 from retrysafe import Client, RetryPolicy
 from retrysafe.chaos import ChaosRecord, ChaosServer
-from retrysafe.engine import default_dependency
 from retrysafe.errors import ApiError, CircuitOpen
 from retrysafe.governor import BreakerSettings, Governor, GovernorSettings
+from retrysafe.request_facts import default_dependency
 
 WORKERS = 20
 BUCKET = 0.5  # seconds per timeline bucket

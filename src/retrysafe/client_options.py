@@ -15,10 +15,10 @@ import httpx
 from httpx._types import HeaderTypes, RequestExtensions
 
 from retrysafe.decisions import CallReport
-from retrysafe.engine import IDEMPOTENCY_HEADER
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, state_after
 from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import IDEMPOTENCY_HEADER
 from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
 
 __all__ = [

@@ -35,12 +35,13 @@ from retrysafe.decisions import (
     Succeed,
     Wait,
 )
-from retrysafe.engine import Call, default_dependency
+from retrysafe.engine import Call
 from retrysafe.governor import Governor
 from retrysafe.governor.breaker import Transition
 from retrysafe.governor.governor import GRANTED
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import default_dependency
 from retrysafe.timing import Deadline
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]

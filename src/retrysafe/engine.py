@@ -65,40 +65,16 @@ from retrysafe.governor.breaker import Permit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
+from retrysafe.request_facts import default_dependency, idempotency_key_of
 from retrysafe.timing import Deadline
 from retrysafe.waits import backoff_wait, hinted_wait, safe_to_repeat
 
-__all__ = ["IDEMPOTENCY_HEADER", "Call", "default_dependency", "idempotency_key_of"]
+__all__ = ["Call"]
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-_KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
 _RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
 #: Give-up reasons that mean this call, or one nested in it, already retried.
 _RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def default_dependency(url: httpx.URL) -> str:
-    """The dependency a URL belongs to by default: its origin, ``scheme://host:port``."""
-    scheme = url.scheme
-    return f"{scheme}://{url.host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
-
-
-def idempotency_key_of(request: httpx.Request) -> str | None:
-    """The request's idempotency key; a blank or whitespace header is no key at all."""
-    # httpx's Headers.get first works out the encoding of every header of a new request;
-    # its (raw, lower-cased, value) triples answer at a fraction of the cost.
-    headers = request.headers
-    entries = getattr(headers, "_list", None)
-    if entries is None:  # pragma: no cover - an httpx without the triples
-        value: str | None = headers.get(IDEMPOTENCY_HEADER)
-        return value if value is not None and value.strip() else None
-    for _, lowered, raw in entries:
-        if lowered == _KEY_NAME:
-            key = raw.decode("latin-1")
-            return key if key.strip() else None
-    return None
 
 
 class Call:

@@ -1,0 +1,37 @@
+"""Facts about a request that every layer reads the same way.
+
+Its idempotency key (a blank header is none) and the dependency it belongs to
+by default (its origin), worked out cheaply: both are read for every call.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+__all__ = ["IDEMPOTENCY_HEADER", "default_dependency", "idempotency_key_of"]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def default_dependency(url: httpx.URL) -> str:
+    """The dependency a URL belongs to by default: its origin, ``scheme://host:port``."""
+    scheme = url.scheme
+    return f"{scheme}://{url.host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
+
+
+def idempotency_key_of(request: httpx.Request) -> str | None:
+    """The request's idempotency key; a blank or whitespace header is no key at all."""
+    # httpx's Headers.get first works out the encoding of every header of a new request;
+    # its (raw, lower-cased, value) triples answer at a fraction of the cost.
+    headers = request.headers
+    entries = getattr(headers, "_list", None)
+    if entries is None:  # pragma: no cover - an httpx without the triples
+        value: str | None = headers.get(IDEMPOTENCY_HEADER)
+        return value if value is not None and value.strip() else None
+    for _, lowered, raw in entries:
+        if lowered == _KEY_NAME:
+            key = raw.decode("latin-1")
+            return key if key.strip() else None
+    return None
