@@ -19,16 +19,33 @@ from __future__ import annotations
 
 import contextvars
 import time
+from typing import Protocol
 
 import httpx
 
 from retrysafe.classify import AttemptTimedOut
 
-__all__ = ["AttemptDeadlineReached", "attempt_ends_at", "bound_transport", "time_left"]
+__all__ = [
+    "AttemptDeadlineReached",
+    "RunningCall",
+    "bound_transport",
+    "current_call",
+    "time_left",
+]
 
-#: The monotonic time (``time.monotonic()``) by which the current sync attempt must end.
-attempt_ends_at: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "retrysafe_attempt_ends_at", default=None
+
+class RunningCall(Protocol):
+    """The call running in this context (task or thread): what a read needs to know."""
+
+    #: The monotonic time (``time.monotonic()``) by which its attempt in flight must
+    #: end, or None between attempts (a streamed body the caller reads is not bounded).
+    attempt_ends_at: float | None
+
+
+#: The retrysafe call running in this context. One variable serves two needs: a call
+#: made inside it is nested, and every read made for it is bounded by its attempt.
+current_call: contextvars.ContextVar[RunningCall | None] = contextvars.ContextVar(
+    "retrysafe_current_call", default=None
 )
 
 
@@ -50,15 +67,17 @@ class AttemptDeadlineReached(BaseException):
         return AttemptTimedOut("the response did not arrive within the attempt's time")
 
 
-def time_left(timeout: float | None) -> tuple[float | None, bool]:
-    """The timeout to use now, and whether it is the attempt's deadline that binds."""
-    ends_at = attempt_ends_at.get()
+def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:
+    """The timeout to use now; whether the attempt's deadline binds it; and whether an
+    attempt is in flight in this context at all."""
+    call = current_call.get()
+    ends_at = call.attempt_ends_at if call is not None else None
     if ends_at is None:
-        return timeout, False
+        return timeout, False, False
     left = ends_at - time.monotonic()
     if timeout is None or left < timeout:
-        return max(0.0, left), True
-    return timeout, False
+        return max(0.0, left), True, True
+    return timeout, False, True
 
 
 def bound_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import httpcore
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached, attempt_ends_at, time_left
+from retrysafe.attempt_deadline import AttemptDeadlineReached, time_left
 
 __all__ = ["AsyncBoundedBackend", "AsyncBoundedStream", "BoundedBackend", "BoundedStream"]
 
@@ -23,18 +23,18 @@ class BoundedStream(httpcore.NetworkStream):
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        bounded, binds = time_left(timeout)
+        bounded, binds, in_attempt = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise AttemptDeadlineReached(stalled=False)
         try:
             return self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
-            if attempt_ends_at.get() is None:
+            if not in_attempt:
                 raise  # outside an attempt (a streamed body the caller reads): httpx's own
             raise AttemptDeadlineReached(stalled=True) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        bounded, binds = time_left(timeout)
+        bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
         self._inner.write(buffer, bounded)
@@ -48,7 +48,7 @@ class BoundedStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         return BoundedStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
 
     def get_extra_info(self, info: str) -> typing.Any:
@@ -69,7 +69,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return BoundedStream(stream)
 
@@ -79,7 +79,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         return BoundedStream(self.inner.connect_unix_socket(path, bounded, socket_options))
 
     def sleep(self, seconds: float) -> None:
@@ -93,18 +93,18 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         self._inner = inner
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        bounded, binds = time_left(timeout)
+        bounded, binds, in_attempt = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise AttemptDeadlineReached(stalled=False)
         try:
             return await self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
-            if attempt_ends_at.get() is None:
+            if not in_attempt:
                 raise
             raise AttemptDeadlineReached(stalled=True) from None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        bounded, binds = time_left(timeout)
+        bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
         await self._inner.write(buffer, bounded)
@@ -118,7 +118,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
         return AsyncBoundedStream(inner)
 
@@ -140,7 +140,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         stream = await self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return AsyncBoundedStream(stream)
 
@@ -150,7 +150,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _ = time_left(timeout)
+        bounded, _, _ = time_left(timeout)
         stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
         return AsyncBoundedStream(stream)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from retrysafe.attempt_deadline import RunningCall, current_call
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
@@ -114,13 +115,6 @@ class ShellSettings:
         )
 
 
-#: The call whose attempt is running in this context (task or thread), if any: a call
-#: made inside it is nested.
-_current_nesting: contextvars.ContextVar[Drive | None] = contextvars.ContextVar(
-    "retrysafe_nesting", default=None
-)
-
-
 class _Chain:
     """The hops of one redirect chain: one deadline, one retry allowance.
 
@@ -154,9 +148,11 @@ class Drive:
         "_parent",
         "_retries_before",
         "_token",
+        "attempt_ends_at",
         "call",
         "caller_timeouts",
         "gave_up_inside",
+        "guards_nesting",
         "request",
         "settings",
     )
@@ -172,15 +168,21 @@ class Drive:
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         governor = settings.governor
         self._guard = governor.guard(dependency) if governor.protects else None
-        parent = _current_nesting.get()
+        # The call this one runs inside, if any (its attempt is in flight: we are nested).
+        parent = current_call.get()
         nested_attempts = governor.settings.nested_attempts
+        #: Whether this call takes part in the nesting guard (its governor's setting).
+        self.guards_nesting = nested_attempts is not None
+        self._parent = (
+            parent
+            if self.guards_nesting and isinstance(parent, Drive) and parent.guards_nesting
+            else None
+        )
         #: Set by a call nested in this one's attempt that retried and gave up.
         self.gave_up_inside = False
-        if nested_attempts is None:
-            self._parent = self._token = None
-        else:
-            self._parent = parent
-            self._token = _current_nesting.set(self)
+        #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
+        self.attempt_ends_at: float | None = None
+        self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
         chain = extensions.get(_CHAIN_EXTENSION)
         if isinstance(chain, _Chain) and chain.last_request is not request:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
@@ -203,7 +205,7 @@ class Drive:
             dependency=dependency,
             deadline=deadline,
             retries_used=self._retries_before,
-            max_attempts=nested_attempts if parent is not None else None,
+            max_attempts=nested_attempts if self._parent is not None else None,
             stream=options.stream,
             observed=settings.observer.listening,
         )
@@ -319,7 +321,7 @@ class Drive:
     def close(self) -> None:
         """Leave the call's nesting context (always, however the call ended)."""
         if self._token is not None:
-            _current_nesting.reset(self._token)
+            current_call.reset(self._token)
             self._token = None
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import anyio
 import httpx
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached, attempt_ends_at, bound_transport
+from retrysafe.attempt_deadline import AttemptDeadlineReached, bound_transport
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
@@ -136,7 +136,7 @@ class RetryTransport(httpx.BaseTransport):
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
         ends_at = time.monotonic() + plan.timeout + _GRACE
-        token = attempt_ends_at.set(ends_at if plan.timeout != math.inf else None)
+        drive.attempt_ends_at = ends_at if plan.timeout != math.inf else None
         response: httpx.Response | None = None
         try:
             try:
@@ -158,7 +158,7 @@ class RetryTransport(httpx.BaseTransport):
             drive.abandoned()
             raise
         finally:
-            attempt_ends_at.reset(token)
+            drive.attempt_ends_at = None
         if response is not None:
             response.close()
         return drive.raised(plan, failure, during_body=response is not None)
@@ -237,7 +237,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         _prepare(request, drive, plan)
         response: httpx.Response | None = None
         finite = plan.timeout != math.inf
-        token = attempt_ends_at.set(time.monotonic() + plan.timeout + _GRACE if finite else None)
+        drive.attempt_ends_at = time.monotonic() + plan.timeout + _GRACE if finite else None
         try:
             # The network backend ends reads at the attempt's end (see attempt_deadline);
             # a cancel scope bounds the transports it cannot reach.
@@ -264,7 +264,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
             drive.abandoned()
             raise
         finally:
-            attempt_ends_at.reset(token)
+            drive.attempt_ends_at = None
         if response is not None:
             await response.aclose()
         return drive.raised(plan, failure, during_body=response is not None)
