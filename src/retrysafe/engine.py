@@ -61,7 +61,7 @@ from retrysafe.decisions import (
 )
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.failures import CallSummary, StopKind, give_up_error
-from retrysafe.governor.breaker import Permit
+from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
@@ -75,6 +75,7 @@ __all__ = ["Call"]
 _RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
 #: Give-up reasons that mean this call, or one nested in it, already retried.
 _RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
+_HEALTHY_WHILE_CLOSED = RecordHealth(CLOSED_PERMIT, "healthy", None)
 
 
 class Call:
@@ -371,9 +372,13 @@ class Call:
 
     def _inform_governor(self, verdict: Verdict, status: int | None) -> None:
         """Leave the outcome's health for the breaker, and any 429 cooldown, in the outbox."""
-        if self._permit is not None:
-            open_for = verdict.after if status == 503 else None
-            self.effects.append(RecordHealth(self._permit, health(verdict, status), open_for))
+        permit = self._permit
+        if permit is not None:
+            if verdict is SUCCESS and permit is CLOSED_PERMIT:
+                self.effects.append(_HEALTHY_WHILE_CLOSED)  # the common case, made once
+            else:
+                open_for = verdict.after if status == 503 else None
+                self.effects.append(RecordHealth(permit, health(verdict, status), open_for))
             self._permit = None
         if status == 429 and verdict.after is not None:
             self.effects.append(StartCooldown(verdict.after))
