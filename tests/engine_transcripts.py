@@ -1477,6 +1477,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     in_flight,
                     health(rec.verdict, status),
                     rec.verdict.after if status == 503 else None,
+                    rec.plan.number > 1,  # a retry within the call is a repeat
                 )
                 expect(
                     health_effects == [expected],

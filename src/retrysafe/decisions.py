@@ -165,11 +165,17 @@ class RetryAnswer(NamedTuple):
 
 
 class RecordHealth(NamedTuple):
-    """Tell the breaker what the attempt sent under ``permit`` said about the dependency."""
+    """Tell the breaker what the attempt sent under ``permit`` said about the dependency.
+
+    ``repeat``: the attempt was a retry within one call, so its outcome is not new
+    evidence of the same weight as another caller's (a call failing five times is
+    one failing call, not five).
+    """
 
     permit: Permit
     health: Health
     open_for: float | None
+    repeat: bool = False
 
 
 class StartCooldown(NamedTuple):

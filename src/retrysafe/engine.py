@@ -378,7 +378,10 @@ class Call:
                 self.effects.append(_HEALTHY_WHILE_CLOSED)  # the common case, made once
             else:
                 open_for = verdict.after if status == 503 else None
-                self.effects.append(RecordHealth(permit, health(verdict, status), open_for))
+                repeat = len(self._history) > 1
+                self.effects.append(
+                    RecordHealth(permit, health(verdict, status), open_for, repeat)
+                )
             self._permit = None
         if status == 429 and verdict.after is not None:
             self.effects.append(StartCooldown(verdict.after))
