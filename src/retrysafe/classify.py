@@ -14,8 +14,8 @@ from typing import Literal
 import httpx
 
 from retrysafe.governor.breaker import Health
+from retrysafe.hints import exhausted_until, retry_after_hint, server_says_retry
 from retrysafe.policy import RetryPolicy
-from retrysafe.timing import parse_retry_after
 
 __all__ = [
     "SUCCESS",
@@ -132,8 +132,9 @@ def status_reason(status: int) -> str:
 
 
 def retry_after_of(response: httpx.Response, now: float) -> float | None:
-    """The response's Retry-After hint in seconds, or None when absent or unusable."""
-    return parse_retry_after(response.headers.get("retry-after"), now=now)
+    """The response's wait hint in seconds: ``retry-after-ms`` when usable (the more
+    precise), else ``Retry-After``; None when neither is usable."""
+    return retry_after_hint(response, now)
 
 
 def is_out_of_credits(response: httpx.Response, policy: RetryPolicy) -> bool:
@@ -169,7 +170,36 @@ def classify_response(
         if verdict.kind == "retry" and verdict.after is None:
             verdict = dataclasses.replace(verdict, after=retry_after_of(response, now))
         return verdict
-    return _default_verdict(response, policy, keyed=keyed, now=now)
+    return _heed_server(_default_verdict(response, policy, keyed=keyed, now=now), response, now)
+
+
+#: Verdicts a server's ``x-should-retry: true`` does not reopen: the answer is final
+#: whatever the server's generic retry advice says.
+_FINAL_REASONS = frozenset({"quota_exhausted", "result_not_replayable"})
+
+
+def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verdict:
+    """Let ``x-should-retry`` / ``Stripe-Should-Retry`` overturn the table's verdict.
+
+    ``false`` makes a retryable outcome final (``server_said_no_retry``); ``true``
+    makes a final one retryable (``server_said_retry``), as processed "maybe"
+    unless the status says the server refused before any work, so a write
+    without a key is still never repeated. A success, quota exhaustion or a key's
+    unreplayable result stay as they are (a replay and a rule's verdict never get
+    here).
+    """
+    if verdict.kind == "success" or verdict.reason in _FINAL_REASONS:
+        return verdict
+    says = server_says_retry(response)
+    if says is None:
+        return verdict
+    if verdict.kind == "retry":
+        return verdict if says else Verdict.permanent("server_said_no_retry")
+    if not says:
+        return verdict
+    status = response.status_code
+    processed: Processed = "no" if status in _REFUSED_BEFORE_WORK else "maybe"
+    return Verdict.retry("server_said_retry", retry_after_of(response, now), processed=processed)
 
 
 #: The problem type ``retrysafe.idempotency`` (and servers following it) answer with when
@@ -212,7 +242,10 @@ def _default_verdict(
     if status == 429:
         if is_out_of_credits(response, policy):
             return Verdict.permanent("quota_exhausted")
-        return Verdict.retry("rate_limited", retry_after_of(response, now), processed="no")
+        after = retry_after_of(response, now)
+        if after is None:  # no Retry-After: the announced reset says how long, if it is 0 left
+            after = exhausted_until(response, now)
+        return Verdict.retry("rate_limited", after, processed="no")
     if status == 409 and keyed:
         if _is_not_replayable(response):
             # The work ran but its result was not kept: asking again cannot get it.
