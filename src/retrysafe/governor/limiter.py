@@ -16,6 +16,15 @@ class Limiter:
     A 429's Retry-After sets a cooldown that every caller waits out, so one
     client learns the limit for all. With ``requests_per_second`` each attempt
     also reserves a slot in a token bucket of ``burst`` tokens. Thread-safe.
+
+    The bucket may go negative: each token below zero is a reservation in the
+    queue, a caller sleeping until its slot comes up. A caller whose slot is too
+    far away for its deadline gives its slot back (:meth:`release`) at once, so
+    the queue holds only callers that wait. Bounded debt by design: however many
+    reservations are never returned (a caller that vanished), no slot is ever
+    placed more than ``max_cooldown`` seconds ahead, so the queue is at most
+    ``requests_per_second * max_cooldown`` slots and a lost slot is repaid by
+    time within ``max_cooldown``.
     """
 
     def __init__(self, settings: LimiterSettings, clock: Clock) -> None:
@@ -27,6 +36,9 @@ class Limiter:
         self.paced = settings.requests_per_second is not None
         self._tokens = float(settings.burst)
         self._refilled_at = clock.monotonic()
+        rate = settings.requests_per_second
+        #: The fewest tokens the bucket may hold: the longest queue, as a debt.
+        self._floor = -rate * settings.max_cooldown if rate is not None else 0.0
 
     def cooldown_remaining(self) -> float:
         """Seconds until the current cooldown ends (0.0 when none)."""
@@ -44,25 +56,56 @@ class Limiter:
             self._cooldown_until = max(self._cooldown_until, self._clock.monotonic() + seconds)
 
     def reserve(self) -> float:
-        """Reserve a paced slot; returns how long to wait for it (0.0 without pacing)."""
+        """Reserve a paced slot; returns how long to wait for it (0.0 without pacing).
+
+        Never more than ``max_cooldown``: at that depth the queue is full and the
+        reservation is not added to it (the caller, who cannot wait that long
+        unless its deadline allows it, gives it back anyway).
+        """
         rate = self.settings.requests_per_second
         if rate is None:
             return 0.0
         with self._lock:
-            now = self._clock.monotonic()
-            self._tokens = min(
-                float(self.settings.burst), self._tokens + (now - self._refilled_at) * rate
-            )
-            self._refilled_at = now
-            self._tokens -= 1.0  # may go negative: a reservation in the queue
-            return 0.0 if self._tokens >= 0 else -self._tokens / rate
+            tokens = self._refill(rate) - 1.0  # below zero: a reservation in the queue
+            if tokens < self._floor:
+                tokens = self._floor
+            self._tokens = tokens
+            return 0.0 if tokens >= 0 else -tokens / rate
 
     def release(self) -> None:
         """Give back a reserved slot that will not be used (its caller gave up)."""
-        if self.settings.requests_per_second is None:
+        rate = self.settings.requests_per_second
+        if rate is None:
             return
         with self._lock:
-            self._tokens = min(float(self.settings.burst), self._tokens + 1.0)
+            self._tokens = min(float(self.settings.burst), self._refill(rate) + 1.0)
+
+    def queued(self) -> float:
+        """Slots reserved ahead of now (0.0 when the bucket holds tokens)."""
+        rate = self.settings.requests_per_second
+        if rate is None:
+            return 0.0
+        with self._lock:
+            return max(0.0, -self._refill(rate))
+
+    def at_rest(self) -> bool:
+        """Nothing here outlives a fresh limiter: no cooldown, no slot reserved ahead."""
+        if self.cooldown_remaining() > 0:
+            return False
+        rate = self.settings.requests_per_second
+        if rate is None:
+            return True
+        with self._lock:
+            return self._refill(rate) >= float(self.settings.burst)
+
+    def _refill(self, rate: float) -> float:
+        """Bring the bucket up to now (under the lock); returns the tokens."""
+        now = self._clock.monotonic()
+        elapsed = now - self._refilled_at
+        if elapsed > 0:
+            self._tokens = min(float(self.settings.burst), self._tokens + elapsed * rate)
+            self._refilled_at = now
+        return self._tokens
 
     def __repr__(self) -> str:
         return f"Limiter(cooldown={self.cooldown_remaining():.3f}s, {self.settings!r})"
