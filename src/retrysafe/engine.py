@@ -62,6 +62,7 @@ from retrysafe.decisions import (
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.failures import CallSummary, StopKind, give_up_error
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
+from retrysafe.hints import announced_limit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
@@ -252,7 +253,7 @@ class Call:
                 now=self._clock.time(),
             )
         self._record(verdict, status=response.status_code, exception=None)
-        self._inform_governor(verdict, response.status_code)
+        self._inform_governor(verdict, response.status_code, response)
         return self._decide(verdict, response=response, cause=None, during_body=False)
 
     def _verdict_on_headers(self, response: httpx.Response) -> Verdict | None:
@@ -370,8 +371,16 @@ class Call:
 
     # -- load protection facts out -------------------------------------------------------
 
-    def _inform_governor(self, verdict: Verdict, status: int | None) -> None:
-        """Leave the outcome's health for the breaker, and any 429 cooldown, in the outbox."""
+    def _inform_governor(
+        self, verdict: Verdict, status: int | None, response: httpx.Response | None = None
+    ) -> None:
+        """Leave the outcome's health for the breaker, and any cooldown, in the outbox.
+
+        A cooldown pauses every caller of the dependency: a 429's wait hint, or the
+        reset of a limit the response (any status, a success too) announces used up
+        (``RateLimit: ...;r=0;t=10``, ``X-RateLimit-Remaining: 0``...), so the next
+        calls wait for the reset instead of collecting 429s.
+        """
         permit = self._permit
         if permit is not None:
             if verdict is SUCCESS and permit is CLOSED_PERMIT:
@@ -379,12 +388,17 @@ class Call:
             else:
                 open_for = verdict.after if status == 503 else None
                 repeat = len(self._history) > 1
-                self.effects.append(
-                    RecordHealth(permit, health(verdict, status), open_for, repeat)
-                )
+                self.effects.append(RecordHealth(permit, health(verdict, status), open_for, repeat))
             self._permit = None
-        if status == 429 and verdict.after is not None:
-            self.effects.append(StartCooldown(verdict.after))
+        cooldown = verdict.after if status == 429 else None
+        if response is not None:
+            announced = announced_limit(response)  # one pass over the header names
+            if announced is not None:
+                reset = announced.seconds(self._clock.time())
+                if reset is not None and reset > 0 and (cooldown is None or reset > cooldown):
+                    cooldown = reset
+        if cooldown is not None:
+            self.effects.append(StartCooldown(cooldown))
 
     # -- giving up -----------------------------------------------------------------------
 

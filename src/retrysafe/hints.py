@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 
 import httpx
 
@@ -214,28 +213,22 @@ class RateLimitAnnouncement:
         return f"RateLimitAnnouncement(resets={self.resets!r})"
 
 
-def _fields(response: httpx.Response) -> dict[bytes, str] | None:
-    """The rate-limit headers of a response by lower-cased name (repeats joined by
-    ``", "``), or None when it has none: one pass over httpx's triples, no decoding of
-    the other headers (this runs for every response, successes included)."""
-    headers = response.headers
-    entries: Iterable[tuple[bytes, bytes, bytes]] | None = getattr(headers, "_list", None)
-    if entries is None:  # pragma: no cover - an httpx without the triples
-        entries = [
-            (key, key.lower(), value)
-            for key, value in headers.raw
-            if key.lower() in RATE_LIMIT_HEADERS
-        ]
-    found: dict[bytes, str] | None = None
+def _triples(headers: httpx.Headers) -> list[tuple[bytes, bytes, bytes]]:
+    """httpx's ``(raw name, lower-cased name, value)`` triples of ``headers``."""
+    try:
+        return headers._list
+    except AttributeError:  # pragma: no cover - an httpx without the triples
+        return [(key, key.lower(), value) for key, value in headers.raw]
+
+
+def _fields(entries: list[tuple[bytes, bytes, bytes]]) -> dict[bytes, str]:
+    """The rate-limit headers among ``entries`` by lower-cased name, repeats joined by
+    ``", "`` (as ``Headers.get`` joins them)."""
+    found: dict[bytes, str] = {}
     for _, name, value in entries:
         if name in RATE_LIMIT_HEADERS:
             text = value.decode("latin-1")
-            if found is None:
-                found = {name: text}
-            elif name in found:
-                found[name] = f"{found[name]}, {text}"
-            else:
-                found[name] = text
+            found[name] = f"{found[name]}, {text}" if name in found else text
     return found
 
 
@@ -259,9 +252,16 @@ def announced_limit(response: httpx.Response) -> RateLimitAnnouncement | None:
     exactly the integer 0 (whitespace allowed); a form that says 0 without a usable
     reset counts as no wait.
     """
-    found = _fields(response)
-    if found is None:
+    # This runs for every response, successes included: one pass over the lower-cased
+    # names (no decoding of other headers) settles the usual case, no rate-limit header.
+    entries = _triples(response.headers)
+    names = RATE_LIMIT_HEADERS
+    for _, name, _ in entries:
+        if name in names:
+            break
+    else:
         return None
+    found = _fields(entries)
     resets: list[str | float] = []
     ietf = found.get(_IETF)
     if ietf is not None:
