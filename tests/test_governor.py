@@ -243,20 +243,22 @@ def test_an_open_circuit_fails_fast_with_nothing_sent() -> None:
     clock = FakeClock(seed=3)
     seen: list[httpx.Request] = []
     client = outage_client(clock, Governor(clock=clock), seen)
-    with pytest.raises(retrysafe.ServerError) as first:
+    # A call's own retries are one piece of evidence: four failing calls (4 attempts
+    # each) are a run of four; the fifth call's first failure trips the breaker mid-call.
+    for _ in range(4):
+        with pytest.raises(retrysafe.ServerError) as failing:
+            client.get("http://api.test/")
+        assert (failing.value.reason, failing.value.attempts) == ("attempts_exhausted", 4)
+    with pytest.raises(retrysafe.ApiError) as fifth:
         client.get("http://api.test/")
-    # 4 attempts, then a fifth call's first failure trips the breaker mid-call.
-    assert first.value.attempts == 4
-    with pytest.raises(retrysafe.ServerError) as second:
-        client.get("http://api.test/")
-    assert second.value.reason == "circuit_open"
+    assert (fifth.value.reason, fifth.value.attempts) == ("circuit_open", 1)
     sent = len(seen)
-    with pytest.raises(retrysafe.CircuitOpen) as third:
+    with pytest.raises(retrysafe.CircuitOpen) as sixth:
         client.get("http://api.test/")
-    assert len(seen) == sent
-    assert third.value.attempts == 0
-    assert third.value.retry_after == pytest.approx(20, abs=1)
-    assert third.value.retryable is True
+    assert len(seen) == sent == 17
+    assert sixth.value.attempts == 0
+    assert sixth.value.retry_after == pytest.approx(20, abs=1)
+    assert sixth.value.retryable is True
 
 
 def test_a_drained_budget_refuses_retries_with_the_original_error() -> None:
@@ -331,7 +333,7 @@ def test_dependencies_are_separate_by_origin_or_by_name() -> None:
     governor = Governor(clock=clock)
     seen: list[httpx.Request] = []
     client = outage_client(clock, governor, seen)
-    for _ in range(2):
+    for _ in range(5):  # five failing calls in a row
         with pytest.raises(retrysafe.ApiError):
             client.get("http://down.test/")
     assert governor.guard("http://down.test:80").breaker.state == "open"  # type: ignore[union-attr]
@@ -349,7 +351,7 @@ def test_circuit_changes_are_events() -> None:
         clock=clock,
         hooks=[events.append],
     )
-    for _ in range(2):
+    for _ in range(5):  # five failing calls in a row
         with pytest.raises(retrysafe.ApiError):
             client.get("http://api.test/")
     assert [e.reason for e in events if e.kind == "circuit"] == ["closed->open"]

@@ -3,6 +3,8 @@
 States: ``closed`` (calls flow; outcomes are counted), ``open`` (calls fail fast
 with nothing sent) and ``half_open`` (exactly one probe at a time decides
 whether to close again or re-open).
+
+What counts as evidence is the call, not the attempt (see :class:`CircuitBreaker`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from typing import Literal
 from retrysafe.clock import Clock
 from retrysafe.governor.settings import BreakerSettings
 
-__all__ = ["CLOSED_PERMIT", "BreakerState", "CircuitBreaker", "Health", "Permit", "Transition"]
+__all__ = [
+    "CLOSED_PERMIT",
+    "WINDOW_BUCKETS",
+    "BreakerState",
+    "CircuitBreaker",
+    "Health",
+    "Permit",
+    "Transition",
+]
 
 BreakerState = Literal["closed", "open", "half_open"]
 #: What an outcome says about the dependency: 5xx, timeouts, transport errors and
@@ -49,15 +59,43 @@ class Permit:
 
 #: The permit of every attempt sent while the breaker is closed (permits are values).
 CLOSED_PERMIT = Permit(allowed=True)
+#: How many time buckets the ratio window is counted in.
+WINDOW_BUCKETS = 10
 
 
 class CircuitBreaker:
     """Closed, open, half-open with one probe; thread-safe.
 
-    It trips on ``consecutive_failures`` unhealthy outcomes in a row within
+    It trips on ``consecutive_failures`` failing calls in a row within
     ``failure_window``, or on a failure ratio over ``ratio_window`` once
     ``ratio_min_calls`` calls were seen. Outcomes of calls that started before
     it opened are ignored.
+
+    **Evidence is counted per call, not per attempt** (as resilience4j and Polly
+    count calls for their minimum throughput, while a retry budget, as in gRPC's
+    retry throttling and Finagle, bounds the retries themselves). An outcome
+    recorded with ``repeat=True`` is a retry within a call whose earlier outcome
+    was already counted:
+
+    - a call's first outcome counts once: a failure extends the consecutive run
+      and adds one failed call to the ratio window; a success ends the run and
+      adds one healthy call;
+    - a repeat's failure adds nothing: the call was already counted as failing
+      (so ``RetryPolicy(attempts=10)`` on a flaky dependency is one failing call
+      to the breaker, not ten, and its own retries cannot open the circuit);
+    - a repeat's success counts like any success: the dependency served a
+      request, so the run ends and one healthy call is added (a call that failed
+      then succeeded reads as one failure and one success);
+    - neutral outcomes (4xx, 429) count nowhere; a half-open probe always decides,
+      repeat or not.
+
+    A real outage still opens it: many distinct calls fail their first attempt.
+
+    The ratio window is bucketed: :data:`WINDOW_BUCKETS` counters of
+    ``ratio_window / WINDOW_BUCKETS`` seconds each, reused in a ring (so it spans
+    between nine and ten tenths of ``ratio_window`` back, plus the bucket now
+    filling). Memory is fixed however many calls succeed, and recording a success
+    while closed is one counter increment under the lock, with no allocation.
     """
 
     def __init__(self, settings: BreakerSettings, clock: Clock) -> None:
@@ -66,8 +104,11 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._state: BreakerState = "closed"
         self._open_until = 0.0
+        #: When each failing call of the current run failed (fewer than consecutive_failures).
         self._run: collections.deque[float] = collections.deque()
-        self._window: collections.deque[tuple[float, bool]] = collections.deque()
+        #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
+        self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
+        self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
         self._probe_token = 0
         self._probe_expires: float | None = None
 
@@ -120,9 +161,16 @@ class CircuitBreaker:
                 self._probe_expires = None
 
     def record(
-        self, permit: Permit, health: Health, *, open_for: float | None = None
+        self,
+        permit: Permit,
+        health: Health,
+        *,
+        open_for: float | None = None,
+        repeat: bool = False,
     ) -> Transition | None:
-        """Count one outcome; ``open_for`` is a 503's Retry-After. Returns any state change."""
+        """Count one outcome; ``open_for`` is a 503's Retry-After; ``repeat``: a retry
+        within a call already counted (its failure is not new evidence). Returns any
+        state change."""
         with self._lock:
             now = self._clock.monotonic()
             if permit.probe:
@@ -135,37 +183,60 @@ class CircuitBreaker:
                 return Transition("half_open", "closed")
             if self._state != "closed" or health == "neutral":
                 return None
-            failed = health == "unhealthy"
-            self._count(now, failed=failed)
-            # Only a failure can open the circuit: a success never trips it.
-            if failed and self._should_trip(now):
+            # One counter in the bucket of now; a stale bucket is reused for it.
+            bucket = int(now // self._bucket_width)
+            cell = self._window[bucket % WINDOW_BUCKETS]
+            if cell[0] != bucket:
+                cell[0], cell[1], cell[2] = bucket, 0, 0
+            if health == "healthy":
+                if self._run:
+                    self._run.clear()
+                cell[1] += 1
+                return None  # only a failure can open the circuit
+            if repeat:
+                return None  # this call is counted as failing already
+            cell[1] += 1
+            cell[2] += 1
+            self._run.append(now)
+            if self._should_trip(now, bucket):
                 return self._open(now, open_for, before="closed")
             return None
 
-    def _count(self, now: float, *, failed: bool) -> None:
-        if failed:
-            self._run.append(now)
-        elif self._run:
-            self._run.clear()
-        window = self._window
-        window.append((now, failed))
-        # Trim as we go, so a dependency that keeps succeeding keeps a bounded window.
-        horizon = now - self.settings.ratio_window
-        while window[0][0] < horizon:
-            window.popleft()
+    def calls_in_window(self) -> int:
+        """Calls counted in the ratio window now."""
+        with self._lock:
+            return self._tally(int(self._clock.monotonic() // self._bucket_width))[0]
 
-    def _should_trip(self, now: float) -> bool:
+    def at_rest(self) -> bool:
+        """Nothing here outlives a fresh breaker: closed, no failing run, an empty window."""
+        if self._state != "closed":
+            return False
+        with self._lock:
+            now = self._clock.monotonic()
+            if self._run and self._run[-1] >= now - self.settings.failure_window:
+                return False
+            return self._tally(int(now // self._bucket_width))[0] == 0
+
+    def _tally(self, bucket: int) -> tuple[int, int]:
+        """Calls and failed calls in the window that ends with ``bucket`` (under the lock)."""
+        oldest = bucket - WINDOW_BUCKETS
+        calls = failures = 0
+        for number, bucket_calls, bucket_failures in self._window:
+            if oldest < number <= bucket:
+                calls += bucket_calls
+                failures += bucket_failures
+        return calls, failures
+
+    def _should_trip(self, now: float, bucket: int) -> bool:
         settings = self.settings
-        while self._run and self._run[0] < now - settings.failure_window:
-            self._run.popleft()
-        if len(self._run) >= settings.consecutive_failures:
+        run = self._run
+        while run and run[0] < now - settings.failure_window:
+            run.popleft()
+        if len(run) >= settings.consecutive_failures:
             return True
-        while self._window and self._window[0][0] < now - settings.ratio_window:
-            self._window.popleft()
-        calls = len(self._window)
+        calls, failures = self._tally(bucket)
         if calls < settings.ratio_min_calls:
             return False
-        failures = sum(1 for _, failed in self._window if failed)
         return failures / calls >= settings.failure_ratio
 
     def _open(self, now: float, hint: float | None, *, before: BreakerState) -> Transition:
@@ -174,14 +245,17 @@ class CircuitBreaker:
             period = min(hint, self.settings.max_open_for)
         self._state = "open"
         self._open_until = now + period
-        self._run.clear()
-        self._window.clear()
+        self._forget()
         return Transition(before, "open")
 
     def _close(self) -> None:
         self._state = "closed"
+        self._forget()
+
+    def _forget(self) -> None:
         self._run.clear()
-        self._window.clear()
+        for cell in self._window:
+            cell[0], cell[1], cell[2] = -1, 0, 0
 
     def __repr__(self) -> str:
         return f"CircuitBreaker(state={self.state!r})"

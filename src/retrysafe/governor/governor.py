@@ -97,7 +97,9 @@ class DependencyGuard:
         """Carry out one of the engine's effects; returns a breaker state change, if any."""
         if isinstance(effect, RecordHealth):
             if self.breaker is not None:
-                return self.breaker.record(effect.permit, effect.health, open_for=effect.open_for)
+                return self.breaker.record(
+                    effect.permit, effect.health, open_for=effect.open_for, repeat=effect.repeat
+                )
         elif isinstance(effect, StartCooldown):
             if self.limiter is not None:
                 self.limiter.start_cooldown(effect.seconds)

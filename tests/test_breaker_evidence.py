@@ -1,0 +1,146 @@
+"""What the breaker counts: calls, not attempts (a call's own retries are one piece of evidence).
+
+Through a real ``retrysafe.Client`` on ``httpx.MockTransport`` and ``FakeClock``,
+with the governor on and its default settings.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, Permit
+from retrysafe.testing import FakeClock
+
+CLOSED = Permit(allowed=True)
+DEPENDENCY = "http://api.test:80"
+
+
+def client_for(clock: FakeClock, governor: Governor, replies: list[int]) -> retrysafe.Client:
+    """A client whose server answers with ``replies`` in order, then 200s."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(replies.pop(0) if replies else 200)
+
+    return retrysafe.Client(transport=httpx.MockTransport(handler), clock=clock, governor=governor)
+
+
+def test_ten_attempts_on_a_flaky_dependency_get_through() -> None:
+    """Nine 503s then a 200: one call with attempts=10 succeeds on its tenth attempt."""
+    clock = FakeClock(seed=1)
+    governor = Governor(clock=clock)
+    replies = [503] * 9
+    client = client_for(clock, governor, replies)
+    response = client.get("http://api.test/", policy=RetryPolicy(attempts=10, deadline=120))
+    assert response.status_code == 200
+    assert retrysafe.report_of(response).attempts == 10
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    assert breaker.state == "closed"
+
+
+def test_a_few_flaky_calls_in_a_row_do_not_open_the_breaker() -> None:
+    """Four calls in a row, each failing four times before it succeeds: closed throughout."""
+    clock = FakeClock(seed=2)
+    governor = Governor(clock=clock)
+    replies: list[int] = []
+    client = client_for(clock, governor, replies)
+    for _ in range(4):
+        replies[:] = [503, 503, 503, 503]
+        response = client.get("http://api.test/", policy=RetryPolicy(attempts=5, deadline=120))
+        assert response.status_code == 200
+    assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
+
+
+def test_a_real_outage_still_opens_the_breaker() -> None:
+    """Distinct calls that all fail: the fifth failing call in a row opens it, and the
+    next call fails fast with nothing sent."""
+    clock = FakeClock(seed=3)
+    governor = Governor(clock=clock)
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    )
+    reasons = []
+    for _ in range(6):
+        with pytest.raises(retrysafe.ApiError) as caught:
+            client.get("http://api.test/")
+        reasons.append((caught.value.reason, caught.value.attempts))
+    assert reasons == [("attempts_exhausted", 4)] * 4 + [("circuit_open", 1), ("circuit_open", 0)]
+    assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
+    assert len(sent) == 17
+
+
+def test_an_outage_seen_by_many_single_attempt_callers_opens_on_the_ratio() -> None:
+    """Failures interleaved with successes (no run of five): the ratio of failing calls trips."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(), clock)
+    for i in range(40):
+        breaker.record(CLOSED, "unhealthy" if i % 4 else "healthy")
+        if breaker.state == "open":
+            break
+    assert breaker.state == "open"
+    assert i == 19  # the twentieth call: ratio_min_calls reached at 15 of 20 failing
+
+
+# -- the rule, outcome by outcome ---------------------------------------------------------
+
+
+def test_a_repeat_failure_neither_extends_the_run_nor_counts_as_a_call() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(), clock)
+    breaker.record(CLOSED, "unhealthy")
+    for _ in range(50):
+        assert breaker.record(CLOSED, "unhealthy", repeat=True) is None
+    assert breaker.state == "closed"
+    assert breaker.calls_in_window() == 1
+
+
+def test_a_repeat_success_ends_the_run_and_counts_as_a_healthy_call() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(), clock)
+    for _ in range(4):
+        breaker.record(CLOSED, "unhealthy")
+    breaker.record(CLOSED, "healthy", repeat=True)
+    breaker.record(CLOSED, "unhealthy")
+    assert breaker.state == "closed"  # the run restarted at one
+    assert breaker.calls_in_window() == 6
+
+
+def test_first_failures_of_distinct_calls_make_the_run() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=3), clock)
+    for _ in range(2):
+        breaker.record(CLOSED, "unhealthy")
+        breaker.record(CLOSED, "unhealthy", repeat=True)
+    transition = breaker.record(CLOSED, "unhealthy")
+    assert transition is not None
+    assert transition.after == "open"
+
+
+def test_a_probe_decides_even_when_it_is_a_repeat() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=1), clock)
+    breaker.record(CLOSED, "unhealthy")
+    clock.advance(BreakerSettings().open_for)
+    probe = breaker.acquire(probe_lease=10)
+    assert probe.probe
+    transition = breaker.record(probe, "unhealthy", repeat=True)
+    assert transition is not None
+    assert transition.after == "open"
+
+
+def test_neutral_outcomes_count_nowhere() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(), clock)
+    for _ in range(10):
+        breaker.record(CLOSED, "neutral")
+        breaker.record(CLOSED, "neutral", repeat=True)
+    assert breaker.calls_in_window() == 0
