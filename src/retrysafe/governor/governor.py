@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from typing import Protocol
 
@@ -72,7 +73,7 @@ class DependencyGuard:
             if breaker.closed:  # the healthy path: no lock, no lease to work out
                 permit = CLOSED_PERMIT
             else:
-                permit = breaker.acquire(probe_lease=min(call.probe_lease(), _MAX_PROBE_LEASE))
+                permit = breaker.acquire(probe_lease=lease_for_probe(call.probe_lease(), breaker))
             if reserved and not permit.allowed and limiter is not None:
                 limiter.release()  # the slot taken for this attempt goes back
         if self.budget is not None and call.attempts == 0 and (permit is None or permit.allowed):
@@ -111,8 +112,25 @@ class DependencyGuard:
         return None
 
 
-#: A half-open probe that never reports frees its slot after at most this long.
-_MAX_PROBE_LEASE = 60.0
+def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
+    """How long a half-open probe holds its slot before another caller may probe.
+
+    ``attempt`` is the longest the probe's attempt may run (its attempt timeout, cut
+    by its deadline); the lease outlives it by :data:`PROBE_GRACE`, so a second
+    probe is only let in once the first has surely ended without reporting (the
+    engine gives a probe back at once when its attempt ends with no outcome: the
+    lease is only the net for a probe that is lost). An attempt with no time limit
+    at all (``attempt_timeout`` and ``deadline`` both infinite) gets a lease of the
+    breaker's ``max_open_for``: a lost probe must not block the dependency for ever,
+    so a probe still running after that long lets one more probe in.
+    """
+    if attempt == math.inf:
+        return breaker.settings.max_open_for
+    return attempt + PROBE_GRACE
+
+
+#: How long a probe's lease outlives its attempt: time to report the outcome.
+PROBE_GRACE = 1.0
 GRANTED = RetryAnswer()
 _CLOSED_PERMIT = CLOSED_PERMIT
 _ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
