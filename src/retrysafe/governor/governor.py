@@ -51,6 +51,8 @@ class DependencyGuard:
     budget: RetryBudget | None
     breaker: CircuitBreaker | None
     limiter: Limiter | None
+    #: When the governor made it (monotonic seconds): a young guard is never swept.
+    born: float = 0.0
 
     def admit(self, call: CallFacts) -> Admission:
         """May the call's next attempt start now? A cooldown is only reported (nothing
@@ -111,6 +113,16 @@ class DependencyGuard:
             self.limiter.release()
         return None
 
+    def at_rest(self) -> bool:
+        """Whether a fresh guard would be the same: the breaker closed with an empty
+        window and no failing run, the budget full, no cooldown, no paced slot ahead."""
+        if self.breaker is not None and not self.breaker.at_rest():
+            return False
+        budget = self.budget
+        if budget is not None and budget.tokens < budget.settings.max_tokens:
+            return False
+        return self.limiter is None or self.limiter.at_rest()
+
 
 def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
     """How long a half-open probe holds its slot before another caller may probe.
@@ -133,6 +145,12 @@ def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
 PROBE_GRACE = 1.0
 GRANTED = RetryAnswer()
 _CLOSED_PERMIT = CLOSED_PERMIT
+#: A guard younger than this is never swept (its first call may still be in flight).
+IDLE_AFTER = 60.0
+#: Sweep at least this often (seconds) when new dependencies keep coming.
+SWEEP_EVERY = 60.0
+#: Sweep when the number of guards reaches this, or twice what the last sweep kept.
+SWEEP_AT_LEAST = 1024
 _ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
 _CIRCUIT_OPEN = RetryAnswer("circuit_open")
 _BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
@@ -144,6 +162,17 @@ class Governor:
     Share one Governor between clients to share their budgets and breakers;
     each ``retrysafe.Client`` makes its own by default. Thread-safe and safe
     for asyncio and trio tasks (no state change spans an await).
+
+    Guards of dependencies no longer called are dropped, so calling many hosts
+    keeps a bounded number of guards: when a new guard is made and either the
+    count has doubled since the last sweep (at least :data:`SWEEP_AT_LEAST`) or
+    :data:`SWEEP_EVERY` seconds have passed, every guard older than
+    :data:`IDLE_AFTER` seconds that is at rest (:meth:`DependencyGuard.at_rest`:
+    what it holds equals a fresh guard, and with a breaker, no call ended within
+    its ratio window) is dropped; the next call to it makes a fresh one. Finding
+    a guard stays one dict lookup; sweeps are paid for by new guards, amortised
+    O(1) each. A call in flight on a dropped guard reports to it harmlessly (its
+    one outcome is not seen by the fresh guard).
     """
 
     def __init__(
@@ -153,6 +182,8 @@ class Governor:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._guards: dict[str, DependencyGuard] = {}
+        self._swept_at = self.clock.monotonic()
+        self._sweep_at = SWEEP_AT_LEAST
         pieces = (self.settings.budget, self.settings.breaker, self.settings.limiter)
         #: Whether any piece of load protection is on (else calls need no guard at all).
         self.protects = any(piece is not None for piece in pieces)
@@ -165,17 +196,30 @@ class Governor:
         with self._lock:
             guard = self._guards.get(dependency)
             if guard is None:
-                guard = self._new_guard(dependency)
+                now = self.clock.monotonic()
+                if len(self._guards) >= self._sweep_at or now - self._swept_at >= SWEEP_EVERY:
+                    self._sweep(now)
+                guard = self._new_guard(dependency, now)
                 self._guards[dependency] = guard
             return guard
 
-    def _new_guard(self, dependency: str) -> DependencyGuard:
+    def _sweep(self, now: float) -> None:
+        """Drop the guards that are old enough and at rest (under the lock)."""
+        guards = self._guards
+        for dependency, guard in list(guards.items()):
+            if now - guard.born >= IDLE_AFTER and guard.at_rest():
+                del guards[dependency]
+        self._swept_at = now
+        self._sweep_at = max(SWEEP_AT_LEAST, 2 * len(guards))
+
+    def _new_guard(self, dependency: str, now: float) -> DependencyGuard:
         settings = self.settings
         return DependencyGuard(
             dependency=dependency,
             budget=RetryBudget(settings.budget, self.clock) if settings.budget else None,
             breaker=CircuitBreaker(settings.breaker, self.clock) if settings.breaker else None,
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
+            born=now,
         )
 
     def dependencies(self) -> list[str]:
