@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import math
 import random
@@ -149,22 +150,26 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("retrysafe").setLevel(logging.CRITICAL)  # one WARNING per failed call
     rng = random.Random(args.seed)
-    shape = {"limit": args.limit, "window": args.window, "form": args.form}
     rows: list[Row] = []
+
+    def server_for(announce: bool) -> WindowServer:
+        return WindowServer(limit=args.limit, window=args.window, form=args.form, announce=announce)
 
     for name, announce, settings in (
         ("retrysafe, hint pacing on", True, GovernorSettings()),
         ("retrysafe, server silent (429s only)", False, GovernorSettings()),
         ("retrysafe, limiter off", True, GovernorSettings(limiter=None)),
     ):
-        server = WindowServer(announce=announce, **shape)  # type: ignore[arg-type]
+        server = server_for(announce)
         client = retrysafe.Client(
             transport=httpx.MockTransport(server), governor=Governor(settings), policy=POLICY
         )
         with client:
-            rows.append(run(name, server, lambda c=client: c.get(URL), args.workers, args.calls))
+            rows.append(
+                run(name, server, functools.partial(client.get, URL), args.workers, args.calls)
+            )
 
-    server = WindowServer(announce=True, **shape)  # type: ignore[arg-type]
+    server = server_for(True)
     with httpx.Client(transport=httpx.MockTransport(server)) as plain:
         lock = threading.Lock()
 

@@ -494,6 +494,21 @@ def test_a_reset_beyond_the_deadline_fails_at_once_without_sending() -> None:
     assert clock.sleeps == []
 
 
+@pytest.mark.anyio
+async def test_the_async_client_paces_by_announced_limits_too() -> None:
+    clock = FakeClock()
+    server = AnnouncingServer(clock, limit=1, window=2.0, form="github")
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(server),
+        clock=clock,
+        governor=retrysafe.Governor(clock=clock),
+        policy=EXACT,
+    ) as client:
+        await client.get("http://api.test/a")
+        await client.get("http://api.test/b")
+    assert (server.arrivals, server.refused) == ([0.0, 2.0], 0)
+
+
 def test_quota_left_does_not_pace() -> None:
     clock = FakeClock()
     server = AnnouncingServer(clock, limit=5, window=60.0, form="ietf")
