@@ -62,9 +62,12 @@ from retrysafe.engine import Call
 from retrysafe.errors import (
     ApiError,
     BadResponse,
+    BudgetExhausted,
     CircuitOpen,
     ClientError,
+    CooldownActive,
     DeadlineExceeded,
+    PacingDelayed,
     QuotaExhausted,
     RateLimited,
     RetryAfterTooLong,
@@ -1277,16 +1280,17 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
         if last.remaining <= 0 or (not last.after_wait and last.remaining < min_time):
             return DeadlineExceeded, True, "no time left to start an attempt"
         if admission.cooldown > 0:
-            return RetryAfterTooLong, True, "a cooldown longer than the time or limit left"
+            return CooldownActive, True, "a cooldown longer than the time or limit left"
         if admission.pacing > 0:
-            return DeadlineExceeded, True, "a paced slot beyond the deadline"
+            return PacingDelayed, True, "a paced slot beyond the deadline"
         if admission.permit is not None and not admission.permit.allowed:
             return CircuitOpen, True, "the breaker refused the attempt"
         return ApiError, True, "start_attempt failed with no reason the scenario knows of"
     outcome = next(r for r in reversed(run.records) if isinstance(r, OutcomeRec))
     by_outcome = _class_by_outcome(outcome)
     if isinstance(last, AnswerRec):
-        return by_outcome, True, f"the governor refused the retry ({last.answer.refusal})"
+        refused = CircuitOpen if last.answer.refusal == "circuit_open" else BudgetExhausted
+        return refused, True, f"the governor refused the retry ({last.answer.refusal})"
     assert isinstance(last, OutcomeRec)
     if last.verdict.kind == "permanent":
         return by_outcome, False, "a final outcome"

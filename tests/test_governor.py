@@ -268,14 +268,13 @@ def test_a_drained_budget_refuses_retries_with_the_original_error() -> None:
     )
     seen: list[httpx.Request] = []
     client = outage_client(clock, Governor(settings, clock=clock), seen)
-    with pytest.raises(retrysafe.ServerError) as caught:
+    with pytest.raises(retrysafe.BudgetExhausted) as caught:
         client.get("http://api.test/")
-    assert (caught.value.reason, caught.value.attempts, caught.value.retryable) == (
-        "budget_exhausted",
-        3,
-        True,
-    )
-    with pytest.raises(retrysafe.ServerError) as again:
+    error = caught.value
+    assert (error.reason, error.attempts, error.retryable) == ("budget_exhausted", 3, True)
+    # The last attempt's own facts stay on the refusal: it is not the server's answer.
+    assert (error.status, error.outcome, error.retry_after) == (503, "service_unavailable", None)
+    with pytest.raises(retrysafe.BudgetExhausted) as again:
         client.get("http://api.test/")
     assert (again.value.reason, again.value.attempts) == ("budget_exhausted", 1)
 
@@ -322,9 +321,10 @@ def test_a_cooldown_longer_than_the_deadline_gives_up_at_once() -> None:
     governor.guard("http://api.test:80").limiter.start_cooldown(60)  # type: ignore[union-attr]
     seen: list[httpx.Request] = []
     client = outage_client(clock, governor, seen)
-    with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
+    with pytest.raises(retrysafe.CooldownActive) as caught:
         client.get("http://api.test/", policy=RetryPolicy(deadline=5))
     assert (caught.value.reason, caught.value.retry_after) == ("cooldown", 60)
+    assert (caught.value.attempts, caught.value.status) == (0, None)
     assert seen == []
 
 

@@ -162,7 +162,7 @@ async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:
         async def call() -> None:
             try:
                 await client.get("http://api.test/")
-            except retrysafe.ServerError as error:
+            except (retrysafe.ServerError, retrysafe.BudgetExhausted) as error:
                 reasons.append(error.reason)
 
         async with anyio.create_task_group() as group:

@@ -149,6 +149,8 @@ class Admission(NamedTuple):
     cooldown: float = 0.0
     pacing: float = 0.0
     permit: Permit | None = None
+    #: When the answer holds the call back: the setting behind it, with its numbers.
+    detail: str = ""
 
 
 #: The answer when no governor stands in the way.
@@ -156,9 +158,15 @@ OPEN_ADMISSION = Admission()
 
 
 class RetryAnswer(NamedTuple):
-    """The governor's answer to :class:`AskRetry`: ``refusal`` None means granted."""
+    """The governor's answer to :class:`AskRetry`: ``refusal`` None means granted.
+
+    A refusal says when the governor would grant it (``retry_after``, if known) and
+    ``detail``: the setting behind it, with its numbers.
+    """
 
     refusal: Literal["circuit_open", "budget_exhausted"] | None = None
+    retry_after: float | None = None
+    detail: str = ""
 
 
 # -- effects: what the shell does on the side ------------------------------------------

@@ -27,19 +27,27 @@ from retrysafe.clock import Clock, SystemClock
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
+    Admission,
     AskRetry,
     AttemptPlan,
     Decision,
     EmitEvent,
     Fail,
     ReadBody,
+    RetryAnswer,
     Succeed,
     Wait,
 )
 from retrysafe.engine import Call
 from retrysafe.governor import Governor
 from retrysafe.governor.breaker import Transition
-from retrysafe.governor.governor import GRANTED
+from retrysafe.governor.explain import (
+    explain_breaker,
+    explain_budget,
+    explain_cooldown,
+    explain_pacing,
+)
+from retrysafe.governor.governor import GRANTED, DependencyGuard
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency
@@ -220,6 +228,12 @@ class Drive:
             step = call.start_attempt(OPEN_ADMISSION)
         else:
             admission = guard.admit(call)
+            if (
+                admission.cooldown > 0
+                or admission.pacing > 0
+                or (admission.permit is not None and not admission.permit.allowed)
+            ):
+                admission = admission._replace(detail=self._explain(guard, admission))
             step = call.start_attempt(admission)
         self._apply_effects()
         return step
@@ -256,10 +270,35 @@ class Drive:
             guard = self._guard
             now = self.settings.clock.monotonic()
             answer = GRANTED if guard is None else guard.answer_retry(step, now)
+            if answer.refusal is not None and guard is not None:
+                answer = self._explain_refusal(guard, answer)
             answered = self.call.retry_answered(step, answer)
             self._apply_effects()
             return answered
         return step
+
+    def _explain(self, guard: DependencyGuard, admission: Admission) -> str:
+        """What holds the attempt back, with its setting and numbers (for the error)."""
+        limiter = guard.limiter
+        if admission.cooldown > 0 and limiter is not None:
+            return explain_cooldown(limiter, admission.cooldown)
+        if admission.pacing > 0 and limiter is not None:
+            return explain_pacing(limiter, admission.pacing)
+        if guard.breaker is not None:
+            return explain_breaker(guard.breaker, self.settings.governor.clock.monotonic())[0]
+        return ""
+
+    def _explain_refusal(self, guard: DependencyGuard, answer: RetryAnswer) -> RetryAnswer:
+        """The refusal with the setting and numbers behind it (for the error)."""
+        if answer.refusal == "budget_exhausted" and guard.budget is not None:
+            detail, retry_after = explain_budget(guard.budget)
+        elif guard.breaker is not None:
+            detail, retry_after = explain_breaker(
+                guard.breaker, self.settings.governor.clock.monotonic()
+            )
+        else:
+            return answer
+        return answer._replace(retry_after=retry_after, detail=detail)
 
     def _apply_effects(self) -> None:
         if not self.call.effects:

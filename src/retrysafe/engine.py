@@ -185,14 +185,18 @@ class Call:
             self._return_admission(admission)
             wait = hinted_wait(admission.cooldown, self.policy, self.deadline, self._clock.random())
             if wait is None:
-                return self._stop("retry_after", "cooldown", retry_after=admission.cooldown)
+                return self._stop(
+                    "cooldown", "cooldown", retry_after=admission.cooldown, detail=admission.detail
+                )
             self._promised = True
             return Wait(wait)
         if admission.pacing > 0:
             self._pacing_held = True
             if not self.deadline.allows(admission.pacing, self.policy.min_attempt_time):
                 self._return_admission(admission)
-                return self._stop("deadline", "deadline_insufficient")
+                return self._stop(
+                    "pacing", "pacing", retry_after=admission.pacing, detail=admission.detail
+                )
             self._promised = True
             return Wait(admission.pacing)
         permit = admission.permit
@@ -201,7 +205,9 @@ class Call:
             retry_after = None
             if permit.retry_at is not None:
                 retry_after = max(0.0, permit.retry_at - self._clock.monotonic())
-            return self._stop("circuit", "circuit_open", retry_after=retry_after)
+            return self._stop(
+                "circuit", "circuit_open", retry_after=retry_after, detail=admission.detail
+            )
         self._pacing_held = False
         self._permit = permit
         self._promised = False
@@ -359,7 +365,10 @@ class Call:
         if self.state != "asking":
             self._out_of_order("asking", "retry_answered")
         if answer.refusal is not None:
-            return self._stop("outcome", answer.refusal)
+            stop: StopKind = "circuit" if answer.refusal == "circuit_open" else "budget"
+            return self._stop(
+                stop, answer.refusal, retry_after=answer.retry_after, detail=answer.detail
+            )
         self._history[-1] = self._history[-1]._replace(wait=ask.wait)
         verdict = self._verdict
         assert verdict is not None
@@ -409,6 +418,7 @@ class Call:
         *,
         retryable: bool = True,
         retry_after: float | None = None,
+        detail: str = "",
     ) -> Fail:
         """Give up now with the error ``stop`` and ``reason`` call for."""
         self.state = "done"
@@ -433,6 +443,7 @@ class Call:
             during_body=self._during_body,
             retry_after=retry_after,
             redactor=Redactor.for_request(self._request),
+            detail=detail,
         )
         report = self._report(error=error)
         if response is not None:

@@ -23,7 +23,11 @@ __all__ = [
     "ApiError",
     "AttemptRecord",
     "BadResponse",
+    "BudgetExhausted",
     "CircuitOpen",
+    "CooldownActive",
+    "PacingDelayed",
+    "Refused",
     "ClientError",
     "DeadlineExceeded",
     "QuotaExhausted",
@@ -108,11 +112,18 @@ class ApiError(Exception):
             what += f" ({body_excerpt})"
         why = "" if self.reason == self.outcome else f", gave up: {self.reason}"
         plural = "" if self.attempts == 1 else "s"
-        advice = _UNSAFE_ADVICE if self.reason == "unsafe_to_repeat" else self.advice
+        advice = _UNSAFE_ADVICE if self.reason == "unsafe_to_repeat" else self._advice()
         return (
             f"{self.method} {self.url} failed: {what} after {self.attempts} attempt{plural}"
             f" in {self.elapsed:.2f}s{why}; {advice}"
         )
+
+    def _advice(self) -> str:
+        """What to do, with this error's own numbers in it (never an attribute's name)."""
+        retry_after = getattr(self, "retry_after", None)
+        if retry_after is None:
+            return self.advice
+        return f"{self.advice}; try again in {retry_after:.1f} s"
 
     def __repr__(self) -> str:
         return (
@@ -142,7 +153,7 @@ class ClientError(ApiError):
 class RateLimited(ApiError):
     """429 "too fast" that outlasted the retries: slow down and try again after ``retry_after``."""
 
-    advice = "slow down: send fewer requests, or try again after .retry_after seconds"
+    advice = "slow down: send fewer requests"
 
     def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
         self.retry_after = retry_after
@@ -192,17 +203,76 @@ class BadResponse(ApiError):
     advice = "the response could not be used; check the API's status or the rule that rejected it"
 
 
-class CircuitOpen(ApiError):
-    """The dependency is failing, so the call failed fast without sending anything.
+class Refused(ApiError):
+    """retrysafe's own load protection refused to send this call, or its next retry.
+
+    Not the server's answer: the dependency's retry budget, circuit breaker,
+    cooldown or pacing (``protection``) said no. ``detail`` names the setting
+    behind it with the real numbers; ``retry_after`` is when it would say yes
+    (None if unknown); ``attempts`` says how many this call had sent before (0:
+    nothing was sent), and ``status``/``outcome`` what the last one got.
+    """
+
+    protection: ClassVar[str] = "load protection"
+
+    def __init__(
+        self, *, retry_after: float | None = None, detail: str = "", **fields: Any
+    ) -> None:
+        self.retry_after = retry_after
+        self.detail = detail
+        super().__init__(**fields)
+
+    def _message(self, body_excerpt: str) -> str:
+        refused = "the call" if self.attempts == 0 else "a retry"
+        text = f"{self.method} {self.url}: retrysafe refused {refused} ({self.protection})"
+        if self.detail:
+            text += f": {self.detail}"
+        if self.attempts == 0:
+            text += "; nothing was sent"
+        else:
+            what = f"HTTP {self.status} {self.outcome}" if self.status is not None else self.outcome
+            if body_excerpt:
+                what += f" ({body_excerpt})"
+            plural = "" if self.attempts == 1 else "s"
+            text += f"; {self.attempts} attempt{plural} sent before, the last got {what}"
+        return f"{text}; {self._advice()}"
+
+
+class CircuitOpen(Refused):
+    """The dependency's circuit breaker is open: fail fast rather than add to an outage.
 
     ``retry_after`` is how long until the breaker lets a probe through, if known.
     """
 
-    advice = "the dependency is failing; nothing was sent, try again after it recovers"
+    protection = "circuit breaker"
+    advice = "the dependency has been failing; wait for it to recover (BreakerSettings tunes this)"
 
-    def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
-        self.retry_after = retry_after
-        super().__init__(**fields)
+
+class BudgetExhausted(Refused):
+    """The dependency's retry budget is spent: retries are already too large a share
+    of the traffic to it, as during an outage."""
+
+    protection = "retry budget"
+    advice = "retries to this dependency are over their share (BudgetSettings tunes this)"
+
+
+class CooldownActive(Refused):
+    """A 429's Retry-After paused every caller of the dependency for longer than this
+    call may wait (or than ``max_retry_after``)."""
+
+    protection = "cooldown"
+    advice = (
+        "the server asked every caller of this dependency to pause; if its limit is per "
+        "endpoint, call with a narrower dependency="
+    )
+
+
+class PacingDelayed(Refused):
+    """The dependency's pacing (``LimiterSettings.requests_per_second``) has no slot
+    for this call before its deadline."""
+
+    protection = "pacing"
+    advice = "lower the rate of calls or raise the deadline (LimiterSettings tunes this)"
 
 
 class DeadlineExceeded(ApiError):
@@ -214,7 +284,7 @@ class DeadlineExceeded(ApiError):
 class RetryAfterTooLong(ApiError):
     """The server asked for a wait (``retry_after``) longer than the time or limit left."""
 
-    advice = "the server asked to wait longer than allowed: try again after .retry_after seconds"
+    advice = "the server asked to wait longer than this call may"
 
     def __init__(self, *, retry_after: float, **fields: Any) -> None:
         self.retry_after = retry_after

@@ -21,11 +21,15 @@ from retrysafe.errors import (
     ApiError,
     AttemptRecord,
     BadResponse,
+    BudgetExhausted,
     CircuitOpen,
     ClientError,
+    CooldownActive,
     DeadlineExceeded,
+    PacingDelayed,
     QuotaExhausted,
     RateLimited,
+    Refused,
     RetryAfterTooLong,
     ServerError,
     TransportError,
@@ -39,8 +43,15 @@ _BODY_LIMIT = 64 * 1024
 _EXCERPT_LIMIT = 200
 
 #: Why the call stopped, as far as the error's class goes: ``"outcome"`` lets the last
-#: attempt's outcome pick it; the others name the limit that stopped the call.
-StopKind = Literal["outcome", "deadline", "retry_after", "circuit"]
+#: attempt's outcome pick it; the others name the limit that stopped the call (the
+#: last four are retrysafe's own load protection).
+StopKind = Literal["outcome", "deadline", "retry_after", "circuit", "budget", "cooldown", "pacing"]
+_REFUSALS: dict[str, type[Refused]] = {
+    "circuit": CircuitOpen,
+    "budget": BudgetExhausted,
+    "cooldown": CooldownActive,
+    "pacing": PacingDelayed,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +79,7 @@ def give_up_error(
     during_body: bool,
     retry_after: float | None,
     redactor: Redactor,
+    detail: str = "",
 ) -> tuple[ApiError, str]:
     """The error for a call that stops now, and a one-line excerpt of the failing body."""
     body, excerpt = describe_body(response, redactor)
@@ -91,8 +103,8 @@ def give_up_error(
         error = DeadlineExceeded(**fields)
     elif stop == "retry_after":
         error = RetryAfterTooLong(retry_after=retry_after or 0.0, **fields)
-    elif stop == "circuit":
-        error = CircuitOpen(retry_after=retry_after, **fields)
+    elif stop in _REFUSALS:
+        error = _REFUSALS[stop](retry_after=retry_after, detail=detail, **fields)
     elif response is not None:
         status = response.status_code
         if verdict is not None and verdict.reason == "quota_exhausted":

@@ -1,0 +1,63 @@
+"""Why the governor holds a call back, in words with the real numbers.
+
+A refusal error names retrysafe's own setting and its values, so nobody reads
+a local refusal as the server's answer. These run only when a call is held
+back, never on the healthy path.
+"""
+
+from __future__ import annotations
+
+from retrysafe.governor.breaker import CircuitBreaker
+from retrysafe.governor.budget import RetryBudget
+from retrysafe.governor.limiter import Limiter
+
+__all__ = ["explain_breaker", "explain_budget", "explain_cooldown", "explain_pacing"]
+
+
+def explain_budget(budget: RetryBudget) -> tuple[str, float | None]:
+    """The budget's state, and the seconds until it holds a token again (None: never)."""
+    settings = budget.settings
+    tokens = budget.tokens
+    refill = settings.min_per_second
+    retry_after = (1.0 - tokens) / refill if refill > 0 else None
+    detail = (
+        f"its retry budget holds {tokens:.2f} of the 1 token a retry spends (it earns "
+        f"{settings.ratio:g} a call and {refill:g} a second, up to {settings.max_tokens:g}: "
+        f"BudgetSettings(ratio={settings.ratio:g}, min_per_second={refill:g}, "
+        f"max_tokens={settings.max_tokens:g}))"
+    )
+    return detail, retry_after
+
+
+def explain_breaker(breaker: CircuitBreaker, now: float) -> tuple[str, float | None]:
+    """The breaker's state, and the seconds until it lets a probe through (None: unknown)."""
+    settings = breaker.settings
+    open_until = breaker.open_until()
+    trips = (
+        f"BreakerSettings: {settings.consecutive_failures} failing calls in a row within "
+        f"{settings.failure_window:g} s, or {settings.failure_ratio:.0%} of at least "
+        f"{settings.ratio_min_calls} calls within {settings.ratio_window:g} s, open "
+        f"{settings.open_for:g} s"
+    )
+    if open_until is None:
+        return f"its circuit breaker has one probe in flight and waits for it ({trips})", None
+    retry_after = max(0.0, open_until - now)
+    return f"its circuit breaker is open for {retry_after:.1f} s more ({trips})", retry_after
+
+
+def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
+    """The cooldown in force."""
+    settings = limiter.settings
+    return (
+        f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more "
+        f"(LimiterSettings(cooldown_on_429=True, max_cooldown={settings.max_cooldown:g}))"
+    )
+
+
+def explain_pacing(limiter: Limiter, wait: float) -> str:
+    """The paced slot that is too far away."""
+    settings = limiter.settings
+    return (
+        f"its next paced slot is {wait:.2f} s away (LimiterSettings("
+        f"requests_per_second={settings.requests_per_second:g}, burst={settings.burst}))"
+    )

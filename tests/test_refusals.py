@@ -1,0 +1,193 @@
+"""retrysafe's own refusals say so: the protection, its setting, the numbers, what was sent.
+
+A budget, breaker, cooldown or pacing refusal is not the server's answer, and its
+error must not read like one. Every message prints values, never attribute names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import (
+    BreakerSettings,
+    BudgetSettings,
+    Governor,
+    GovernorSettings,
+    LimiterSettings,
+    RetryPolicy,
+)
+from retrysafe.testing import FakeClock
+
+URL = "http://api.test/things"
+
+
+def client_against(
+    replies: Callable[[httpx.Request], httpx.Response],
+    governor: Governor,
+    clock: FakeClock,
+    seen: list[httpx.Request],
+) -> retrysafe.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return replies(request)
+
+    return retrysafe.Client(transport=httpx.MockTransport(handler), clock=clock, governor=governor)
+
+
+def no_attribute_names(message: str) -> None:
+    assert not re.search(r"\.\w+_\w+", message), message  # e.g. ".retry_after"
+    assert "\n" not in message
+
+
+def test_a_budget_refusal_names_the_budget_its_numbers_and_what_was_sent() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=BudgetSettings(max_tokens=1, ratio=0.0, min_per_second=0.5), breaker=None
+    )
+    seen: list[httpx.Request] = []
+    client = client_against(
+        lambda _: httpx.Response(503), Governor(settings, clock=clock), clock, seen
+    )
+    with pytest.raises(retrysafe.BudgetExhausted) as caught:
+        client.get(URL)
+    error = caught.value
+    message = str(error)
+    assert isinstance(error, retrysafe.Refused)
+    assert (error.reason, error.attempts, error.status) == ("budget_exhausted", 2, 503)
+    assert "retrysafe refused a retry (retry budget)" in message
+    assert re.search(r"holds 0\.\d\d of the 1 token", message), message
+    assert "BudgetSettings(ratio=0, min_per_second=0.5, max_tokens=1)" in message
+    assert "2 attempts sent before, the last got HTTP 503" in message
+    assert error.retry_after is not None
+    assert 0 < error.retry_after <= 2.0  # what is missing of one token, at 0.5 a second
+    assert f"try again in {error.retry_after:.1f} s" in message
+    no_attribute_names(message)
+
+
+def test_a_breaker_that_opens_mid_call_raises_circuit_open_with_what_was_sent() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20)
+    )
+    seen: list[httpx.Request] = []
+    client = client_against(
+        lambda _: httpx.Response(502), Governor(settings, clock=clock), clock, seen
+    )
+    with pytest.raises(retrysafe.CircuitOpen) as caught:
+        client.get(URL)
+    error = caught.value
+    message = str(error)
+    assert (error.reason, error.attempts, error.status, len(seen)) == ("circuit_open", 1, 502, 1)
+    assert "retrysafe refused a retry (circuit breaker)" in message
+    assert "open for 20.0 s more" in message
+    assert "1 attempt sent before, the last got HTTP 502 bad_gateway" in message
+    assert "nothing was sent" not in message
+    assert error.retry_after == pytest.approx(20.0)
+    no_attribute_names(message)
+
+
+def test_an_open_breaker_refuses_a_new_call_and_says_nothing_was_sent() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20)
+    )
+    governor = Governor(settings, clock=clock)
+    seen: list[httpx.Request] = []
+    client = client_against(lambda _: httpx.Response(502), governor, clock, seen)
+    with pytest.raises(retrysafe.CircuitOpen):
+        client.get(URL)
+    clock.advance(5)
+    with pytest.raises(retrysafe.CircuitOpen) as caught:
+        client.get(URL)
+    message = str(caught.value)
+    assert (caught.value.attempts, caught.value.status, len(seen)) == (0, None, 1)
+    assert "retrysafe refused the call (circuit breaker)" in message
+    assert "nothing was sent" in message
+    assert "open for 15.0 s more" in message
+    assert "BreakerSettings: 1 failing calls in a row" in message
+    no_attribute_names(message)
+
+
+def test_a_cooldown_longer_than_the_deadline_fails_at_once_with_the_wait_it_needed() -> None:
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    replies = iter([httpx.Response(429, headers={"Retry-After": "120"}), httpx.Response(200)])
+    seen: list[httpx.Request] = []
+    client = client_against(lambda _: next(replies), governor, clock, seen)
+    with pytest.raises(retrysafe.RetryAfterTooLong):
+        client.get(URL)  # the server's own 429: beyond the 30 s deadline
+    with pytest.raises(retrysafe.CooldownActive) as caught:
+        client.get(URL)  # held back by the cooldown that 429 started: nothing sent
+    error = caught.value
+    message = str(error)
+    assert (error.reason, error.attempts, len(seen)) == ("cooldown", 0, 1)
+    assert error.retry_after == pytest.approx(120.0)
+    assert clock.sleeps == []
+    assert "wait 120.0 s more" in message
+    assert "LimiterSettings(cooldown_on_429=True, max_cooldown=300)" in message
+    assert "nothing was sent" in message
+    assert "dependency=" in message
+    no_attribute_names(message)
+
+
+def test_a_paced_slot_beyond_the_deadline_is_a_pacing_refusal() -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
+    )
+    governor = Governor(settings, clock=clock)
+    seen: list[httpx.Request] = []
+    client = client_against(lambda _: httpx.Response(200), governor, clock, seen)
+    client.get(URL)  # takes the one slot; the next is 10 s away
+    with pytest.raises(retrysafe.PacingDelayed) as caught:
+        client.get(URL, policy=RetryPolicy(deadline=5))
+    error = caught.value
+    message = str(error)
+    assert (error.reason, error.attempts, len(seen)) == ("pacing", 0, 1)
+    assert error.retry_after == pytest.approx(10.0)
+    assert "next paced slot is 10.00 s away" in message
+    assert "LimiterSettings(requests_per_second=0.1, burst=1)" in message
+    no_attribute_names(message)
+    # The refused caller gave its slot back: the next caller is not pushed further out.
+    clock.advance(10)
+    client.get(URL)
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_type"),
+    [
+        (httpx.Response(429, headers={"Retry-After": "7"}), retrysafe.RateLimited),
+        (httpx.Response(503, headers={"Retry-After": "3600"}), retrysafe.RetryAfterTooLong),
+    ],
+)
+def test_server_waits_print_the_seconds_not_an_attribute_name(
+    reply: httpx.Response, error_type: type[retrysafe.ApiError]
+) -> None:
+    clock = FakeClock()
+    seen: list[httpx.Request] = []
+    client = client_against(
+        lambda _: reply, Governor(GovernorSettings.off(), clock=clock), clock, seen
+    )
+    with pytest.raises(error_type) as caught:
+        client.get(URL, policy=RetryPolicy(attempts=1 if reply.status_code == 429 else 2))
+    message = str(caught.value)
+    assert re.search(r"try again in (7\.0|3600\.0) s", message), message
+    no_attribute_names(message)
+
+
+def test_every_local_refusal_is_caught_as_refused() -> None:
+    for kind in (
+        retrysafe.CircuitOpen,
+        retrysafe.BudgetExhausted,
+        retrysafe.CooldownActive,
+        retrysafe.PacingDelayed,
+    ):
+        assert issubclass(kind, retrysafe.Refused)
+        assert issubclass(kind, retrysafe.ApiError)
+    assert not issubclass(retrysafe.ServerError, retrysafe.Refused)
