@@ -49,6 +49,7 @@ from retrysafe.governor import (
 )
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
+from retrysafe.request_facts import dependency_by_path
 from retrysafe.timing import Deadline, backoff_delay, parse_retry_after
 from retrysafe.transport import AsyncRetryTransport, CallOptions, RetryTransport
 
@@ -103,6 +104,7 @@ __all__ = [
     "__version__",
     "backoff_delay",
     "deadline",
+    "dependency_by_path",
     "parse_retry_after",
     "report_of",
 ]

@@ -47,6 +47,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import DependencyNamer
 from retrysafe.transport import AsyncRetryTransport
 
 __all__ = ["AsyncClient"]
@@ -65,7 +66,7 @@ class AsyncClient(httpx.AsyncClient):
         policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
-        dependency: str | None = None,
+        dependency: str | DependencyNamer | None = None,
         governor: Governor | None = None,
         deadline_header: str | None = None,
         idempotency: IdempotencyMode = "off",

@@ -58,6 +58,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import DependencyNamer
 from retrysafe.transport import RetryTransport
 
 __all__ = ["AsyncClient", "Client", "report_of"]
@@ -80,7 +81,7 @@ class Client(httpx.Client):
         policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
-        dependency: str | None = None,
+        dependency: str | DependencyNamer | None = None,
         governor: Governor | None = None,
         deadline_header: str | None = None,
         idempotency: IdempotencyMode = "off",

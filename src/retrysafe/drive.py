@@ -50,7 +50,7 @@ from retrysafe.governor.explain import (
 from retrysafe.governor.governor import GRANTED, DependencyGuard
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import default_dependency
+from retrysafe.request_facts import DependencyNamer, default_dependency
 from retrysafe.timing import Deadline
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
@@ -89,7 +89,7 @@ class ShellSettings:
     clock: Clock
     governor: Governor
     observer: Observer
-    dependency: str | None = None
+    dependency: str | DependencyNamer | None = None
     raise_errors: bool = False
     deadline_header: str | None = None
     #: Without options saying otherwise, the caller streams the body (a drop-in
@@ -104,13 +104,18 @@ class ShellSettings:
         clock: Clock | None,
         governor: Governor | None,
         hooks: Sequence[EventHook],
-        dependency: str | None,
+        dependency: str | DependencyNamer | None,
         raise_errors: bool,
         deadline_header: str | None,
     ) -> ShellSettings:
         """Validate the shell's arguments and fill in the defaults."""
         if not isinstance(policy, RetryPolicy):
             raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+        if dependency is not None and not (isinstance(dependency, str) or callable(dependency)):
+            raise TypeError(
+                "dependency must be a name (str) or a callable naming each request, "
+                f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
+            )
         clock = clock if clock is not None else SystemClock()
         return cls(
             policy=policy,
@@ -174,6 +179,8 @@ class Drive:
             options = _STREAM_OPTIONS if settings.stream_by_default else _NO_OPTIONS
         policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
+        if not isinstance(dependency, str):
+            dependency = dependency(request)
         governor = settings.governor
         self._guard = governor.guard(dependency) if governor.protects else None
         # The call this one runs inside, if any (its attempt is in flight: we are nested).

@@ -31,6 +31,7 @@ from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
+from retrysafe.request_facts import DependencyNamer
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]
 
@@ -66,7 +67,9 @@ class RetryTransport(httpx.BaseTransport):
         policy: how to retry; a request may override it via ``CallOptions``.
         clock: time, sleep and randomness (default the system clock).
         hooks: called with every :class:`~retrysafe.RetryEvent`.
-        dependency: the name calls are grouped under (default each URL's origin).
+        dependency: the name calls are grouped under for load protection: a string, or a
+            callable naming each request (e.g. ``dependency_by_path(1)``); default each
+            URL's origin.
         raise_errors: raise :class:`~retrysafe.ApiError` instead of httpx's exceptions when
             no response came back (``retrysafe.Client`` sets this).
         governor: the load protection (retry budget, circuit breaker, cooldowns) per
@@ -89,7 +92,7 @@ class RetryTransport(httpx.BaseTransport):
         policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
-        dependency: str | None = None,
+        dependency: str | DependencyNamer | None = None,
         raise_errors: bool = False,
         governor: Governor | None = None,
         deadline_header: str | None = None,
@@ -187,7 +190,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
         clock: Clock | None = None,
         hooks: Sequence[EventHook] = (),
-        dependency: str | None = None,
+        dependency: str | DependencyNamer | None = None,
         raise_errors: bool = False,
         governor: Governor | None = None,
         deadline_header: str | None = None,

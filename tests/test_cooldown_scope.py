@@ -1,0 +1,75 @@
+"""What a 429's Retry-After pauses: the call's dependency, by default the URL's origin.
+
+Most APIs limit an account across the whole API, so one 429 means its neighbours
+would get one too; an API limited per endpoint family is named narrower with
+``dependency=`` (a string per call or client, or ``dependency_by_path``).
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe.testing import FakeClock
+
+
+def api(seen: list[str]) -> httpx.MockTransport:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path.startswith("/search"):
+            return httpx.Response(429, headers={"Retry-After": "120"})
+        return httpx.Response(200)
+
+    return httpx.MockTransport(handler)
+
+
+def test_by_default_a_429_pauses_every_call_to_the_same_origin() -> None:
+    seen: list[str] = []
+    with retrysafe.Client(transport=api(seen), clock=FakeClock()) as client:
+        with pytest.raises(retrysafe.RetryAfterTooLong):
+            client.get("http://api.test/search?q=a")
+        with pytest.raises(retrysafe.CooldownActive) as caught:
+            client.get("http://api.test/orders/1")
+    assert seen == ["/search"]
+    assert caught.value.retry_after == pytest.approx(120)
+
+
+def test_dependency_by_path_keeps_a_429_to_its_own_endpoint_family() -> None:
+    seen: list[str] = []
+    with retrysafe.Client(
+        transport=api(seen), clock=FakeClock(), dependency=retrysafe.dependency_by_path(1)
+    ) as client:
+        with pytest.raises(retrysafe.RetryAfterTooLong):
+            client.get("http://api.test/search?q=a")
+        assert client.get("http://api.test/orders/1").status_code == 200
+        with pytest.raises(retrysafe.CooldownActive):
+            client.get("http://api.test/search?q=b")
+    assert seen == ["/search", "/orders/1"]
+
+
+def test_a_per_call_dependency_names_a_narrower_group() -> None:
+    seen: list[str] = []
+    with retrysafe.Client(transport=api(seen), clock=FakeClock()) as client:
+        with pytest.raises(retrysafe.RetryAfterTooLong):
+            client.get("http://api.test/search?q=a", dependency="search")
+        assert client.get("http://api.test/orders/1").status_code == 200
+
+
+def test_dependency_by_path_names_origin_and_leading_segments() -> None:
+    name = retrysafe.dependency_by_path(2)
+    assert name(httpx.Request("GET", "https://api.test/v1/search/x?q=1")) == (
+        "https://api.test:443/v1/search"
+    )
+    assert retrysafe.dependency_by_path(0)(httpx.Request("GET", "http://h/a")) == "http://h:80"
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_dependency_by_path_refuses_what_is_not_a_segment_count(bad: object) -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        retrysafe.dependency_by_path(bad)  # type: ignore[arg-type]
+
+
+def test_a_dependency_that_is_neither_name_nor_callable_is_refused_with_the_way_out() -> None:
+    with pytest.raises(TypeError, match="dependency_by_path"):
+        retrysafe.Client(dependency=42)  # type: ignore[arg-type]
