@@ -153,7 +153,7 @@ def parse_reset(value: str | bytes | None, now: float) -> float | None:
 
     A non-negative decimal, read by magnitude, since servers disagree on the unit:
     below 1e9 it is delta-seconds (the IETF draft; Reddit, many gateways); from 1e9
-    it is a Unix timestamp in seconds (GitHub, X; Discord adds a fraction); from
+    it is a Unix timestamp in seconds (GitHub; Discord adds a fraction); from
     1e12 a Unix timestamp in milliseconds. A timestamp is read against ``now``
     (wall-clock epoch seconds); one already past gives ``0.0``. Garbled, negative
     or empty values give ``None``; huge ones are capped at
