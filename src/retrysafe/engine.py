@@ -103,6 +103,8 @@ class Call:
     _last_cause: Exception | None = None
     _during_body = False
     _nested_gave_up = False
+    #: This call already reported an unhealthy outcome to the breaker.
+    _failed_before = False
     #: Sticky across attempts: whether some attempt may have been acted on by the server.
     _processed: Processed = "no"
     _url: str | None = None
@@ -289,17 +291,22 @@ class Call:
         return self._decide(verdict, response=None, cause=exc, during_body=during_body)
 
     def attempt_abandoned(self) -> None:
-        """The attempt ended with no outcome (the caller cancelled it, or a rule raised).
+        """The call ended with no outcome: cancelled during an attempt or a wait, or a
+        rule raised.
 
-        Frees what it held, such as the breaker's single half-open probe, so the
-        dependency is not blocked until the probe's lease runs out.
+        Frees what it held, such as the breaker's single half-open probe (so the
+        dependency is not blocked until the probe's lease runs out) or a paced slot
+        it was waiting for.
         """
-        if self.state != "attempting":
+        if self.state == "done":
             return
         self.state = "done"
         if self._permit is not None:
             self.effects.append(ReleaseProbe(self._permit))
             self._permit = None
+        if self._pacing_held:
+            self._pacing_held = False
+            self.effects.append(ReleasePacing())
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -396,8 +403,13 @@ class Call:
                 self.effects.append(_HEALTHY_WHILE_CLOSED)  # the common case, made once
             else:
                 open_for = verdict.after if status == 503 else None
-                repeat = len(self._history) > 1
-                self.effects.append(RecordHealth(permit, health(verdict, status), open_for, repeat))
+                # A repeat: this call already told the breaker of a failure, so another
+                # one is not new evidence (a 429 or 4xx before it told it nothing).
+                outcome_health = health(verdict, status)
+                repeat = self._failed_before
+                if outcome_health == "unhealthy":
+                    self._failed_before = True
+                self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat))
             self._permit = None
         cooldown = verdict.after if status == 429 else None
         if response is not None:

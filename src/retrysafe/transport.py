@@ -132,6 +132,9 @@ class RetryTransport(httpx.BaseTransport):
                     step = drive.next_attempt()
                 else:
                     return drive.finish(step)
+        except BaseException:
+            drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
+            raise
         finally:
             drive.close()
 
@@ -232,6 +235,9 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
                     step = drive.next_attempt()
                 else:
                     return drive.finish(step)
+        except BaseException:
+            drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
+            raise
         finally:
             drive.close()
 
