@@ -399,7 +399,7 @@ class Call:
         """
         permit = self._permit
         if permit is not None:
-            if verdict is SUCCESS and permit is CLOSED_PERMIT:
+            if verdict is SUCCESS and permit is CLOSED_PERMIT and not self._failed_before:
                 self.effects.append(_HEALTHY_WHILE_CLOSED)  # the common case, made once
             else:
                 open_for = verdict.after if status == 503 else None

@@ -83,9 +83,11 @@ class CircuitBreaker:
     - a repeat's failure adds nothing: the call was already counted as failing
       (so ``RetryPolicy(attempts=10)`` on a flaky dependency is one failing call
       to the breaker, not ten, and its own retries cannot open the circuit);
-    - a repeat's success counts like any success: the dependency served a
-      request, so the run ends and one healthy call is added (a call that failed
-      then succeeded reads as one failure and one success);
+    - a repeat's success ends the run and makes the call a healthy one after
+      all: the failure it was counted with is taken back (a call that failed,
+      then succeeded on a retry, reads as one healthy call). So in a brownout
+      where retries still win, the ratio reads the calls that really failed;
+      in an outage no retry succeeds and every failed call stays counted;
     - neutral outcomes (4xx, 429) count nowhere; a half-open probe always decides,
       repeat or not.
 
@@ -191,7 +193,8 @@ class CircuitBreaker:
             if health == "healthy":
                 if self._run:
                     self._run.clear()
-                cell[1] += 1
+                if not (repeat and self._forgive_one_failure(bucket)):
+                    cell[1] += 1
                 return None  # only a failure can open the circuit
             if repeat:
                 return None  # this call is counted as failing already
@@ -201,6 +204,24 @@ class CircuitBreaker:
             if self._should_trip(now, bucket):
                 return self._open(now, open_for, before="closed")
             return None
+
+    def _forgive_one_failure(self, bucket: int) -> bool:
+        """A call that failed, then succeeded on a retry, is a healthy call after all:
+        take back the failure it was counted with (the newest one still in the window).
+        False if none is left to take back (it has aged out)."""
+        oldest = bucket - WINDOW_BUCKETS
+        newest: list[int] | None = None
+        for cell in self._window:
+            if (
+                oldest < cell[0] <= bucket
+                and cell[2] > 0
+                and (newest is None or cell[0] > newest[0])
+            ):
+                newest = cell
+        if newest is None:
+            return False
+        newest[2] -= 1
+        return True
 
     def calls_in_window(self) -> int:
         """Calls counted in the ratio window now."""
