@@ -1,7 +1,9 @@
 """What the breaker counts: calls, not attempts (a call's own retries are one piece of evidence).
 
 Through a real ``retrysafe.Client`` on ``httpx.MockTransport`` and ``FakeClock``,
-with the governor on and its default settings.
+with the governor on. Tests of the counting rule pin a breaker that opens on five
+failing calls in a row (fewer than a flaky call's own attempts), so that counting
+attempts instead of calls would open it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy
-from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, Permit
+from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, GovernorSettings, Permit
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
 DEPENDENCY = "http://api.test:80"
+#: Opens on five failing calls in a row: a call's own retries alone would reach that.
+FIVE_IN_A_ROW = GovernorSettings(breaker=BreakerSettings(consecutive_failures=5, open_for=20.0))
 
 
 def client_for(clock: FakeClock, governor: Governor, replies: list[int]) -> retrysafe.Client:
@@ -30,7 +34,7 @@ def client_for(clock: FakeClock, governor: Governor, replies: list[int]) -> retr
 def test_ten_attempts_on_a_flaky_dependency_get_through() -> None:
     """Nine 503s then a 200: one call with attempts=10 succeeds on its tenth attempt."""
     clock = FakeClock(seed=1)
-    governor = Governor(clock=clock)
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
     replies = [503] * 9
     client = client_for(clock, governor, replies)
     response = client.get("http://api.test/", policy=RetryPolicy(attempts=10, deadline=120))
@@ -44,7 +48,7 @@ def test_ten_attempts_on_a_flaky_dependency_get_through() -> None:
 def test_a_few_flaky_calls_in_a_row_do_not_open_the_breaker() -> None:
     """Four calls in a row, each failing four times before it succeeds: closed throughout."""
     clock = FakeClock(seed=2)
-    governor = Governor(clock=clock)
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
     replies: list[int] = []
     client = client_for(clock, governor, replies)
     for _ in range(4):
@@ -55,10 +59,12 @@ def test_a_few_flaky_calls_in_a_row_do_not_open_the_breaker() -> None:
 
 
 def test_a_real_outage_still_opens_the_breaker() -> None:
-    """Distinct calls that all fail: the fifth failing call in a row opens it, and the
-    next call fails fast with nothing sent."""
+    """Distinct calls that all fail: the ``consecutive_failures``-th failing call in a row
+    opens it (mid-call), and the next call fails fast with nothing sent."""
     clock = FakeClock(seed=3)
-    governor = Governor(clock=clock)
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
+    settings = FIVE_IN_A_ROW.breaker
+    assert settings is not None
     sent: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -68,26 +74,53 @@ def test_a_real_outage_still_opens_the_breaker() -> None:
     client = retrysafe.Client(
         transport=httpx.MockTransport(handler), clock=clock, governor=governor
     )
+    failing = settings.consecutive_failures - 1
     reasons = []
-    for _ in range(6):
+    for _ in range(failing + 2):
         with pytest.raises(retrysafe.ApiError) as caught:
             client.get("http://api.test/")
         reasons.append((caught.value.reason, caught.value.attempts))
-    assert reasons == [("attempts_exhausted", 4)] * 4 + [("circuit_open", 1), ("circuit_open", 0)]
+    assert reasons == [("attempts_exhausted", 4)] * failing + [
+        ("circuit_open", 1),
+        ("circuit_open", 0),
+    ]
     assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
-    assert len(sent) == 17
+    assert len(sent) == 4 * failing + 1 == 17
+
+
+def test_a_real_outage_opens_the_breaker_with_the_default_settings() -> None:
+    """The same outage under the defaults: the twentieth failing call in a row opens it."""
+    clock = FakeClock(seed=3)
+    governor = Governor(clock=clock)
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(503)),
+        clock=clock,
+        governor=governor,
+    )
+    failing = BreakerSettings().consecutive_failures - 1
+    reasons = []
+    for _ in range(failing + 2):
+        with pytest.raises(retrysafe.ApiError) as caught:
+            client.get("http://api.test/")
+        reasons.append((caught.value.reason, caught.value.attempts))
+    assert reasons == [("attempts_exhausted", 4)] * failing + [
+        ("circuit_open", 1),
+        ("circuit_open", 0),
+    ]
+    assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
 
 
 def test_an_outage_seen_by_many_single_attempt_callers_opens_on_the_ratio() -> None:
     """Failures interleaved with successes (no run of five): the ratio of failing calls trips."""
     clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(), clock)
+    settings = BreakerSettings(consecutive_failures=5, ratio_min_calls=20, ratio_window=60.0)
+    breaker = CircuitBreaker(settings, clock)
     for i in range(40):
         breaker.record(CLOSED, "unhealthy" if i % 4 else "healthy")
         if breaker.state == "open":
             break
     assert breaker.state == "open"
-    assert i == 19  # the twentieth call: ratio_min_calls reached at 15 of 20 failing
+    assert i == settings.ratio_min_calls - 1  # the twentieth call: 15 of 20 failing
 
 
 # -- the rule, outcome by outcome ---------------------------------------------------------
@@ -95,7 +128,7 @@ def test_an_outage_seen_by_many_single_attempt_callers_opens_on_the_ratio() -> N
 
 def test_a_repeat_failure_neither_extends_the_run_nor_counts_as_a_call() -> None:
     clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(), clock)
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5), clock)
     breaker.record(CLOSED, "unhealthy")
     for _ in range(50):
         assert breaker.record(CLOSED, "unhealthy", repeat=True) is None
@@ -103,15 +136,47 @@ def test_a_repeat_failure_neither_extends_the_run_nor_counts_as_a_call() -> None
     assert breaker.calls_in_window() == 1
 
 
-def test_a_repeat_success_ends_the_run_and_counts_as_a_healthy_call() -> None:
+def window_of(breaker: CircuitBreaker, clock: FakeClock) -> tuple[int, int]:
+    """(calls, failed calls) in the ratio window now (read from the breaker's own tally:
+    failed calls have no public reader)."""
+    return breaker._tally(int(clock.monotonic() // breaker._bucket_width))
+
+
+def test_a_repeat_success_takes_back_the_failure_its_call_was_counted_with() -> None:
+    """A call that failed, then succeeded on a retry, reads as one healthy call."""
     clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(), clock)
+    breaker = CircuitBreaker(BreakerSettings(ratio_window=60.0), clock)
+    breaker.record(CLOSED, "unhealthy")
+    assert window_of(breaker, clock) == (1, 1)
+    clock.advance(1)
+    assert breaker.record(CLOSED, "healthy", repeat=True) is None
+    assert window_of(breaker, clock) == (1, 0)  # one healthy call, no failure
+    assert breaker.calls_in_window() == 1
+
+
+def test_a_repeat_success_ends_the_run() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5, ratio_min_calls=20), clock)
     for _ in range(4):
         breaker.record(CLOSED, "unhealthy")
-    breaker.record(CLOSED, "healthy", repeat=True)
-    breaker.record(CLOSED, "unhealthy")
+    breaker.record(CLOSED, "healthy", repeat=True)  # the fourth call succeeds on a retry
+    assert window_of(breaker, clock) == (4, 3)
+    assert breaker.record(CLOSED, "unhealthy") is None
     assert breaker.state == "closed"  # the run restarted at one
-    assert breaker.calls_in_window() == 6
+    assert window_of(breaker, clock) == (5, 4)
+
+
+def test_a_repeat_success_after_its_failure_aged_out_adds_one_healthy_call() -> None:
+    """Nothing left to take back: the retry's success counts as one healthy call."""
+    clock = FakeClock()
+    settings = BreakerSettings(ratio_window=60.0)
+    breaker = CircuitBreaker(settings, clock)
+    breaker.record(CLOSED, "unhealthy")
+    clock.advance(settings.ratio_window * 2)  # the call's failure has left the window
+    assert window_of(breaker, clock) == (0, 0)
+    assert breaker.record(CLOSED, "healthy", repeat=True) is None
+    assert window_of(breaker, clock) == (1, 0)
+    assert breaker.calls_in_window() == 1
 
 
 def test_first_failures_of_distinct_calls_make_the_run() -> None:

@@ -63,13 +63,31 @@ def test_budget_refills_at_the_floor_rate_up_to_the_cap() -> None:
 # -- CircuitBreaker ------------------------------------------------------------------------
 
 
+#: The breaker these mechanism tests rely on, pinned so they do not follow the defaults:
+#: five failing calls in a row open it, the ratio judges 20 calls over 60 s, open 20 s.
+PINNED: dict[str, object] = {
+    "consecutive_failures": 5,
+    "failure_window": 30.0,
+    "ratio_min_calls": 20,
+    "ratio_window": 60.0,
+    "open_for": 20.0,
+}
+PINNED_BREAKER = BreakerSettings(**PINNED)  # type: ignore[arg-type]
+
+
 def breaker(clock: FakeClock, **settings: object) -> CircuitBreaker:
-    return CircuitBreaker(BreakerSettings(**settings), clock)  # type: ignore[arg-type]
+    """A breaker with the pinned settings, ``settings`` overriding some."""
+    return CircuitBreaker(BreakerSettings(**{**PINNED, **settings}), clock)  # type: ignore[arg-type]
+
+
+def pinned_governor(clock: FakeClock, **settings: object) -> Governor:
+    """A governor whose breakers use the pinned settings (other pieces: the defaults)."""
+    return Governor(GovernorSettings(breaker=PINNED_BREAKER, **settings), clock=clock)  # type: ignore[arg-type]
 
 
 def test_five_consecutive_failures_open_the_circuit() -> None:
     clock = FakeClock()
-    circuit = breaker(clock)
+    circuit = breaker(clock, consecutive_failures=5)
     for _ in range(4):
         assert circuit.record(CLOSED, "unhealthy") is None
         clock.advance(1)
@@ -242,7 +260,7 @@ def outage_client(
 def test_an_open_circuit_fails_fast_with_nothing_sent() -> None:
     clock = FakeClock(seed=3)
     seen: list[httpx.Request] = []
-    client = outage_client(clock, Governor(clock=clock), seen)
+    client = outage_client(clock, pinned_governor(clock), seen)
     # A call's own retries are one piece of evidence: four failing calls (4 attempts
     # each) are a run of four; the fifth call's first failure trips the breaker mid-call.
     for _ in range(4):
@@ -330,7 +348,7 @@ def test_a_cooldown_longer_than_the_deadline_gives_up_at_once() -> None:
 
 def test_dependencies_are_separate_by_origin_or_by_name() -> None:
     clock = FakeClock()
-    governor = Governor(clock=clock)
+    governor = pinned_governor(clock)
     seen: list[httpx.Request] = []
     client = outage_client(clock, governor, seen)
     for _ in range(5):  # five failing calls in a row
@@ -349,6 +367,7 @@ def test_circuit_changes_are_events() -> None:
     client = retrysafe.Client(
         transport=httpx.MockTransport(lambda request: httpx.Response(503)),
         clock=clock,
+        governor=pinned_governor(clock),
         hooks=[events.append],
     )
     for _ in range(5):  # five failing calls in a row
@@ -375,12 +394,13 @@ def test_one_absurd_429_cannot_block_an_origin_for_long() -> None:
 
 
 def half_open_governor(clock: FakeClock) -> Governor:
-    governor = Governor(GovernorSettings(budget=None), clock=clock)
+    governor = pinned_governor(clock, budget=None)
     breaker = governor.guard("http://api.test:80").breaker
     assert breaker is not None
-    for _ in range(5):
+    for _ in range(breaker.settings.consecutive_failures):
         breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
-    clock.advance(BreakerSettings().open_for)
+    clock.advance(breaker.settings.open_for)
+    assert breaker.state == "half_open"
     return governor
 
 

@@ -44,12 +44,15 @@ def test_sixteen_threads_never_overspend_the_budget() -> None:
 
 def opened_governor(clock: FakeClock) -> Governor:
     """A governor whose breaker for DEPENDENCY has just become half-open."""
-    governor = Governor(GovernorSettings(budget=None), clock=clock)
+    settings = GovernorSettings(
+        budget=None, breaker=BreakerSettings(consecutive_failures=5, open_for=20.0)
+    )
+    governor = Governor(settings, clock=clock)
     breaker = governor.guard(DEPENDENCY).breaker
     assert breaker is not None
-    for _ in range(5):
+    for _ in range(breaker.settings.consecutive_failures):
         breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
-    clock.advance(BreakerSettings().open_for)
+    clock.advance(breaker.settings.open_for)
     assert breaker.state == "half_open"
     return governor
 

@@ -106,7 +106,8 @@ def window_cells(breaker: CircuitBreaker) -> int:
 
 def test_four_hundred_thousand_successes_keep_the_window_small() -> None:
     clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(), clock)
+    settings = BreakerSettings(ratio_window=60.0)
+    breaker = CircuitBreaker(settings, clock)
     permit = breaker.acquire(probe_lease=1)
     for i in range(400_000):
         breaker.record(permit, "healthy")
@@ -114,7 +115,7 @@ def test_four_hundred_thousand_successes_keep_the_window_small() -> None:
             clock.advance(0.01)  # 4,000 calls a second: all inside one 60 s window
     assert window_cells(breaker) <= 20
     assert breaker.calls_in_window() == 400_000
-    clock.advance(BreakerSettings().ratio_window * 2)
+    clock.advance(settings.ratio_window * 2)
     assert breaker.calls_in_window() == 0
 
 
@@ -153,13 +154,19 @@ class FakeCall:
         return self._lease
 
 
+#: A breaker that opens on five failing calls in a row and stays open 20 s (pinned, so
+#: these tests do not follow the defaults).
+PINNED_BREAKER = BreakerSettings(consecutive_failures=5, open_for=20.0, max_open_for=300.0)
+
+
 def half_open(clock: FakeClock) -> Governor:
-    governor = Governor(GovernorSettings(budget=None), clock=clock)
+    governor = Governor(GovernorSettings(budget=None, breaker=PINNED_BREAKER), clock=clock)
     breaker = governor.guard(DEPENDENCY).breaker
     assert breaker is not None
-    for _ in range(5):
+    for _ in range(PINNED_BREAKER.consecutive_failures):
         breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
-    clock.advance(BreakerSettings().open_for)
+    clock.advance(PINNED_BREAKER.open_for)
+    assert breaker.state == "half_open"
     return governor
 
 
@@ -190,7 +197,7 @@ def test_a_probe_with_no_time_limit_at_all_gets_a_finite_lease() -> None:
     clock = FakeClock()
     guard = half_open(clock).guard(DEPENDENCY)
     assert guard.admit(FakeCall(lease=math.inf)).permit.probe  # type: ignore[union-attr]
-    clock.advance(BreakerSettings().max_open_for - 1)
+    clock.advance(PINNED_BREAKER.max_open_for - 1)
     assert not guard.admit(FakeCall(lease=math.inf)).permit.allowed  # type: ignore[union-attr]
     clock.advance(2)
     assert guard.admit(FakeCall(lease=math.inf)).permit.probe  # type: ignore[union-attr]
@@ -249,10 +256,10 @@ def test_an_idle_hour_of_many_hosts_leaves_a_bounded_number_of_guards() -> None:
 
 def test_a_guard_that_holds_something_is_kept() -> None:
     clock = FakeClock()
-    governor = Governor(clock=clock)
+    governor = Governor(GovernorSettings(breaker=PINNED_BREAKER), clock=clock)
     breaker = governor.guard("http://down.test:80").breaker
     assert breaker is not None
-    for _ in range(5):
+    for _ in range(PINNED_BREAKER.consecutive_failures):
         breaker.record(breaker.acquire(probe_lease=1), "unhealthy")
     assert breaker.state == "open"
     limiter = governor.guard("http://slow.test:80").limiter
