@@ -113,7 +113,9 @@ def test_a_real_outage_opens_the_breaker_with_the_default_settings() -> None:
 def test_an_outage_seen_by_many_single_attempt_callers_opens_on_the_ratio() -> None:
     """Failures interleaved with successes (no run of five): the ratio of failing calls trips."""
     clock = FakeClock()
-    settings = BreakerSettings(consecutive_failures=5, ratio_min_calls=20, ratio_window=60.0)
+    settings = BreakerSettings(
+        consecutive_failures=5, failure_ratio=0.5, ratio_min_calls=20, ratio_window=60.0
+    )
     breaker = CircuitBreaker(settings, clock)
     for i in range(40):
         breaker.record(CLOSED, "unhealthy" if i % 4 else "healthy")
