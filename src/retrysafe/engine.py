@@ -448,6 +448,7 @@ class Call:
                 history=tuple(self._history),
                 elapsed=self._clock.monotonic() - self._started,
                 processed=self._processed,
+                idempotency_key=self.idempotency_key,
             ),
             verdict=verdict,
             response=response,

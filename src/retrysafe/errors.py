@@ -91,6 +91,7 @@ class ApiError(Exception):
         response: httpx.Response | None = None,
         elapsed: float = 0.0,
         processed: Literal["no", "maybe"] = "no",
+        idempotency_key: str | None = None,
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -104,6 +105,9 @@ class ApiError(Exception):
         self.response = response
         self.elapsed = elapsed
         self.processed = processed
+        #: The key the request carried (every attempt the same): resend under it after
+        #: an ambiguous failure, and the server runs the work at most once.
+        self.idempotency_key = idempotency_key
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:
@@ -192,6 +196,8 @@ class TransportError(ApiError):
             return super()._message(body_excerpt)
         if self.processed == "maybe":
             note = "; the server may have processed it: check before sending a write again"
+            if self.idempotency_key is not None:
+                note += f", or resend it under the same idempotency key ({self.idempotency_key})"
         else:
             note = "; the server never received it"
         return super()._message(body_excerpt) + note

@@ -64,6 +64,7 @@ class CallSummary:
     history: tuple[AttemptRecord, ...]
     elapsed: float
     processed: Literal["no", "maybe"]
+    idempotency_key: str | None = None
 
 
 def give_up_error(
@@ -97,6 +98,7 @@ def give_up_error(
         "response": response,
         "elapsed": summary.elapsed,
         "processed": summary.processed,
+        "idempotency_key": summary.idempotency_key,
     }
     error: ApiError
     if stop == "deadline":
