@@ -183,7 +183,7 @@ class Drive:
             dependency = dependency(request)
         governor = settings.governor
         self._guard = governor.guard(dependency) if governor.protects else None
-        # The call this one runs inside, if any (its attempt is in flight: we are nested).
+        # The retrysafe call this one is made inside, if any: then this one is nested.
         parent = current_call.get()
         nested_attempts = governor.settings.nested_attempts
         #: Whether this call takes part in the nesting guard (its governor's setting).
