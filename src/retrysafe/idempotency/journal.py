@@ -144,43 +144,47 @@ class Journal:
         ambiguous or failed) keeps its key, so re-sending it is guarded by the
         server's idempotency. Raises :class:`OperationDone` if it already
         completed, and :class:`JournalConflict` if ``name`` was recorded for a
-        different method, URL or body.
+        different method, URL or body. Processes sharing the file may begin the
+        same name at once: one records it, and the others get its operation and key
+        exactly as a later ``begin`` would.
         """
         if not name or not name.strip():
             raise ValueError("an operation name must be a non-empty string, e.g. 'pay-invoice-42'")
         fingerprint = request_fingerprint_of(request)
         with self._lock:
             existing = self._get(name)
-            if existing is not None:
-                if existing.fingerprint != fingerprint:
-                    raise JournalConflict(
-                        f"operation {name!r} was recorded for a different request "
-                        f"({existing.method} {existing.url}); nothing was sent. Repeat it with "
-                        "the same method, URL and body, or use a new operation name"
-                    )
-                if existing.state == "done":
-                    raise OperationDone(
-                        f"operation {name!r} already completed (HTTP {existing.last_status}); "
-                        "nothing was sent. Use a new operation name for a new write"
-                    )
-                return existing
-            now = self._clock.time()
-            self._db.execute(
-                "INSERT INTO retrysafe_operations (name, key, method, url, fingerprint, state, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
-                (
-                    name,
-                    str(uuid.uuid4()),
-                    request.method.upper(),
-                    redact_url(request.url),
-                    fingerprint,
-                    now,
-                    now,
-                ),
+            if existing is None:
+                # Another process may record the same name between the read and this
+                # insert; its row then stands, and is judged below like any earlier one.
+                now = self._clock.time()
+                self._db.execute(
+                    "INSERT INTO retrysafe_operations (name, key, method, url, fingerprint, "
+                    "state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    (
+                        name,
+                        str(uuid.uuid4()),
+                        request.method.upper(),
+                        redact_url(request.url),
+                        fingerprint,
+                        now,
+                        now,
+                    ),
+                )
+                existing = self._get(name)
+                assert existing is not None
+        if existing.fingerprint != fingerprint:
+            raise JournalConflict(
+                f"operation {name!r} was recorded for a different request "
+                f"({existing.method} {existing.url}); nothing was sent. Repeat it with "
+                "the same method, URL and body, or use a new operation name"
             )
-            created = self._get(name)
-        assert created is not None
-        return created
+        if existing.state == "done":
+            raise OperationDone(
+                f"operation {name!r} already completed (HTTP {existing.last_status}); "
+                "nothing was sent. Use a new operation name for a new write"
+            )
+        return existing
 
     def mark_sent(self, name: str) -> None:
         """The operation is about to go out: from here its outcome may be unknown."""
