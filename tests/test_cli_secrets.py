@@ -1,0 +1,91 @@
+"""The ``retrysafe`` command never prints a secret it was given, nor a server's control
+characters: every usage error, every error line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from retrysafe.cli import main
+from retrysafe.cli.exit_codes import EXIT_USAGE
+
+SECRET = "sk_live_51HxQ9CLIsecret"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+BAD_INPUT = {
+    "header_without_colon": ["get", "https://api.test/", "-H", f"Authorization Bearer {SECRET}"],
+    "header_without_colon_attached": ["get", "https://api.test/", f"-HAuthorization {SECRET}"],
+    "lone_token_as_header": ["get", "https://api.test/", "--header", SECRET],
+    "header_with_spaced_name": ["get", "https://api.test/", "-H", f"X-Api Key: {SECRET}"],
+    "refused_url_password": ["get", f"ftp://user:{SECRET}@files.test/x"],
+    "refused_url_api_key": ["get", f"ftp://files.test/x?api_key={SECRET}&page=2"],
+    "url_with_space_and_token": ["get", f"https://api.test/x?access_token={SECRET} &q=1"],
+    "unparsable_url_password": ["get", f"https://user:{SECRET}@api.test:12a/"],
+    "scheme_less_url_token": ["get", f"{SECRET}@api.test/x"],
+    "bad_policy_after_secret_header": [
+        "get",
+        "https://api.test/",
+        "-H",
+        f"Authorization: Bearer {SECRET}",
+        "--attempts",
+        "0",
+    ],
+    "argparse_error_with_secret_header": [
+        "get",
+        "https://api.test/",
+        "-H",
+        f"X-Api-Key: {SECRET}",
+        "--attempts",
+        "many",
+    ],
+}
+
+
+@pytest.mark.parametrize("argv", BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_a_usage_error_never_prints_the_secret_it_was_given(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, output = run(capsys, *argv)
+    assert code == EXIT_USAGE
+    assert output.strip(), "the usage error says something"
+    assert SECRET not in output
+    assert "51HxQ9" not in output, "not even a part of it"
+
+
+def test_a_usage_error_still_names_what_was_wrong(capsys: pytest.CaptureFixture[str]) -> None:
+    _, output = run(capsys, "get", "https://api.test/", "-H", f"Authorization Bearer {SECRET}")
+    assert "Authorization" in output
+    assert "Name: value" in output
+    _, output = run(capsys, "get", f"ftp://files.test/x?api_key={SECRET}&page=2")
+    assert "ftp://files.test/x?api_key=[REDACTED]&page=2" in output
+
+
+def test_a_servers_control_characters_never_reach_the_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hostile = "denied\x1b]0;owned\x07\x1b[2J\x9b1m\u202egnp.exe\x00 end"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, text=hostile)
+
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    code, output = run(capsys, "get", "https://api.test/", "--attempts", "1")
+    assert code != 0
+    assert "denied" in output
+    bad = [c for c in output if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0]
+    assert bad == [], f"control characters {bad!r} in {output!r}"
+    assert "\u202e" not in output

@@ -1,0 +1,162 @@
+"""Redaction against hostile echoes: escaped and encoded secrets, name segments, control
+characters. Each test drives the real path: a retrysafe.Client on httpx.MockTransport, its
+error's message and the WARNING log record."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import urllib.parse
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe import redact
+from retrysafe.failures import describe_body
+from retrysafe.redact import Redactor, is_secret_name, redact_url
+
+TOKEN = "sk_live/4f9e+Zq=="  # a slash, a plus and padding: what escaping changes
+
+
+def failing_echo(encode: Callable[[str], str]) -> httpx.MockTransport:
+    """A server answering 400 with the request's Authorization token, as ``encode`` writes it."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        token = request.headers["authorization"].split()[-1]
+        body = '{"error": "bad token", "token": "' + encode(token) + '"}'
+        return httpx.Response(
+            400, content=body.encode(), headers={"content-type": "application/json"}
+        )
+
+    return httpx.MockTransport(handler)
+
+
+def leaks(encode: Callable[[str], str], caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every text the failing call produced that still shows the token, as sent or as echoed."""
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    caplog.clear()
+    with (
+        retrysafe.Client(transport=failing_echo(encode), policy=RetryPolicy(attempts=1)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.get("https://api.test/v1", headers={"Authorization": f"Bearer {TOKEN}"})
+    produced = [
+        str(caught.value),
+        json.dumps(caught.value.body),
+        *(record.getMessage() for record in caplog.records),
+    ]
+    assert len(produced) == 3, "the WARNING record was logged"
+    return [text for text in produced for form in {TOKEN, encode(TOKEN)} if form in text]
+
+
+def _lower_hex(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda match: match.group().lower(), text)
+
+
+ECHOES: dict[str, Callable[[str], str]] = {
+    "php_slash_escape": lambda t: t.replace("/", "\\/"),
+    "json_u_escape_of_slash": lambda t: t.replace("/", "\\u002f"),
+    "json_ascii_all_escaped": lambda t: "".join(f"\\u{ord(c):04x}" for c in t),
+    "url_encoded": lambda t: urllib.parse.quote(t, safe=""),
+    "form_encoded_lower_hex": lambda t: _lower_hex(urllib.parse.quote_plus(t)),
+}
+
+
+@pytest.mark.parametrize("render", ECHOES.values(), ids=ECHOES.keys())
+def test_an_escaped_or_encoded_echo_of_a_token_never_reaches_the_message_or_log(
+    render: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert leaks(render, caplog) == []
+
+
+def test_a_secret_echoed_as_a_json_key_is_scrubbed_from_the_body() -> None:
+    redactor = Redactor(["sk_live_KEYASKEY"])
+    response = httpx.Response(400, json={"sk_live_KEYASKEY": "unknown key"})
+    body, excerpt = describe_body(response, redactor)
+    assert "sk_live_KEYASKEY" not in json.dumps(body)
+    assert "sk_live_KEYASKEY" not in excerpt
+
+
+# -- which names are secret -------------------------------------------------------------------
+
+MISSED = [
+    "sig",  # Azure SAS
+    "pass",
+    "passphrase",
+    "jwt",
+    "X-Amz-Signature",
+    "X-Amz-Credential",
+    "X-Amz-Security-Token",
+    "X-Goog-Signature",
+    "X-Goog-Credential",
+    "apiKey",
+    "APIKey",
+    "accessToken",
+    "client.secret",
+    "apikey",
+    "sessionid",
+]
+OVER_HIDDEN = ["keyword", "author", "monkey", "Authored-By", "passage", "signal", "sigma"]
+
+
+@pytest.mark.parametrize("name", MISSED)
+def test_names_whose_segment_is_a_secret_word_are_secret(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", OVER_HIDDEN)
+def test_names_that_merely_contain_the_letters_are_not_secret(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_urls_show_ordinary_parameters_and_hide_presigned_ones() -> None:
+    url = (
+        "https://b.test/o?keyword=cats&author=ann&monkey=1&sig=SASSIG123"
+        "&X-Amz-Signature=AMZSIG456&jwt=JWT789&idempotency-key=k1"
+    )
+    shown = redact_url(url)
+    for kept in ("keyword=cats", "author=ann", "monkey=1", "idempotency-key=k1"):
+        assert kept in shown
+    for secret in ("SASSIG123", "AMZSIG456", "JWT789"):
+        assert secret not in shown
+
+
+def test_users_can_register_their_own_secret_names() -> None:
+    assert not is_secret_name("X-Acme-Ticket")
+    redact.add_secret_names("ticket", "acme-seal")
+    try:
+        assert is_secret_name("X-Acme-Ticket")
+        assert is_secret_name("acmeSeal")
+        assert is_secret_name("x_acme_seal_v2")
+        assert not is_secret_name("seal")
+    finally:
+        redact._reset_secret_names()
+    assert not is_secret_name("X-Acme-Ticket")
+
+
+# -- control characters -----------------------------------------------------------------------
+
+HOSTILE = "boom\x1b]0;pwned\x07\x1b[2J\x9b31m\u202eevil\x00\x7f done"
+
+
+def test_control_characters_from_a_failing_body_never_reach_the_message_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(500, text=HOSTILE))
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    with (
+        retrysafe.Client(transport=transport, policy=RetryPolicy(attempts=1)) as client,
+        pytest.raises(retrysafe.ServerError) as caught,
+    ):
+        client.get("https://api.test/v1")
+    texts = [str(caught.value), *(record.getMessage() for record in caplog.records)]
+    assert any("boom" in text for text in texts)
+    for text in texts:
+        bad = [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e"]
+        assert bad == [], f"control characters {bad!r} in {text!r}"
+    assert "\\x1b" in str(caught.value), "escaped visibly, not dropped silently"
+    assert caught.value.body == HOSTILE, "the body itself is the caller's data, kept as it came"
