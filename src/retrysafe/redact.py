@@ -1,47 +1,118 @@
 """Keeping secrets out of logs, messages, reprs and metrics.
 
-A header or query parameter is secret when its name says so (Authorization,
-Cookie, X-Api-Key, or any name containing key, token, secret, password...).
-:class:`Redactor` also remembers the secret *values* of one request, so that a
-server echoing them back in a body cannot smuggle them into a log line.
+**Which names are secret.** A header or query parameter name is cut into segments at
+``-``, ``_``, ``.``, spaces and camelCase boundaries, and lower-cased
+(``X-Amz-Security-Token`` -> ``x amz security token``, ``apiKey`` -> ``api key``,
+``APIKey`` -> ``api key``). The name is secret when its segments contain, in a row,
+the segments of a registered secret name (:data:`SECRET_NAMES`): a single word such as
+``key``, ``token``, ``sig`` or ``pass`` matches that whole segment only, so ``api_key``,
+``X-Amz-Signature`` and ``sig`` are secret while ``keyword``, ``author`` and ``monkey``
+are not. ``Idempotency-Key`` is the one built-in exception (:data:`PUBLIC_NAMES`).
+Add your own with :func:`add_secret_names` (``add_secret_names("ticket", "acme-seal")``
+makes ``X-Acme-Ticket`` and ``acmeSeal`` secret), process-wide.
+
+**Which values are scrubbed.** :class:`Redactor` remembers the secret *values* of one
+request, so that a server echoing them back in a body cannot smuggle them into a log
+line or an error message, however it writes them: as sent, JSON-escaped (``\\/``,
+``\\u002f``, every character as ``\\uXXXX``) or percent-encoded (``%2F``/``%2f``,
+``+`` for a space). Values shorter than 4 characters are not scrubbed from free text.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import threading
+import urllib.parse
 
 import httpx
 
 __all__ = [
+    "PUBLIC_NAMES",
     "REDACTED",
+    "SECRET_NAMES",
     "RedactingFilter",
     "Redactor",
+    "add_secret_names",
     "is_secret_name",
+    "name_segments",
+    "printable",
     "redact_httpx_logs",
     "redact_url",
+    "redact_url_text",
 ]
 
 REDACTED = "[REDACTED]"
 
-_SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
-_SECRET_WORDS = re.compile(
-    r"key|token|secret|passw|pwd|auth|cookie|session|signature|credential", re.IGNORECASE
-)
-#: Names that contain a secret word but carry no secret.
-_NOT_SECRET = frozenset({"idempotency-key"})
+#: The built-in secret names, matched on segments (see the module docstring).
+SECRET_NAMES: tuple[str, ...] = (
+    # credentials and their usual one-word spellings
+    "authorization", "auth", "authn", "bearer", "cookie", "session", "sessionid", "sid",
+    "key", "apikey", "accesskey", "secretkey", "privatekey",
+    "token", "accesstoken", "authtoken", "idtoken", "refreshtoken", "sessiontoken",
+    "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "otp", "totp",
+    "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
+    "credential", "credentials", "signature", "sig", "saml", "assertion",
+)  # fmt: skip
+#: Names that contain a secret name's segments but carry no secret (whole-name match).
+PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
 
+_SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_registry_lock = threading.Lock()
+_secret_patterns: frozenset[tuple[str, ...]] = frozenset()
+_public_patterns: frozenset[tuple[str, ...]] = frozenset()
+
+
+def name_segments(name: str) -> tuple[str, ...]:
+    """``name`` cut at ``-``, ``_``, ``.``, spaces and camelCase boundaries, lower-cased."""
+    return tuple(segment.lower() for segment in _SEGMENT.findall(name))
+
+
+def _patterns(names: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
+    return frozenset(segments for segments in map(name_segments, names) if segments)
+
+
+def add_secret_names(*names: str) -> None:
+    """Treat headers and query parameters named like any of ``names`` as secret, from now on.
+
+    Each name is matched by segments like the built-in ones: ``"ticket"`` makes
+    ``X-Acme-Ticket`` and ``ticket_id`` secret but not ``tickets``; ``"acme-seal"`` makes
+    ``X-Acme-Seal`` and ``acmeSeal`` secret but not ``seal``. Process-wide, thread-safe.
+    """
+    global _secret_patterns
+    with _registry_lock:
+        _secret_patterns = _secret_patterns | _patterns(names)
+
+
+def _reset_secret_names() -> None:
+    """Back to the built-in names only (for tests)."""
+    global _secret_patterns, _public_patterns
+    with _registry_lock:
+        _secret_patterns = _patterns(SECRET_NAMES)
+        _public_patterns = _patterns(PUBLIC_NAMES)
+
+
+_reset_secret_names()
+
 
 def is_secret_name(name: str) -> bool:
-    """Whether a header or query parameter with this name carries a secret."""
-    lowered = name.strip().lower()
-    if lowered in _NOT_SECRET:
+    """Whether a header or query parameter with this name carries a secret (see module doc)."""
+    segments = name_segments(name)
+    if segments in _public_patterns:
         return False
-    return lowered in _SECRET_HEADERS or _SECRET_WORDS.search(lowered) is not None
+    patterns = _secret_patterns
+    if any((segment,) in patterns for segment in segments):
+        return True
+    count = len(segments)
+    return any(
+        segments[start : start + len(pattern)] == pattern
+        for pattern in patterns
+        if 1 < len(pattern) <= count
+        for start in range(count - len(pattern) + 1)
+    )
 
 
 def redact_url(url: httpx.URL | str) -> str:
@@ -62,15 +133,103 @@ def redact_url(url: httpx.URL | str) -> str:
     return str(parsed).replace("%5BREDACTED%5D", REDACTED)
 
 
-class Redactor:
-    """Scrubs the secret values of one request out of any text."""
+#: Control and invisible formatting characters: C0, DEL, C1, soft hyphen, bidi overrides
+#: and isolates, zero-width characters, line/paragraph separators, BOM, tag characters.
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 
-    __slots__ = ("_secrets",)
+
+def _escape_character(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return (
+        f"\\x{code:02x}"
+        if code <= 0xFF
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
+    )
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or invisible formatting character written as an escape
+    (``\\x1b``, ``\\u202e``), so text from a server cannot drive a terminal or hide in a log."""
+    return _UNPRINTABLE.sub(_escape_character, text)
+
+
+_JSON_SHORT_ESCAPES = {
+    "/": "\\/",
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+_HTML_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+
+
+def _hex_digits(number: int, width: int) -> str:
+    """``number`` in hex as a pattern matching upper- or lower-case digits."""
+    return "".join(
+        f"[{digit}{digit.upper()}]" if digit.isalpha() else digit for digit in f"{number:0{width}x}"
+    )
+
+
+def _character_pattern(character: str) -> str:
+    """Every way an echo may write ``character``: as is, JSON-escaped, percent-encoded."""
+    code = ord(character)
+    units = (
+        [code] if code <= 0xFFFF else [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + (code & 0x3FF)]
+    )
+    forms = [
+        re.escape(character),
+        "".join("\\\\u" + _hex_digits(unit, 4) for unit in units),
+        "".join("%" + _hex_digits(byte, 2) for byte in character.encode("utf-8", "surrogatepass")),
+    ]
+    if character in _JSON_SHORT_ESCAPES:
+        forms.append(re.escape(_JSON_SHORT_ESCAPES[character]))
+    if character in _HTML_ENTITIES:
+        forms.append(re.escape(_HTML_ENTITIES[character]))
+    if character == " ":
+        forms.append("\\+")
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _secret_pattern(secret: str) -> str:
+    return "".join(map(_character_pattern, secret))
+
+
+_USERINFO = re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^?#]*)@")
+_QUERY_PAIR = re.compile(r"(?P<start>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
+
+
+def redact_url_text(text: str) -> str:
+    """``text`` (a URL as typed, maybe one httpx cannot parse) with its userinfo and secret
+    query values replaced, and otherwise as written: for messages about bad input."""
+    text = _USERINFO.sub(lambda match: match.group("start") + REDACTED + "@", text, count=1)
+
+    def pair(match: re.Match[str]) -> str:
+        name = urllib.parse.unquote_plus(match.group("name"))
+        return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
+
+    return _QUERY_PAIR.sub(pair, text)
+
+
+class Redactor:
+    """Scrubs the secret values of one request out of any text, in any of their encodings."""
+
+    __slots__ = ("_pattern", "_secrets")
 
     def __init__(self, secrets: list[str]) -> None:
         unique = {secret for secret in secrets if len(secret) >= _MIN_SCRUB_LENGTH}
         # Longest first, so a token is not half-replaced by one of its prefixes.
         self._secrets = sorted(unique, key=len, reverse=True)
+        self._pattern = (
+            re.compile("|".join(map(_secret_pattern, self._secrets))) if self._secrets else None
+        )
 
     @classmethod
     def for_request(cls, request: httpx.Request) -> Redactor:
@@ -80,8 +239,11 @@ class Redactor:
             if is_secret_name(name):
                 secrets.append(value)
                 # "Bearer abc123": the credential alone may be echoed without its scheme.
-                secrets.extend(value.split()[1:])
+                words = value.split()
+                secrets.extend(words[1:])
                 secrets.extend(part.split("=", 1)[-1] for part in value.split(";"))
+                if len(words) == 2 and words[0].lower() == "basic":
+                    secrets.extend(_basic_credentials(words[1]))
         for name, value in request.url.params.multi_items():
             if is_secret_name(name):
                 secrets.append(value)
@@ -92,14 +254,23 @@ class Redactor:
         return cls([secret.strip() for secret in secrets])
 
     def scrub(self, text: str) -> str:
-        """``text`` with every known secret value replaced by ``[REDACTED]``."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        """``text`` with every known secret value replaced by ``[REDACTED]``: as sent,
+        JSON-escaped or percent-encoded (see the module docstring)."""
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(REDACTED, text)
 
     def __repr__(self) -> str:
         return f"Redactor({len(self._secrets)} secrets)"
+
+
+def _basic_credentials(encoded: str) -> list[str]:
+    """``user:password`` and the password, from Basic credentials (nothing if malformed)."""
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    return [decoded, decoded.partition(":")[2]]
 
 
 class RedactingFilter(logging.Filter):
