@@ -34,7 +34,7 @@ from retrysafe.errors import (
     ServerError,
     TransportError,
 )
-from retrysafe.redact import Redactor
+from retrysafe.redact import Redactor, printable
 
 __all__ = ["CallSummary", "StopKind", "describe_body", "give_up_error"]
 
@@ -129,19 +129,26 @@ def give_up_error(
 def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[Any, str]:
     """The failing body, parsed when JSON, bounded and scrubbed, plus a one-line excerpt.
 
+    The request's secrets are scrubbed however the server wrote them (escaped, encoded,
+    or as a JSON key); the excerpt, which goes into messages and log lines, also has
+    every control character escaped (:func:`~retrysafe.redact.printable`). The body
+    itself is the caller's data and keeps its characters.
     A streamed body the call never read is not read here: it stays the caller's.
     """
     if response is None or not _is_read(response):
         return None, ""
     content = response.content[:_BODY_LIMIT]
-    text = redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
+    raw = content.decode(response.encoding or "utf-8", errors="replace")
+    text = redactor.scrub(raw)
     body: Any = text
     if len(response.content) <= _BODY_LIMIT:
         try:
-            body = _scrub_json(json.loads(text), redactor)
+            # Parsed before scrubbing, so an escape ("\\/") is undone first and the
+            # secret is scrubbed from the decoded strings, keys included.
+            body = _scrub_json(json.loads(raw), redactor)
         except ValueError:
             body = text
-    excerpt = " ".join(text.split())
+    excerpt = printable(" ".join(text.split()))
     if len(excerpt) > _EXCERPT_LIMIT:
         excerpt = excerpt[: _EXCERPT_LIMIT - 3] + "..."
     return body, excerpt
@@ -161,5 +168,5 @@ def _scrub_json(value: Any, redactor: Redactor) -> Any:
     if isinstance(value, list):
         return [_scrub_json(item, redactor) for item in value]
     if isinstance(value, dict):
-        return {key: _scrub_json(item, redactor) for key, item in value.items()}
+        return {redactor.scrub(key): _scrub_json(item, redactor) for key, item in value.items()}
     return value

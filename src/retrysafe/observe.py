@@ -4,7 +4,8 @@ Logger ``retrysafe`` gets one INFO record per retry (dependency, attempt,
 reason, status, wait) and one WARNING record per final failure (status and a
 bounded, secret-scrubbed body excerpt); a fail-fast ``CircuitOpen`` is DEBUG,
 since the breaker opening was already a WARNING. Hooks receive the same facts as
-:class:`RetryEvent` values, for metrics. Every URL here is already redacted.
+:class:`RetryEvent` values, for metrics. Every URL here is already redacted,
+and control characters in a message are escaped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Literal, Protocol
+
+from retrysafe.redact import printable
 
 __all__ = ["EventHook", "Observer", "RetryEvent", "logger"]
 
@@ -98,6 +101,17 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
     if not logger.isEnabledFor(level):
         return
     fields = {"retrysafe": dataclasses.asdict(event)}
+    # The message is one line whatever a server or a rule put in these texts: control
+    # characters are escaped (the structured fields keep the values as they are).
+    event = dataclasses.replace(
+        event,
+        dependency=printable(event.dependency),
+        method=printable(event.method),
+        url=printable(event.url),
+        reason=printable(event.reason),
+        outcome=printable(event.outcome),
+    )
+    body_excerpt = printable(body_excerpt)
     status = f"HTTP {event.status} " if event.status is not None else ""
     if event.kind == "retry":
         logger.log(
