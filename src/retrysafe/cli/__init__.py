@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from retrysafe import __version__
+from retrysafe.cli.argv_secrets import argv_secrets
 from retrysafe.cli.exit_codes import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -28,7 +29,7 @@ from retrysafe.cli.exit_codes import (
     describe_exit_codes,
 )
 from retrysafe.cli.request_command import add_request_options, run_request
-from retrysafe.cli.terminal import Style, is_terminal, wants_color
+from retrysafe.cli.terminal import Style, is_terminal, safe_line, set_command_secrets, wants_color
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, reporting bad arguments in one line instead of a usage block."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: {message} (see {self.prog} --help)\n")
+        sys.stderr.write(safe_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -171,7 +172,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         return run(args)
     except UsageError as exc:
-        sys.stderr.write(f"retrysafe {args.command}: {exc}\n")
+        sys.stderr.write(safe_line(f"retrysafe {args.command}: {exc}") + "\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write(f"retrysafe {args.command}: interrupted\n")
@@ -187,6 +188,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``retrysafe`` command with ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = build_parser()
+    # Found before parsing, so that no message about the input can print a secret in it.
+    set_command_secrets(argv_secrets(sys.argv[1:] if argv is None else argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_request:  # --help, --version, or a bad argument

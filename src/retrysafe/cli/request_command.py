@@ -18,7 +18,8 @@ import httpx
 
 from retrysafe import ApiError, CallReport, Client, EventHook, RetryEvent, RetryPolicy
 from retrysafe.cli.exit_codes import EXIT_OK, UsageError, exit_code_for
-from retrysafe.cli.terminal import Style, wants_color
+from retrysafe.cli.terminal import Style, safe_line, wants_color
+from retrysafe.redact import redact_url_text
 
 __all__ = [
     "RequestSpec",
@@ -107,14 +108,15 @@ class RequestSpec:
 
 def parse_url(text: str) -> str:
     """``text`` if it is an absolute http(s) URL with a host."""
+    shown = redact_url_text(text)  # userinfo and secret parameters never reach a message
     if any(character.isspace() or not character.isprintable() for character in text):
-        raise UsageError(f"invalid URL {text!r}: percent-encode spaces and control characters")
+        raise UsageError(f"invalid URL {shown!r}: percent-encode spaces and control characters")
     try:
         url = httpx.URL(text)
     except httpx.InvalidURL as exc:
-        raise UsageError(f"invalid URL {text!r}: {exc}") from None
+        raise UsageError(f"invalid URL {shown!r}: {exc}") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(f"invalid URL {text!r}: it needs http:// or https:// and a host")
+        raise UsageError(f"invalid URL {shown!r}: it needs http:// or https:// and a host")
     return text
 
 
@@ -126,11 +128,21 @@ def parse_method(text: str) -> str:
 
 
 def parse_header(text: str) -> tuple[str, str]:
-    """``'Name: value'`` as ``("Name", "value")``."""
+    """``'Name: value'`` as ``("Name", "value")``.
+
+    A malformed header is named in the error by its first word only: the rest may be a
+    secret (``-H 'Authorization Bearer sk_live_...'``, the colon forgotten).
+    """
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
     if not colon or not _TOKEN.match(name):
-        raise UsageError(f"bad header {text!r}: expected 'Name: value'")
+        words = (name if colon else text).split()
+        first = words[0] if len(words) > 1 or colon else ""
+        shown = f" {first + ' ...'!r}" if first and _TOKEN.match(first) else ""
+        raise UsageError(
+            f"bad header{shown}: expected 'Name: value' (a token name, then a colon); "
+            "the rest is not shown, in case it is a secret"
+        )
     if _FORBIDDEN_IN_VALUE.search(value):
         raise UsageError(f"bad header {name!r}: its value may not contain line breaks")
     try:
@@ -217,7 +229,7 @@ def _retry_printer(stderr: TextIO, style: Style) -> EventHook:
             return
         got = f"HTTP {event.status} {event.reason}" if event.status is not None else event.reason
         line = f"attempt {event.attempt} got {got}; retrying in {_seconds(event.wait)}"
-        stderr.write(style.paint(f"retrysafe: {line}", "yellow") + "\n")
+        stderr.write(style.paint(safe_line(f"retrysafe: {line}"), "yellow") + "\n")
         stderr.flush()
 
     return hook
@@ -279,11 +291,11 @@ def run_request(args: argparse.Namespace) -> int:
     try:
         response = _send(spec, hooks)
     except ApiError as error:
-        stderr.write(style.paint(f"retrysafe: {_error_line(error)}", "red") + "\n")
+        stderr.write(style.paint(safe_line(f"retrysafe: {_error_line(error)}"), "red") + "\n")
         return exit_code_for(error)
     except httpx.InvalidURL as exc:
-        raise UsageError(f"invalid URL {spec.url!r}: {exc}") from None
+        raise UsageError(f"invalid URL {redact_url_text(spec.url)!r}: {exc}") from None
     _write_body(response, stdout)
     if not args.quiet:
-        stderr.write(style.paint(f"retrysafe: {_summary(response)}", "dim") + "\n")
+        stderr.write(style.paint(safe_line(f"retrysafe: {_summary(response)}"), "dim") + "\n")
     return EXIT_OK

@@ -6,13 +6,41 @@ Plain ANSI escape codes, no dependency: colour is on only for a terminal, and ne
 
 from __future__ import annotations
 
+import contextvars
 import os
 import shutil
 import threading
 from collections.abc import Sequence
 from typing import TextIO
 
-__all__ = ["Cell", "Spinner", "Style", "render_table", "wants_color"]
+from retrysafe.redact import Redactor, printable
+
+__all__ = [
+    "Cell",
+    "Spinner",
+    "Style",
+    "render_table",
+    "safe_line",
+    "set_command_secrets",
+    "wants_color",
+]
+
+#: The secret values found on the command line (see ``retrysafe.cli.argv_secrets``).
+_command_secrets: contextvars.ContextVar[Redactor | None] = contextvars.ContextVar(
+    "retrysafe_command_secrets", default=None
+)
+
+
+def set_command_secrets(redactor: Redactor) -> None:
+    """Scrub these secrets from every line :func:`safe_line` makes, in this context."""
+    _command_secrets.set(redactor)
+
+
+def safe_line(text: str) -> str:
+    """``text`` fit for the terminal: the command line's secrets scrubbed (however they
+    were encoded) and every control character escaped, so it stays one inert line."""
+    redactor = _command_secrets.get()
+    return printable(text if redactor is None else redactor.scrub(text))
 
 
 def wants_color(stream: TextIO, *, disabled: bool = False) -> bool:
