@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,7 +15,16 @@ from retrysafe.idempotency.records import (
     StoredResponse,
     record_from_fields,
 )
-from retrysafe.idempotency.sql import DEFAULT_TABLE, RECORD_COLUMNS, check_table_name
+from retrysafe.idempotency.sql import (
+    DEFAULT_PURGE_EVERY,
+    DEFAULT_PURGE_INTERVAL,
+    DEFAULT_PURGE_LIMIT,
+    DEFAULT_TABLE,
+    RECORD_COLUMNS,
+    PurgeSchedule,
+    check_purge_limit,
+    check_table_name,
+)
 from retrysafe.idempotency.store import StoreUnavailable, new_token
 
 if TYPE_CHECKING:
@@ -23,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore"]
 
 _T = TypeVar("_T")
+logger = logging.getLogger("retrysafe.idempotency")
 _Work = Callable[["AsyncConnection[tuple[Any, ...]]"], Awaitable[_T]]
 
 
@@ -42,6 +53,14 @@ class PostgresStore:
         pool_size: most connections open at once.
         timeout: seconds a connection attempt or one operation may take before failing
             closed with :class:`StoreUnavailable`.
+        purge_every: after this many claims, the next claim also deletes lapsed records
+            (``None``: not by count). Each claim adds at most one row, so with
+            ``purge_limit`` above ``purge_every`` purging outpaces claiming.
+        purge_interval: a claim also purges when its ``now`` is this many seconds past
+            the last purge (``None``: not by time). The first claim purges too.
+        purge_limit: most rows one purge deletes, so no claim pays for a large backlog;
+            the rest go in later purges. :meth:`purge_expired` remains for a cron job.
+            Several servers purge side by side without waiting on each other's rows.
     """
 
     def __init__(
@@ -51,7 +70,11 @@ class PostgresStore:
         table: str = DEFAULT_TABLE,
         pool_size: int = 10,
         timeout: float = 5.0,
+        purge_every: int | None = DEFAULT_PURGE_EVERY,
+        purge_interval: float | None = DEFAULT_PURGE_INTERVAL,
+        purge_limit: int = DEFAULT_PURGE_LIMIT,
     ) -> None:
+        self._purges = PurgeSchedule(every=purge_every, interval=purge_interval, limit=purge_limit)
         try:
             import psycopg  # noqa: F401
         except ImportError as exc:
@@ -95,7 +118,10 @@ class PostgresStore:
                 if row is not None:
                     return record_from_fields(row)
 
-        return await self._run(work)
+        outcome = await self._run(work)
+        if self._purges.due(now):
+            await self._purge_in_passing(now)
+        return outcome
 
     async def complete(
         self,
@@ -157,17 +183,41 @@ class PostgresStore:
 
         return await self._run(work)
 
-    async def purge_expired(self, *, now: float) -> int:
-        """Delete records that lapsed by ``now``; returns how many. Run it periodically:
-        lapsed records are otherwise only replaced when their key is used again."""
+    async def purge_expired(self, *, now: float, limit: int | None = None) -> int:
+        """Delete records that lapsed by ``now``, at most ``limit`` of them (``None``: all);
+        returns how many. Claims already purge in bounded batches (see ``purge_every``);
+        call this from a maintenance job to clear a backlog at a time of your choosing."""
+        check_purge_limit(limit)
+        statement: str
+        values: tuple[float | int, ...]
+        if limit is None:
+            statement, values = f"DELETE FROM {self._table} WHERE expires_at <= %s", (now,)
+        else:
+            # The batch is fetched by row address (a TID scan, never a table scan). Rows
+            # another purge has locked are skipped, not waited for; a record a claim took
+            # over in the meantime has a new address and a later expiry, and stays.
+            statement = (
+                f"DELETE FROM {self._table} WHERE ctid = ANY(ARRAY("
+                f"SELECT ctid FROM {self._table} WHERE expires_at <= %s"
+                " ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED))"
+                " AND expires_at <= %s"
+            )
+            values = (now, limit, now)
 
         async def work(connection: AsyncConnection[tuple[Any, ...]]) -> int:
-            cursor = await connection.execute(
-                f"DELETE FROM {self._table} WHERE expires_at <= %s", (now,)
-            )
+            cursor = await connection.execute(statement, values)
             return cursor.rowcount
 
         return await self._run(work)
+
+    async def _purge_in_passing(self, now: float) -> None:
+        # After the claim is committed and its answer in hand: a failed purge is logged and
+        # left to the next one, and cancellation waits for this one bounded batch.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.purge_expired(now=now, limit=self._purges.limit)
+            except StoreUnavailable as exc:
+                logger.warning("purging lapsed idempotency records failed: %s", exc)
 
     async def close(self) -> None:
         self._closed = True
@@ -198,6 +248,15 @@ class PostgresStore:
                 " status integer, headers text, body bytea,"
                 " PRIMARY KEY (scope, key))"
             )
+            # Lets a purge find its batch of lapsed rows without scanning the table. Looked
+            # up first: CREATE INDEX locks out writes even when the index already exists.
+            index = f"{self._table}_expires_at"
+            cursor = await connection.execute("SELECT to_regclass(%s)", (index,))
+            found = await cursor.fetchone()
+            if found is None or found[0] is None:
+                await connection.execute(
+                    f"CREATE INDEX IF NOT EXISTS {index} ON {self._table} (expires_at)"
+                )
 
     def __repr__(self) -> str:
         return f"PostgresStore(table={self._table!r})"

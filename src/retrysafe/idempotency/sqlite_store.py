@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 
 from retrysafe.idempotency.records import (
@@ -16,12 +18,22 @@ from retrysafe.idempotency.records import (
     StoredResponse,
     record_from_fields,
 )
-from retrysafe.idempotency.sql import DEFAULT_TABLE, RECORD_COLUMNS, check_table_name
+from retrysafe.idempotency.sql import (
+    DEFAULT_PURGE_EVERY,
+    DEFAULT_PURGE_INTERVAL,
+    DEFAULT_PURGE_LIMIT,
+    DEFAULT_TABLE,
+    RECORD_COLUMNS,
+    PurgeSchedule,
+    check_purge_limit,
+    check_table_name,
+)
 from retrysafe.idempotency.store import StoreUnavailable, new_token
 
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
+logger = logging.getLogger("retrysafe.idempotency")
 
 
 class SQLiteStore:
@@ -39,6 +51,13 @@ class SQLiteStore:
         synchronous: SQLite's ``synchronous`` setting. ``"FULL"`` (the default) makes each
             claim durable before the handler runs; ``"NORMAL"`` is faster but a power cut
             may forget the last claims.
+        purge_every: after this many claims, the next claim also deletes lapsed records
+            (``None``: not by count). Each claim adds at most one row, so with
+            ``purge_limit`` above ``purge_every`` purging outpaces claiming.
+        purge_interval: a claim also purges when its ``now`` is this many seconds past
+            the last purge (``None``: not by time). The first claim purges too.
+        purge_limit: most rows one purge deletes, so no claim pays for a large backlog;
+            the rest go in later purges. :meth:`purge_expired` remains for a cron job.
     """
 
     def __init__(
@@ -48,9 +67,13 @@ class SQLiteStore:
         table: str = DEFAULT_TABLE,
         busy_timeout: float = 5.0,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        purge_every: int | None = DEFAULT_PURGE_EVERY,
+        purge_interval: float | None = DEFAULT_PURGE_INTERVAL,
+        purge_limit: int = DEFAULT_PURGE_LIMIT,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        self._purges = PurgeSchedule(every=purge_every, interval=purge_interval, limit=purge_limit)
         self._path = os.fspath(path)
         self._table = check_table_name(table)
         self._busy_timeout = busy_timeout
@@ -86,7 +109,10 @@ class SQLiteStore:
                     connection.execute("ROLLBACK")
                 raise
 
-        return await self._run(run)
+        outcome = await self._run(run)
+        if self._purges.due(now):
+            await self._purge_in_passing(now)
+        return outcome
 
     async def complete(
         self,
@@ -141,15 +167,37 @@ class SQLiteStore:
 
         return await self._run(run)
 
-    async def purge_expired(self, *, now: float) -> int:
-        """Delete records that lapsed by ``now``; returns how many. Run it periodically:
-        lapsed records are otherwise only replaced when their key is used again."""
+    async def purge_expired(self, *, now: float, limit: int | None = None) -> int:
+        """Delete records that lapsed by ``now``, at most ``limit`` of them (``None``: all);
+        returns how many. Claims already purge in bounded batches (see ``purge_every``);
+        call this from a maintenance job to clear a backlog at a time of your choosing."""
+        check_purge_limit(limit)
+        statement: str
+        values: tuple[float | int, ...]
+        if limit is None:
+            statement, values = f"DELETE FROM {self._table} WHERE expires_at <= ?", (now,)
+        else:
+            # The table has no rowid; the subquery picks the batch by primary key.
+            statement = (
+                f"DELETE FROM {self._table} WHERE (scope, key) IN"
+                f" (SELECT scope, key FROM {self._table} WHERE expires_at <= ?"
+                " ORDER BY expires_at LIMIT ?)"
+            )
+            values = (now, limit)
 
         def run(connection: sqlite3.Connection) -> int:
-            cursor = connection.execute(f"DELETE FROM {self._table} WHERE expires_at <= ?", (now,))
-            return cursor.rowcount
+            return connection.execute(statement, values).rowcount
 
         return await self._run(run)
+
+    async def _purge_in_passing(self, now: float) -> None:
+        # After the claim is committed and its answer in hand: a failed purge is logged and
+        # left to the next one, and cancellation waits for this one bounded batch.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.purge_expired(now=now, limit=self._purges.limit)
+            except StoreUnavailable as exc:
+                logger.warning("purging lapsed idempotency records failed: %s", exc)
 
     async def close(self) -> None:
         def run() -> None:
@@ -191,6 +239,10 @@ class SQLiteStore:
                 " fingerprint TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL,"
                 " status INTEGER, headers TEXT, body BLOB,"
                 " PRIMARY KEY (scope, key)) WITHOUT ROWID"
+            )
+            # Lets a purge find its batch of lapsed rows without scanning the table.
+            connection.execute(
+                f"CREATE INDEX IF NOT EXISTS {self._table}_expires_at ON {self._table} (expires_at)"
             )
         except BaseException:
             connection.close()
