@@ -8,6 +8,7 @@ import json
 from retrysafe.idempotency.asgi import Send
 
 __all__ = [
+    "PROBLEM_HEADER",
     "PROBLEM_TYPE_PREFIX",
     "Problem",
     "body_too_large",
@@ -46,12 +47,19 @@ class Problem:
         }
 
 
+#: Set on every answer the middleware gives itself, to the problem's slug (e.g.
+#: ``key-reused``): a client tells the middleware's 422 from the app's own 422 by this
+#: header (or by the document's ``type``), never by the status alone.
+PROBLEM_HEADER = "Idempotency-Problem"
+
+
 async def send_problem(send: Send, problem: Problem) -> None:
-    """Answer the request with ``problem``."""
+    """Answer the request with ``problem``, marked with :data:`PROBLEM_HEADER`."""
     body = json.dumps(problem.document(), separators=(",", ":")).encode()
     headers = [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()),
+        (PROBLEM_HEADER.lower().encode("latin-1"), problem.slug.encode("latin-1")),
         *((name.encode("latin-1"), value.encode("latin-1")) for name, value in problem.headers),
     ]
     await send({"type": "http.response.start", "status": problem.status, "headers": headers})

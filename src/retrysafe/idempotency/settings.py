@@ -13,8 +13,13 @@ __all__ = ["DEFAULT_METHODS", "DEFAULT_RELEASE_STATUSES", "IdempotencySettings"]
 DEFAULT_METHODS: frozenset[str] = frozenset({"POST", "PATCH"})
 
 #: Statuses, besides every 5xx, that release the key instead of being kept: they say the
-#: request was not processed and should be tried again later, not replayed.
-DEFAULT_RELEASE_STATUSES: frozenset[int] = frozenset({408, 429})
+#: request was refused before anything was done, so it may be sent again (corrected, or
+#: later) under the same key rather than replayed. 422 is how frameworks (FastAPI's
+#: request validation) and handlers refuse a body; 401 and 403 are refused credentials;
+#: 408 and 429 say "not now". Stripe likewise keeps only results of requests that began
+#: executing. A handler that did work and still answers one of these calls
+#: ``mark_committed`` to have it kept.
+DEFAULT_RELEASE_STATUSES: frozenset[int] = frozenset({401, 403, 408, 422, 429})
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
@@ -41,7 +46,8 @@ class IdempotencySettings:
         in_flight_retry_after: the ``Retry-After`` seconds told to a repeat that arrives
             while the first request still runs (never past the lease's end).
         release_statuses: statuses, besides every 5xx, that release the key rather than
-            being kept (a handler can still keep them with ``mark_committed``).
+            being kept (a handler can still keep them with ``mark_committed``); by default
+            :data:`DEFAULT_RELEASE_STATUSES`.
     """
 
     required: bool
