@@ -55,6 +55,15 @@ class HeldClaim:
         self._finished = False
         self._renewal = anyio.CancelScope()
 
+    async def renew_now(self) -> bool:
+        """Renew the lease once, from the current time; ``False`` if the claim was lost.
+
+        Raises :class:`StoreUnavailable` when the store cannot be used.
+        """
+        return await self._store.extend(
+            self.caller, self.key, self._token, now=self._clock.time(), lease=self._settings.lease
+        )
+
     async def renew_until_finished(self) -> None:
         """Renew the lease until :meth:`finish` or :meth:`stop`; run it in a task group.
 

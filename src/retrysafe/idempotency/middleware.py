@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -33,7 +36,7 @@ from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["CallerScope", "IdempotencyMiddleware", "WallClock"]
+__all__ = ["CallerScope", "IdempotencyMiddleware", "WallClock", "credential_scope"]
 
 logger = logging.getLogger("retrysafe.idempotency")
 
@@ -44,6 +47,15 @@ CallerScope = Callable[["Request"], "str | Awaitable[str | None] | None"]
 
 #: The ``Retry-After`` seconds told to a client whose request met a store that was down.
 STORE_DOWN_RETRY_AFTER = 1
+
+#: A claim whose write took longer than this share of the lease has its lease started
+#: again (fenced by its token) before the handler runs, so the handler starts with at
+#: least 90 % of the lease ahead whatever the store made it wait.
+_LATE_CLAIM_SHARE = 0.1
+
+#: Store attributes holding how long one store operation may wait, most specific first:
+#: SQLiteStore's ``busy_timeout``; RedisStore's and PostgresStore's ``timeout``.
+_STORE_TIMEOUTS = ("busy_timeout", "timeout")
 
 # Server-side shortcuts that send a file without passing its bytes through ``send``;
 # the middleware hides them from the app so the response can be copied.
@@ -67,13 +79,25 @@ class IdempotencyMiddleware:
     claims (caller, key) atomically in ``store`` before the handler runs. A repeat of the
     same request gets the kept response again, marked ``Idempotent-Replayed: true``; a
     repeat while the first runs gets 409 with ``Retry-After``; the same key with another
-    method, path, query or body gets 422. Refusals are ``application/problem+json``. If
-    the store cannot be used, the request gets 503 with ``Retry-After`` and the handler
-    does not run. While the handler runs its claim's lease is renewed; its outcome is
-    written when it ends, tried again if the store blinks.
+    method, path, query or body gets 422. Refusals are ``application/problem+json`` with
+    an ``Idempotency-Problem`` header naming the problem (``key-reused`` for that 422), so
+    a client tells them from the app's own answers of the same status. If the store
+    cannot be used, the request gets 503 with ``Retry-After`` and the handler does not
+    run. A claim's lease starts when the store has written it (a claim the store kept
+    waiting is renewed before the handler runs); while the handler runs the lease is
+    renewed; its outcome is written when it ends, tried again if the store blinks.
 
-    Place it inside authentication: ``scope`` is called with the Starlette ``Request`` and
-    returns the verified caller, so one caller's keys never meet another's.
+    Which outcomes are kept: only those of requests that were processed. Every 5xx, an
+    exception, and the ``release_statuses`` that say the request was refused before
+    anything was done (by default 401, 403, 408, 422, 429; FastAPI answers a body that
+    fails validation with 422) keep nothing and free the key, so the corrected request
+    can be sent under the same key, unless the handler called ``mark_committed``.
+
+    ``scope`` is called with the Starlette ``Request``, before the body is read, and
+    returns the caller, so one caller's keys never meet another's. Place the middleware
+    inside an authentication middleware and return the user it verified; where
+    authentication runs after all middleware (a FastAPI dependency), use
+    :func:`credential_scope`, which keeps keys per credential.
 
     Args:
         app: the ASGI app to guard.
@@ -126,6 +150,7 @@ class IdempotencyMiddleware:
             in_flight_retry_after=in_flight_retry_after,
             release_statuses=release_statuses,
         )
+        _check_lease_outlasts_store(self.settings.lease, store)
         self._caller_of = scope
         self._clock: WallClock = clock if clock is not None else SystemClock()
 
@@ -144,24 +169,65 @@ class IdempotencyMiddleware:
             return
         if admitted is None:
             return  # the client left while sending its body; nothing was claimed
-        now = self._clock.time()
+        stamped = self._clock.time()
         try:
             claim = await self.store.claim(
-                admitted.caller, admitted.key, admitted.fingerprint, now=now, lease=settings.lease
+                admitted.caller,
+                admitted.key,
+                admitted.fingerprint,
+                now=stamped,
+                lease=settings.lease,
             )
         except StoreUnavailable as exc:
             logger.warning("idempotency store unavailable, refusing a keyed request: %s", exc)
             await send_problem(send, problems.store_unavailable(STORE_DOWN_RETRY_AFTER))
             return
+        # The store may have waited (for a lock, a connection) before writing the claim,
+        # whose lease it stamped from ``stamped``: all that follows reads the time anew.
+        held_at = self._clock.time()
         if isinstance(claim, IdempotencyRecord):
-            answer = answer_repeat(claim, admitted.fingerprint, now=now, settings=settings)
+            answer = answer_repeat(claim, admitted.fingerprint, now=held_at, settings=settings)
             if isinstance(answer, Problem):
                 await send_problem(send, answer)
             else:
                 await send_replay(send, answer)
             return
         guarded = IdempotentRequest(admitted.caller, admitted.key)
-        await self._run_claimed(scope, admitted.body, send, guarded, claim.token)
+        held = HeldClaim(
+            self.store,
+            guarded.caller,
+            guarded.key,
+            claim.token,
+            clock=self._clock,
+            settings=settings,
+        )
+        if held_at - stamped > settings.lease * _LATE_CLAIM_SHARE:
+            refused = await self._restart_lease(held)
+            if refused is not None:
+                await send_problem(send, refused)
+                return
+        await self._run_claimed(scope, admitted.body, send, guarded, held)
+
+    async def _restart_lease(self, held: HeldClaim) -> Problem | None:
+        """Start the lease of a claim that took long to write from now, before the handler
+        runs; a claim that lapsed meanwhile and was taken over is not run (409)."""
+        try:
+            still_held = await held.renew_now()
+        except StoreUnavailable as exc:
+            logger.warning("idempotency store unavailable, refusing a keyed request: %s", exc)
+            with anyio.CancelScope(shield=True):
+                await held.finish("release", None)
+            return problems.store_unavailable(STORE_DOWN_RETRY_AFTER)
+        if still_held:
+            return None
+        logger.warning(
+            "the claim on idempotency key %r of caller %r lapsed while the store wrote it"
+            " and another request took the key over; this request is not run",
+            held.key,
+            held.caller,
+        )
+        retry_after = max(1, math.ceil(self.settings.in_flight_retry_after))
+        return problems.in_flight(self.settings.header, retry_after)
 
     async def _admit(
         self, scope: Scope, receive: Receive, key: str | KeyProblem | None
@@ -195,17 +261,8 @@ class IdempotencyMiddleware:
         return _Admitted(caller, key, body, fingerprint)
 
     async def _run_claimed(
-        self, scope: Scope, body: bytes, send: Send, guarded: IdempotentRequest, token: str
+        self, scope: Scope, body: bytes, send: Send, guarded: IdempotentRequest, held: HeldClaim
     ) -> None:
-        held = HeldClaim(
-            self.store,
-            guarded.caller,
-            guarded.key,
-            token,
-            clock=self._clock,
-            settings=self.settings,
-        )
-
         async def on_complete(capture: ResponseCapture) -> None:
             finish = finish_claim(
                 capture.status,
@@ -277,3 +334,68 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if field.lower() == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+def _store_timeout(store: object) -> tuple[str, float] | None:
+    """The store's own limit on how long one operation may wait, and its name."""
+    for name in _STORE_TIMEOUTS:
+        for attribute in (name, f"_{name}"):
+            value = getattr(store, attribute, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return name, float(value)
+    return None
+
+
+def _check_lease_outlasts_store(lease: float, store: object) -> None:
+    """Refuse a lease the store could use up before the claim is even written."""
+    found = _store_timeout(store)
+    if found is None:
+        return
+    name, timeout = found
+    if lease <= timeout:
+        raise ValueError(
+            f"lease={lease:g} s is not longer than {type(store).__name__}'s"
+            f" {name}={timeout:g} s: a claim that waits that long for the store would be"
+            " written with its lease already over, and a retry could run the handler a"
+            f" second time. Set lease well above {timeout:g} s (the default is 60 s), or"
+            f" lower the store's {name}."
+        )
+
+
+def credential_scope(
+    header: str = "Authorization", *, secret: bytes | None = None
+) -> Callable[[Request], str | None]:
+    """A ``scope`` for apps whose authentication runs after the middleware.
+
+    Under FastAPI, authentication is usually a dependency, which runs inside the route,
+    after every middleware, so ``request.state`` holds no verified user yet when the
+    middleware needs the caller. This scope keeps keys per credential instead: the
+    caller is a SHA-256 digest of the ``header`` value (``"cred:<hex>"``), so two callers
+    never share keys, and the credential itself is never stored. A request without the
+    header has no caller (keyed: 401). The app still authenticates every request; an
+    invalid credential's 401 is not kept (it is a release status).
+
+    Args:
+        header: the request header carrying the credential.
+        secret: when given, the digest is an HMAC under it. Use one (the same on every
+            server sharing the store) when credentials are guessable, like passwords in
+            Basic auth, so a stolen store does not allow testing guesses against them.
+
+    A caller who switches credential (a rotated token) starts a new key space: a retry
+    sent with the new credential runs again. Use ``request.state`` from an outer
+    authentication middleware where you have one.
+    """
+    field = header.lower().encode("latin-1")
+
+    def caller(request: Request) -> str | None:
+        values = [value for name, value in request.scope["headers"] if name.lower() == field]
+        if len(values) != 1 or not bytes(values[0]).strip():
+            return None
+        credential = bytes(values[0]).strip()
+        if secret is None:
+            digest = hashlib.sha256(b"retrysafe-caller\0" + credential).hexdigest()
+        else:
+            digest = hmac.new(secret, credential, hashlib.sha256).hexdigest()
+        return f"cred:{digest}"
+
+    return caller
