@@ -33,9 +33,13 @@ if TYPE_CHECKING:
         OperationDone,
     )
     from retrysafe.idempotency.memory_store import MemoryStore
-    from retrysafe.idempotency.middleware import CallerScope, IdempotencyMiddleware
+    from retrysafe.idempotency.middleware import (
+        CallerScope,
+        IdempotencyMiddleware,
+        credential_scope,
+    )
     from retrysafe.idempotency.postgres_store import PostgresStore
-    from retrysafe.idempotency.problems import PROBLEM_TYPE_PREFIX
+    from retrysafe.idempotency.problems import PROBLEM_HEADER, PROBLEM_TYPE_PREFIX
     from retrysafe.idempotency.records import (
         Claimed,
         IdempotencyRecord,
@@ -63,7 +67,9 @@ _LAZY: dict[str, str] = {
     "MemoryStore": "retrysafe.idempotency.memory_store",
     "CallerScope": "retrysafe.idempotency.middleware",
     "IdempotencyMiddleware": "retrysafe.idempotency.middleware",
+    "credential_scope": "retrysafe.idempotency.middleware",
     "PostgresStore": "retrysafe.idempotency.postgres_store",
+    "PROBLEM_HEADER": "retrysafe.idempotency.problems",
     "PROBLEM_TYPE_PREFIX": "retrysafe.idempotency.problems",
     "Claimed": "retrysafe.idempotency.records",
     "IdempotencyRecord": "retrysafe.idempotency.records",
@@ -78,6 +84,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "PROBLEM_HEADER",
     "PROBLEM_TYPE_PREFIX",
     "REPLAYED_HEADER",
     "CallerScope",
@@ -98,6 +105,7 @@ __all__ = [
     "RedisStore",
     "SQLiteStore",
     "StoreUnavailable",
+    "credential_scope",
     "StoredResponse",
     "WallClock",
     "current_request",
