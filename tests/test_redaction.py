@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 import retrysafe
-from retrysafe import RetryPolicy
-from retrysafe import redact
+from retrysafe import RetryPolicy, redact
 from retrysafe.failures import describe_body
 from retrysafe.redact import Redactor, is_secret_name, redact_url
 
@@ -160,3 +159,24 @@ def test_control_characters_from_a_failing_body_never_reach_the_message_or_log(
         assert bad == [], f"control characters {bad!r} in {text!r}"
     assert "\\x1b" in str(caught.value), "escaped visibly, not dropped silently"
     assert caught.value.body == HOSTILE, "the body itself is the caller's data, kept as it came"
+
+
+# -- the fuzz run, small ------------------------------------------------------------------------
+
+
+def test_fuzzed_secrets_never_survive_any_encoding_and_ordinary_names_stay_readable() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "scripts" / "fuzz_redaction.py"
+    spec = importlib.util.spec_from_file_location("fuzz_redaction", path)
+    assert spec is not None
+    assert spec.loader is not None
+    fuzz = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = fuzz  # its dataclasses look their module up
+    spec.loader.exec_module(fuzz)
+    tally = fuzz.run(2_000, seed=7)
+    assert tally.cases == 2_000
+    assert tally.leaks == []
+    assert tally.wrong_names == []

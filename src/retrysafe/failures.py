@@ -138,14 +138,13 @@ def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[
     if response is None or not _is_read(response):
         return None, ""
     content = response.content[:_BODY_LIMIT]
-    raw = content.decode(response.encoding or "utf-8", errors="replace")
-    text = redactor.scrub(raw)
+    text = redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
     body: Any = text
     if len(response.content) <= _BODY_LIMIT:
         try:
-            # Parsed before scrubbing, so an escape ("\\/") is undone first and the
-            # secret is scrubbed from the decoded strings, keys included.
-            body = _scrub_json(json.loads(raw), redactor)
+            # Scrubbed as text (every written form), then again once decoded, keys
+            # included: a raw secret can read as a JSON escape ("a\\tb") of another string.
+            body = _scrub_json(json.loads(text), redactor)
         except ValueError:
             body = text
     excerpt = printable(" ".join(text.split()))

@@ -7,7 +7,8 @@
 the segments of a registered secret name (:data:`SECRET_NAMES`): a single word such as
 ``key``, ``token``, ``sig`` or ``pass`` matches that whole segment only, so ``api_key``,
 ``X-Amz-Signature`` and ``sig`` are secret while ``keyword``, ``author`` and ``monkey``
-are not. ``Idempotency-Key`` is the one built-in exception (:data:`PUBLIC_NAMES`).
+are not. ``Idempotency-Key`` is the one built-in exception (:data:`PUBLIC_NAMES`): its
+segments are set aside before matching, so ``X-Idempotency-Key`` is public too.
 Add your own with :func:`add_secret_names` (``add_secret_names("ticket", "acme-seal")``
 makes ``X-Acme-Ticket`` and ``acmeSeal`` secret), process-wide.
 
@@ -15,7 +16,8 @@ makes ``X-Acme-Ticket`` and ``acmeSeal`` secret), process-wide.
 request, so that a server echoing them back in a body cannot smuggle them into a log
 line or an error message, however it writes them: as sent, JSON-escaped (``\\/``,
 ``\\u002f``, every character as ``\\uXXXX``) or percent-encoded (``%2F``/``%2f``,
-``+`` for a space). Values shorter than 4 characters are not scrubbed from free text.
+``+`` for a space) or HTML-escaped (``&amp;``, ``&#x27;``). Values shorter than 4
+characters are not scrubbed from free text.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ SECRET_NAMES: tuple[str, ...] = (
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
 )  # fmt: skip
-#: Names that contain a secret name's segments but carry no secret (whole-name match).
+#: Segment runs that carry no secret though they contain a secret name's segments.
 PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
@@ -98,21 +100,27 @@ def _reset_secret_names() -> None:
 _reset_secret_names()
 
 
+def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:
+    """The starts of ``pattern``'s runs in ``segments``."""
+    width = len(pattern)
+    return [
+        start
+        for start in range(len(segments) - width + 1)
+        if segments[start : start + width] == pattern
+    ]
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a header or query parameter with this name carries a secret (see module doc)."""
     segments = name_segments(name)
-    if segments in _public_patterns:
-        return False
+    for pattern in _public_patterns:  # blank out public runs: "X-Idempotency-Key" -> "x"
+        for start in _contains(segments, pattern):
+            width = len(pattern)
+            segments = segments[:start] + ("",) * width + segments[start + width :]
     patterns = _secret_patterns
     if any((segment,) in patterns for segment in segments):
         return True
-    count = len(segments)
-    return any(
-        segments[start : start + len(pattern)] == pattern
-        for pattern in patterns
-        if 1 < len(pattern) <= count
-        for start in range(count - len(pattern) + 1)
-    )
+    return any(_contains(segments, pattern) for pattern in patterns if len(pattern) > 1)
 
 
 def redact_url(url: httpx.URL | str) -> str:
@@ -193,6 +201,8 @@ def _character_pattern(character: str) -> str:
         forms.append(re.escape(_JSON_SHORT_ESCAPES[character]))
     if character in _HTML_ENTITIES:
         forms.append(re.escape(_HTML_ENTITIES[character]))
+    if not character.isalnum():  # HTML numeric references: &#47; &#x2F;
+        forms.append(f"&#(?:0*{code}|[xX]0*{_hex_digits(code, 1)});")
     if character == " ":
         forms.append("\\+")
     return "(?:" + "|".join(forms) + ")"
@@ -235,7 +245,10 @@ class Redactor:
     def for_request(cls, request: httpx.Request) -> Redactor:
         """Collect every secret value the request carries: headers, query, userinfo."""
         secrets: list[str] = []
-        for name, value in request.headers.multi_items():
+        # The names as written: httpx's own view lower-cases them, losing camelCase.
+        encoding = request.headers.encoding
+        for raw_name, raw_value in request.headers.raw:
+            name, value = raw_name.decode(encoding), raw_value.decode(encoding)
             if is_secret_name(name):
                 secrets.append(value)
                 # "Bearer abc123": the credential alone may be echoed without its scheme.
@@ -255,7 +268,7 @@ class Redactor:
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret value replaced by ``[REDACTED]``: as sent,
-        JSON-escaped or percent-encoded (see the module docstring)."""
+        JSON-escaped, percent-encoded or HTML-escaped (see the module docstring)."""
         if self._pattern is None:
             return text
         return self._pattern.sub(REDACTED, text)
