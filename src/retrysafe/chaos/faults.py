@@ -104,7 +104,11 @@ def trickle_interval(request: bytes) -> float | None:
     raw = query.get("interval_ms", [""])[-1].strip()
     if not raw:
         return TRICKLE_INTERVAL
-    if not raw.isdigit() or int(raw) > _MAX_TRICKLE_INTERVAL * 1000:
+    # ASCII digits only (str.isdigit() also says yes to "²", which int() refuses), and
+    # few of them, so int() never sees thousands of digits.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4):
+        return None
+    if int(raw) > _MAX_TRICKLE_INTERVAL * 1000:
         return None
     return int(raw) / 1000
 

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from retrysafe.chaos.arrival import Arrival, arrive
-from retrysafe.chaos.params import InvalidParameter, int_param
+from retrysafe.chaos.params import MAX_TIMES, InvalidParameter, int_param
 from retrysafe.chaos.replies import reply_json, reply_socket_fault
 from retrysafe.chaos.state import ChaosState, StoredReply
 
@@ -85,7 +85,7 @@ def routes(state: ChaosState) -> list[Route]:
         if failure is not None and failure not in COMMIT_FAILURES:
             choices = ", ".join(sorted(COMMIT_FAILURES))
             raise InvalidParameter("fail_after_commit", f"must be one of {choices}")
-        fail_times = int_param(request, "fail_times", 1, minimum=0)
+        fail_times = int_param(request, "fail_times", 1, minimum=0, maximum=MAX_TIMES)
         resource = request.path_params["resource"]
         arrival = await arrive(state, request, f"idempotent/{resource}")
         reply, done, requests = _commit(state, arrival, resource)

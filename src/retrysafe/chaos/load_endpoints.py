@@ -28,14 +28,19 @@ from retrysafe.chaos.state import CapacityPool, ChaosState
 __all__ = ["routes"]
 
 _MAX_MS = 600_000
+# A rate below this refills slower than one token in 11 days; above it, faster than any test.
+_MIN_RPS = 1e-6
+_MAX_RPS = 1e6
+_MAX_BURST = 1_000_000
+_MAX_CONCURRENCY = 10_000
 
 
 def routes(state: ChaosState) -> list[Route]:
     """The load- and time-driven endpoints, bound to ``state``."""
 
     async def rate_limit(request: Request) -> Response:
-        rate = float_param(request, "rps", 1.0, above=0.0)
-        burst = int_param(request, "burst", 1, minimum=1)
+        rate = float_param(request, "rps", 1.0, minimum=_MIN_RPS, maximum=_MAX_RPS)
+        burst = int_param(request, "burst", 1, minimum=1, maximum=_MAX_BURST)
         bucket_name = request.path_params["bucket"]
         arrival = await arrive(state, request, f"rate-limit/{bucket_name}")
         with state.lock:
@@ -61,7 +66,7 @@ def routes(state: ChaosState) -> list[Route]:
         return reply_status(arrival, 200)
 
     async def capacity(request: Request) -> Response:
-        concurrency = int_param(request, "concurrency", 1, minimum=0)
+        concurrency = int_param(request, "concurrency", 1, minimum=0, maximum=_MAX_CONCURRENCY)
         service_ms = int_param(request, "service_ms", 100, minimum=0, maximum=_MAX_MS)
         pool_name = request.path_params["pool"]
         arrival = await arrive(state, request, f"capacity/{pool_name}")

@@ -7,13 +7,16 @@ Unknown parameters are ignored.
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 from collections.abc import Collection
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 __all__ = [
+    "MAX_TIMES",
     "InvalidParameter",
     "choice_param",
     "float_param",
@@ -21,8 +24,14 @@ __all__ = [
     "header_value_param",
     "int_param",
     "invalid_parameter_response",
+    "parse_int",
+    "parse_number",
     "status_code",
 ]
+
+
+#: The most ``times``/``fail_times`` any endpoint accepts: more than any test can send.
+MAX_TIMES = 1_000_000
 
 
 class InvalidParameter(Exception):
@@ -41,55 +50,79 @@ async def invalid_parameter_response(request: Request, exc: Exception) -> Respon
     return JSONResponse({"error": exc.message, "parameter": exc.name}, status_code=400)
 
 
-def int_param(
-    request: Request,
-    name: str,
-    default: int,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-) -> int:
+# Plain ASCII decimal numbers only: Python also reads ``1_000``, ``inf``, ``nan`` and
+# non-ASCII digits, none of which a test author means. The length cap keeps a
+# 5,000-digit value from reaching int() (or the error message) at all.
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_MAX_NUMBER_TEXT = 40
+_MAX_SHOWN = 40
+
+
+def _shown(raw: str) -> str:
+    """``raw`` for an error message: quoted, and cut short when long."""
+    if len(raw) <= _MAX_SHOWN:
+        return repr(raw)
+    return f"{raw[:_MAX_SHOWN]!r}... ({len(raw)} characters)"
+
+
+def _number_text(value: float) -> str:
+    """A bound as written in a message: ``600000``, ``0.5``, ``1e-06``."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def parse_int(name: str, raw: str, *, minimum: int, maximum: int) -> int:
+    """``raw`` as a decimal integer from ``minimum`` to ``maximum``, else :exc:`InvalidParameter`.
+
+    Every refusal says the allowed range.
+    """
+    allowed = f"expected an integer from {minimum} to {maximum}"
+    text = raw.strip()
+    if not _INTEGER.fullmatch(text):
+        raise InvalidParameter(name, f"{allowed}, got {_shown(raw)}")
+    value = int(text, 10)
+    if not minimum <= value <= maximum:
+        raise InvalidParameter(name, f"{allowed}, got {value}")
+    return value
+
+
+def parse_number(name: str, raw: str, *, minimum: float, maximum: float) -> float:
+    """``raw`` as a finite decimal number from ``minimum`` to ``maximum``.
+
+    Negative zero is read as zero; anything outside the range, non-finite, or not plain
+    decimal notation raises :exc:`InvalidParameter` with a message saying the range.
+    """
+    allowed = f"expected a number from {_number_text(minimum)} to {_number_text(maximum)}"
+    text = raw.strip()
+    if len(text) > _MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text):
+        raise InvalidParameter(name, f"{allowed}, got {_shown(raw)}")
+    value = float(text) + 0.0  # -0.0 + 0.0 is 0.0
+    if not (math.isfinite(value) and minimum <= value <= maximum):
+        raise InvalidParameter(name, f"{allowed}, got {_shown(raw)}")
+    if 0 < abs(value) < sys.float_info.min:
+        # Subnormal: within the range, yet dividing by it overflows.
+        raise InvalidParameter(name, f"{allowed}, got {_shown(raw)}, too close to zero")
+    return value
+
+
+def int_param(request: Request, name: str, default: int, *, minimum: int, maximum: int) -> int:
     """The integer parameter ``name`` (decimal digits, optional sign), or ``default``."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw.strip(), 10)
-    except ValueError:
-        raise InvalidParameter(name, f"expected an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise InvalidParameter(name, f"must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise InvalidParameter(name, f"must be at most {maximum}, got {value}")
-    return value
+    return parse_int(name, raw, minimum=minimum, maximum=maximum)
 
 
 def float_param(
-    request: Request,
-    name: str,
-    default: float,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    above: float | None = None,
+    request: Request, name: str, default: float, *, minimum: float, maximum: float
 ) -> float:
-    """The finite number parameter ``name``, or ``default``."""
+    """The finite number parameter ``name`` (plain decimal notation), or ``default``."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidParameter(name, f"expected a number, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise InvalidParameter(name, f"expected a finite number, got {raw!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidParameter(name, f"must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise InvalidParameter(name, f"must be at most {maximum}, got {value}")
-    if above is not None and value <= above:
-        raise InvalidParameter(name, f"must be more than {above}, got {value}")
-    return value
+    return parse_number(name, raw, minimum=minimum, maximum=maximum)
 
 
 def choice_param(request: Request, name: str, default: str, choices: Collection[str]) -> str:
@@ -135,12 +168,15 @@ def status_code(name: str, raw: str) -> int:
     1xx codes are informational and cannot end a response, so they are refused (400)
     rather than silently changed into something else.
     """
-    try:
-        value = int(raw.strip(), 10)
-    except ValueError:
-        raise InvalidParameter(name, f"expected an HTTP status code, got {raw!r}") from None
+    allowed = "expected an HTTP status code from 200 to 599"
+    text = raw.strip()
+    if not (len(text) <= 3 and text.isascii() and text.isdigit()):
+        raise InvalidParameter(name, f"{allowed}, got {_shown(raw)}")
+    value = int(text, 10)
     if 100 <= value <= 199:
-        raise InvalidParameter(name, f"{value} is informational (1xx) and cannot end a response")
+        raise InvalidParameter(
+            name, f"{value} is informational (1xx) and cannot end a response; {allowed}"
+        )
     if not 200 <= value <= 599:
-        raise InvalidParameter(name, f"expected a status code from 200 to 599, got {value}")
+        raise InvalidParameter(name, f"{allowed}, got {value}")
     return value

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from retrysafe.chaos.arrival import arrive
 from retrysafe.chaos.outcomes import NoReply, end_for_shutdown, pause
-from retrysafe.chaos.params import InvalidParameter, int_param, status_code
+from retrysafe.chaos.params import MAX_TIMES, InvalidParameter, int_param, status_code
 from retrysafe.chaos.replies import ALL_METHODS, reply_json
 from retrysafe.chaos.state import ChaosState
 
@@ -54,7 +54,7 @@ def routes(state: ChaosState) -> list[Route]:
         if redirect not in REDIRECT_STATUSES:
             allowed = ", ".join(str(status) for status in sorted(REDIRECT_STATUSES))
             raise InvalidParameter("redirect", f"must be one of {allowed}, got {redirect}")
-        fail_times = int_param(request, "fail_times", 0, minimum=0)
+        fail_times = int_param(request, "fail_times", 0, minimum=0, maximum=MAX_TIMES)
         failure = status_code("fail_status", request.query_params.get("fail_status") or "503")
         arrival = await arrive(state, request, f"redirect-chain/{hop}")
         content = {"attempt": arrival.attempt, "key": arrival.key, "hop": hop}

@@ -29,10 +29,12 @@ from retrysafe.chaos.arrival import arrive
 from retrysafe.chaos.chance import draw, weighted_choice
 from retrysafe.chaos.outcomes import TruncatedResponse
 from retrysafe.chaos.params import (
+    MAX_TIMES,
     InvalidParameter,
     float_param,
     header_value_param,
     int_param,
+    parse_number,
     status_code,
 )
 from retrysafe.chaos.replies import ALL_METHODS, reply_socket_fault, reply_status
@@ -46,6 +48,8 @@ SEQUENCE_FAULTS = frozenset({"reset", "close", "truncate", "hang"})
 # What a ``truncate`` step promises and sends.
 _TRUNCATE_PROMISED = 1000
 _TRUNCATE_SENT = 100
+# Weights are relative; a bound keeps their sum finite.
+_MAX_WEIGHT = 1e6
 
 
 def parse_weighted_statuses(raw: str) -> list[tuple[int, float]]:
@@ -56,12 +60,7 @@ def parse_weighted_statuses(raw: str) -> list[tuple[int, float]]:
         code = status_code("code", code_text)
         weight = 1.0
         if weight_text:
-            try:
-                weight = float(weight_text)
-            except ValueError:
-                raise InvalidParameter("code", f"bad weight {weight_text!r}") from None
-            if not 0 <= weight < float("inf"):
-                raise InvalidParameter("code", f"weights must be finite and >= 0: {entry!r}")
+            weight = parse_number("code", weight_text, minimum=0.0, maximum=_MAX_WEIGHT)
         options.append((code, weight))
     if sum(weight for _, weight in options) <= 0:
         raise InvalidParameter("code", "the weights must add up to more than zero")
@@ -91,7 +90,7 @@ def routes(state: ChaosState) -> list[Route]:
         return reply_status(arrival, chosen, retry_after=retry_after)
 
     async def fail(request: Request) -> Response:
-        times = int_param(request, "times", 1, minimum=0)
+        times = int_param(request, "times", 1, minimum=0, maximum=MAX_TIMES)
         failure = status_code("status", request.query_params.get("status") or "503")
         retry_after = header_value_param(request, "retry_after")
         arrival = await arrive(state, request, "fail")

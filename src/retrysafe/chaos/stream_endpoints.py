@@ -36,7 +36,7 @@ from retrysafe.chaos.event_stream import (
     stream_events,
 )
 from retrysafe.chaos.outcomes import NoReply, end_for_shutdown, pause
-from retrysafe.chaos.params import choice_param, int_param, status_code
+from retrysafe.chaos.params import MAX_TIMES, choice_param, int_param, status_code
 from retrysafe.chaos.replies import reply_json
 from retrysafe.chaos.state import ChaosState
 
@@ -51,7 +51,7 @@ def _stream_params(request: Request) -> tuple[int, float, int, int]:
     """``events``, the interval in seconds, ``fail_times`` and ``fail_status``."""
     events = int_param(request, "events", 5, minimum=0, maximum=_MAX_EVENTS)
     interval_ms = int_param(request, "interval_ms", 100, minimum=0, maximum=_MAX_MS)
-    fail_times = int_param(request, "fail_times", 0, minimum=0)
+    fail_times = int_param(request, "fail_times", 0, minimum=0, maximum=MAX_TIMES)
     failure = status_code("fail_status", request.query_params.get("fail_status") or "503")
     return events, interval_ms / 1000, fail_times, failure
 
