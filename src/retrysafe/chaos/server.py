@@ -15,7 +15,7 @@ from types import TracebackType
 import uvicorn
 from starlette.types import ASGIApp
 
-from retrysafe.chaos.app import create_app
+from retrysafe.chaos.app import DEFAULT_MAX_BODY_BYTES, create_app
 from retrysafe.chaos.connection import listening_socket
 from retrysafe.chaos.faults import FAULT_NAMES, FaultServers, closed_port
 from retrysafe.chaos.keyed import KeyedChaos
@@ -72,6 +72,7 @@ class ChaosServer:
         *,
         state: ChaosState | None = None,
         app: ASGIApp | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -79,7 +80,10 @@ class ChaosServer:
         #: What is served: the chaos app, or ``app`` to serve one of your own with the
         #: same socket access (``scope["extensions"]["retrysafe.chaos.transport"]``),
         #: e.g. to lose a reply after your handler has done its work.
-        self.app: ASGIApp = create_app(self.state) if app is None else app
+        #: ``max_body_bytes`` limits request bodies of the chaos app (not of ``app``).
+        self.app: ASGIApp = (
+            create_app(self.state, max_body_bytes=max_body_bytes) if app is None else app
+        )
         self._lifecycle = threading.Lock()
         self._running: _Running | None = None
 
