@@ -14,6 +14,8 @@ really a permanent refusal, a 200 that reports an error. Rules in the client dec
   parameter the request lacks (a misspelled ``emial=`` is just unknown), else 200.
 - ``/echo``: JSON of the request: method, path, query (last value per name),
   query_list (every pair), headers (repeats joined with ``", "``) and body (UTF-8 text).
+  Like every endpoint, it reads at most the app's ``max_body_bytes`` (1 MiB by default);
+  a larger body is answered 413 without the rest being read.
 - ``/malformed?kind=truncated-json|html-error|empty|wrong-content-type&status=200``: a
   complete HTTP reply whose body a JSON client cannot use.
 """

@@ -4,7 +4,8 @@ Unlike the per-attempt endpoints these react to *when* and *how many* requests a
 which is what a retry budget, a circuit breaker or a shared cooldown is for.
 
 - ``/rate-limit/{bucket}?rps=1&burst=1``: a token bucket per (key, bucket); 429 with
-  ``Retry-After`` = whole seconds until a token, rounded up, when empty.
+  ``Retry-After`` = whole seconds until a token, rounded up, when empty. ``rps`` is from
+  0.000001 to 1000000, ``burst`` from 1 to 1000000; anything else is a 400.
 - ``/outage/{key}?down_ms=1000&retry_after=``: 503 from the key's first request until
   ``down_ms`` later, then 200.
 - ``/capacity/{pool}?concurrency=1&service_ms=100``: at most ``concurrency`` requests
