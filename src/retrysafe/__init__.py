@@ -11,8 +11,7 @@ idempotency middleware and stores live in :mod:`retrysafe.idempotency`, itself l
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrysafe.classify import Verdict
 from retrysafe.client import AsyncClient, Client, report_of
@@ -47,6 +46,7 @@ from retrysafe.governor import (
     LimiterSettings,
     RetryBudget,
 )
+from retrysafe.lazy_names import lazy_module_functions
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
 from retrysafe.request_facts import dependency_by_path
@@ -113,14 +113,4 @@ __all__ = [
 # Hidden from type checkers, which see the names through the TYPE_CHECKING imports above:
 # a visible module __getattr__ would make them accept any misspelt name here.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_module_functions(__name__, _LAZY, globals(), __all__)

@@ -18,8 +18,9 @@ the journal, loads neither the middleware nor any store nor their drivers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from retrysafe.lazy_names import lazy_module_functions
 
 if TYPE_CHECKING:
     from retrysafe.idempotency.commit import IdempotentRequest, current_request, mark_committed
@@ -117,14 +118,4 @@ __all__ = [
 # Hidden from type checkers, which see the names through the TYPE_CHECKING imports above:
 # a visible module __getattr__ would make them accept any misspelt name here.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_module_functions(__name__, _LAZY, globals(), __all__)
