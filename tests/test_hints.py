@@ -526,3 +526,38 @@ def test_without_a_limiter_announcements_are_only_read() -> None:
     with pytest.raises(retrysafe.RateLimited):
         client.get("http://api.test/b", policy=RetryPolicy(attempts=1))
     assert server.refused == 1
+
+
+def _announcing_then_counting(seen: list[float], clock: FakeClock) -> httpx.MockTransport:
+    """A server whose first answer announces its limit used up for 2 s."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(clock.monotonic())
+        if len(seen) == 1:
+            return httpx.Response(200, headers={"RateLimit-Remaining": "0", "RateLimit-Reset": "2"})
+        return httpx.Response(200)
+
+    return httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize(
+    ("limiter", "paused"),
+    [
+        (retrysafe.LimiterSettings(pace_on_rate_limit_headers=False), False),
+        (retrysafe.LimiterSettings(cooldown_on_429=False), True),
+    ],
+)
+def test_announced_pacing_has_its_own_switch(
+    limiter: retrysafe.LimiterSettings, paused: bool
+) -> None:
+    clock = FakeClock()
+    seen: list[float] = []
+    governor = retrysafe.Governor(
+        retrysafe.GovernorSettings(budget=None, breaker=None, limiter=limiter), clock=clock
+    )
+    with retrysafe.Client(
+        transport=_announcing_then_counting(seen, clock), clock=clock, governor=governor
+    ) as client:
+        client.get("http://api.test/a")
+        client.get("http://api.test/b")
+    assert (seen[1] - seen[0] >= 2.0) is paused

@@ -187,9 +187,11 @@ class RecordHealth(NamedTuple):
 
 
 class StartCooldown(NamedTuple):
-    """Pause every caller of the dependency for ``seconds`` (a 429's Retry-After)."""
+    """Pause every caller of the dependency for ``seconds``: a 429's Retry-After, or
+    (``announced``) the reset of a rate limit the server announced used up."""
 
     seconds: float
+    announced: bool = False
 
 
 class ReleasePacing(NamedTuple):

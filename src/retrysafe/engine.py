@@ -412,14 +412,15 @@ class Call:
                 self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat))
             self._permit = None
         cooldown = verdict.after if status == 429 else None
+        from_announcement = False
         if response is not None:
             announced = announced_limit(response)  # one pass over the header names
             if announced is not None:
                 reset = announced.seconds(self._clock.time())
                 if reset is not None and reset > 0 and (cooldown is None or reset > cooldown):
-                    cooldown = reset
+                    cooldown, from_announcement = reset, True
         if cooldown is not None:
-            self.effects.append(StartCooldown(cooldown))
+            self.effects.append(StartCooldown(cooldown, from_announcement))
 
     # -- giving up -----------------------------------------------------------------------
 

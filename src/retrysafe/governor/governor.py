@@ -105,7 +105,7 @@ class DependencyGuard:
                 )
         elif isinstance(effect, StartCooldown):
             if self.limiter is not None:
-                self.limiter.start_cooldown(effect.seconds)
+                self.limiter.start_cooldown(effect.seconds, announced=effect.announced)
         elif isinstance(effect, ReleaseProbe):
             if self.breaker is not None:
                 self.breaker.release(effect.permit)

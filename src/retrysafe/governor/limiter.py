@@ -47,9 +47,16 @@ class Limiter:
             return 0.0
         return max(0.0, until - self._clock.monotonic())
 
-    def start_cooldown(self, seconds: float) -> None:
-        """Pause every caller for ``seconds`` (capped) from now; only ever extends a cooldown."""
-        if not self.settings.cooldown_on_429 or seconds <= 0:
+    def start_cooldown(self, seconds: float, *, announced: bool = False) -> None:
+        """Pause every caller for ``seconds`` (capped) from now; only ever extends a cooldown.
+
+        ``announced``: the wait is the reset of a limit the server announced used up,
+        switched by ``pace_on_rate_limit_headers``; otherwise a 429's, switched by
+        ``cooldown_on_429``."""
+        enabled = (
+            self.settings.pace_on_rate_limit_headers if announced else self.settings.cooldown_on_429
+        )
+        if not enabled or seconds <= 0:
             return
         seconds = min(seconds, self.settings.max_cooldown)
         with self._lock:

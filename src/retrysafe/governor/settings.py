@@ -127,15 +127,18 @@ class LimiterSettings:
     """Pacing and cooldowns for one dependency.
 
     With ``cooldown_on_429`` a 429's Retry-After pauses every caller of the
-    dependency until it ends, so one client learns the limit for all.
-    ``requests_per_second`` (with ``burst``) paces attempts steadily; ``None``
-    means no pacing.
+    dependency until it ends, so one client learns the limit for all. With
+    ``pace_on_rate_limit_headers`` a response announcing its rate limit used up
+    (``RateLimit: ...;r=0``, ``X-RateLimit-Remaining: 0``...) pauses them until the
+    announced reset, before any 429. ``requests_per_second`` (with ``burst``) paces
+    attempts steadily; ``None`` means no pacing.
     """
 
     cooldown_on_429: bool = True
     max_cooldown: float = 300.0
     requests_per_second: float | None = None
     burst: int = 1
+    pace_on_rate_limit_headers: bool = True
 
     def __post_init__(self) -> None:
         _positive("LimiterSettings", "max_cooldown", self.max_cooldown)
