@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore"]
 
 _T = TypeVar("_T")
-logger = logging.getLogger("retrysafe.idempotency")
 _Work = Callable[["AsyncConnection[tuple[Any, ...]]"], Awaitable[_T]]
 
 
@@ -119,8 +117,7 @@ class PostgresStore:
                     return record_from_fields(row)
 
         outcome = await self._run(work)
-        if self._purges.due(now):
-            await self._purge_in_passing(now)
+        await self._purges.purge_if_due(now, self.purge_expired)
         return outcome
 
     async def complete(
@@ -209,15 +206,6 @@ class PostgresStore:
             return cursor.rowcount
 
         return await self._run(work)
-
-    async def _purge_in_passing(self, now: float) -> None:
-        # After the claim is committed and its answer in hand: a failed purge is logged and
-        # left to the next one, and cancellation waits for this one bounded batch.
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.purge_expired(now=now, limit=self._purges.limit)
-            except StoreUnavailable as exc:
-                logger.warning("purging lapsed idempotency records failed: %s", exc)
 
     async def close(self) -> None:
         self._closed = True

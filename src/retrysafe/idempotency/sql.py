@@ -3,8 +3,15 @@ when to purge lapsed records."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+from collections.abc import Awaitable
+from typing import Protocol
+
+import anyio
+
+from retrysafe.idempotency.store import StoreUnavailable
 
 __all__ = [
     "DEFAULT_PURGE_EVERY",
@@ -49,6 +56,15 @@ def check_purge_limit(limit: int | None) -> int | None:
     return limit
 
 
+logger = logging.getLogger("retrysafe.idempotency")
+
+
+class Purge(Protocol):
+    """A store's ``purge_expired``."""
+
+    def __call__(self, *, now: float, limit: int | None = None) -> Awaitable[int]: ...
+
+
 class PurgeSchedule:
     """Says which claims should also purge: every ``every`` claims, or the first claim
     whose ``now`` is ``interval`` seconds past the last purge (and the very first claim).
@@ -89,3 +105,17 @@ class PurgeSchedule:
             self._claims = 0
             self._last = now
             return True
+
+    async def purge_if_due(self, now: float, purge: Purge) -> None:
+        """Count a claim made at ``now`` and, when due, delete one bounded batch.
+
+        Called after the claim is committed and its answer in hand: a failed purge is
+        logged and left to the next one, and cancellation waits for this one batch.
+        """
+        if not self.due(now):
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await purge(now=now, limit=self.limit)
+            except StoreUnavailable as exc:
+                logger.warning("purging lapsed idempotency records failed: %s", exc)

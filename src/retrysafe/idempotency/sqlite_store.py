@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import threading
@@ -33,7 +32,6 @@ from retrysafe.idempotency.store import StoreUnavailable, new_token
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
-logger = logging.getLogger("retrysafe.idempotency")
 
 
 class SQLiteStore:
@@ -110,8 +108,7 @@ class SQLiteStore:
                 raise
 
         outcome = await self._run(run)
-        if self._purges.due(now):
-            await self._purge_in_passing(now)
+        await self._purges.purge_if_due(now, self.purge_expired)
         return outcome
 
     async def complete(
@@ -189,15 +186,6 @@ class SQLiteStore:
             return connection.execute(statement, values).rowcount
 
         return await self._run(run)
-
-    async def _purge_in_passing(self, now: float) -> None:
-        # After the claim is committed and its answer in hand: a failed purge is logged and
-        # left to the next one, and cancellation waits for this one bounded batch.
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.purge_expired(now=now, limit=self._purges.limit)
-            except StoreUnavailable as exc:
-                logger.warning("purging lapsed idempotency records failed: %s", exc)
 
     async def close(self) -> None:
         def run() -> None:
