@@ -78,7 +78,10 @@ class CallOptions:
     stream: bool = False
 
 
-_NO_OPTIONS = CallOptions()
+#: A request without options came through a plain httpx client, which reads a success's
+#: body only after the transport returns: the transport cannot know whether it will, so it
+#: hands the body over as it arrives (retrysafe.Client always says which it is).
+_DROP_IN_OPTIONS = CallOptions(stream=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +95,6 @@ class ShellSettings:
     dependency: str | DependencyNamer | None = None
     raise_errors: bool = False
     deadline_header: str | None = None
-    #: Without options saying otherwise, the caller streams the body (a drop-in
-    #: transport cannot know whether httpx will read the body; retrysafe.Client tells it).
-    stream_by_default: bool = True
 
     @classmethod
     def build(
@@ -176,7 +176,7 @@ class Drive:
         extensions = request.extensions
         options = extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
-            options = _STREAM_OPTIONS if settings.stream_by_default else _NO_OPTIONS
+            options = _DROP_IN_OPTIONS
         policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         if not isinstance(dependency, str):
@@ -370,5 +370,3 @@ class Drive:
             current_call.reset(self._token)
             self._token = None
 
-
-_STREAM_OPTIONS = CallOptions(stream=True)
