@@ -251,15 +251,8 @@ class Call:
             if verdict is None:
                 self._body_read = True
                 return ReadBody(plan)
-        elif response.status_code < 400 and not self.policy.rules:
-            verdict = SUCCESS  # the hot path: nothing in a success's headers changes it
         else:
-            verdict = classify_response(
-                response,
-                self.policy,
-                keyed=self.idempotency_key is not None,
-                now=self._clock.time(),
-            )
+            verdict = self._classify(response)
         self._record(verdict, status=response.status_code, exception=None)
         self._inform_governor(verdict, response.status_code, response)
         return self._decide(verdict, response=response, cause=None, during_body=False)
@@ -268,18 +261,21 @@ class Call:
         """A success judged on the headers alone, or None when the body must be read first."""
         if response.status_code >= 400:
             return None
-        if not self.policy.rules:
-            return SUCCESS
         try:
-            verdict = classify_response(
-                response,
-                self.policy,
-                keyed=self.idempotency_key is not None,
-                now=self._clock.time(),
-            )
+            verdict = self._classify(response)
         except httpx.ResponseNotRead:
             return None  # a rule reads the body
         return verdict if verdict.kind == "success" else None
+
+    def _classify(self, response: httpx.Response) -> Verdict:
+        if response.status_code < 400 and not self.policy.rules:
+            return SUCCESS  # what classify_response says too, without reading the wall clock
+        return classify_response(
+            response,
+            self.policy,
+            keyed=self.idempotency_key is not None,
+            now=self._clock.time(),
+        )
 
     def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
         """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had come."""
