@@ -59,7 +59,23 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         request.headers[header] = f"{limit:.3f}"
 
 
-class RetryTransport(httpx.BaseTransport):
+class _Shell:
+    """What both shells expose of their one frozen settings value."""
+
+    settings: ShellSettings
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The default policy of this transport's calls."""
+        return self.settings.policy
+
+    @property
+    def governor(self) -> Governor:
+        """The load protection this transport's calls share."""
+        return self.settings.governor
+
+
+class RetryTransport(_Shell, httpx.BaseTransport):
     """Retries requests on any sync httpx transport, per the policy.
 
     Args:
@@ -109,16 +125,6 @@ class RetryTransport(httpx.BaseTransport):
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         bound_transport(self.transport)
         redact_httpx_logs()
-
-    @property
-    def policy(self) -> RetryPolicy:
-        """The default policy of this transport's calls."""
-        return self.settings.policy
-
-    @property
-    def governor(self) -> Governor:
-        """The load protection this transport's calls share."""
-        return self.settings.governor
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         drive = Drive(self.settings, request)
@@ -176,7 +182,7 @@ class RetryTransport(httpx.BaseTransport):
         return f"RetryTransport({self.transport!r}, policy={self.policy!r})"
 
 
-class AsyncRetryTransport(httpx.AsyncBaseTransport):
+class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
     """Retries requests on any async httpx transport, on asyncio or trio.
 
     Same arguments as :class:`RetryTransport`; the default transport is
@@ -212,16 +218,6 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         #: cancel scope does (it costs more: about 8 µs an attempt on asyncio).
         self._bounded = bound_transport(self.transport)
         redact_httpx_logs()
-
-    @property
-    def policy(self) -> RetryPolicy:
-        """The default policy of this transport's calls."""
-        return self.settings.policy
-
-    @property
-    def governor(self) -> Governor:
-        """The load protection this transport's calls share."""
-        return self.settings.governor
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         drive = Drive(self.settings, request)
