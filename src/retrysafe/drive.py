@@ -369,4 +369,3 @@ class Drive:
         if self._token is not None:
             current_call.reset(self._token)
             self._token = None
-
