@@ -1,0 +1,406 @@
+"""Sending hedged copies: the I/O of a hedging call's attempt, sync and async.
+
+The shells (:mod:`retrysafe.transport`) hand an attempt here only when the
+call's engine is a :class:`~retrysafe.hedged_call.HedgedCall`; a call without
+``hedge_after`` never loads this module. One *round* is one attempt of the
+engine and the hedged copies it asks for: it ends with the first step that is
+not :class:`AwaitOthers` (a success, a failure, a wait before a retry).
+
+Each copy is the same request (same headers, so the same idempotency key, and
+the same replayable body) sent as its own ``httpx.Request``, so per-copy
+timeouts never touch another copy in flight. The engine is fed by one
+coordinator only; copies only send and read.
+
+- sync: every copy runs on its own thread (httpx transports are thread-safe) in
+  a copy of the caller's context; the coordinator waits on a queue until the
+  next copy is due. A losing copy is cancelled by cutting the connection it
+  writes to (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a
+  blocked read returns at once and the server sees the disconnect, and by
+  ending its attempt's time, so it sends or reads nothing more.
+- async: every copy is a task in a task group with its own cancel scope;
+  a losing copy is cancelled, which closes its connection.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import queue
+import threading
+import time
+from typing import NamedTuple
+
+import anyio
+import httpx
+from anyio.streams.memory import MemoryObjectSendStream
+
+from retrysafe.attempt_deadline import (
+    AttemptDeadlineReached,
+    Severable,
+    current_call,
+    current_copy,
+)
+from retrysafe.classify import AttemptTimedOut
+from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
+from retrysafe.drive import Drive, Step
+from retrysafe.hedged_call import HedgedCall
+from retrysafe.transport import _GRACE, _prepare
+
+__all__ = ["hedged_round", "hedged_round_async"]
+
+#: A copy not heard of this long after its attempt's end is given up as timed out (a
+#: transport the attempt deadline cannot bound may otherwise hold the call for ever).
+_OVERDUE = 0.5
+
+
+def _copy_of(request: httpx.Request) -> httpx.Request:
+    """The same request as a new object: same method, URL, headers and body bytes."""
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=request.headers,
+        stream=request.stream,
+        extensions=dict(request.extensions),
+    )
+
+
+def _ends_at(plan: AttemptPlan) -> float | None:
+    return time.monotonic() + plan.timeout + _GRACE if plan.timeout != math.inf else None
+
+
+class _Copy:
+    """One copy in flight: its plan and request, when its time ends, and (sync) the
+    connections it wrote to, which are cut if it loses."""
+
+    def __init__(self, plan: AttemptPlan, request: httpx.Request) -> None:
+        self.plan = plan
+        self.request = request
+        #: The RunningCall field the network backend ends reads by.
+        self.attempt_ends_at = _ends_at(plan)
+        self.lock = threading.Lock()
+        self.connections: list[Severable] = []
+        self.cancelled = False
+        self.finished = False
+        self.scope: anyio.CancelScope | None = None
+
+    def watch(self, connection: Severable) -> None:
+        """The copy writes to ``connection`` (called on the copy's own thread)."""
+        with self.lock:
+            if self.cancelled:
+                connection.sever()
+            elif connection not in self.connections:
+                self.connections.append(connection)
+
+    def cancel(self) -> None:
+        """This copy lost: end its time and cut its connection, unless it finished."""
+        with self.lock:
+            if self.cancelled or self.finished:
+                self.cancelled = True
+                return
+            self.cancelled = True
+            self.attempt_ends_at = time.monotonic()
+            connections, self.connections = self.connections, []
+        for connection in connections:
+            connection.sever()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def overdue(self, now: float) -> bool:
+        return self.attempt_ends_at is not None and now > self.attempt_ends_at + _OVERDUE
+
+
+class _Result(NamedTuple):
+    """What a copy got: a response (body read as planned) or a failure; ``fatal`` is an
+    unexpected exception for the caller."""
+
+    copy: _Copy
+    response: httpx.Response | None
+    failure: Exception | None
+    fatal: BaseException | None = None
+
+
+def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | None:
+    """Report every copy long past its time as timed out; the step if one ended the round."""
+    now = time.monotonic()
+    step: Step | None = None
+    for plan, copy in list(copies.items()):
+        if copy.finished or copy.cancelled or not copy.overdue(now):
+            continue
+        copy.cancel()
+        step = drive.raised(
+            plan, AttemptTimedOut("the copy did not end in time"), during_body=False
+        )
+        if type(step) is not AwaitOthers:
+            return step
+    return None
+
+
+def _wait_for(drive: Drive, call: HedgedCall, copies: dict[AttemptPlan, _Copy]) -> float | None:
+    """Seconds to wait for an answer: until the next copy is due, or a copy is overdue
+    (None: no limit, when neither can happen)."""
+    wait: float | None = None
+    hedge = call.next_hedge()
+    if hedge is not None:
+        wait = hedge.at - drive.settings.clock.monotonic()
+    now = time.monotonic()
+    for copy in copies.values():
+        if not copy.finished and not copy.cancelled and copy.attempt_ends_at is not None:
+            overdue_in = copy.attempt_ends_at + _OVERDUE + 0.001 - now
+            wait = overdue_in if wait is None else min(wait, overdue_in)
+    return None if wait is None else max(0.0, wait)
+
+
+def _hedge_if_due(drive: Drive, call: HedgedCall) -> AttemptPlan | None:
+    """The next copy's plan if it is due now and the governor lets it go."""
+    hedge = call.next_hedge()
+    if hedge is None or drive.settings.clock.monotonic() < hedge.at:
+        return None
+    return drive.hedge(hedge)
+
+
+# -- sync ----------------------------------------------------------------------------------
+
+
+def _run_copy(
+    transport: httpx.BaseTransport, copy: _Copy, outbox: queue.SimpleQueue[_Result]
+) -> None:
+    """Send one copy (on its own thread) and leave what it got in ``outbox``."""
+    current_call.set(copy)
+    current_copy.set(copy)
+    response: httpx.Response | None = None
+    try:
+        response = transport.handle_request(copy.request)
+        if copy.plan.read_body:
+            response.read()
+        result = _Result(copy, response, None)
+    except AttemptDeadlineReached as reached:
+        result = _Result(copy, response, reached.as_outcome())
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        result = _Result(copy, response, exc)
+    except BaseException as exc:  # handed to the coordinator, which raises it
+        result = _Result(copy, response, None, fatal=exc)
+    with copy.lock:
+        copy.finished = True
+        copy.connections = []
+        if not copy.cancelled:
+            outbox.put(result)
+            return
+    if response is not None:
+        response.close()  # it lost: nobody will read it
+
+
+def _conclude(drive: Drive, result: _Result) -> Step:
+    """Tell the engine what one copy got (reading its body if the engine asks)."""
+    copy, response = result.copy, result.response
+    plan = copy.plan
+    if result.failure is not None:
+        if response is not None:
+            response.close()
+        return drive.raised(plan, result.failure, during_body=response is not None)
+    assert response is not None
+    step = drive.returned(plan, response)
+    if type(step) is ReadBody:
+        drive.attempt_ends_at = copy.attempt_ends_at
+        failure: Exception
+        try:
+            response.read()
+        except AttemptDeadlineReached as reached:
+            failure = reached.as_outcome()
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        else:
+            return drive.returned(plan, response)
+        finally:
+            drive.attempt_ends_at = None
+        response.close()
+        return drive.raised(plan, failure, during_body=True)
+    if type(step) is AwaitOthers:
+        response.close()
+    return step
+
+
+def hedged_round(
+    transport: httpx.BaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+) -> Step:
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
+    call = drive.call
+    assert isinstance(call, HedgedCall)
+    outbox: queue.SimpleQueue[_Result] = queue.SimpleQueue()
+    copies: dict[AttemptPlan, _Copy] = {}
+    winner: _Copy | None = None
+
+    def launch(plan: AttemptPlan) -> None:
+        copy_request = _copy_of(request)
+        _prepare(copy_request, drive, plan)
+        copy = _Copy(plan, copy_request)
+        copies[plan] = copy
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run,
+            args=(_run_copy, transport, copy, outbox),
+            name=f"retrysafe-hedge-{plan.number}",
+            daemon=True,
+        ).start()
+
+    launch(plan)
+    try:
+        while True:
+            try:
+                result = outbox.get(timeout=_wait_for(drive, call, copies))
+            except queue.Empty:
+                new_plan = _hedge_if_due(drive, call)
+                if new_plan is not None:
+                    launch(new_plan)
+                step = _give_up_overdue(drive, copies)
+                if step is not None:
+                    return step
+                continue
+            if result.fatal is not None:
+                raise result.fatal
+            step = _conclude(drive, result)
+            if type(step) is AwaitOthers:
+                continue
+            winner = result.copy
+            return step
+    finally:
+        for copy in copies.values():
+            if copy is not winner:
+                copy.cancel()
+        while True:  # answers that came in too late: close them
+            try:
+                late = outbox.get_nowait()
+            except queue.Empty:
+                break
+            if late.copy is not winner and late.response is not None:
+                late.response.close()
+
+
+# -- async ---------------------------------------------------------------------------------
+
+
+async def _run_copy_async(
+    transport: httpx.AsyncBaseTransport,
+    copy: _Copy,
+    outbox: MemoryObjectSendStream[_Result],
+) -> None:
+    """Send one copy (as its own task) and leave what it got in ``outbox``."""
+    assert copy.scope is not None
+    with copy.scope:
+        current_call.set(copy)
+        response: httpx.Response | None = None
+        timeout = copy.plan.timeout + _GRACE if copy.plan.timeout != math.inf else None
+        try:
+            with anyio.fail_after(timeout):
+                response = await transport.handle_async_request(copy.request)
+                if copy.plan.read_body:
+                    await response.aread()
+            result = _Result(copy, response, None)
+        except AttemptDeadlineReached as reached:
+            result = _Result(copy, response, reached.as_outcome())
+        except TimeoutError:
+            result = _Result(copy, response, AttemptTimedOut("the copy did not finish in its time"))
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            result = _Result(copy, response, exc)
+        except anyio.get_cancelled_exc_class():
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise
+        except Exception as exc:  # handed to the coordinator, which raises it
+            result = _Result(copy, response, None, fatal=exc)
+        copy.finished = True
+        outbox.send_nowait(result)
+
+
+async def _conclude_async(drive: Drive, result: _Result) -> Step:
+    """Tell the engine what one copy got (reading its body if the engine asks)."""
+    copy, response = result.copy, result.response
+    plan = copy.plan
+    if result.failure is not None:
+        if response is not None:
+            await response.aclose()
+        return drive.raised(plan, result.failure, during_body=response is not None)
+    assert response is not None
+    step = drive.returned(plan, response)
+    if type(step) is ReadBody:
+        drive.attempt_ends_at = copy.attempt_ends_at
+        timeout = None if copy.attempt_ends_at is None else copy.attempt_ends_at - time.monotonic()
+        failure: Exception
+        try:
+            with anyio.fail_after(max(0.0, timeout) if timeout is not None else None):
+                await response.aread()
+        except AttemptDeadlineReached as reached:
+            failure = reached.as_outcome()
+        except TimeoutError:
+            failure = AttemptTimedOut("the copy's body did not arrive in its time")
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        else:
+            return drive.returned(plan, response)
+        finally:
+            drive.attempt_ends_at = None
+        await response.aclose()
+        return drive.raised(plan, failure, during_body=True)
+    if type(step) is AwaitOthers:
+        await response.aclose()
+    return step
+
+
+async def hedged_round_async(
+    transport: httpx.AsyncBaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+) -> Step:
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
+    call = drive.call
+    assert isinstance(call, HedgedCall)
+    send, receive = anyio.create_memory_object_stream[_Result](math.inf)
+    copies: dict[AttemptPlan, _Copy] = {}
+    winner: _Copy | None = None
+    step: Step | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+
+        def launch(plan: AttemptPlan) -> None:
+            copy_request = _copy_of(request)
+            _prepare(copy_request, drive, plan)
+            copy = _Copy(plan, copy_request)
+            copy.scope = anyio.CancelScope()
+            copies[plan] = copy
+            group.start_soon(_run_copy_async, transport, copy, send)
+
+        launch(plan)
+        try:
+            while step is None:
+                result: _Result | None = None
+                with anyio.move_on_after(_wait_for(drive, call, copies)):
+                    result = await receive.receive()
+                if result is None:
+                    new_plan = _hedge_if_due(drive, call)
+                    if new_plan is not None:
+                        launch(new_plan)
+                    step = _give_up_overdue(drive, copies)
+                    continue
+                if result.fatal is not None:
+                    raise result.fatal
+                concluded = await _conclude_async(drive, result)
+                if type(concluded) is not AwaitOthers:
+                    winner, step = result.copy, concluded
+        except Exception as exc:  # raised after the copies are cancelled (no exception group)
+            error = exc
+        finally:
+            for copy in copies.values():
+                if copy is not winner:
+                    copy.cancel()
+    with anyio.CancelScope(shield=True):
+        while True:  # answers that came in too late: close them
+            try:
+                late = receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            if late.copy is not winner and late.response is not None:
+                await late.response.aclose()
+    send.close()
+    receive.close()
+    if error is not None:
+        raise error
+    assert step is not None
+    return step
