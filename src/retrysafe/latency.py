@@ -48,7 +48,7 @@ FLOOR = 0.005
 #: The cached percentile is worked out again after this many new samples.
 _REFRESH_EVERY = 25
 
-_PERCENTILE = re.compile(r"p(\d{1,2}(?:\.\d{1,3})?)")
+_PERCENTILE = re.compile(r"p(\d{1,3}(?:\.\d{1,3})?)")
 
 
 @functools.lru_cache(maxsize=64)
