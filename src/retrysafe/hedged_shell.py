@@ -11,12 +11,14 @@ the same replayable body) sent as its own ``httpx.Request``, so per-copy
 timeouts never touch another copy in flight. The engine is fed by one
 coordinator only; copies only send and read.
 
-- sync: every copy runs on its own thread (httpx transports are thread-safe) in
-  a copy of the caller's context; the coordinator waits on a queue until the
-  next copy is due. A losing copy is cancelled by cutting the connection it
-  writes to (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a
-  blocked read returns at once and the server sees the disconnect, and by
-  ending its attempt's time, so it sends or reads nothing more.
+- sync: the first copy is sent on the caller's thread (so a call whose first
+  copy answers in time pays no hand-off between threads); a process-wide timer
+  thread starts each hedged copy on a thread of its own (httpx transports are
+  thread-safe), in a copy of the caller's context. A losing copy is cancelled
+  by cutting the connection it writes to
+  (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
+  returns at once and the server sees the disconnect, and by ending its
+  attempt's time, so it sends or reads nothing more.
 - async: every copy is a task in a task group with its own cancel scope;
   a losing copy is cancelled, which closes its connection.
 """
@@ -43,6 +45,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
+from retrysafe.hedge_timer import Alarm, arm
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.transport import _GRACE, _prepare
 
@@ -161,32 +164,30 @@ def _hedge_if_due(drive: Drive, call: HedgedCall) -> AttemptPlan | None:
 # -- sync ----------------------------------------------------------------------------------
 
 
-def _run_copy(
-    transport: httpx.BaseTransport, copy: _Copy, outbox: queue.SimpleQueue[_Result]
-) -> None:
-    """Send one copy (on its own thread) and leave what it got in ``outbox``."""
-    current_call.set(copy)
-    current_copy.set(copy)
+def _send(transport: httpx.BaseTransport, copy: _Copy) -> _Result:
+    """Send one copy on this thread, bounded by its own time; what it got.
+
+    While it runs, the copy is this thread's running call (reads end by its time) and
+    its watcher (the connections it writes to can be cut if it loses).
+    """
+    call_token = current_call.set(copy)
+    copy_token = current_copy.set(copy)
     response: httpx.Response | None = None
     try:
         response = transport.handle_request(copy.request)
         if copy.plan.read_body:
             response.read()
-        result = _Result(copy, response, None)
+        return _Result(copy, response, None)
     except AttemptDeadlineReached as reached:
-        result = _Result(copy, response, reached.as_outcome())
+        return _Result(copy, response, reached.as_outcome())
     except (httpx.TransportError, httpx.DecodingError) as exc:
-        result = _Result(copy, response, exc)
-    except BaseException as exc:  # handed to the coordinator, which raises it
-        result = _Result(copy, response, None, fatal=exc)
-    with copy.lock:
-        copy.finished = True
-        copy.connections = []
-        if not copy.cancelled:
-            outbox.put(result)
-            return
-    if response is not None:
-        response.close()  # it lost: nobody will read it
+        return _Result(copy, response, exc)
+    finally:
+        current_copy.reset(copy_token)
+        current_call.reset(call_token)
+        with copy.lock:
+            copy.finished = True
+            copy.connections = []
 
 
 def _conclude(drive: Drive, result: _Result) -> Step:
@@ -219,60 +220,153 @@ def _conclude(drive: Drive, result: _Result) -> Step:
     return step
 
 
+class _SyncRound:
+    """One attempt of a sync hedging call and its copies.
+
+    The first copy is sent on the caller's thread, as without hedging; the process-wide
+    timer (:mod:`retrysafe.hedge_timer`) starts each hedged copy on a thread of its
+    own when it is due. Whichever thread a copy ends on tells the engine, one at a
+    time (``lock``); the copy that ends the round cancels the others, and when that
+    is not the caller's, the caller gets the round's end through ``final``.
+    """
+
+    def __init__(self, transport: httpx.BaseTransport, drive: Drive, request: httpx.Request):
+        call = drive.call
+        assert isinstance(call, HedgedCall)
+        self.call = call
+        self.transport = transport
+        self.drive = drive
+        self.request = request
+        #: The engine and the governor are told by one thread at a time.
+        self.lock = threading.Lock()
+        self.copies: dict[AttemptPlan, _Copy] = {}
+        self.final: queue.SimpleQueue[Step | BaseException] = queue.SimpleQueue()
+        self.done = False
+        self.alarm: Alarm | None = None
+        #: The caller's context: copies run in a copy of it (tracing and the like).
+        self.context = contextvars.copy_context()
+
+    def prepare(self, plan: AttemptPlan) -> _Copy:
+        """The copy of the request ``plan`` sends, with its timeouts set."""
+        copy_request = _copy_of(self.request)
+        _prepare(copy_request, self.drive, plan)
+        copy = _Copy(plan, copy_request)
+        self.copies[plan] = copy
+        return copy
+
+    def arm_next(self) -> None:
+        """(Under the lock.) Set the timer for the next copy, if the engine wants one."""
+        if self.alarm is not None:
+            self.alarm.disarm()
+            self.alarm = None
+        hedge = self.call.next_hedge()
+        if hedge is not None:
+            delay = hedge.at - self.drive.settings.clock.monotonic()
+            self.alarm = arm(time.monotonic() + delay, self._hedge_due)
+
+    def _hedge_due(self) -> None:
+        """(On the timer thread.) Ask for the due copy and start it on its own thread."""
+        with self.lock:
+            self.alarm = None
+            if self.done:
+                return
+            hedge = self.call.next_hedge()
+            if hedge is None:
+                return
+            if self.drive.settings.clock.monotonic() >= hedge.at:
+                plan = self.drive.hedge(hedge)
+                if plan is not None:
+                    copy = self.prepare(plan)
+                    threading.Thread(
+                        target=self.context.copy().run,
+                        args=(self._run, copy),
+                        name=f"retrysafe-hedge-{plan.number}",
+                        daemon=True,
+                    ).start()
+            self.arm_next()
+
+    def _run(self, copy: _Copy) -> None:
+        """(On a hedged copy's thread.) Send it, then report it."""
+        try:
+            result = _send(self.transport, copy)
+        except BaseException as exc:  # handed to the caller, who raises it
+            result = _Result(copy, None, None, fatal=exc)
+        outcome = self.report(result)
+        if outcome is not None:
+            self.final.put(outcome)
+
+    def report(self, result: _Result) -> Step | BaseException | None:
+        """Tell the engine what a copy got: the round's end if this ended it, else None."""
+        with self.lock:
+            if self.done:
+                if result.response is not None:
+                    result.response.close()  # it lost: nobody will read it
+                return None
+            if result.fatal is not None:
+                self.end(None)
+                return result.fatal
+            step = _conclude(self.drive, result)
+            if type(step) is AwaitOthers:
+                self.arm_next()
+                return None
+            self.end(result.copy)
+            return step
+
+    def end(self, winner: _Copy | None) -> None:
+        """(Under the lock.) The round is over: no more copies, the others cancelled."""
+        self.done = True
+        if self.alarm is not None:
+            self.alarm.disarm()
+            self.alarm = None
+        for copy in self.copies.values():
+            if copy is not winner:
+                copy.cancel()
+
+    def wait_for_the_end(self) -> Step:
+        """The caller's copy ended without ending the round: wait for the copy that does."""
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                pending = [
+                    copy.attempt_ends_at + _OVERDUE - now
+                    for copy in self.copies.values()
+                    if not copy.finished and not copy.cancelled and copy.attempt_ends_at
+                ]
+            try:
+                outcome = self.final.get(timeout=max(0.0, min(pending)) if pending else None)
+            except queue.Empty:
+                with self.lock:
+                    if self.done:
+                        continue
+                    step = _give_up_overdue(self.drive, self.copies)
+                    if step is None:
+                        continue
+                    self.end(None)
+                    return step
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+
 def hedged_round(
     transport: httpx.BaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
     """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
-    call = drive.call
-    assert isinstance(call, HedgedCall)
-    outbox: queue.SimpleQueue[_Result] = queue.SimpleQueue()
-    copies: dict[AttemptPlan, _Copy] = {}
-    winner: _Copy | None = None
-
-    def launch(plan: AttemptPlan) -> None:
-        copy_request = _copy_of(request)
-        _prepare(copy_request, drive, plan)
-        copy = _Copy(plan, copy_request)
-        copies[plan] = copy
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run,
-            args=(_run_copy, transport, copy, outbox),
-            name=f"retrysafe-hedge-{plan.number}",
-            daemon=True,
-        ).start()
-
-    launch(plan)
+    round_ = _SyncRound(transport, drive, request)
+    first = round_.prepare(plan)
+    with round_.lock:
+        round_.arm_next()
     try:
-        while True:
-            try:
-                result = outbox.get(timeout=_wait_for(drive, call, copies))
-            except queue.Empty:
-                new_plan = _hedge_if_due(drive, call)
-                if new_plan is not None:
-                    launch(new_plan)
-                step = _give_up_overdue(drive, copies)
-                if step is not None:
-                    return step
-                continue
-            if result.fatal is not None:
-                raise result.fatal
-            step = _conclude(drive, result)
-            if type(step) is AwaitOthers:
-                continue
-            winner = result.copy
-            return step
+        outcome = round_.report(_send(transport, first))
+        if outcome is None:
+            return round_.wait_for_the_end()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
     finally:
-        for copy in copies.values():
-            if copy is not winner:
-                copy.cancel()
-        while True:  # answers that came in too late: close them
-            try:
-                late = outbox.get_nowait()
-            except queue.Empty:
-                break
-            if late.copy is not winner and late.response is not None:
-                late.response.close()
+        with round_.lock:
+            if not round_.done:
+                round_.end(None)  # the caller was interrupted: cancel every copy
 
 
 # -- async ---------------------------------------------------------------------------------

@@ -61,12 +61,15 @@ def test_a_hedged_copy_rescues_a_slow_request_and_the_loser_is_disconnected(
     url = chaos.url("/tail/{key}", slow_fraction=0.5, slow_ms=4000, fast_ms=5, seed=seed)
     response = api.request("GET", url, policy=HEDGED)
     assert response.status_code == 200
-    assert response.json()["attempt"] == 2  # the copy's answer
+    # The server's second request was the fast one. (It is nearly always the hedged
+    # copy; on a starved machine the first copy may reach the server second.)
+    assert response.json() == {"status": 200, "attempt": 2, "key": chaos.key, "slow": False}
     report = retrysafe.report_of(response)
     assert report is not None
-    assert (report.hedges, report.winner, report.attempts) == (1, 2, 2)
-    assert [(r.number, r.outcome) for r in report.history] == [(1, "hedge_lost"), (2, "success")]
-    assert api.seconds < RESCUED_WITHIN  # not the 4 s the first copy would have taken
+    assert (report.hedges, report.attempts) == (1, 2)
+    assert [r.outcome for r in report.history] == ["hedge_lost", "success"]
+    assert report.winner == report.history[-1].number
+    assert api.seconds < RESCUED_WITHIN  # not the 4 s the slow copy would have taken
     log = wait_for_log(chaos, lambda log: any(r.action == "disconnected" for r in log))
     by_attempt = {record.attempt: record for record in log}
     assert by_attempt[1].action == "disconnected"  # the server saw the loser leave
@@ -104,7 +107,7 @@ def test_a_keyed_posts_copies_carry_one_key_and_one_body(api: Api, chaos: KeyedC
     assert response.status_code == 200
     report = retrysafe.report_of(response)
     assert report is not None
-    assert (report.hedges, report.winner) == (1, 2)
+    assert report.hedges == 1
     log = wait_for_log(chaos, lambda log: len(log) == 2)
     assert [r.method for r in log] == ["POST", "POST"]
     assert {r.idempotency_key for r in log} == {"order-1-secret"}
@@ -160,20 +163,26 @@ def test_hedges_stop_when_the_retry_budget_is_empty(api: Api, chaos: KeyedChaos)
     assert len(log) == 3
 
 
-def test_a_call_without_hedge_after_sends_from_the_callers_thread() -> None:
-    """Off means off: no copy thread, no hedging module in the way."""
+def test_the_first_copy_goes_from_the_callers_thread_and_a_hedge_from_its_own() -> None:
+    """Without hedge_after, exactly the usual path; with it, the first copy still goes
+    from the caller's thread (no hand-off), and only a hedged copy gets a thread."""
     threads: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def slow_first(request: httpx.Request) -> httpx.Response:
         threads.append(threading.current_thread().name)
+        if len(threads) == 1:
+            time.sleep(0.3)
         return httpx.Response(200)
 
     caller = threading.current_thread().name
-    with retrysafe.Client(transport=httpx.MockTransport(handler)) as client:
-        client.get("http://api.test/")
-    with retrysafe.Client(
-        transport=httpx.MockTransport(handler), policy=RetryPolicy(hedge_after=1.0)
-    ) as client:
-        client.get("http://api.test/")
-    assert threads[0] == caller
-    assert threads[1].startswith("retrysafe-hedge-")
+    for policy in (RetryPolicy(), RetryPolicy(hedge_after=0.05)):
+        threads.clear()
+        with retrysafe.Client(transport=httpx.MockTransport(slow_first), policy=policy) as client:
+            report = retrysafe.report_of(client.get("http://api.test/"))
+        assert report is not None
+        if policy.hedge_after is None:
+            assert threads == [caller]
+            assert report.hedges == 0
+        else:
+            assert threads == [caller, "retrysafe-hedge-2"]
+            assert (report.hedges, report.winner) == (1, 2)
