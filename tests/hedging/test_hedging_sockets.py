@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import anyio
 import httpx
 import pytest
 
@@ -186,3 +187,17 @@ def test_the_first_copy_goes_from_the_callers_thread_and_a_hedge_from_its_own() 
         else:
             assert threads == [caller, "retrysafe-hedge-2"]
             assert (report.hedges, report.winner) == (1, 2)
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_hedging_call_cancels_every_copy(chaos: KeyedChaos) -> None:
+    """The caller gives up (a cancel scope ends) while two copies are out: both go."""
+    url = chaos.url("/tail/{key}", slow_fraction=1, slow_ms=5000)
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(policy=HEDGED) as client:
+        with anyio.move_on_after(0.4) as scope:
+            await client.get(url)
+    assert scope.cancelled_caught
+    assert time.monotonic() - started < 2.0
+    log = wait_for_log(chaos, lambda log: len(log) == 2)
+    assert [r.action for r in log] == ["disconnected", "disconnected"]
