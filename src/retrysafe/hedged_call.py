@@ -133,9 +133,9 @@ class HedgedCall(Call):
         """Hedged copies sent so far."""
         return self._hedges
 
-    def in_flight(self) -> tuple[AttemptPlan, ...]:
-        """The plans of every copy in flight."""
-        return tuple(self._flights)
+    def in_flight(self, plan: AttemptPlan) -> bool:
+        """Whether ``plan``'s copy is in flight (its outcome is awaited)."""
+        return plan in self._flights
 
     # -- starting copies -----------------------------------------------------------------
 

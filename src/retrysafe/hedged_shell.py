@@ -298,9 +298,10 @@ class _SyncRound:
     def report(self, result: _Result) -> Step | BaseException | None:
         """Tell the engine what a copy got: the round's end if this ended it, else None."""
         with self.lock:
-            if self.done:
+            if self.done or not self.call.in_flight(result.copy.plan):
+                # It lost, or it was given up as overdue: nobody will read it.
                 if result.response is not None:
-                    result.response.close()  # it lost: nobody will read it
+                    result.response.close()
                 return None
             if result.fatal is not None:
                 self.end(None)
@@ -475,6 +476,10 @@ async def hedged_round_async(
                     continue
                 if result.fatal is not None:
                     raise result.fatal
+                if not call.in_flight(result.copy.plan):  # given up as overdue already
+                    if result.response is not None:
+                        await result.response.aclose()
+                    continue
                 concluded = await _conclude_async(drive, result)
                 if type(concluded) is not AwaitOthers:
                     winner, step = result.copy, concluded

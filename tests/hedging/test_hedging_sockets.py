@@ -201,3 +201,36 @@ async def test_cancelling_a_hedging_call_cancels_every_copy(chaos: KeyedChaos) -
     assert time.monotonic() - started < 2.0
     log = wait_for_log(chaos, lambda log: len(log) == 2)
     assert [r.action for r in log] == ["disconnected", "disconnected"]
+
+
+def test_a_copy_stuck_past_its_time_on_an_unbounded_transport_does_not_hold_the_call() -> None:
+    """A transport the attempt deadline cannot reach (here a MockTransport that hangs):
+    a copy long past its time is given up as timed out, and the call goes on."""
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        number = numbers[-1]
+        if number == 1:
+            time.sleep(0.1)
+            return httpx.Response(503)
+        if number == 2:
+            time.sleep(3.0)  # the hedged copy hangs far past its 0.3 s
+        return httpx.Response(200)
+
+    policy = RetryPolicy(
+        hedge_after=0.05, attempt_timeout=0.3, deadline=5.0, backoff_base=0.01, backoff_cap=0.01
+    )
+    started = time.monotonic()
+    with retrysafe.Client(transport=httpx.MockTransport(handler), policy=policy) as client:
+        response = client.get("http://api.test/")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert [r.outcome for r in report.history] == [
+        "service_unavailable",
+        "attempt_timeout",
+        "success",
+    ]
+    assert elapsed < 2.5  # not the 3 s the stuck copy takes
