@@ -18,6 +18,7 @@ the client sent (some cancelled before the server had read them) are printed too
    fixed-delay hedging without a governor (no budget) for contrast.
 
     .venv/bin/python benchmarks/hedging.py [--calls 2000] [--concurrency 16] [--json]
+        [--mode sync|asyncio|trio]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import httpx
 
 import retrysafe
@@ -85,6 +87,74 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+Outcome = tuple[float, int, bool, bool]
+
+
+def _outcome(started: float, response: httpx.Response | None) -> Outcome:
+    """(seconds, hedges sent, won by a hedged copy, answered 200) of one call."""
+    elapsed = time.perf_counter() - started
+    if response is None:
+        return elapsed, 0, False, False
+    report = retrysafe.report_of(response)
+    hedges = report.hedges if report is not None else 0
+    won = report is not None and report.winner not in (None, 1)
+    return elapsed, hedges, won, response.status_code == 200
+
+
+def _tokens_left(governor: Governor) -> float | None:
+    dependencies = governor.dependencies()
+    if not dependencies:
+        return None
+    budget = governor.guard(dependencies[0]).budget
+    return None if budget is None else budget.tokens
+
+
+def _run_sync(
+    url: httpx.URL,
+    policy: retrysafe.RetryPolicy,
+    governor: Governor | None,
+    calls: int,
+    concurrency: int,
+) -> tuple[list[Outcome], float | None]:
+    with retrysafe.Client(policy=policy, governor=governor) as client:
+
+        def one(_: int) -> Outcome:
+            started = time.perf_counter()
+            try:
+                return _outcome(started, client.get(url))
+            except retrysafe.ApiError:
+                return _outcome(started, None)
+
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            outcomes = list(pool.map(one, range(calls)))
+        return outcomes, _tokens_left(client.governor)
+
+
+async def _run_async(
+    url: httpx.URL,
+    policy: retrysafe.RetryPolicy,
+    governor: Governor | None,
+    calls: int,
+    concurrency: int,
+) -> tuple[list[Outcome], float | None]:
+    outcomes: list[Outcome] = []
+    limiter = anyio.Semaphore(concurrency)
+    async with retrysafe.AsyncClient(policy=policy, governor=governor) as client:
+
+        async def one() -> None:
+            async with limiter:
+                started = time.perf_counter()
+                try:
+                    outcomes.append(_outcome(started, await client.get(url)))
+                except retrysafe.ApiError:
+                    outcomes.append(_outcome(started, None))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(calls):
+                group.start_soon(one)
+        return outcomes, _tokens_left(client.governor)
+
+
 def run(
     server: ServerProcess,
     key: str,
@@ -94,42 +164,34 @@ def run(
     concurrency: int,
     params: dict[str, Any],
     governor: Governor | None = None,
+    mode: str = "sync",
 ) -> dict[str, Any]:
-    """``calls`` GETs of ``/tail/{key}`` with ``policy``; latency and load figures."""
+    """``calls`` GETs of ``/tail/{key}`` with ``policy``; latency and load figures.
+
+    ``mode``: ``"sync"`` (``retrysafe.Client`` from a thread pool) or ``"asyncio"`` /
+    ``"trio"`` (``retrysafe.AsyncClient``, ``concurrency`` tasks).
+    """
     url = httpx.URL(f"{server.url}/tail/{key}", params=params)
     latencies: list[float] = []
     copies_sent = 0
     hedged_calls = 0
     won_by_hedge = 0
     failures = 0
-    with retrysafe.Client(policy=policy, governor=governor) as client:
-
-        def one(_: int) -> tuple[float, int, bool, bool]:
-            started = time.perf_counter()
-            try:
-                response = client.get(url)
-            except retrysafe.ApiError:
-                return time.perf_counter() - started, 0, False, False
-            elapsed = time.perf_counter() - started
-            report = retrysafe.report_of(response)
-            hedges = report.hedges if report is not None else 0
-            won = report is not None and report.winner not in (None, 1)
-            return elapsed, hedges, won, response.status_code == 200
-
-        began = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-            for elapsed, hedges, won, ok in pool.map(one, range(calls)):
-                latencies.append(elapsed)
-                copies_sent += hedges
-                hedged_calls += hedges > 0
-                won_by_hedge += won
-                failures += not ok
-        seconds = time.perf_counter() - began
-        budget_tokens = None
-        dependencies = client.governor.dependencies()
-        if dependencies:
-            budget = client.governor.guard(dependencies[0]).budget
-            budget_tokens = None if budget is None else budget.tokens
+    outcomes: list[tuple[float, int, bool, bool]]
+    began = time.perf_counter()
+    if mode == "sync":
+        outcomes, budget_tokens = _run_sync(url, policy, governor, calls, concurrency)
+    else:
+        outcomes, budget_tokens = anyio.run(
+            _run_async, url, policy, governor, calls, concurrency, backend=mode
+        )
+    seconds = time.perf_counter() - began
+    for elapsed, hedges, won, ok in outcomes:
+        latencies.append(elapsed)
+        copies_sent += hedges
+        hedged_calls += hedges > 0
+        won_by_hedge += won
+        failures += not ok
     # Let abandoned and slow requests reach the log before counting.
     time.sleep(float(params.get("slow_ms", 1000)) / 1000 + 0.3)
     sent = len(server.log(key))
@@ -163,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--brownout-fraction", type=float, default=0.8)
     parser.add_argument("--brownout-ms", type=int, default=300)
     parser.add_argument("--seed", default="hedging")
+    parser.add_argument(
+        "--mode",
+        choices=("sync", "asyncio", "trio"),
+        default="sync",
+        help="retrysafe.Client on threads, or AsyncClient on an event loop",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
 
@@ -187,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": platform.python_version(),
         "calls": args.calls,
         "concurrency": args.concurrency,
+        "mode": args.mode,
         "tail": tail,
         "brownout": brownout,
     }
@@ -201,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 calls=args.calls,
                 concurrency=args.concurrency,
                 params=tail,
+                mode=args.mode,
             )
             if not args.json:
                 print(f"tail      {name:<22} {tail_results[name]}", flush=True)
@@ -217,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 calls=args.brownout_calls,
                 concurrency=args.concurrency,
                 params=brownout,
+                mode=args.mode,
             )
         fixed_name = f"hedge_after={args.fixed:g}"
         brownout_results[f"{fixed_name}, no governor"] = run(
@@ -227,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             params=brownout,
             governor=Governor(GovernorSettings.off()),
+            mode=args.mode,
         )
         budget = GovernorSettings().budget
         assert budget is not None
