@@ -251,7 +251,19 @@ class Drive:
             self.caller_timeouts = extensions.get("timeout") or {}
         #: The engine of this call (a HedgedCall when the policy hedges).
         self.call: Call
-        if policy.hedge_after is not None:
+        if policy.hedge_after is None:
+            self.call = Call(
+                request,
+                policy=policy,
+                clock=settings.clock,
+                dependency=dependency,
+                deadline=deadline,
+                retries_used=self._retries_before,
+                max_attempts=nested_attempts if self._parent is not None else None,
+                stream=options.stream,
+                observed=settings.observer.listening,
+            )
+        else:
             self.call = _hedged_call(
                 request,
                 policy,
@@ -262,18 +274,6 @@ class Drive:
                 nested_attempts if self._parent is not None else None,
                 options.stream,
             )
-            return
-        self.call = Call(
-            request,
-            policy=policy,
-            clock=settings.clock,
-            dependency=dependency,
-            deadline=deadline,
-            retries_used=self._retries_before,
-            max_attempts=nested_attempts if self._parent is not None else None,
-            stream=options.stream,
-            observed=settings.observer.listening,
-        )
 
     # -- steps -------------------------------------------------------------------------
 
