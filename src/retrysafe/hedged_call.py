@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import httpx
 
-from retrysafe.classify import Verdict, may_have_acted
+from retrysafe.classify import SUCCESS, Verdict, may_have_acted
 from retrysafe.clock import Clock
 from retrysafe.decisions import (
     OPEN_ADMISSION,
@@ -51,6 +51,7 @@ from retrysafe.decisions import (
     HedgeAnswer,
     RecordLatency,
     ReleaseProbe,
+    Succeed,
     Wait,
 )
 from retrysafe.engine import Call
@@ -198,6 +199,15 @@ class HedgedCall(Call):
         flight = self._flights.get(plan)
         if flight is not None:  # a ReadBody: the copy is still in flight
             flight.body_read = True
+        return step
+
+    def _succeed(self, plan: AttemptPlan, response: httpx.Response) -> Succeed:
+        """A success takes the general path here (the base class's short path knows of
+        one attempt only): it ends every other copy and reports which one won."""
+        self._record(SUCCESS, status=response.status_code, exception=None)
+        self._inform_governor(SUCCESS, response.status_code, response)
+        step = self._decide(SUCCESS, response=response, cause=None, during_body=False)
+        assert isinstance(step, Succeed)
         return step
 
     def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
