@@ -160,7 +160,7 @@ def run_page(page: Page, namespace: dict[str, object]) -> int:
         if example.not_run is not None:
             continue
         padded = "\n" * (example.line - 1) + example.code
-        exec(compile(padded, f"docs/{page.name}", "exec"), namespace)
+        exec(compile(padded, str(DOCS / page.name), "exec"), namespace)
         ran += 1
     return ran
 
