@@ -16,7 +16,7 @@ from doc_examples import TALLY
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "idempotency"))
 
-from store_servers import ServerNotInstalled, redis_server  # noqa: E402
+from store_servers import ServerNotInstalled, redis_server
 
 
 @pytest.fixture(scope="session")

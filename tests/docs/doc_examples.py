@@ -91,9 +91,13 @@ def _module_list(value: str, page: str) -> tuple[str, ...]:
     return names
 
 
-def parse_page(path: Path) -> Page:
-    """Read ``path``'s python examples, in order, and its ``requires`` front matter."""
-    name = path.relative_to(DOCS).as_posix()
+def parse_page(path: Path, name: str | None = None) -> Page:
+    """Read ``path``'s python examples, in order, and its ``requires`` front matter.
+
+    ``name`` is how the page is reported; by default its path under ``docs/``.
+    """
+    if name is None:
+        name = path.relative_to(DOCS).as_posix()
     lines = path.read_text(encoding="utf-8").splitlines()
     fields, start = _front_matter(lines)
     requires = _module_list(fields["requires"], name) if "requires" in fields else ()
@@ -149,18 +153,20 @@ def missing_modules(page: Page) -> list[str]:
     return missing
 
 
-def run_page(page: Page, namespace: dict[str, object]) -> int:
+def run_page(page: Page, namespace: dict[str, object], path: Path | None = None) -> int:
     """Run ``page``'s examples in order in ``namespace``; returns how many ran.
 
-    Each block is compiled under the page's name and its real line numbers, so a
-    failing example's traceback points at the Markdown line to fix.
+    Each block is compiled under the page's file (``path``, by default the page under
+    ``docs/``) and its real line numbers, so a failing example's traceback points at
+    the Markdown line to fix.
     """
     ran = 0
     for example in page.examples:
         if example.not_run is not None:
             continue
         padded = "\n" * (example.line - 1) + example.code
-        exec(compile(padded, str(DOCS / page.name), "exec"), namespace)
+        source = path if path is not None else DOCS / page.name
+        exec(compile(padded, str(source), "exec"), namespace)
         ran += 1
     return ran
 
