@@ -129,7 +129,9 @@ def run_brownout(
         check_number(owner, "failure_rates", value, positive=False, infinite_ok=False)
         check(value <= 1, owner, "failure_rates", f"must be between 0 and 1, got {value!r}")
     _check_traffic(owner, calls, rate, latency, fault)
-    shape = TrafficShape(calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault)
+    shape = TrafficShape(
+        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+    )
     configs = load_protection_configs(policy, governor)
     jobs = [
         (config, shape, failure_rate, seed, stream)

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any
 
@@ -43,7 +43,7 @@ from retrysafe.simulate.configs import YOURS
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.formulas import STRATEGIES, Strategy, formula_wait
 from retrysafe.simulate.parallel import default_workers, run_jobs
-from retrysafe.simulate.shell import CallEnd, SimCall, SimShell
+from retrysafe.simulate.shell import CallEnd, Reply, SimCall, SimShell
 from retrysafe.validation import check, check_number
 
 __all__ = [
@@ -246,7 +246,7 @@ class _Row:
         #: of the run time).
         self._lost: dict[SimCall, httpx.Response] = {}
 
-    def send(self, call: SimCall, plan: AttemptPlan, reply: Callable[[Any], None]) -> None:
+    def send(self, call: SimCall, plan: AttemptPlan, reply: Reply) -> None:
         """One attempt is a read, then a conditional write; the reply says which it was."""
         clock = call.drive.settings.clock
         assert isinstance(clock, SimClock)
@@ -255,9 +255,7 @@ class _Row:
         write_at = read_at + abs(gauss(self.mean, self.sd)) + abs(gauss(self.mean, self.sd))
         self.loop.at(write_at, self._write, call, read_at, clock.rng, reply)
 
-    def _write(
-        self, call: SimCall, read_at: float, rng: random.Random, reply: Callable[[Any], None]
-    ) -> None:
+    def _write(self, call: SimCall, read_at: float, rng: random.Random, reply: Reply) -> None:
         self.writes += 1
         won = self.last_won < read_at
         if won:
@@ -320,7 +318,7 @@ def _job(job: tuple[ContentionSettings, str, int]) -> ContentionRow:
     else:
         assert strategy in STRATEGIES
         for run in range(settings.runs):
-            run_writes, run_seconds = formula_run(settings, strategy, clients, run)  # type: ignore[arg-type]
+            run_writes, run_seconds = formula_run(settings, strategy, clients, run)
             writes += run_writes
             seconds += run_seconds
     runs = settings.runs

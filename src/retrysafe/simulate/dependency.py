@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 
 from retrysafe.decisions import AttemptPlan
 from retrysafe.simulate.events import EventLoop
-from retrysafe.simulate.shell import SimCall
+from retrysafe.simulate.shell import Reply, SimCall
 
 __all__ = ["FAULTS", "Fault", "FlakyDependency"]
 
@@ -52,7 +52,7 @@ class FlakyDependency:
         """Attempts that reached the dependency."""
         return len(self.arrivals)
 
-    def send(self, call: SimCall, plan: AttemptPlan, reply: Callable[[Any], None]) -> None:
+    def send(self, call: SimCall, plan: AttemptPlan, reply: Reply) -> None:
         now = self.loop.now
         self.arrivals.append(now)
         fails = self.rng.random() < self.failing(now)

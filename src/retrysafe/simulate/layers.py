@@ -39,7 +39,7 @@ from retrysafe.simulate.configs import YOURS
 from retrysafe.simulate.dependency import FAULTS, Fault, FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.parallel import default_workers, run_jobs
-from retrysafe.simulate.shell import CallEnd, SimCall, SimShell
+from retrysafe.simulate.shell import CallEnd, Reply, SimCall, SimShell
 from retrysafe.validation import check, check_number
 
 __all__ = ["LayerConfig", "LayersResult", "LayersRow", "run_layers"]
@@ -171,7 +171,9 @@ class _Stack:
             last = depth == len(attempts) - 1
             send = bottom.send if last else self._handler(depth + 1)
             self.shells.append(
-                SimShell(loop, policy=policy, governor=governor, send=send, dependency=f"layer{depth}")
+                SimShell(
+                    loop, policy=policy, governor=governor, send=send, dependency=f"layer{depth}"
+                )
             )
 
     def clock(self) -> SimClock:
@@ -179,18 +181,16 @@ class _Stack:
         self.calls_started += 1
         return SimClock(self.time_now, client_random(self.seed, 1, self.calls_started))
 
-    def _handler(self, depth: int) -> Callable[[SimCall, AttemptPlan, Callable[[Any], None]], None]:
+    def _handler(self, depth: int) -> Callable[[SimCall, AttemptPlan, Reply], None]:
         """Layer ``depth``'s handler: after a hop, make its own retrying call."""
         shell_below = depth
 
-        def handle(parent: SimCall, plan: AttemptPlan, reply: Callable[[Any], None]) -> None:
+        def handle(parent: SimCall, plan: AttemptPlan, reply: Reply) -> None:
             self.loop.after(HOP, self._serve, shell_below, parent, plan, reply)
 
         return handle
 
-    def _serve(
-        self, depth: int, parent: SimCall, plan: AttemptPlan, reply: Callable[[Any], None]
-    ) -> None:
+    def _serve(self, depth: int, parent: SimCall, plan: AttemptPlan, reply: Reply) -> None:
         if parent.ended:
             return
         shell = self.shells[depth]

@@ -194,7 +194,9 @@ def run_outage(
     check(bucket <= duration, owner, "bucket", f"must be <= duration, got {bucket!r}")
     calls = max(1, round(rate * duration))
     _check_traffic(owner, calls, rate, latency, fault)
-    shape = TrafficShape(calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault)
+    shape = TrafficShape(
+        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+    )
     window = OutageWindow(duration=duration, down_at=down_at, down_for=down_for, bucket=bucket)
     configs = load_protection_configs(policy, governor)
     began = time.perf_counter()

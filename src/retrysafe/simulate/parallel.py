@@ -25,9 +25,7 @@ def default_workers() -> int:
     return max(1, min(8, cpus))
 
 
-def run_jobs(
-    work: Callable[[Job], Result], jobs: Sequence[Job], workers: int
-) -> list[Result]:
+def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -> list[Result]:
     """``[work(job) for job in jobs]``, over ``workers`` processes when that is more than 1.
 
     Jobs that cannot be sent to another process (a policy with a rule defined

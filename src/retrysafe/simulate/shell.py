@@ -19,6 +19,7 @@ around a call reaches every call below it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import math
@@ -36,17 +37,18 @@ from retrysafe.policy import RetryPolicy
 from retrysafe.simulate.clock import SimClock
 from retrysafe.simulate.events import EventLoop
 
-__all__ = ["CallEnd", "EventCount", "SendAttempt", "SimCall", "SimShell"]
+__all__ = ["CallEnd", "EventCount", "Outcome", "Reply", "SendAttempt", "SimCall", "SimShell"]
 
+#: What an attempt came back with: a response, or the exception it raised.
 Outcome = httpx.Response | Exception
+#: How a simulated dependency hands an attempt's outcome back to the call.
+Reply = Callable[[Outcome], None]
 
 
 class SendAttempt(Protocol):
     """A simulated dependency: take one attempt of ``call`` and, later, ``reply``."""
 
-    def __call__(
-        self, call: SimCall, plan: AttemptPlan, reply: Callable[[Outcome], None]
-    ) -> None: ...
+    def __call__(self, call: SimCall, plan: AttemptPlan, reply: Reply, /) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +221,7 @@ class SimCall:
                 step = self.context.run(self.drive.returned, plan, outcome)
         else:
             step = self.context.run(self.drive.raised, plan, outcome, during_body=False)
-        self._take(step)  # type: ignore[arg-type]
+        self._take(step)
 
     def _timed_out(self, number: int, plan: AttemptPlan) -> None:
         if number != self._attempt or self.ended:
@@ -238,17 +240,18 @@ class SimCall:
         self.context.run(self.drive.close)
         self.ended = True
         attempts = self.drive.call.attempts
-        self._on_end(CallEnd(False, attempts, self._started, self.shell.loop.now, "cancelled", None))
+        self._on_end(
+            CallEnd(False, attempts, self._started, self.shell.loop.now, "cancelled", None)
+        )
 
     def _end(self, step: Succeed | Fail) -> None:
         self.ended = True
         drive = self.drive
-        try:
-            self.context.run(drive.finish, step)  # tells an enclosing call it retried
-        except Exception:  # noqa: S110 - the error is read from the step below
-            pass
-        finally:
-            self.context.run(drive.close)
+        # finish() tells an enclosing call that this one retried; it then returns the
+        # response or raises the error, both of which are read from the step below.
+        with contextlib.suppress(Exception):
+            self.context.run(drive.finish, step)
+        self.context.run(drive.close)
         report: CallReport = step.report
         if type(step) is Succeed:
             end = CallEnd(True, report.attempts, self._started, self.shell.loop.now, None, None)
