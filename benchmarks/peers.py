@@ -128,7 +128,7 @@ def _since(started: float) -> float:
 def make_retrysafe(scale: Scale) -> Peer:
     # No attempt starts with less than min_attempt_time left (0.5 s by default): a budget
     # shorter than a few of those needs a smaller one, or no attempt could start.
-    shortest = min(0.5, scale.budget / 5)
+    shortest = min(0.5, scale.budget / 4)
     policy = retrysafe.RetryPolicy(attempts=4, deadline=scale.budget, min_attempt_time=shortest)
     client = retrysafe.Client(policy=policy, limits=_LIMITS)
     return Peer(
