@@ -67,13 +67,13 @@ def plot(result: SimulationResult, path: str | Path) -> Path:
         load.legend()
     elif isinstance(result, OutageResult):
         figure, axis = pyplot.subplots(figsize=(10, 4.5))
-        starts = result.bucket_starts()
+        # A step per bucket, drawn to the end of the last one.
+        edges = [*result.bucket_starts(), result.window.duration]
         for row in result.rows:
-            axis.step(starts, row.load_per_s, where="post", label=row.config)
+            axis.step(edges, [*row.load_per_s, row.load_per_s[-1]], where="post", label=row.config)
         if result.rows:
-            axis.step(
-                starts, result.rows[0].offered_per_s, where="post", label="calls", linestyle=":"
-            )
+            offered = result.rows[0].offered_per_s
+            axis.step(edges, [*offered, offered[-1]], where="post", label="calls", linestyle=":")
         window = result.window
         axis.axvspan(window.down_at, window.up_at, alpha=0.15, color="grey", label="down")
         axis.set(title="load on the dependency", xlabel="seconds", ylabel="attempts per second")
