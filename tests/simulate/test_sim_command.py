@@ -117,6 +117,8 @@ def test_outage_and_layers_print_tables(
         (["simulate", "contention", "--strategies", "full,fast"], "must be among none"),
         (["simulate", "brownout", "--failure-rates", "0,150"], "must be between 0 and 1"),
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
+        (["simulate", "outage", "--rate", "nan"], "outage.rate must be a number, got nan"),
+        (["simulate", "brownout", "--rate", "0"], "brownout.rate must be > 0"),
         (["simulate", "layers", "--layers", "3xthree"], "e.g. 3x3x4"),
         (["simulate", "layers", "--fault", "fire"], "invalid choice"),
         (["simulate", "brownout", "--policy", "nowhere"], "must be given as module:NAME"),

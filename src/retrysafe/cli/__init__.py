@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--port", type=_port, default=8000, help="HTTP port (8000; 0: any free)")
     chaos.set_defaults(run=_run_chaos)
 
-    add_simulate_command(commands, common)
+    add_simulate_command(commands)
     return parser
 
 

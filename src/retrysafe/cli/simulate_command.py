@@ -77,11 +77,10 @@ def _strategies(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def add_simulate_command(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_simulate_command(commands: Any) -> None:
     """Add ``simulate`` and its scenarios to the ``retrysafe`` parser's subcommands."""
     simulate = commands.add_parser(
         "simulate",
-        parents=[common],
         help="see what retry settings do to a server: simulated clients on a virtual clock",
         description="Run retrysafe's real engine and governor against a simulated dependency "
         "on a virtual clock (seeded, reproducible, nothing sleeps) and print what it does.",

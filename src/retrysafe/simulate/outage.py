@@ -180,7 +180,7 @@ def run_outage(
     """Calls at ``rate`` a second for ``duration`` s; the dependency down from ``down_at``
     for ``down_for`` s. Every configuration sees the same arrivals and jitter streams."""
     owner = "outage"
-    for field, value in (("duration", duration), ("bucket", bucket)):
+    for field, value in (("duration", duration), ("bucket", bucket), ("rate", rate)):
         check_number(owner, field, value, positive=True, infinite_ok=False)
     for field, value in (("down_at", down_at), ("down_for", down_for)):
         check_number(owner, field, value, positive=False, infinite_ok=False)
