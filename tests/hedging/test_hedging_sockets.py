@@ -1,6 +1,7 @@
 """Hedged requests over real sockets against the chaos server's ``/tail/{key}``.
 
-Each test runs three times (``api`` fixture): sync Client (copies on threads),
+Each test runs three times (``api`` fixture of tests/conftest.py, the ``Api`` helper):
+sync Client (copies on threads),
 AsyncClient on asyncio and on trio (copies as tasks). What the server saw is read
 from its own log. Wall-clock assertions are loose bounds, never exact timings.
 """
@@ -10,13 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 import retrysafe
-from conftest import Api
 from retrysafe import RetryPolicy
 from retrysafe.chaos import KeyedChaos
 from retrysafe.chaos.chance import draw
@@ -56,7 +57,7 @@ def seed_where(key: str, slow: list[bool], fraction: float = 0.5) -> str:
 
 
 def test_a_hedged_copy_rescues_a_slow_request_and_the_loser_is_disconnected(
-    api: Api, chaos: KeyedChaos
+    api: Any, chaos: KeyedChaos
 ) -> None:
     seed = seed_where(chaos.key, [True, False])
     url = chaos.url("/tail/{key}", slow_fraction=0.5, slow_ms=4000, fast_ms=5, seed=seed)
@@ -79,7 +80,7 @@ def test_a_hedged_copy_rescues_a_slow_request_and_the_loser_is_disconnected(
     assert len(log) == 2
 
 
-def test_a_fast_answer_sends_no_copy(api: Api, chaos: KeyedChaos) -> None:
+def test_a_fast_answer_sends_no_copy(api: Any, chaos: KeyedChaos) -> None:
     url = chaos.url("/tail/{key}", slow_fraction=0, fast_ms=1)
     response = api.request("GET", url, policy=RetryPolicy(hedge_after=0.5))
     report = retrysafe.report_of(response)
@@ -88,7 +89,7 @@ def test_a_fast_answer_sends_no_copy(api: Api, chaos: KeyedChaos) -> None:
     assert len(chaos.log()) == 1
 
 
-def test_a_post_without_an_idempotency_key_is_never_hedged(api: Api, chaos: KeyedChaos) -> None:
+def test_a_post_without_an_idempotency_key_is_never_hedged(api: Any, chaos: KeyedChaos) -> None:
     url = chaos.url("/tail/{key}", slow_fraction=1, slow_ms=400)
     response = api.request("POST", url, policy=HEDGED, json={"order": 1})
     assert response.status_code == 200
@@ -99,7 +100,7 @@ def test_a_post_without_an_idempotency_key_is_never_hedged(api: Api, chaos: Keye
     assert [(r.method, r.action) for r in chaos.log()] == [("POST", "status:200")]
 
 
-def test_a_keyed_posts_copies_carry_one_key_and_one_body(api: Api, chaos: KeyedChaos) -> None:
+def test_a_keyed_posts_copies_carry_one_key_and_one_body(api: Any, chaos: KeyedChaos) -> None:
     seed = seed_where(chaos.key, [True, False])
     url = chaos.url("/tail/{key}", slow_fraction=0.5, slow_ms=4000, fast_ms=5, seed=seed)
     response = api.request(
@@ -115,7 +116,7 @@ def test_a_keyed_posts_copies_carry_one_key_and_one_body(api: Api, chaos: KeyedC
     assert len({r.body_sha256 for r in log}) == 1
 
 
-def test_the_deadline_covers_every_copy(api: Api, chaos: KeyedChaos) -> None:
+def test_the_deadline_covers_every_copy(api: Any, chaos: KeyedChaos) -> None:
     url = chaos.url("/tail/{key}", slow_fraction=1, slow_ms=5000)
     policy = RetryPolicy(hedge_after=0.1, deadline=0.8, min_attempt_time=0.1)
     with pytest.raises((httpx.TimeoutException, retrysafe.ApiError)):
@@ -127,7 +128,7 @@ def test_the_deadline_covers_every_copy(api: Api, chaos: KeyedChaos) -> None:
     assert {r.action for r in log} == {"disconnected"}
 
 
-def test_hedges_stop_while_the_breaker_is_not_closed(api: Api, chaos: KeyedChaos) -> None:
+def test_hedges_stop_while_the_breaker_is_not_closed(api: Any, chaos: KeyedChaos) -> None:
     governor = Governor(
         GovernorSettings(breaker=BreakerSettings(consecutive_failures=1, open_for=0.2))
     )
@@ -148,7 +149,7 @@ def test_hedges_stop_while_the_breaker_is_not_closed(api: Api, chaos: KeyedChaos
     assert [r.endpoint for r in chaos.log()] == ["status", "tail"]
 
 
-def test_hedges_stop_when_the_retry_budget_is_empty(api: Api, chaos: KeyedChaos) -> None:
+def test_hedges_stop_when_the_retry_budget_is_empty(api: Any, chaos: KeyedChaos) -> None:
     budget = BudgetSettings(ratio=0.0, max_tokens=1.0, min_per_second=0.001)
     governor = Governor(GovernorSettings(budget=budget, breaker=None, limiter=None))
     events: list[RetryEvent] = []
