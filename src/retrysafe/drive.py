@@ -30,10 +30,14 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     AttemptPlan,
+    AwaitOthers,
     Decision,
     EmitEvent,
     Fail,
+    Hedge,
+    HedgeAnswer,
     ReadBody,
+    RecordLatency,
     RetryAnswer,
     Succeed,
     Wait,
@@ -48,6 +52,7 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
+from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
@@ -61,8 +66,9 @@ OPTIONS_EXTENSION = "retrysafe"
 _CHAIN_EXTENSION = "retrysafe.chain"
 _PHASES = ("connect", "read", "write", "pool")
 
-#: What a shell is told to do next: send, read the body, sleep, or end the call.
-Step = AttemptPlan | ReadBody | Wait | Succeed | Fail
+#: What a shell is told to do next: send, read the body, sleep, or end the call (or,
+#: when hedging, wait for another copy in flight).
+Step = AttemptPlan | ReadBody | Wait | Succeed | Fail | AwaitOthers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +132,36 @@ class ShellSettings:
             raise_errors=raise_errors,
             deadline_header=deadline_header,
         )
+
+
+_HEDGE_GRANTED = HedgeAnswer()
+
+
+def _hedged_call(
+    request: httpx.Request,
+    policy: RetryPolicy,
+    settings: ShellSettings,
+    dependency: str,
+    deadline: Deadline,
+    retries_used: int,
+    max_attempts: int | None,
+    stream: bool,
+) -> HedgedCall:
+    """The engine of a call whose policy hedges, with its hedge delay worked out now
+    (the fixed delay, or the dependency's learned percentile)."""
+    assert policy.hedge_after is not None
+    return HedgedCall(
+        request,
+        hedge_delay=settings.governor.latencies.hedge_delay(dependency, policy.hedge_after),
+        policy=policy,
+        clock=settings.clock,
+        dependency=dependency,
+        deadline=deadline,
+        retries_used=retries_used,
+        max_attempts=max_attempts,
+        stream=stream,
+        observed=settings.observer.listening,
+    )
 
 
 class _Chain:
@@ -213,17 +249,31 @@ class Drive:
                 deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
-        self.call = Call(
-            request,
-            policy=policy,
-            clock=settings.clock,
-            dependency=dependency,
-            deadline=deadline,
-            retries_used=self._retries_before,
-            max_attempts=nested_attempts if self._parent is not None else None,
-            stream=options.stream,
-            observed=settings.observer.listening,
-        )
+        #: The engine of this call (a HedgedCall when the policy hedges).
+        self.call: Call
+        if policy.hedge_after is None:
+            self.call = Call(
+                request,
+                policy=policy,
+                clock=settings.clock,
+                dependency=dependency,
+                deadline=deadline,
+                retries_used=self._retries_before,
+                max_attempts=nested_attempts if self._parent is not None else None,
+                stream=options.stream,
+                observed=settings.observer.listening,
+            )
+        else:
+            self.call = _hedged_call(
+                request,
+                policy,
+                settings,
+                dependency,
+                deadline,
+                self._retries_before,
+                nested_attempts if self._parent is not None else None,
+                options.stream,
+            )
 
     # -- steps -------------------------------------------------------------------------
 
@@ -279,6 +329,17 @@ class Drive:
         self.call.attempt_abandoned()
         self._apply_effects()
 
+    def hedge(self, hedge: Hedge) -> AttemptPlan | None:
+        """Ask the governor for the hedged copy ``hedge`` and tell the engine: the copy's
+        plan, or None when it is refused (and no more copies go this round)."""
+        call = self.call
+        assert isinstance(call, HedgedCall)
+        guard = self._guard
+        answer = _HEDGE_GRANTED if guard is None else guard.answer_hedge()
+        plan = call.start_hedge(hedge, answer)
+        self._apply_effects()
+        return plan
+
     def _note_nested_give_up(self) -> None:
         self.gave_up_inside = False
         self.call.nested_call_gave_up()
@@ -329,6 +390,8 @@ class Drive:
         for effect in effects:
             if type(effect) is EmitEvent:
                 self.settings.observer.emit(effect.event, body_excerpt=effect.body_excerpt)
+            elif type(effect) is RecordLatency:
+                self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
             elif guard is not None:
                 transition = guard.apply(effect)
                 if transition is not None:

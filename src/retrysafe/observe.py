@@ -32,12 +32,14 @@ class RetryEvent:
     ``kind`` is ``"retry"`` (an attempt failed and another follows after
     ``wait`` seconds), ``"success"`` or ``"failure"`` (the call is over), or
     ``"circuit"`` (the dependency's breaker changed state; ``reason`` is
-    ``"closed->open"`` and the like).
+    ``"closed->open"`` and the like), or ``"hedge"`` (a hedged copy: ``reason``
+    ``"sent"``, ``"won"``, ``"lost"`` (cancelled: another copy won) or
+    ``"refused:<why>"``; ``attempt`` is the copy's number).
     ``reason`` is why it happened (for a failure, why retrying stopped) and
     ``outcome`` what the attempt got; ``error`` names the error class of a failure.
     """
 
-    kind: Literal["retry", "success", "failure", "circuit"]
+    kind: Literal["retry", "success", "failure", "circuit", "hedge"]
     dependency: str
     method: str
     url: str
@@ -143,6 +145,17 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
         )
     elif event.kind == "circuit":
         logger.log(level, "circuit %s [%s]", event.reason, event.dependency, extra=fields)
+    elif event.kind == "hedge":
+        logger.log(
+            level,
+            "hedge %s %s [%s]: copy %d %s",
+            event.method,
+            event.url,
+            event.dependency,
+            event.attempt,
+            event.reason,
+            extra=fields,
+        )
     else:
         logger.log(
             level,
