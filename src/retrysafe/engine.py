@@ -433,6 +433,7 @@ class Call:
         self.state = "done"
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
         outcome = self._history[-1].outcome if self._history else reason
+        last = self._history[-1] if self._history else None
         error, excerpt = give_up_error(
             stop,
             reason=reason,
@@ -467,11 +468,12 @@ class Call:
                     method=self.method,
                     url=self.url,
                     attempt=len(self._history),
-                    reason=reason,
                     status=error.status,
+                    outcome=last.outcome if last is not None else "",
+                    reason=reason,
                     elapsed=error.elapsed,
                     error=type(error).__name__,
-                    outcome=outcome,
+                    exception=last.exception if last is not None else None,
                 ),
                 excerpt,
             )
@@ -495,6 +497,8 @@ class Call:
                 timeout=plan.timeout,
             )
         )
+        if self._observed:  # the per-attempt event, for tracing
+            self._emit("attempt", verdict.reason, status, exception=exception)
 
     def _report(self, *, error: ApiError | None) -> CallReport:
         history = tuple(self._history)
@@ -510,11 +514,12 @@ class Call:
 
     def _emit(
         self,
-        kind: Literal["retry", "success"],
-        reason: str,
+        kind: Literal["attempt", "retry", "success"],
+        outcome: str,
         status: int | None,
         *,
         wait: float = 0.0,
+        exception: str | None = None,
     ) -> None:
         self.effects.append(
             EmitEvent(
@@ -524,10 +529,11 @@ class Call:
                     method=self.method,
                     url=self.url,
                     attempt=len(self._history),
-                    reason=reason,
                     status=status,
+                    outcome=outcome,
                     wait=wait,
                     elapsed=self._clock.monotonic() - self._started,
+                    exception=exception,
                 )
             )
         )
