@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-__all__ = ["TestingSettings", "active", "is_testing", "set_testing", "testing"]
+__all__ = ["TestingSettings", "active", "is_testing", "in_testing_mode", "set_testing"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +59,8 @@ def is_testing() -> bool:
 
 
 @contextlib.contextmanager
-def testing(*, attempts: int = 1) -> Iterator[None]:
-    """Testing mode for the ``with`` block only; what was in force before comes back after."""
+def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
+    """Testing mode inside the ``with`` block only; what was in force before comes back."""
     global active
     before = active
     active = TestingSettings(attempts=attempts)

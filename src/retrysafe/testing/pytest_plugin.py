@@ -60,7 +60,7 @@ def retrysafe_testing() -> Iterator[None]:
     Inside the test, ``retrysafe.testing.set_testing(True, attempts=3)`` lets calls
     retry (still without waiting); whatever was in force before comes back after.
     """
-    from retrysafe.testing.mode import testing
+    from retrysafe.testing.mode import in_testing_mode
 
-    with testing():
+    with in_testing_mode():
         yield
