@@ -37,6 +37,7 @@ __all__ = [
     "RetryEvent",
     "configure_logging",
     "event_fields",
+    "event_level",
     "log_settings",
     "logger",
 ]
@@ -257,8 +258,9 @@ class Observer:
         return f"Observer({len(self._hooks)} hooks)"
 
 
-def _level(event: RetryEvent) -> int:
-    """Retries are INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
+def event_level(event: RetryEvent) -> int:
+    """The level of the record for ``event``. Attempts and successes are DEBUG,
+    retries INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
     which is DEBUG (the breaker opening is already one WARNING, and an outage must
     not turn every cheap fail-fast call into a log line), and a ClientError, which is
     at the configured :attr:`LogSettings.client_error_level`."""
@@ -277,7 +279,7 @@ def _level(event: RetryEvent) -> int:
 
 
 def _log(event: RetryEvent, body_excerpt: str) -> None:
-    level = _level(event)
+    level = event_level(event)
     if not logger.isEnabledFor(level):
         return
     fields = {"retrysafe": event_fields(event)}

@@ -1,0 +1,306 @@
+"""OpenTelemetry for retrysafe calls: spans and metrics on ``opentelemetry-api`` only.
+
+Pass one :class:`OpenTelemetry` in a client's or transport's ``hooks``::
+
+    client = retrysafe.Client(hooks=[OpenTelemetry()])
+
+Each call gets a span (``retrysafe GET``, kind INTERNAL) and each attempt a child
+span (``GET``, kind CLIENT) with the HTTP client conventions:
+``http.request.method``, ``server.address``, ``server.port``, ``url.full`` (secrets
+redacted), ``http.response.status_code``, ``error.type`` and, on a resend,
+``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``,
+and on a failed attempt that is retried a ``retrysafe.retry`` event and the
+``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent
+with each attempt is that attempt's span.
+
+Beside ``opentelemetry-instrumentation-httpx`` nothing is counted twice: while an
+attempt is sent, retrysafe marks the context with OpenTelemetry's standard
+"suppress HTTP instrumentation" key, so the httpx instrumentation (which wraps the
+inner transport retrysafe sends through) makes no second span for the same
+request, and retrysafe's attempt span, which knows it is a resend, is the one.
+
+Without an SDK (no provider configured) every call goes to the API's no-op
+implementations. Metrics (through the same API): ``retrysafe.attempts``,
+``retrysafe.retries``, ``retrysafe.refusals`` (counters), ``retrysafe.retry.wait``
+and ``retrysafe.call.duration`` (histograms), ``retrysafe.circuit.state`` (a gauge:
+0 closed, 1 half open, 2 open).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, propagate, trace
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "retrysafe.telemetry.otel needs OpenTelemetry's API: pip install 'retrysafe[otel]'"
+    ) from exc
+
+from retrysafe.observe import RetryEvent, logger
+from retrysafe.redact import redact_url
+from retrysafe.telemetry.vocabulary import (
+    LOCAL_REFUSAL_REASONS,
+    breaker_state_after,
+    known_method,
+)
+
+__all__ = ["OpenTelemetry"]
+
+_VERSION = "0.1.0"
+#: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
+_SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
+
+
+class OpenTelemetry:
+    """A hook that traces every call (a span per call, one per attempt) and counts
+    attempts, retries, refusals and breaker states through the OpenTelemetry API.
+
+    Args:
+        tracer_provider: where spans go; default the global one.
+        meter_provider: where metrics go; default the global one.
+        propagate: put each attempt's trace context on its request (through the
+            globally configured propagator, W3C ``traceparent`` by default).
+        suppress_http_instrumentation: while an attempt is sent, tell other HTTP
+            client instrumentations (``opentelemetry-instrumentation-httpx``) not to
+            make a span of their own for it: retrysafe's attempt span is that span.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        propagate: bool = True,
+        suppress_http_instrumentation: bool = True,
+    ) -> None:
+        self._tracer = trace.get_tracer("retrysafe", _VERSION, tracer_provider)
+        meter = metrics.get_meter("retrysafe", _VERSION, meter_provider)
+        self.propagate = propagate
+        self.suppress_http_instrumentation = suppress_http_instrumentation and (
+            _SUPPRESS_HTTP is not None
+        )
+        self._attempts = meter.create_counter(
+            "retrysafe.attempts", unit="{attempt}", description="Attempts sent, by outcome."
+        )
+        self._retries = meter.create_counter(
+            "retrysafe.retries", unit="{retry}", description="Retries decided, by outcome."
+        )
+        self._refusals = meter.create_counter(
+            "retrysafe.refusals",
+            unit="{refusal}",
+            description="Calls retrysafe's own load protection stopped, by reason.",
+        )
+        self._waits = meter.create_histogram(
+            "retrysafe.retry.wait", unit="s", description="Waits before a retry."
+        )
+        self._durations = meter.create_histogram(
+            "retrysafe.call.duration", unit="s", description="Whole calls, retries included."
+        )
+        #: The last known breaker state of each dependency (gauge value).
+        self._breakers: dict[str, int] = {}
+        meter.create_observable_gauge(
+            "retrysafe.circuit.state",
+            callbacks=[self._observe_breakers],
+            unit="1",
+            description="Circuit breaker state per dependency: 0 closed, 1 half open, 2 open.",
+        )
+
+    # -- metrics: every event -----------------------------------------------------------
+
+    def __call__(self, event: RetryEvent) -> None:
+        """Count ``event`` (any call's)."""
+        kind = event.kind
+        dependency = event.dependency
+        if kind == "attempt":
+            self._attempts.add(
+                1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            )
+        elif kind == "retry":
+            labels = {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            self._retries.add(1, labels)
+            self._waits.record(event.wait, {"retrysafe.dependency": dependency})
+        elif kind == "success" or kind == "failure":
+            self._durations.record(
+                event.elapsed,
+                {
+                    "retrysafe.dependency": dependency,
+                    "http.request.method": known_method(event.method),
+                    "retrysafe.result": kind,
+                    "retrysafe.reason": event.reason,
+                },
+            )
+            if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
+                self._refusals.add(
+                    1, {"retrysafe.dependency": dependency, "retrysafe.reason": event.reason}
+                )
+        elif kind == "circuit":
+            state = breaker_state_after(event.transition)
+            if state is not None:
+                self._breakers[dependency] = state
+
+    def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(state, {"retrysafe.dependency": dependency})
+            for dependency, state in list(self._breakers.items())
+        ]
+
+    # -- spans: every call --------------------------------------------------------------
+
+    def start_call(self, request: httpx.Request, dependency: str) -> _CallSpans:
+        """Open the call's span; the drive loop then reports its attempts and events."""
+        return _CallSpans(self, request, dependency)
+
+    def __repr__(self) -> str:
+        return f"OpenTelemetry(propagate={self.propagate})"
+
+
+def _now() -> int:
+    return time.time_ns()
+
+
+class _CallSpans:
+    """The spans of one call: the call's own, and the attempt in flight (if any).
+
+    An attempt's span is entered (made the current context) while the attempt is
+    sent, and left when its ``attempt`` event arrives; it ends at that moment, after
+    the retry or end event that follows has added what the call decided.
+    Instrumentation must never fail a call: every failure here is logged and swallowed.
+    """
+
+    __slots__ = (
+        "_attempt",
+        "_attempt_ended_at",
+        "_attributes",
+        "_call",
+        "_method",
+        "_owner",
+        "_token",
+    )
+
+    def __init__(self, owner: OpenTelemetry, request: httpx.Request, dependency: str) -> None:
+        self._owner = owner
+        url = request.url
+        self._method = request.method
+        self._attributes: dict[str, Any] = {
+            "http.request.method": known_method(request.method),
+            "server.address": url.host,
+            "server.port": url.port or (443 if url.scheme == "https" else 80),
+            "url.full": redact_url(url),
+        }
+        self._call = owner._tracer.start_span(
+            f"retrysafe {known_method(request.method)}",
+            kind=trace.SpanKind.INTERNAL,
+            attributes={**self._attributes, "retrysafe.dependency": dependency},
+        )
+        self._attempt: trace.Span | None = None
+        self._attempt_ended_at: int | None = None
+        self._token: Any = None
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        try:
+            self._end_attempt()
+            owner = self._owner
+            attributes = dict(self._attributes)
+            attributes["retrysafe.attempt"] = number
+            if number > 1:
+                attributes["http.request.resend_count"] = number - 1
+            span = owner._tracer.start_span(
+                known_method(self._method),
+                context=trace.set_span_in_context(self._call),
+                kind=trace.SpanKind.CLIENT,
+                attributes=attributes,
+            )
+            self._attempt = span
+            context = trace.set_span_in_context(span)
+            if owner.propagate:
+                propagate.inject(request.headers, context=context)
+            if owner.suppress_http_instrumentation:
+                context = otel_context.set_value(_SUPPRESS_HTTP, True, context)
+            self._token = otel_context.attach(context)
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
+
+    def event(self, event: RetryEvent) -> None:
+        try:
+            kind = event.kind
+            if kind == "attempt":
+                self._attempt_ended(event)
+            elif kind == "retry":
+                span = self._attempt or self._call
+                span.set_attribute("retrysafe.retry.wait", event.wait)
+                span.add_event(
+                    "retrysafe.retry",
+                    {"retrysafe.outcome": event.outcome, "retrysafe.retry.wait": event.wait},
+                )
+                self._end_attempt()
+            elif kind == "success" or kind == "failure":
+                self._end_attempt()
+                self._call_ended(event)
+            elif kind == "circuit":
+                self._call.add_event(
+                    "retrysafe.circuit", {"retrysafe.transition": event.transition}
+                )
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
+
+    def _attempt_ended(self, event: RetryEvent) -> None:
+        self._leave()
+        self._attempt_ended_at = _now()
+        span = self._attempt
+        if span is None:
+            return
+        span.set_attribute("retrysafe.outcome", event.outcome)
+        status = event.status
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        error_type = event.exception or (
+            str(status) if status is not None and status >= 400 else None
+        )
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            if event.exception is not None:
+                span.add_event("exception", {"exception.type": event.exception})
+            span.set_status(trace.StatusCode.ERROR, event.outcome)
+
+    def _call_ended(self, event: RetryEvent) -> None:
+        span = self._call
+        span.set_attribute("retrysafe.attempts", event.attempt)
+        span.set_attribute("retrysafe.outcome", event.outcome)
+        if event.status is not None:
+            span.set_attribute("http.response.status_code", event.status)
+        if event.kind == "failure":
+            span.set_attribute("retrysafe.reason", event.reason)
+            span.set_attribute("error.type", event.error or "_OTHER")
+            span.set_status(trace.StatusCode.ERROR, f"{event.error}: {event.reason}")
+        span.end()
+
+    def _end_attempt(self) -> None:
+        span, self._attempt = self._attempt, None
+        if span is not None:
+            span.end(end_time=self._attempt_ended_at)
+        self._attempt_ended_at = None
+
+    def _leave(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            otel_context.detach(token)
+
+    def close(self) -> None:
+        """The call is over: end whatever is still open (a call cancelled mid-attempt)."""
+        try:
+            self._leave()
+            span = self._attempt
+            if span is not None and self._attempt_ended_at is None:
+                span.set_attribute("error.type", "cancelled")
+                span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
+            self._end_attempt()
+            if self._call.is_recording():
+                self._call.end()
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
