@@ -7,6 +7,7 @@ opentelemetry-instrumentation-httpx there is still exactly one span per attempt.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,7 +77,8 @@ def test_a_call_that_got_503_503_200_is_one_call_span_with_three_attempt_spans(
     assert [span.name for span in attempts] == ["GET", "GET", "GET"]
     for number, span in enumerate(attempts, start=1):
         assert span.kind is SpanKind.CLIENT
-        assert span.parent is not None and span.parent.span_id == call.context.span_id
+        assert span.parent is not None
+        assert span.parent.span_id == call.context.span_id
         assert span.context.trace_id == call.context.trace_id
         attributes = dict(span.attributes or {})
         assert attributes["retrysafe.attempt"] == number
@@ -99,9 +101,11 @@ def test_a_call_that_got_503_503_200_is_one_call_span_with_three_attempt_spans(
     assert "error.type" not in dict(third.attributes or {})
     assert third.status.status_code is StatusCode.UNSET
     # One after the other, each inside the call.
-    assert call.start_time is not None and call.end_time is not None
-    for earlier, later in zip(attempts, attempts[1:]):
-        assert earlier.end_time is not None and later.start_time is not None
+    assert call.start_time is not None
+    assert call.end_time is not None
+    for earlier, later in itertools.pairwise(attempts):
+        assert earlier.end_time is not None
+        assert later.start_time is not None
         assert earlier.end_time <= later.start_time
     assert call.start_time <= first.start_time  # type: ignore[operator]
     assert third.end_time <= call.end_time  # type: ignore[operator]
