@@ -237,7 +237,7 @@ class Drive:
         )
         #: Follows the call for the instruments among the hooks (spans), if any.
         self._trace: CallTrace | None = (
-            settings.observer.start_call(request, dependency)
+            settings.observer.start_call(request, dependency=dependency, url=self.call.url)
             if settings.observer.instrumented
             else None
         )

@@ -147,7 +147,9 @@ class CallInstrument(Protocol):
 
     def __call__(self, event: RetryEvent) -> None: ...
 
-    def start_call(self, request: httpx.Request, dependency: str) -> CallTrace: ...
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace:
+        """Start following a call of ``request`` (``url`` is its URL, secrets redacted)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,12 +235,12 @@ class Observer:
         """Whether some hook follows every call (:class:`CallInstrument`)."""
         return bool(self._instruments)
 
-    def start_call(self, request: httpx.Request, dependency: str) -> CallTrace | None:
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
         """Let every call instrument start following this call; None if none would."""
         traces: list[CallTrace] = []
         for instrument in self._instruments:
             try:
-                traces.append(instrument.start_call(request, dependency))
+                traces.append(instrument.start_call(request, dependency=dependency, url=url))
             except Exception:
                 logger.exception("retrysafe instrument %r failed; the call goes on", instrument)
         if not traces:

@@ -42,8 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "retrysafe.telemetry.otel needs OpenTelemetry's API: pip install 'retrysafe[otel]'"
     ) from exc
 
-from retrysafe.observe import RetryEvent, logger
-from retrysafe.redact import redact_url
+from retrysafe.observe import CallTrace, RetryEvent, logger
 from retrysafe.telemetry.vocabulary import (
     LOCAL_REFUSAL_REASONS,
     breaker_state_after,
@@ -152,9 +151,29 @@ class OpenTelemetry:
 
     # -- spans: every call --------------------------------------------------------------
 
-    def start_call(self, request: httpx.Request, dependency: str) -> _CallSpans:
-        """Open the call's span; the drive loop then reports its attempts and events."""
-        return _CallSpans(self, request, dependency)
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace:
+        """Open the call's span; the drive loop then reports its attempts and events.
+
+        With no SDK configured the API hands out a span that records nothing and
+        has no trace to propagate: the call is then followed by a trace that does
+        nothing at all (no attempt spans, no context to enter, no header to add).
+        """
+        method = known_method(request.method)
+        url_parts = request.url
+        attributes: dict[str, Any] = {
+            "http.request.method": method,
+            "server.address": url_parts.host,
+            "server.port": url_parts.port or (443 if url_parts.scheme == "https" else 80),
+            "url.full": url,
+        }
+        span = self._tracer.start_span(
+            f"retrysafe {method}",
+            kind=trace.SpanKind.INTERNAL,
+            attributes={**attributes, "retrysafe.dependency": dependency},
+        )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return _UNTRACED
+        return _CallSpans(self, span, method, attributes)
 
     def __repr__(self) -> str:
         return f"OpenTelemetry(propagate={self.propagate})"
@@ -183,21 +202,13 @@ class _CallSpans:
         "_token",
     )
 
-    def __init__(self, owner: OpenTelemetry, request: httpx.Request, dependency: str) -> None:
+    def __init__(
+        self, owner: OpenTelemetry, call: trace.Span, method: str, attributes: dict[str, Any]
+    ) -> None:
         self._owner = owner
-        url = request.url
-        self._method = request.method
-        self._attributes: dict[str, Any] = {
-            "http.request.method": known_method(request.method),
-            "server.address": url.host,
-            "server.port": url.port or (443 if url.scheme == "https" else 80),
-            "url.full": redact_url(url),
-        }
-        self._call = owner._tracer.start_span(
-            f"retrysafe {known_method(request.method)}",
-            kind=trace.SpanKind.INTERNAL,
-            attributes={**self._attributes, "retrysafe.dependency": dependency},
-        )
+        self._call = call
+        self._method = method
+        self._attributes = attributes
         self._attempt: trace.Span | None = None
         self._attempt_ended_at: int | None = None
         self._token: Any = None
@@ -211,7 +222,7 @@ class _CallSpans:
             if number > 1:
                 attributes["http.request.resend_count"] = number - 1
             span = owner._tracer.start_span(
-                known_method(self._method),
+                self._method,
                 context=trace.set_span_in_context(self._call),
                 kind=trace.SpanKind.CLIENT,
                 attributes=attributes,
@@ -304,3 +315,21 @@ class _CallSpans:
                 self._call.end()
         except Exception:
             logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
+
+
+class _Untraced:
+    """Follows a call for a tracer that records nothing (no SDK): does nothing."""
+
+    __slots__ = ()
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        return None
+
+    def event(self, event: RetryEvent) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+_UNTRACED = _Untraced()
