@@ -218,22 +218,20 @@ class _Traces:
 class Observer:
     """Sends each event to the log and to every hook; a failing hook never fails the call."""
 
-    __slots__ = ("_hooks", "_instruments")
+    __slots__ = ("_hooks", "_instruments", "instrumented")
 
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
         self._instruments = tuple(hook for hook in self._hooks if isinstance(hook, CallInstrument))
+        #: Whether some hook follows every call (a :class:`CallInstrument`): a plain
+        #: attribute, read once per call.
+        self.instrumented = bool(self._instruments)
 
     @property
     def listening(self) -> bool:
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
         return bool(self._hooks) or logger.isEnabledFor(logging.DEBUG)
-
-    @property
-    def instrumented(self) -> bool:
-        """Whether some hook follows every call (:class:`CallInstrument`)."""
-        return bool(self._instruments)
 
     def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
         """Let every call instrument start following this call; None if none would."""
