@@ -48,7 +48,7 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
-from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent, logger
+from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
 from retrysafe.testing import mode as testing_mode
@@ -393,10 +393,7 @@ class Drive:
         """Leave the call's nesting context (always, however the call ended)."""
         if self._trace is not None:
             trace, self._trace = self._trace, None
-            try:
-                trace.close()
-            except Exception:
-                logger.exception("retrysafe instrument failed to close a call; the call goes on")
+            trace.close()  # (the observer's trace logs and swallows an instrument's failure)
         if self._token is not None:
             current_call.reset(self._token)
             self._token = None

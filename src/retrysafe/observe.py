@@ -147,8 +147,9 @@ class CallInstrument(Protocol):
 
     def __call__(self, event: RetryEvent) -> None: ...
 
-    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace:
-        """Start following a call of ``request`` (``url`` is its URL, secrets redacted)."""
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
+        """Start following a call of ``request`` (``url`` is its URL, secrets redacted);
+        None: this call is not followed (say, a tracer that records nothing)."""
         ...
 
 
@@ -194,7 +195,8 @@ def log_settings() -> LogSettings:
 
 
 class _Traces:
-    """One call's traces from several instruments, followed as one."""
+    """One call's traces, from one instrument or several, followed as one; a trace
+    that raises is logged and the call goes on (telemetry never fails a call)."""
 
     __slots__ = ("_traces",)
 
@@ -203,16 +205,25 @@ class _Traces:
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None:
         for trace in self._traces:
-            trace.attempt_starting(number, request)
+            try:
+                trace.attempt_starting(number, request)
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
     def event(self, event: RetryEvent) -> None:
         for trace in self._traces:
-            trace.event(event)
+            try:
+                trace.event(event)
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
     def close(self) -> None:
         # Closed in reverse: each trace leaves the context it entered, innermost first.
         for trace in reversed(self._traces):
-            trace.close()
+            try:
+                trace.close()
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
 
 class Observer:
@@ -238,12 +249,13 @@ class Observer:
         traces: list[CallTrace] = []
         for instrument in self._instruments:
             try:
-                traces.append(instrument.start_call(request, dependency=dependency, url=url))
+                trace = instrument.start_call(request, dependency=dependency, url=url)
             except Exception:
                 logger.exception("retrysafe instrument %r failed; the call goes on", instrument)
-        if not traces:
-            return None
-        return traces[0] if len(traces) == 1 else _Traces(traces)
+                continue
+            if trace is not None:
+                traces.append(trace)
+        return _Traces(traces) if traces else None
 
     def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
         """Log ``event`` and hand it to the hooks."""

@@ -151,12 +151,12 @@ class OpenTelemetry:
 
     # -- spans: every call --------------------------------------------------------------
 
-    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace:
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
         """Open the call's span; the drive loop then reports its attempts and events.
 
         With no SDK configured the API hands out a span that records nothing and
-        has no trace to propagate: the call is then followed by a trace that does
-        nothing at all (no attempt spans, no context to enter, no header to add).
+        has no trace to propagate: the call is then not followed at all (None: no
+        attempt spans, no context to enter, no header to add).
         """
         method = known_method(request.method)
         url_parts = request.url
@@ -172,7 +172,7 @@ class OpenTelemetry:
             attributes={**attributes, "retrysafe.dependency": dependency},
         )
         if not span.is_recording() and not span.get_span_context().is_valid:
-            return _UNTRACED
+            return None
         return _CallSpans(self, span, method, attributes)
 
     def __repr__(self) -> str:
@@ -315,21 +315,3 @@ class _CallSpans:
                 self._call.end()
         except Exception:
             logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
-
-
-class _Untraced:
-    """Follows a call for a tracer that records nothing (no SDK): does nothing."""
-
-    __slots__ = ()
-
-    def attempt_starting(self, number: int, request: httpx.Request) -> None:
-        return None
-
-    def event(self, event: RetryEvent) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-_UNTRACED = _Untraced()
