@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
@@ -54,6 +55,7 @@ def test_a_call_that_got_503_503_200_is_one_call_span_with_three_attempt_spans(
         "GET", url, policy=FAST, headers=SECRET_HEADERS, client_options={"hooks": [otel.hook]}
     )
     assert response.status_code == 200
+    assert not trace.get_current_span().get_span_context().is_valid  # the context was left
     call, attempts = split(otel.spans())
     assert "api_key=[REDACTED]" in redact_url(url)
 
