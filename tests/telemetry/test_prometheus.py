@@ -148,6 +148,7 @@ def test_refusals_breaker_state_and_budget_level(scraped: tuple[str, Samples]) -
         (("dependency", "payments"), ("reason", "circuit_open")): 1.0,
     }
     assert value(samples, "retrysafe_circuit_state", dependency="payments") == 2  # open
+    assert value(samples, "retrysafe_circuit_state", dependency="orders") == 0  # closed
     assert value(samples, "retrysafe_budget_tokens", dependency="orders") == 0
     assert value(samples, "retrysafe_budget_tokens", dependency="catalog") == 1
 
@@ -184,3 +185,19 @@ def test_a_registry_holds_one_set_of_names() -> None:
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         PrometheusMetrics(registry=registry)
     PrometheusMetrics(registry=CollectorRegistry())  # another registry is fine
+
+
+def test_without_a_governor_the_breaker_state_comes_from_its_changes(chaos: Any) -> None:
+    registry = CollectorRegistry()
+    breaker = retrysafe.BreakerSettings(consecutive_failures=1, open_for=60)
+    governor = retrysafe.Governor(retrysafe.GovernorSettings(breaker=breaker))
+    policy = retrysafe.RetryPolicy(attempts=1)
+    hooks = [PrometheusMetrics(registry=registry)]
+    with (
+        retrysafe.Client(governor=governor, hooks=hooks, policy=policy) as client,
+        pytest.raises(retrysafe.ServerError),
+    ):
+        client.get(chaos.url("/status/503"), dependency="flaky")
+    _, samples = scrape(registry)
+    assert value(samples, "retrysafe_circuit_state", dependency="flaky") == 2
+    assert not any(name == "retrysafe_budget_tokens" for name, _ in samples)

@@ -18,7 +18,9 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
 - ``retrysafe_retry_wait_seconds{dependency}``: histogram of waits before a retry;
 - ``retrysafe_refusals_total{dependency, reason}``: calls retrysafe's own load
   protection stopped (``circuit_open``, ``budget_exhausted``, ``cooldown``, ``pacing``);
-- ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open;
+- ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open (with
+  ``governor=``, read from it at each scrape for every dependency; else set by the
+  breaker changes the calls see);
 - ``retrysafe_budget_tokens{dependency}``: gauge, the retry budget's tokens left
   (read from the governor at each scrape; only with ``governor=``).
 """
@@ -40,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from retrysafe.governor import Governor
 from retrysafe.observe import RetryEvent
 from retrysafe.telemetry.vocabulary import (
+    BREAKER_STATE_VALUES,
     LOCAL_REFUSAL_REASONS,
     breaker_state_after,
     known_method,
@@ -117,16 +120,21 @@ class PrometheusMetrics:
             namespace=namespace,
             registry=registry,
         )
-        self.circuit_state = Gauge(
-            "circuit_state",
-            "Circuit breaker state per dependency: 0 closed, 1 half open, 2 open.",
-            ("dependency",),
-            namespace=namespace,
-            registry=registry,
-        )
         self.governor = governor
-        if governor is not None and registry is not None:
-            registry.register(_BudgetCollector(governor, f"{namespace}_budget_tokens"))
+        #: Set from breaker events; with a governor, its state is read at each scrape instead
+        #: (every dependency, and an open breaker whose period ran out reads half open).
+        self.circuit_state: Gauge | None = None
+        if governor is not None:
+            if registry is not None:
+                registry.register(_GovernorCollector(governor, namespace))
+        else:
+            self.circuit_state = Gauge(
+                "circuit_state",
+                _CIRCUIT_HELP,
+                ("dependency",),
+                namespace=namespace,
+                registry=registry,
+            )
 
     def __call__(self, event: RetryEvent) -> None:
         """Count ``event``."""
@@ -142,7 +150,7 @@ class PrometheusMetrics:
             self.call_duration.labels(dependency, kind).observe(event.elapsed)
             if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
                 self.refusals.labels(dependency, event.reason).inc()
-        elif kind == "circuit":
+        elif kind == "circuit" and self.circuit_state is not None:
             state = breaker_state_after(event.transition)
             if state is not None:
                 self.circuit_state.labels(dependency).set(state)
@@ -151,16 +159,22 @@ class PrometheusMetrics:
         return f"PrometheusMetrics(registry={self.registry!r})"
 
 
-class _BudgetCollector(Collector):
-    """Reads each dependency's retry budget from the governor at scrape time."""
+_CIRCUIT_HELP = "Circuit breaker state per dependency: 0 closed, 1 half open, 2 open."
 
-    def __init__(self, governor: Governor, name: str) -> None:
+
+class _GovernorCollector(Collector):
+    """Reads each dependency's breaker state and retry budget from the governor at scrape time."""
+
+    def __init__(self, governor: Governor, namespace: str) -> None:
         self._governor = governor
-        self._name = name
+        self._namespace = namespace
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            self._name,
+        circuits = GaugeMetricFamily(
+            f"{self._namespace}_circuit_state", _CIRCUIT_HELP, labels=("dependency",)
+        )
+        budgets = GaugeMetricFamily(
+            f"{self._namespace}_budget_tokens",
             "Retry budget tokens left per dependency (a retry spends one).",
             labels=("dependency",),
         )
@@ -168,7 +182,10 @@ class _BudgetCollector(Collector):
         # a dependency swept since): a scrape never changes what the governor holds.
         guards = dict(self._governor._guards)
         for dependency in sorted(guards):
-            budget = guards[dependency].budget
-            if budget is not None:
-                family.add_metric((dependency,), budget.tokens)
-        yield family
+            guard = guards[dependency]
+            if guard.breaker is not None:
+                circuits.add_metric((dependency,), BREAKER_STATE_VALUES[guard.breaker.state])
+            if guard.budget is not None:
+                budgets.add_metric((dependency,), guard.budget.tokens)
+        yield circuits
+        yield budgets
