@@ -15,7 +15,14 @@ median over rounds of the difference to bare httpx in the same round):
 Sync and async, on ``httpx.MockTransport`` (no I/O: the layers' own cost) and on
 loopback (the minimal keep-alive server of ``overhead.py`` in a child process).
 
-    .venv/bin/python benchmarks/telemetry_overhead.py [--quick] [--json] [--rounds N]
+Batches are timed with this thread's CPU time (``time.thread_time_ns``) by default, not
+the wall clock: on a shared machine, time spent preempted by other processes lands on
+whichever contender was running and swamps differences of a few microseconds. (On
+loopback that leaves out the time waiting for the server, the same for every
+contender, so "added" is still the layer's cost.) ``--wall`` times with
+``time.perf_counter_ns`` as ``overhead.py`` does.
+
+    .venv/bin/python benchmarks/telemetry_overhead.py [--quick] [--wall] [--json] [--rounds N]
 
 Needs the dev extras (opentelemetry-sdk, prometheus-client). Traffic goes only to 127.0.0.1.
 """
@@ -24,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
+import random
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +43,7 @@ import httpx
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from overhead import (
-    Contender,
-    Scenario,
-    call_results,
-    loopback_server,
-    measure_calls,
-    mock_transport,
-)
+from overhead import Contender, Scenario, call_results, check_once, loopback_server, mock_transport
 from prometheus_client import CollectorRegistry
 
 import retrysafe
@@ -104,13 +107,66 @@ def async_contenders(
     return made
 
 
+def run_batch(
+    loop: asyncio.AbstractEventLoop,
+    scenario: Scenario,
+    contender: Contender,
+    clock: Callable[[], int],
+) -> float:
+    """Run one batch; microseconds per call, by ``clock``."""
+    calls = scenario.calls
+    call = contender.call
+    if scenario.is_async:
+
+        async def batch() -> int:
+            started = clock()
+            for _ in range(calls):
+                await call()
+            return clock() - started
+
+        elapsed = loop.run_until_complete(batch())
+    else:
+        started = clock()
+        for _ in range(calls):
+            call()
+        elapsed = clock() - started
+    return elapsed / calls / 1000
+
+
+def measure(
+    scenarios: list[Scenario],
+    loop: asyncio.AbstractEventLoop,
+    rounds: int,
+    max_seconds: float,
+    clock: Callable[[], int],
+) -> int:
+    """Interleave every (scenario, contender) batch over the rounds, each round in a fresh
+    random order (as ``overhead.measure_calls``); returns the rounds run."""
+    pairs = [(scenario, contender) for scenario in scenarios for contender in scenario.contenders]
+    for scenario, contender in pairs:
+        check_once(loop, scenario, contender)
+        run_batch(loop, scenario, contender, clock)  # warm-up
+    shuffle = random.Random(8)
+    started = time.monotonic()
+    done = 0
+    while done < rounds and (done < 3 or time.monotonic() - started < max_seconds):
+        shuffle.shuffle(pairs)
+        gc.collect()
+        for scenario, contender in pairs:
+            contender.rounds.append(run_batch(loop, scenario, contender, clock))
+        done += 1
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a small run (~15 s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 40, quick 10)")
     parser.add_argument("--max-seconds", type=float, help="stop after this long (default 60)")
+    parser.add_argument("--wall", action="store_true", help="time with the wall clock")
     args = parser.parse_args(argv)
+    clock = time.perf_counter_ns if args.wall else time.thread_time_ns
     rounds = args.rounds or (10 if args.quick else 40)
     max_seconds = args.max_seconds or (15.0 if args.quick else 60.0)
     mock_calls, loopback_calls = (100, 40) if args.quick else (200, 80)
@@ -132,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             ]
             try:
-                done = measure_calls(scenarios, loop, rounds, 1, max_seconds)
+                done = measure(scenarios, loop, rounds, max_seconds, clock)
             finally:
                 for scenario in scenarios:
                     for contender in scenario.contenders:
@@ -143,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         loop.close()
     rows: list[dict[str, Any]] = call_results(scenarios)
     if args.json:
-        json.dump({"rounds": done, "calls": rows}, sys.stdout, indent=2)
+        json.dump({"rounds": done, "wall": args.wall, "calls": rows}, sys.stdout, indent=2)
         print()
         return 0
     print(
-        f"Per successful call: median of {done} interleaved rounds; added = median over "
-        "rounds of (contender - bare httpx) in the same round."
+        f"Per successful call ({'wall clock' if args.wall else 'thread CPU time'}): median of "
+        f"{done} interleaved rounds; added = median over rounds of (contender - bare httpx) "
+        "in the same round."
     )
     scenario_name = None
     for row in rows:

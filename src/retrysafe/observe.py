@@ -119,7 +119,14 @@ def event_fields(event: RetryEvent) -> dict[str, Any]:
 
 
 class EventHook(Protocol):
-    """Anything called with each :class:`RetryEvent`: a metrics counter, a log sink..."""
+    """Anything called with each :class:`RetryEvent`: a metrics counter, a log sink...
+
+    A hook may also have a ``listening`` attribute (a bool, or a property read once
+    per call): while it is False the hook does not need a successful call's routine
+    events (``attempt``, ``success``), which are then not even built, and a call
+    instrument is not asked to follow the call. Retries, failures and breaker
+    changes still reach it. Without the attribute a hook always listens.
+    """
 
     def __call__(self, event: RetryEvent) -> None: ...
 
@@ -229,7 +236,7 @@ class _Traces:
 class Observer:
     """Sends each event to the log and to every hook; a failing hook never fails the call."""
 
-    __slots__ = ("_hooks", "_instruments", "instrumented")
+    __slots__ = ("_always", "_hooks", "_instruments", "_sometimes", "instrumented")
 
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
@@ -237,17 +244,24 @@ class Observer:
         #: Whether some hook follows every call (a :class:`CallInstrument`): a plain
         #: attribute, read once per call.
         self.instrumented = bool(self._instruments)
+        #: Hooks that say when they listen (``listening``), and whether any other hook is.
+        self._sometimes = tuple(hook for hook in self._hooks if hasattr(hook, "listening"))
+        self._always = len(self._sometimes) < len(self._hooks)
 
     @property
     def listening(self) -> bool:
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
-        return bool(self._hooks) or logger.isEnabledFor(logging.DEBUG)
+        if self._always or logger.isEnabledFor(logging.DEBUG):
+            return True
+        return any(hook.listening for hook in self._sometimes)
 
     def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
         """Let every call instrument start following this call; None if none would."""
         traces: list[CallTrace] = []
         for instrument in self._instruments:
+            if not getattr(instrument, "listening", True):
+                continue
             try:
                 trace = instrument.start_call(request, dependency=dependency, url=url)
             except Exception:

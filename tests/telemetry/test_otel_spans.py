@@ -8,6 +8,8 @@ opentelemetry-instrumentation-httpx there is still exactly one span per attempt.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +17,7 @@ import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 from telemetry_support import SECRET_HEADERS, SECRET_QUERY, SECRET_VALUES, Otel
 
@@ -247,9 +249,31 @@ def test_a_call_refused_before_sending_is_a_call_span_alone(chaos: Any, otel: Ot
     assert dict(call.attributes or {})["retrysafe.attempts"] == 0
 
 
-def test_without_an_sdk_the_hook_costs_nothing_but_works(chaos: Any) -> None:
-    """No provider configured: the API's no-op tracer and meter; calls behave the same."""
-    with retrysafe.Client(policy=FAST, hooks=[OpenTelemetry()]) as client:
+def test_without_an_sdk_the_hook_stays_out_of_the_way(chaos: Any) -> None:
+    """No provider set or given: the hook does not listen, so a successful call builds no
+    event and opens no span; retries still reach it (its metrics go to the no-op meter)."""
+    hook = OpenTelemetry()
+    assert not hook.listening
+    assert OpenTelemetry(tracer_provider=TracerProvider()).listening
+    with retrysafe.Client(policy=FAST, hooks=[hook]) as client:
         response = client.get(chaos.url("/fail/{key}", times=1, status=503))
+        assert "traceparent" not in response.request.headers
     assert response.status_code == 200
     assert retrysafe.report_of(response).attempts == 2
+
+
+def test_an_sdk_set_after_the_client_is_made_is_picked_up() -> None:
+    """Clients are often made at import time, the SDK configured later in main()."""
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from retrysafe.telemetry.otel import OpenTelemetry\n"
+        "hook = OpenTelemetry()\n"
+        "before = hook.listening\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "print(before, hook.listening)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.split() == ["False", "True"]

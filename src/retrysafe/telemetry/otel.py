@@ -19,8 +19,9 @@ attempt is sent, retrysafe marks the context with OpenTelemetry's standard
 inner transport retrysafe sends through) makes no second span for the same
 request, and retrysafe's attempt span, which knows it is a resend, is the one.
 
-Without an SDK (no provider configured) every call goes to the API's no-op
-implementations. Metrics (through the same API): ``retrysafe.attempts``,
+Without an SDK (no global provider set, none given) the hook says it is not
+listening: calls then build no routine events and open no spans, so the hook
+costs a check per call. Metrics (through the same API): ``retrysafe.attempts``,
 ``retrysafe.retries``, ``retrysafe.refusals`` (counters), ``retrysafe.retry.wait``
 and ``retrysafe.call.duration`` (histograms), ``retrysafe.circuit.state`` (a gauge:
 0 closed, 1 half open, 2 open).
@@ -55,6 +56,18 @@ _VERSION = "0.1.0"
 #: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
 _SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
 
+try:  # the API's stand-in until an SDK's meter provider is set (private to the API)
+    from opentelemetry.metrics._internal import _ProxyMeterProvider as _unset_provider_type
+
+    _UNSET_METER_PROVIDER: tuple[type, ...] = (_unset_provider_type,)
+except ImportError:  # pragma: no cover - another API version: assume one is set
+    _UNSET_METER_PROVIDER = ()
+
+
+def _unset_meter_provider(provider: metrics.MeterProvider) -> bool:
+    """Whether ``provider`` is the API's stand-in: no SDK's meter provider set yet."""
+    return bool(_UNSET_METER_PROVIDER) and isinstance(provider, _UNSET_METER_PROVIDER)
+
 
 class OpenTelemetry:
     """A hook that traces every call (a span per call, one per attempt) and counts
@@ -78,6 +91,7 @@ class OpenTelemetry:
         propagate: bool = True,
         suppress_http_instrumentation: bool = True,
     ) -> None:
+        self._explicit = tracer_provider is not None or meter_provider is not None
         self._tracer = trace.get_tracer("retrysafe", _VERSION, tracer_provider)
         meter = metrics.get_meter("retrysafe", _VERSION, meter_provider)
         self.propagate = propagate
@@ -108,6 +122,18 @@ class OpenTelemetry:
             callbacks=[self._observe_breakers],
             unit="1",
             description="Circuit breaker state per dependency: 0 closed, 1 half open, 2 open.",
+        )
+
+    @property
+    def listening(self) -> bool:
+        """False while neither spans nor metrics can go anywhere (no SDK configured and
+        no provider given): calls then build no routine events and open no spans.
+        Read once per call, so an SDK configured later is picked up by the next call."""
+        if self._explicit:
+            return True
+        return not (
+            isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+            and _unset_meter_provider(metrics.get_meter_provider())
         )
 
     # -- metrics: every event -----------------------------------------------------------
