@@ -221,6 +221,7 @@ class Drive:
                 deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
+        observer = settings.observer
         max_attempts = nested_attempts if self._parent is not None else None
         if testing is not None:
             max_attempts = min(max_attempts or testing.attempts, testing.attempts)
@@ -233,12 +234,12 @@ class Drive:
             retries_used=self._retries_before,
             max_attempts=max_attempts,
             stream=options.stream,
-            observed=settings.observer.listening,
+            observed=observer.listening,
         )
-        #: Follows the call for the instruments among the hooks (spans), if any.
+        #: Follows the call for the instruments among the hooks (spans), if any listens.
         self._trace: CallTrace | None = (
-            settings.observer.start_call(request, dependency=dependency, url=self.call.url)
-            if settings.observer.instrumented
+            observer.start_call(request, dependency=dependency, url=self.call.url)
+            if observer.instrumented and self.call.observed
             else None
         )
 

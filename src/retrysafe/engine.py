@@ -138,7 +138,8 @@ class Call:
         limit = policy.attempts if max_attempts is None else min(policy.attempts, max_attempts)
         self.max_attempts = max(1, limit - retries_used)
         self._stream = stream
-        self._observed = observed
+        #: Whether someone hears routine events: only then are attempt and success events made.
+        self.observed = observed
         self._history: list[AttemptRecord] = []
         self.effects: list[Effect] = []
 
@@ -321,7 +322,7 @@ class Call:
             self.state = "done"
             report = self._report(error=None)
             response.extensions["retrysafe"] = report
-            if self._observed:
+            if self.observed:
                 self._emit("success", verdict.reason, response.status_code)
             return Succeed(response, report)
         if may_have_acted(verdict, response):
@@ -497,7 +498,7 @@ class Call:
                 timeout=plan.timeout,
             )
         )
-        if self._observed:  # the per-attempt event, for tracing
+        if self.observed:  # the per-attempt event, for tracing
             self._emit("attempt", verdict.reason, status, exception=exception)
 
     def _report(self, *, error: ApiError | None) -> CallReport:

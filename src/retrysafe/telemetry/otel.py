@@ -56,17 +56,28 @@ _VERSION = "0.1.0"
 #: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
 _SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
 
-try:  # the API's stand-in until an SDK's meter provider is set (private to the API)
-    from opentelemetry.metrics._internal import _ProxyMeterProvider as _unset_provider_type
 
-    _UNSET_METER_PROVIDER: tuple[type, ...] = (_unset_provider_type,)
-except ImportError:  # pragma: no cover - another API version: assume one is set
-    _UNSET_METER_PROVIDER = ()
+def _globals_unset() -> bool:
+    """Whether neither a global tracer provider nor a global meter provider is set.
+
+    The API keeps them in module attributes, None until set; reading those is a
+    fraction of the cost of its getters (which look at the environment each time
+    nothing is set). An API without them is asked through the public getters.
+    """
+    tracer_provider = getattr(trace, "_TRACER_PROVIDER", _ASK)
+    meter_provider = getattr(_metrics_state, "_METER_PROVIDER", _ASK)
+    if tracer_provider is _ASK or meter_provider is _ASK:
+        return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and (
+            type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+        )
+    return tracer_provider is None and meter_provider is None
 
 
-def _unset_meter_provider(provider: metrics.MeterProvider) -> bool:
-    """Whether ``provider`` is the API's stand-in: no SDK's meter provider set yet."""
-    return bool(_UNSET_METER_PROVIDER) and isinstance(provider, _UNSET_METER_PROVIDER)
+_ASK = object()
+try:
+    from opentelemetry.metrics import _internal as _metrics_state
+except ImportError:  # pragma: no cover - another API version: the public getters are used
+    _metrics_state = None  # type: ignore[assignment]
 
 
 class OpenTelemetry:
@@ -91,7 +102,12 @@ class OpenTelemetry:
         propagate: bool = True,
         suppress_http_instrumentation: bool = True,
     ) -> None:
-        self._explicit = tracer_provider is not None or meter_provider is not None
+        #: A provider was given, or a global one has been seen: spans and metrics have
+        #: somewhere to go (a global provider can be set once, never unset).
+        self._sdk_seen = tracer_provider is not None or meter_provider is not None
+        # A provider named by environment variable is loaded now, by the API's getters.
+        trace.get_tracer_provider()
+        metrics.get_meter_provider()
         self._tracer = trace.get_tracer("retrysafe", _VERSION, tracer_provider)
         meter = metrics.get_meter("retrysafe", _VERSION, meter_provider)
         self.propagate = propagate
@@ -129,12 +145,12 @@ class OpenTelemetry:
         """False while neither spans nor metrics can go anywhere (no SDK configured and
         no provider given): calls then build no routine events and open no spans.
         Read once per call, so an SDK configured later is picked up by the next call."""
-        if self._explicit:
+        if self._sdk_seen:
             return True
-        return not (
-            isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-            and _unset_meter_provider(metrics.get_meter_provider())
-        )
+        if _globals_unset():
+            return False
+        self._sdk_seen = True  # a global provider, once set, stays set
+        return True
 
     # -- metrics: every event -----------------------------------------------------------
 

@@ -28,6 +28,7 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -120,6 +121,9 @@ class PrometheusMetrics:
             namespace=namespace,
             registry=registry,
         )
+        #: The labelled children already made, by (metric, label values): as many as the
+        #: label values the calls have shown, a bounded set.
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self.governor = governor
         #: Set from breaker events; with a governor, its state is read at each scrape instead
         #: (every dependency, and an open breaker whose period ran out reads half open).
@@ -141,19 +145,29 @@ class PrometheusMetrics:
         kind = event.kind
         dependency = event.dependency
         if kind == "attempt":
-            self.attempts.labels(dependency, event.outcome).inc()
+            self._child(self.attempts, dependency, event.outcome).inc()
         elif kind == "retry":
-            self.retries.labels(dependency, event.outcome).inc()
-            self.retry_wait.labels(dependency).observe(event.wait)
+            self._child(self.retries, dependency, event.outcome).inc()
+            self._child(self.retry_wait, dependency).observe(event.wait)
         elif kind == "success" or kind == "failure":
-            self.calls.labels(dependency, known_method(event.method), kind, event.reason).inc()
-            self.call_duration.labels(dependency, kind).observe(event.elapsed)
+            method = known_method(event.method)
+            self._child(self.calls, dependency, method, kind, event.reason).inc()
+            self._child(self.call_duration, dependency, kind).observe(event.elapsed)
             if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
-                self.refusals.labels(dependency, event.reason).inc()
+                self._child(self.refusals, dependency, event.reason).inc()
         elif kind == "circuit" and self.circuit_state is not None:
             state = breaker_state_after(event.transition)
             if state is not None:
                 self.circuit_state.labels(dependency).set(state)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus-client validates the labels and
+        takes a lock on every ``labels()`` call; a dict read is all a known one needs."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"
