@@ -222,6 +222,7 @@ class Drive:
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
         observer = settings.observer
+        observed = observer.listening
         max_attempts = nested_attempts if self._parent is not None else None
         if testing is not None:
             max_attempts = min(max_attempts or testing.attempts, testing.attempts)
@@ -234,12 +235,12 @@ class Drive:
             retries_used=self._retries_before,
             max_attempts=max_attempts,
             stream=options.stream,
-            observed=observer.listening,
+            observed=observed,
         )
         #: Follows the call for the instruments among the hooks (spans), if any listens.
         self._trace: CallTrace | None = (
             observer.start_call(request, dependency=dependency, url=self.call.url)
-            if observer.instrumented and self.call.observed
+            if observer.instrumented and observed
             else None
         )
 

@@ -138,8 +138,7 @@ class Call:
         limit = policy.attempts if max_attempts is None else min(policy.attempts, max_attempts)
         self.max_attempts = max(1, limit - retries_used)
         self._stream = stream
-        #: Whether someone hears routine events: only then are attempt and success events made.
-        self.observed = observed
+        self._observed = observed
         self._history: list[AttemptRecord] = []
         self.effects: list[Effect] = []
 
@@ -322,7 +321,7 @@ class Call:
             self.state = "done"
             report = self._report(error=None)
             response.extensions["retrysafe"] = report
-            if self.observed:
+            if self._observed:
                 self._emit("success", verdict.reason, response.status_code)
             return Succeed(response, report)
         if may_have_acted(verdict, response):
@@ -433,8 +432,8 @@ class Call:
         """Give up now with the error ``stop`` and ``reason`` call for."""
         self.state = "done"
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
-        outcome = self._history[-1].outcome if self._history else reason
         last = self._history[-1] if self._history else None
+        outcome = last.outcome if last is not None else reason
         error, excerpt = give_up_error(
             stop,
             reason=reason,
@@ -498,7 +497,7 @@ class Call:
                 timeout=plan.timeout,
             )
         )
-        if self.observed:  # the per-attempt event, for tracing
+        if self._observed:  # the per-attempt event, for tracing
             self._emit("attempt", verdict.reason, status, exception=exception)
 
     def _report(self, *, error: ApiError | None) -> CallReport:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -277,3 +278,17 @@ def test_an_sdk_set_after_the_client_is_made_is_picked_up() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.split() == ["False", "True"]
+
+
+def test_no_span_inside_suppressed_instrumentation(chaos: Any, otel: Otel) -> None:
+    """What OpenTelemetry's own exporters do around their requests: nothing is traced."""
+    token = otel_context.attach(
+        otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
+    )
+    try:
+        with retrysafe.Client(policy=FAST, hooks=[otel.hook]) as client:
+            response = client.get(chaos.url("/status/200"))
+    finally:
+        otel_context.detach(token)
+    assert response.status_code == 200
+    assert otel.spans() == []

@@ -55,6 +55,8 @@ __all__ = ["OpenTelemetry"]
 _VERSION = "0.1.0"
 #: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
 _SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
+#: The key that switches every instrumentation off for a block of code.
+_SUPPRESS_ALL: Any = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
 
 
 def _globals_unset() -> bool:
@@ -200,6 +202,8 @@ class OpenTelemetry:
         has no trace to propagate: the call is then not followed at all (None: no
         attempt spans, no context to enter, no header to add).
         """
+        if _SUPPRESS_ALL is not None and otel_context.get_value(_SUPPRESS_ALL):
+            return None  # inside suppress_instrumentation() (an exporter's own requests...)
         method = known_method(request.method)
         url_parts = request.url
         attributes: dict[str, Any] = {
