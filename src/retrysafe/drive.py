@@ -53,9 +53,10 @@ from retrysafe.governor.explain import (
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.observe import EventHook, Observer, RetryEvent
+from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
+from retrysafe.testing import mode as testing_mode
 from retrysafe.timing import Deadline
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
@@ -187,6 +188,8 @@ class _Chain:
 
 
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Testing mode's wait: none at all.
+_INSTANT = Wait(0.0)
 
 
 class Drive:
@@ -197,6 +200,7 @@ class Drive:
         "_parent",
         "_retries_before",
         "_token",
+        "_trace",
         "attempt_ends_at",
         "call",
         "caller_timeouts",
@@ -218,7 +222,11 @@ class Drive:
         if not isinstance(dependency, str):
             dependency = dependency(request)
         governor = settings.governor
-        self._guard = governor.guard(dependency) if governor.protects else None
+        testing = testing_mode.active
+        # Testing mode (retrysafe.testing.set_testing) leaves load protection out: its
+        # cooldowns and paced slots would make a test suite wait.
+        protects = governor.protects and testing is None
+        self._guard = governor.guard(dependency) if protects else None
         # The retrysafe call this one is made inside, if any: then this one is nested.
         parent = current_call.get()
         nested_attempts = governor.settings.nested_attempts
@@ -249,6 +257,11 @@ class Drive:
                 deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
+        observer = settings.observer
+        observed = observer.listening
+        max_attempts = nested_attempts if self._parent is not None else None
+        if testing is not None:
+            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
         #: The engine of this call (a HedgedCall when the policy hedges).
         self.call: Call
         if policy.hedge_after is None:
@@ -259,9 +272,9 @@ class Drive:
                 dependency=dependency,
                 deadline=deadline,
                 retries_used=self._retries_before,
-                max_attempts=nested_attempts if self._parent is not None else None,
+                max_attempts=max_attempts,
                 stream=options.stream,
-                observed=settings.observer.listening,
+                observed=observed,
             )
         else:
             self.call = _hedged_call(
@@ -271,9 +284,15 @@ class Drive:
                 dependency,
                 deadline,
                 self._retries_before,
-                nested_attempts if self._parent is not None else None,
+                max_attempts,
                 options.stream,
             )
+        #: Follows the call for the instruments among the hooks (spans), if any listens.
+        self._trace: CallTrace | None = (
+            observer.start_call(request, dependency=dependency, url=self.call.url)
+            if observer.instrumented and observed
+            else None
+        )
 
     # -- steps -------------------------------------------------------------------------
 
@@ -293,6 +312,10 @@ class Drive:
                 admission = admission._replace(detail=self._explain(guard, admission))
             step = call.start_attempt(admission)
         self._apply_effects()
+        if self._trace is not None and type(step) is AttemptPlan:
+            self._trace.attempt_starting(step.number, self.request)
+        elif type(step) is Wait and testing_mode.active is not None:
+            return _INSTANT
         return step
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
@@ -356,6 +379,8 @@ class Drive:
                 answer = self._explain_refusal(guard, answer)
             answered = self.call.retry_answered(step, answer)
             self._apply_effects()
+            if type(answered) is Wait and testing_mode.active is not None:
+                return _INSTANT
             return answered
         return step
 
@@ -390,6 +415,8 @@ class Drive:
         for effect in effects:
             if type(effect) is EmitEvent:
                 self.settings.observer.emit(effect.event, body_excerpt=effect.body_excerpt)
+                if self._trace is not None:
+                    self._trace.event(effect.event)
             elif type(effect) is RecordLatency:
                 self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
             elif guard is not None:
@@ -399,17 +426,17 @@ class Drive:
 
     def _emit_transition(self, transition: Transition) -> None:
         call = self.call
-        self.settings.observer.emit(
-            RetryEvent(
-                kind="circuit",
-                dependency=call.dependency,
-                method=call.method,
-                url=call.url,
-                attempt=call.attempts,
-                reason=f"{transition.before}->{transition.after}",
-                status=None,
-            )
+        event = RetryEvent(
+            kind="circuit",
+            dependency=call.dependency,
+            method=call.method,
+            url=call.url,
+            attempt=call.attempts,
+            transition=f"{transition.before}->{transition.after}",
         )
+        self.settings.observer.emit(event)
+        if self._trace is not None:
+            self._trace.event(event)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -443,6 +470,9 @@ class Drive:
 
     def close(self) -> None:
         """Leave the call's nesting context (always, however the call ended)."""
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            trace.close()  # (the observer's trace logs and swallows an instrument's failure)
         if self._token is not None:
             current_call.reset(self._token)
             self._token = None

@@ -172,12 +172,12 @@ class HedgedCall(Call):
         number = len(self._history) + len(self._flights) + 1
         if answer.refusal is not None:
             self._round_closed = True
-            self._emit_hedge(number, f"refused:{answer.refusal}")
+            self._emit_hedge(number, "refused", answer.refusal)
             return None
         remaining = self.deadline.remaining()
         if remaining < self.policy.min_attempt_time:
             self._round_closed = True
-            self._emit_hedge(number, "refused:deadline")
+            self._emit_hedge(number, "refused", "deadline")
             return None
         timeout = min(self.policy.attempt_timeout, remaining)
         plan = AttemptPlan(number, timeout, timeout < self.policy.attempt_timeout, not self._stream)
@@ -304,7 +304,7 @@ class HedgedCall(Call):
             return report
         return report._replace(hedges=self._hedges, winner=self._winner)
 
-    def _emit_hedge(self, number: int, reason: str) -> None:
+    def _emit_hedge(self, number: int, outcome: str, reason: str = "") -> None:
         if not self._observed:
             return
         self.effects.append(
@@ -315,6 +315,7 @@ class HedgedCall(Call):
                     method=self.method,
                     url=self.url,
                     attempt=number,
+                    outcome=outcome,
                     reason=reason,
                     status=None,
                     elapsed=self._clock.monotonic() - self._started,

@@ -145,7 +145,9 @@ def test_hedges_stop_while_the_breaker_is_not_closed(api: Any, chaos: KeyedChaos
     report = retrysafe.report_of(response)
     assert report is not None
     assert report.hedges == 0
-    assert ("hedge", "refused:circuit_not_closed") in [(e.kind, e.reason) for e in events]
+    assert ("hedge", "refused", "circuit_not_closed") in [
+        (e.kind, e.outcome, e.reason) for e in events
+    ]
     assert [r.endpoint for r in chaos.log()] == ["status", "tail"]
 
 
@@ -160,7 +162,9 @@ def test_hedges_stop_when_the_retry_budget_is_empty(api: Any, chaos: KeyedChaos)
     assert first is not None
     assert second is not None
     assert (first.hedges, second.hedges) == (1, 0)  # the one token went to the first copy
-    assert ("hedge", "refused:budget_exhausted") in [(e.kind, e.reason) for e in events]
+    assert ("hedge", "refused", "budget_exhausted") in [
+        (e.kind, e.outcome, e.reason) for e in events
+    ]
     log = wait_for_log(chaos, lambda log: len(log) == 3)
     assert len(log) == 3
 
