@@ -73,9 +73,7 @@ def request_view(
     ``stream``: the caller reads the body itself, so retries end at the headers;
     ``chain``: the redirect chain this request continues (from :class:`RedirectTrail`).
     """
-    extensions: dict[str, Any] = {
-        OPTIONS_EXTENSION: _STREAMED_OPTIONS if stream else _READ_OPTIONS
-    }
+    extensions: dict[str, Any] = {OPTIONS_EXTENSION: _STREAMED_OPTIONS if stream else _READ_OPTIONS}
     if chain is not None:
         extensions[_CHAIN_EXTENSION] = chain
     return httpx.Request(
@@ -118,8 +116,8 @@ class RedirectTrail:
     """
 
     def __init__(self, name: str) -> None:
-        self._pending: contextvars.ContextVar[tuple[str, object] | None] = (
-            contextvars.ContextVar(name, default=None)
+        self._pending: contextvars.ContextVar[tuple[str, object] | None] = contextvars.ContextVar(
+            name, default=None
         )
 
     def leave(self, view: httpx.Request, target: str | None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from test_client_chaos_endpoints import (
     test_a_close_without_response_is_not_repeated_for_a_post,
     test_a_reset_on_accept_is_retried_for_a_get,
@@ -63,9 +64,6 @@ from test_client_sockets import (
     test_the_deadline_scope_spans_calls,
 )
 from test_engine_v2_sockets import (
-    test_a_whitespace_idempotency_key_header_is_not_repeated as whitespace_key_test,
-)
-from test_engine_v2_sockets import (
     not_replayable,
     test_a_redirect_chain_shares_one_retry_allowance,
     test_a_redirect_chain_within_its_deadline_succeeds,
@@ -76,6 +74,9 @@ from test_engine_v2_sockets import (
     test_trickled_headers_end_at_the_deadline,
     test_trickled_headers_end_at_the_deadline_for_a_post,
     test_trickled_headers_within_the_attempt_timeout_still_succeed,
+)
+from test_engine_v2_sockets import (
+    test_a_whitespace_idempotency_key_header_is_not_repeated as whitespace_key_test,
 )
 
 __all__ = [

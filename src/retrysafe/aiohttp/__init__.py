@@ -30,7 +30,7 @@ if not hasattr(_aiohttp, "ClientMiddlewareType"):  # pragma: no cover - old aioh
         f"{_aiohttp.__version__}: pip install 'retrysafe[aiohttp]'"
     )
 
-from retrysafe.aiohttp.errors import TransportTimeout  # noqa: E402
-from retrysafe.aiohttp.middleware import RetryMiddleware, report_of  # noqa: E402
+from retrysafe.aiohttp.errors import TransportTimeout
+from retrysafe.aiohttp.middleware import RetryMiddleware, report_of
 
 __all__ = ["RetryMiddleware", "TransportTimeout", "report_of"]

@@ -59,19 +59,19 @@ class _AiohttpError:
         return BaseException.__str__(self)  # type: ignore[arg-type]
 
 
-class ClientError(_AiohttpError, base.ClientError, aiohttp.ClientResponseError):
+class ClientError(_AiohttpError, base.ClientError, aiohttp.ClientResponseError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.ClientError.__doc__
 
 
-class RateLimited(_AiohttpError, base.RateLimited, aiohttp.ClientResponseError):
+class RateLimited(_AiohttpError, base.RateLimited, aiohttp.ClientResponseError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.RateLimited.__doc__
 
 
-class QuotaExhausted(_AiohttpError, base.QuotaExhausted, aiohttp.ClientResponseError):
+class QuotaExhausted(_AiohttpError, base.QuotaExhausted, aiohttp.ClientResponseError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.QuotaExhausted.__doc__
 
 
-class ServerError(_AiohttpError, base.ServerError, aiohttp.ClientResponseError):
+class ServerError(_AiohttpError, base.ServerError, aiohttp.ClientResponseError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.ServerError.__doc__
 
 
@@ -141,6 +141,6 @@ def as_aiohttp_error(
     if isinstance(adopted, aiohttp.ClientResponseError):
         # What aiohttp's own ClientResponseError carries, for handlers written for it.
         adopted.message = error.outcome
-        adopted.request_info = response.request_info if response is not None else None
+        adopted.request_info = response.request_info if response is not None else None  # type: ignore[assignment]
         adopted.headers = response.headers if response is not None else None
     return adopted  # type: ignore[no-any-return]

@@ -173,7 +173,8 @@ class RetryMiddleware:
             setattr(response, _REPORT_ATTRIBUTE, step.report)
             _trail.leave(drive.request, _redirect_target(response))
             return response
-        assert isinstance(step, Fail) and response is not None
+        assert isinstance(step, Fail)
+        assert response is not None
         setattr(response, _REPORT_ATTRIBUTE, step.report)
         if not self.raise_on_status:
             return response
@@ -276,7 +277,7 @@ def _note_connection(request: ClientRequest, progress: _Progress) -> None:
         return await send(connection)
 
     try:
-        request.send = send_on  # type: ignore[method-assign]
+        request.send = send_on  # type: ignore[method-assign, assignment]
     except AttributeError:  # pragma: no cover - a ClientRequest with __slots__
         progress.connected = True  # cannot tell: count it as maybe sent
 

@@ -14,6 +14,7 @@ from retrysafe.chaos import (
     retry_after_endpoint,
     status_endpoints,
     stream_endpoints,
+    stripe_endpoints,
     transport_endpoints,
 )
 from retrysafe.chaos.arrival import (
@@ -56,6 +57,7 @@ def create_app(
         idempotency_endpoint,
         redirect_endpoints,
         stream_endpoints,
+        stripe_endpoints,
     ):
         routes.extend(module.routes(chaos_state))
     app = Starlette(

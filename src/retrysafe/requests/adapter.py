@@ -154,7 +154,7 @@ class RetryAdapter(HTTPAdapter):
         stream: bool = False,
         timeout: TimeoutArg = None,
         verify: bool | str = True,
-        cert: str | tuple[str, str] | None = None,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
         proxies: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """Send ``request`` as one retrying call; raise its ``ApiError`` if it fails."""
@@ -210,7 +210,8 @@ class RetryAdapter(HTTPAdapter):
             setattr(response, _REPORT_ATTRIBUTE, step.report)
             _trail.leave(drive.request, _redirect_target(response))
             return response
-        assert isinstance(step, Fail) and response is not None
+        assert isinstance(step, Fail)
+        assert response is not None
         setattr(response, _REPORT_ATTRIBUTE, step.report)
         if not self.raise_on_status:
             return response
@@ -246,7 +247,7 @@ class _Attempt:
         stream: bool,
         timeout: TimeoutArg,
         verify: bool | str,
-        cert: str | tuple[str, str] | None,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None,
         proxies: Mapping[str, str] | None,
     ) -> None:
         self.adapter = adapter
@@ -278,7 +279,7 @@ class _Attempt:
                     self.adapter,
                     self.request,
                     stream=True,
-                    timeout=self._bounded_timeout(limit),
+                    timeout=self._bounded_timeout(limit),  # type: ignore[arg-type]
                     verify=self.verify,
                     cert=self.cert,
                     proxies=self.proxies,
@@ -358,9 +359,6 @@ def _connect_and_read(timeout: TimeoutArg) -> tuple[float | None, float | None]:
         )
     if isinstance(timeout, tuple):
         if len(timeout) != 2:
-            raise ValueError(
-                f"timeout must be seconds or a (connect, read) pair, got {timeout!r}"
-            )
+            raise ValueError(f"timeout must be seconds or a (connect, read) pair, got {timeout!r}")
         return timeout[0], timeout[1]
     return timeout, timeout
-

@@ -16,6 +16,7 @@ timeout; both are still bounded by the connect timeout per operation.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import heapq
 import itertools
@@ -57,12 +58,10 @@ class Watch:
             return  # not connected yet (the connect timeout bounds it) or used by another
         sock = getattr(connection, "sock", None)
         if sock is not None:
-            try:
-                # The plain socket's shutdown, also under TLS: it wakes a blocked read
-                # without touching the TLS object another thread is reading through.
+            # The plain socket's shutdown, also under TLS: it wakes a blocked read
+            # without touching the TLS object another thread is reading through.
+            with contextlib.suppress(OSError):  # already closed
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed
 
 
 #: The watch of the attempt running in this thread, for the connection to find.

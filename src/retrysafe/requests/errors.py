@@ -60,55 +60,55 @@ class _RequestsError:
     request: requests.PreparedRequest | None = None
 
 
-class ClientError(_RequestsError, base.ClientError, requests.HTTPError):
+class ClientError(_RequestsError, base.ClientError, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.ClientError.__doc__
 
 
-class RateLimited(_RequestsError, base.RateLimited, requests.HTTPError):
+class RateLimited(_RequestsError, base.RateLimited, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.RateLimited.__doc__
 
 
-class QuotaExhausted(_RequestsError, base.QuotaExhausted, requests.HTTPError):
+class QuotaExhausted(_RequestsError, base.QuotaExhausted, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.QuotaExhausted.__doc__
 
 
-class ServerError(_RequestsError, base.ServerError, requests.HTTPError):
+class ServerError(_RequestsError, base.ServerError, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.ServerError.__doc__
 
 
-class TransportError(_RequestsError, base.TransportError, requests.ConnectionError):
+class TransportError(_RequestsError, base.TransportError, requests.ConnectionError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.TransportError.__doc__
 
 
-class TransportTimeout(TransportError, requests.Timeout):
+class TransportTimeout(TransportError, requests.Timeout):  # type: ignore[misc]  # as above
     """A ``TransportError`` whose last attempt timed out: also a ``requests.Timeout``."""
 
 
-class DeadlineExceeded(_RequestsError, base.DeadlineExceeded, requests.Timeout):
+class DeadlineExceeded(_RequestsError, base.DeadlineExceeded, requests.Timeout):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.DeadlineExceeded.__doc__
 
 
-class BadResponse(_RequestsError, base.BadResponse, requests.RequestException):
+class BadResponse(_RequestsError, base.BadResponse, requests.RequestException):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.BadResponse.__doc__
 
 
-class RetryAfterTooLong(_RequestsError, base.RetryAfterTooLong, RetryError):
+class RetryAfterTooLong(_RequestsError, base.RetryAfterTooLong, RetryError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.RetryAfterTooLong.__doc__
 
 
-class CircuitOpen(_RequestsError, base.CircuitOpen, RetryError):
+class CircuitOpen(_RequestsError, base.CircuitOpen, RetryError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.CircuitOpen.__doc__
 
 
-class BudgetExhausted(_RequestsError, base.BudgetExhausted, RetryError):
+class BudgetExhausted(_RequestsError, base.BudgetExhausted, RetryError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.BudgetExhausted.__doc__
 
 
-class CooldownActive(_RequestsError, base.CooldownActive, RetryError):
+class CooldownActive(_RequestsError, base.CooldownActive, RetryError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.CooldownActive.__doc__
 
 
-class PacingDelayed(_RequestsError, base.PacingDelayed, RetryError):
+class PacingDelayed(_RequestsError, base.PacingDelayed, RetryError):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.PacingDelayed.__doc__
 
 
