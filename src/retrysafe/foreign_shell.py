@@ -24,6 +24,7 @@ import httpx
 
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
+from retrysafe.policy import RetryPolicy
 
 __all__ = [
     "RedirectTrail",
@@ -86,16 +87,18 @@ def request_view(
 
 
 def response_view(
-    status: int, headers: Iterable[tuple[str, str]], body: bytes | None
+    status: int, headers: Iterable[tuple[str, str]], body: bytes | None, policy: RetryPolicy
 ) -> httpx.Response:
     """An ``httpx.Response`` standing for another client's response, for the engine.
 
     ``body`` is the real body as the client decoded it (None: not read yet, so a rule
-    reading it gets ``httpx.ResponseNotRead`` and the engine asks for it first). The
-    ``Content-Encoding`` header is left out: the body is already decoded.
+    reading it gets ``httpx.ResponseNotRead`` and the engine asks for it first). A
+    success that ``policy`` judges by its status alone (no rules) gets no body: nothing
+    reads it, and copying it in is most of a view's cost. The ``Content-Encoding``
+    header is left out: the body is already decoded.
     """
     kept = [(name, value) for name, value in headers if name.lower() != "content-encoding"]
-    if body is None:
+    if body is None or (status < 400 and not policy.rules):
         return httpx.Response(status, headers=kept, stream=_UNREAD)
     return httpx.Response(status, headers=kept, content=body)
 

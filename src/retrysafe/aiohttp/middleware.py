@@ -236,9 +236,11 @@ class _Attempt:
                 with anyio.fail_after(None if limit == math.inf else limit):
                     response = await self.handler(self.request)
                     body = await response.read() if plan.read_body else None
-                    step = drive.returned(plan, _view_of(response, body))
+                    step = drive.returned(plan, _view_of(drive, response, body))
                     if type(step) is ReadBody:
-                        step = drive.returned(plan, _view_of(response, await response.read()))
+                        step = drive.returned(
+                            plan, _view_of(drive, response, await response.read())
+                        )
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:
@@ -282,5 +284,5 @@ def _note_connection(request: ClientRequest, progress: _Progress) -> None:
         progress.connected = True  # cannot tell: count it as maybe sent
 
 
-def _view_of(response: ClientResponse, body: bytes | None) -> Any:
-    return response_view(response.status, response.headers.items(), body)
+def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:
+    return response_view(response.status, response.headers.items(), body, drive.call.policy)

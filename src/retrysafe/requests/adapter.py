@@ -291,9 +291,9 @@ class _Attempt:
                     response = None
                     raise _CutShort()
                 body = _read(response, watch) if plan.read_body else None
-                step = drive.returned(plan, _view_of(response, body))
+                step = drive.returned(plan, _view_of(drive, response, body))
                 if type(step) is ReadBody:
-                    step = drive.returned(plan, _view_of(response, _read(response, watch)))
+                    step = drive.returned(plan, _view_of(drive, response, _read(response, watch)))
                 self.response = response
                 return step
             except _CutShort as exc:
@@ -342,8 +342,8 @@ def _read(response: requests.Response, watch: Watch | None) -> bytes:
     return body
 
 
-def _view_of(response: requests.Response, body: bytes | None) -> Any:
-    return response_view(response.status_code, response.headers.items(), body)
+def _view_of(drive: Drive, response: requests.Response, body: bytes | None) -> Any:
+    return response_view(response.status_code, response.headers.items(), body, drive.call.policy)
 
 
 def _connect_and_read(timeout: TimeoutArg) -> tuple[float | None, float | None]:
