@@ -94,7 +94,6 @@ async def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
     retry_sync = requests_session(retrying=True)
     bare_async = aiohttp.ClientSession()
     retry_async = aiohttp.ClientSession(middlewares=(RetryMiddleware(),))
-    loop = asyncio.get_running_loop()
     contenders: dict[str, Callable[[], Any]] = {
         "requests": lambda: timed_sync(bare_sync, url, calls),
         "requests + RetryAdapter": lambda: timed_sync(retry_sync, url, calls),
@@ -103,7 +102,7 @@ async def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
     }
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     try:
-        for name, run in contenders.items():  # warm up: connections, caches
+        for run in contenders.values():  # warm up: connections, caches
             result = run()
             if asyncio.iscoroutine(result):
                 await result
@@ -122,7 +121,6 @@ async def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
         retry_sync.close()
         await bare_async.close()
         await retry_async.close()
-    del loop
     return samples
 
 
