@@ -239,3 +239,20 @@ def test_bad_settings_are_refused_with_what_to_do() -> None:
         RetryAdapter(idempotency="always")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"policy must be a retrysafe\.RetryPolicy"):
         RetryMiddleware(policy={"attempts": 3})  # type: ignore[arg-type]
+
+
+def test_a_redirect_not_followed_leaves_nothing_for_the_next_call(chaos: KeyedChaos) -> None:
+    """The redirect trail continues a chain only into the hop the redirect points to."""
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        url = chaos.url("/redirect-chain/{key}", hops=1, fail_times=1, fail_status=503)
+        hop = session.get(url, allow_redirects=False)
+        assert hop.status_code == 302
+        assert report_of(hop).attempts == 2  # type: ignore[union-attr]  # the retry is spent
+        # An unrelated call next: a fresh call with its own two attempts, not the
+        # chain's leftover allowance of one.
+        response = session.get(chaos.url("/fail/{key}", times=1, status=503))
+    report = report_of(response)
+    assert response.status_code == 200
+    assert report is not None
+    assert report.attempts == 2
