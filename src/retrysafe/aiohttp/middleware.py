@@ -17,9 +17,12 @@ time on the event loop, so the call's deadline holds whatever the server trickle
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import aiohttp
@@ -46,6 +49,17 @@ _AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _REPORT_ATTRIBUTE = "_retrysafe_report"
 _trail = RedirectTrail("retrysafe_aiohttp_redirect")
+
+if sys.version_info >= (3, 11):
+    #: Bounds an attempt on the event loop; raises TimeoutError when it runs out
+    #: (asyncio's own costs about a third of anyio's cancel scope).
+    _time_limit = asyncio.timeout
+else:  # pragma: no cover - Python 3.10
+
+    @contextlib.asynccontextmanager
+    async def _time_limit(seconds: float | None) -> AsyncIterator[None]:
+        with anyio.fail_after(seconds):
+            yield
 
 
 def report_of(response: ClientResponse) -> CallReport | None:
@@ -233,7 +247,7 @@ class _Attempt:
         failure: Exception
         try:
             try:
-                with anyio.fail_after(None if limit == math.inf else limit):
+                async with _time_limit(None if limit == math.inf else limit):
                     response = await self.handler(self.request)
                     body = await response.read() if plan.read_body else None
                     step = drive.returned(plan, _view_of(drive, response, body))
