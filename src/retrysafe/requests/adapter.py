@@ -176,7 +176,7 @@ class RetryAdapter(HTTPAdapter):
             stream=stream,
             chain=_trail.take(url),
         )
-        attempt = _Attempt(self, request, stream, timeout, verify, cert, proxies)
+        attempt = _Attempt(self, request, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
         try:
             step: Step = drive.next_attempt()
@@ -238,13 +238,12 @@ class _CutShort(Exception):
 class _Attempt:
     """Sends one attempt of a call through ``HTTPAdapter.send``, bounded by its time."""
 
-    __slots__ = ("adapter", "cert", "proxies", "request", "response", "stream", "timeout", "verify")
+    __slots__ = ("adapter", "cert", "proxies", "request", "response", "timeout", "verify")
 
     def __init__(
         self,
         adapter: RetryAdapter,
         request: requests.PreparedRequest,
-        stream: bool,
         timeout: TimeoutArg,
         verify: bool | str,
         cert: bytes | str | tuple[bytes | str, bytes | str] | None,
@@ -252,7 +251,6 @@ class _Attempt:
     ) -> None:
         self.adapter = adapter
         self.request = request
-        self.stream = stream
         self.timeout = _connect_and_read(timeout)
         self.verify = verify
         self.cert = cert
