@@ -11,7 +11,7 @@ governor are the same::
         async with session.get(url) as response:
             data = await response.json()
 
-Each attempt, from connect to the last body byte, runs under one cancel scope of its
+Each attempt, from connect to the last body byte, runs under one timeout of its
 time on the event loop, so the call's deadline holds whatever the server trickles.
 """
 
