@@ -226,14 +226,6 @@ def test_secrets_stay_out_of_the_error(chaos: KeyedChaos) -> None:
     assert "tok-secret-123" not in shown
 
 
-def test_a_call_in_a_deadline_scope_ends_with_it(chaos: KeyedChaos) -> None:
-    with session_with(RetryAdapter(policy=RetryPolicy(attempt_timeout=10))) as session:
-        started = time.monotonic()
-        with retrysafe.deadline(0.6), pytest.raises(requests.Timeout):
-            session.get(chaos.url("/hang"))
-    assert time.monotonic() - started < 1.0
-
-
 def test_bad_settings_are_refused_with_what_to_do() -> None:
     with pytest.raises(ValueError, match="idempotency must be 'off' or 'auto'"):
         RetryAdapter(idempotency="always")  # type: ignore[arg-type]
