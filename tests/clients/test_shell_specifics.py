@@ -248,3 +248,31 @@ def test_a_redirect_not_followed_leaves_nothing_for_the_next_call(chaos: KeyedCh
     assert response.status_code == 200
     assert report is not None
     assert report.attempts == 2
+
+
+def test_each_attempt_tells_the_server_its_time_in_the_deadline_header(chaos: KeyedChaos) -> None:
+    policy = RetryPolicy(attempt_timeout=2, deadline=5)
+    adapter = RetryAdapter(policy=policy, deadline_header="Request-Timeout")
+    with session_with(adapter) as session:
+        sent = session.get(chaos.url("/echo")).json()["headers"]
+    middleware = RetryMiddleware(policy=policy, deadline_header="Request-Timeout")
+
+    async def run() -> Any:
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.get(chaos.url("/echo")) as response,
+        ):
+            return (await response.json())["headers"]
+
+    for headers in (sent, asyncio.run(run())):
+        assert 1.5 < float(headers["request-timeout"]) <= 2.0
+
+
+def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedChaos) -> None:
+    """The cut socket is the attempt's own: the pool hands the next call a working one."""
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.5, min_attempt_time=0.1)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        with pytest.raises(retrysafe.TransportError):
+            session.get(chaos.url("/drip", chunks=20, interval_ms=100))
+        statuses = [session.get(chaos.url("/echo")).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]
