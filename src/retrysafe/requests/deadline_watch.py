@@ -131,7 +131,17 @@ class _Bounded:
         if watch is not None:
             self._retrysafe_watch = watch
             watch.connection = self  # type: ignore[assignment]
+            if watch.expired:  # its time ran out while it was connecting (TLS)
+                watch._expire()
         super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        watch = current_watch.get()
+        if watch is None or not watch.expired:
+            return
+        if watch.connection is self:  # type: ignore[comparison-overlap]
+            watch._expire()  # its time ran out while it was connecting (plain HTTP)
 
 
 class BoundedHTTPConnection(_Bounded, HTTPConnection):
