@@ -14,9 +14,9 @@ and a final transport failure re-raises httpx's own exception::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -82,7 +82,6 @@ class _AnyioTimeLimit:
         return self._scope.__exit__(exc_type, exc, traceback)
 
 
-_asyncio_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 _NO_LIMIT: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -92,13 +91,16 @@ def _time_limit(seconds: float) -> AbstractAsyncContextManager[object]:
     On asyncio (3.11+) its own ``asyncio.timeout``: a timer on the loop, several
     times cheaper than anyio's cancel scope, which every other case uses.
     """
-    if _asyncio_timeout is not None:
+    # Not imported here: `import retrysafe` leaves asyncio to whoever runs a loop.
+    asyncio = sys.modules.get("asyncio")
+    timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
+    if asyncio is not None and timeout is not None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio)
             pass
         else:
-            limit: AbstractAsyncContextManager[object] = _asyncio_timeout(seconds)
+            limit: AbstractAsyncContextManager[object] = timeout(seconds)
             return limit
     return _AnyioTimeLimit(seconds)
 
