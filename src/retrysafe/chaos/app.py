@@ -14,6 +14,7 @@ from retrysafe.chaos import (
     retry_after_endpoint,
     status_endpoints,
     stream_endpoints,
+    stripe_endpoints,
     tail_endpoints,
     transport_endpoints,
 )
@@ -58,6 +59,7 @@ def create_app(
         redirect_endpoints,
         stream_endpoints,
         tail_endpoints,
+        stripe_endpoints,
     ):
         routes.extend(module.routes(chaos_state))
     app = Starlette(
