@@ -4,8 +4,10 @@ The engine and :class:`~retrysafe.drive.Drive` read requests and responses as ht
 values (classification rules take an ``httpx.Response``). A shell for another client
 hands them a *view*: an ``httpx.Request`` or ``httpx.Response`` holding the method,
 URL, headers and (once read) body of the real one, and nothing else; the view is never
-sent. Building one costs a few microseconds, against hundreds per call in the
-clients themselves (``benchmarks/client_overhead.py`` prints the total).
+sent. A view is built for every attempt, so its two costly parts are built here on
+short paths that give exactly what httpx's own parsing would (:func:`view_url`,
+:func:`view_headers`): parsing the URL alone was most of what these shells added to
+a call (``benchmarks/client_overhead.py`` prints the total).
 
 Also here: the redirect trail that lets every hop of a redirect chain followed by the
 other client share one deadline and one retry allowance (as httpx's hops do through
@@ -21,6 +23,18 @@ from typing import Any, TypeVar
 from urllib.parse import urldefrag
 
 import httpx
+from httpx._urlparse import (
+    FRAG_SAFE,
+    MAX_URL_LENGTH,
+    PATH_SAFE,
+    QUERY_SAFE,
+    URL_REGEX,
+    ParseResult,
+    normalize_path,
+    percent_encoded,
+    quote,
+    urlparse,
+)
 
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
@@ -31,6 +45,8 @@ __all__ = [
     "adopt_error",
     "request_view",
     "response_view",
+    "view_headers",
+    "view_url",
 ]
 
 #: Where Drive leaves a redirect chain for the next hop (see retrysafe.drive).
@@ -62,8 +78,9 @@ _READ_OPTIONS = CallOptions()
 def one_copy_at_a_time(policy: RetryPolicy, shell: str) -> RetryPolicy:
     """``policy``, if it does not hedge: these shells send one copy of a request at a
     time, so a hedging policy is refused with what to use instead (not silently run
-    without its hedges)."""
-    if policy.hedge_after is not None:
+    without its hedges). Anything but a policy is left for ``ShellSettings.build`` to
+    refuse with its own message."""
+    if isinstance(policy, RetryPolicy) and policy.hedge_after is not None:
         raise ValueError(
             f"{shell} does not send hedged copies; give it a policy with hedge_after=None, "
             "or send hedged requests through retrysafe.Client / retrysafe.RetryTransport"
@@ -91,8 +108,8 @@ def request_view(
         extensions[_CHAIN_EXTENSION] = chain
     return httpx.Request(
         method,
-        url,
-        headers=headers,  # type: ignore[arg-type]  # Iterable of pairs: httpx takes any
+        view_url(url),
+        headers=view_headers(headers.items() if isinstance(headers, Mapping) else headers),
         stream=_REPLAYABLE if replayable else _ONE_SHOT,
         extensions=extensions,
     )
@@ -109,10 +126,97 @@ def response_view(
     reads it, and copying it in is most of a view's cost. The ``Content-Encoding``
     header is left out: the body is already decoded.
     """
-    kept = [(name, value) for name, value in headers if name.lower() != "content-encoding"]
+    kept = view_headers(headers, dropping=_CONTENT_ENCODING)
     if body is None or (status < 400 and not policy.rules):
         return httpx.Response(status, headers=kept, stream=_UNREAD)
     return httpx.Response(status, headers=kept, content=body)
+
+
+#: Parsed origins (scheme, userinfo, host, port) by the URL's raw ``scheme`` and
+#: ``authority``: a client calls few origins, and checking a host (IDNA, IP address
+#: syntax) is most of httpx's parse. Bounded: cleared when it grows past _ORIGINS_KEPT.
+_origins: dict[tuple[str, str], tuple[str, str, str, int | None]] = {}
+_ORIGINS_KEPT = 256
+
+
+def view_url(url: str) -> httpx.URL:
+    """``httpx.URL(url)``, for the absolute URLs of real requests, parsed for less.
+
+    httpx parses every component on every call; here the origin's parse is kept per
+    origin, and the path, query and fragment take httpx's own normalising and quoting
+    functions, which return a text with nothing to escape as it is, at once. Anything
+    else (no scheme or host, control characters, too long, malformed) goes to
+    ``httpx.URL`` itself, which parses or rejects it as it always has. The result
+    equals httpx's parse component for component (``tests/clients/test_views.py``).
+    """
+    if len(url) > MAX_URL_LENGTH or not url.isprintable():
+        return httpx.URL(url)  # (httpx rejects ASCII control characters in a URL)
+    match = URL_REGEX.match(url)
+    assert match is not None  # it matches any text
+    scheme, authority, path, query, fragment = match.group(
+        "scheme", "authority", "path", "query", "fragment"
+    )
+    if not scheme or not authority:
+        return httpx.URL(url)
+    origin = _origins.get((scheme, authority))
+    if origin is None:
+        try:
+            parsed = urlparse(f"{scheme}://{authority}")
+        except httpx.InvalidURL:
+            return httpx.URL(url)  # raises the error httpx gives for the whole URL
+        origin = parsed[:4]
+        if len(_origins) >= _ORIGINS_KEPT:
+            _origins.clear()
+        _origins[(scheme, authority)] = origin
+    view = httpx.URL.__new__(httpx.URL)
+    view._uri_reference = ParseResult(
+        *origin,
+        _quoted(normalize_path(path), PATH_SAFE),
+        None if query is None else _quoted(query, QUERY_SAFE),
+        None if fragment is None else _quoted(fragment, FRAG_SAFE),
+    )
+    return view
+
+
+def _quoted(text: str, safe: str) -> str:
+    """httpx's ``quote(text, safe)``; without a ``%`` it is ``percent_encoded``, whose
+    first step returns a text with nothing to escape as it is."""
+    return quote(text, safe=safe) if "%" in text else percent_encoded(text, safe=safe)
+
+
+_CONTENT_ENCODING = b"content-encoding"
+
+
+def view_headers(
+    pairs: Iterable[tuple[str, str]], *, dropping: bytes | None = None
+) -> httpx.Headers:
+    """``httpx.Headers(pairs)`` (less the header named ``dropping``, lower case).
+
+    httpx normalises each name and value through two function calls and type checks;
+    the usual pairs of text are encoded here in one loop instead, to the same
+    (name, lower-cased name, value) bytes. Any other pair (bytes, a non-ASCII text)
+    goes through ``httpx.Headers`` itself: same result, or the same error (so
+    ``pairs`` must be iterable twice, as a mapping's ``items()`` is).
+    """
+    triples: list[tuple[bytes, bytes, bytes]] = []
+    try:
+        for name, value in pairs:
+            raw = name.encode("ascii")
+            lowered = raw.lower()
+            if lowered != dropping:
+                triples.append((raw, lowered, value.encode("ascii")))
+    except (AttributeError, UnicodeEncodeError):
+        return _slow_headers(pairs, dropping)
+    headers = httpx.Headers()
+    headers._list = triples
+    return headers
+
+
+def _slow_headers(pairs: Iterable[tuple[str, str]], dropping: bytes | None) -> httpx.Headers:
+    if dropping is None:
+        return httpx.Headers(pairs)  # type: ignore[arg-type]  # pairs of str or bytes
+    name = dropping.decode("ascii")
+    return httpx.Headers([pair for pair in pairs if pair[0].lower() != name])
 
 
 def chain_of(view: httpx.Request) -> object | None:
