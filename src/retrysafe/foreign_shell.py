@@ -28,10 +28,10 @@ from httpx._urlparse import (
     MAX_URL_LENGTH,
     PATH_SAFE,
     QUERY_SAFE,
+    UNRESERVED_CHARACTERS,
     URL_REGEX,
     ParseResult,
     normalize_path,
-    percent_encoded,
     quote,
     urlparse,
 )
@@ -106,13 +106,15 @@ def request_view(
     extensions: dict[str, Any] = {OPTIONS_EXTENSION: _STREAMED_OPTIONS if stream else _READ_OPTIONS}
     if chain is not None:
         extensions[_CHAIN_EXTENSION] = chain
-    return httpx.Request(
-        method,
-        view_url(url),
-        headers=view_headers(headers.items() if isinstance(headers, Mapping) else headers),
-        stream=_REPLAYABLE if replayable else _ONE_SHOT,
-        extensions=extensions,
-    )
+    # What httpx.Request(method, url, headers=..., stream=..., extensions=...) sets,
+    # without parsing and copying again what view_url and view_headers just built.
+    view = httpx.Request.__new__(httpx.Request)
+    view.method = method.upper()
+    view.url = view_url(url)
+    view.headers = view_headers(headers.items() if isinstance(headers, Mapping) else headers)
+    view.extensions = extensions
+    view.stream = _REPLAYABLE if replayable else _ONE_SHOT
+    return view
 
 
 def response_view(
@@ -128,8 +130,26 @@ def response_view(
     """
     kept = view_headers(headers, dropping=_CONTENT_ENCODING)
     if body is None or (status < 400 and not policy.rules):
-        return httpx.Response(status, headers=kept, stream=_UNREAD)
+        return _unread_response(status, kept)
     return httpx.Response(status, headers=kept, content=body)
+
+
+def _unread_response(status: int, headers: httpx.Headers) -> httpx.Response:
+    """``httpx.Response(status, headers=headers, stream=_UNREAD)``, made for every
+    attempt: the same attributes, set without copying ``headers`` again."""
+    view = httpx.Response.__new__(httpx.Response)
+    view.status_code = status
+    view.headers = headers
+    view._request = None
+    view.next_request = None
+    view.extensions = {}
+    view.history = []
+    view.is_closed = False
+    view.is_stream_consumed = False
+    view.default_encoding = "utf-8"
+    view.stream = _UNREAD
+    view._num_bytes_downloaded = 0
+    return view
 
 
 #: Parsed origins (scheme, userinfo, host, port) by the URL's raw ``scheme`` and
@@ -179,9 +199,15 @@ def view_url(url: str) -> httpx.URL:
 
 
 def _quoted(text: str, safe: str) -> str:
-    """httpx's ``quote(text, safe)``; without a ``%`` it is ``percent_encoded``, whose
-    first step returns a text with nothing to escape as it is."""
-    return quote(text, safe=safe) if "%" in text else percent_encoded(text, safe=safe)
+    """httpx's ``quote(text, safe)``: a text with no ``%`` and nothing to escape comes
+    back as it is (the first thing ``quote`` would find, after two more calls)."""
+    if "%" not in text and not text.rstrip(_KEPT[safe]):
+        return text
+    return quote(text, safe=safe)
+
+
+#: The characters httpx leaves unescaped, by the ``safe`` set of each component.
+_KEPT = {safe: UNRESERVED_CHARACTERS + safe for safe in (PATH_SAFE, QUERY_SAFE, FRAG_SAFE)}
 
 
 _CONTENT_ENCODING = b"content-encoding"

@@ -30,7 +30,7 @@ URLS = [
     "https://example.com/a b/c?d e=f g#h i",
     "https://example.com/already%20quoted/%7Euser?q=%2F&r=a%zz",
     "https://example.com/a/./b/../c/file.json",
-    "https://example.com/{braces}/`tick`?x=\"quoted\"&y=<tag>",
+    'https://example.com/{braces}/`tick`?x="quoted"&y=<tag>',
     "https://example.com/path?",
     "https://example.com/path#",
     "https://example.com/path?#",
@@ -141,3 +141,24 @@ def test_response_view_leaves_out_content_encoding_and_keeps_the_rest() -> None:
     view = response_view(503, headers, b"{}", RetryPolicy())
     assert view.headers.raw == [(b"Content-Type", b"application/json"), (b"Content-Length", b"2")]
     assert view.content == b"{}"
+
+
+def test_request_view_has_what_httpx_request_sets_and_nothing_else() -> None:
+    view = request_view("get", "https://example.com/x", [("A", "1")], replayable=True, stream=True)
+    built = httpx.Request(
+        "get", "https://example.com/x", headers=[("A", "1")], stream=view.stream, extensions={}
+    )
+    assert vars(view).keys() == vars(built).keys()
+    assert (view.method, view.url, view.headers.raw) == (built.method, built.url, built.headers.raw)
+
+
+def test_unread_response_view_has_what_httpx_response_sets_and_nothing_else() -> None:
+    view = response_view(200, [("A", "1")], None, RetryPolicy())
+    built = httpx.Response(200, headers=[("A", "1")], stream=view.stream)
+    assert vars(view).keys() == vars(built).keys()
+    for name, value in vars(built).items():
+        if name != "headers":
+            assert getattr(view, name) == value, name
+    assert view.headers.raw == built.headers.raw
+    with pytest.raises(httpx.ResponseNotRead):
+        _ = view.content

@@ -26,6 +26,7 @@ from urllib.parse import urljoin
 
 import requests
 from requests.adapters import HTTPAdapter
+from requests.models import REDIRECT_STATI
 from requests.structures import CaseInsensitiveDict
 from urllib3.poolmanager import ProxyManager
 from urllib3.util import Timeout as Urllib3Timeout
@@ -231,7 +232,9 @@ class RetryAdapter(HTTPAdapter):
 
 def _redirect_target(response: requests.Response) -> str | None:
     """Where a redirect response points, resolved against its URL (None: not one)."""
-    if not response.is_redirect:
+    # The status first: ``is_redirect`` looks for a Location header first, and on
+    # requests' headers a name that is missing costs a KeyError raised and caught.
+    if response.status_code not in REDIRECT_STATI or not response.is_redirect:
         return None
     location = response.headers.get("location")
     return urljoin(response.url, location) if location else None
