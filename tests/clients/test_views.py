@@ -10,9 +10,11 @@ from __future__ import annotations
 import httpx
 import pytest
 import requests
+from requests.structures import CaseInsensitiveDict
 
 from retrysafe.foreign_shell import request_view, response_view, view_headers, view_url
 from retrysafe.policy import RetryPolicy
+from retrysafe.requests.adapter import _header_pairs
 
 URLS = [
     "http://127.0.0.1:8080/status/200?key=bench",
@@ -162,3 +164,13 @@ def test_unread_response_view_has_what_httpx_response_sets_and_nothing_else() ->
     assert view.headers.raw == built.headers.raw
     with pytest.raises(httpx.ResponseNotRead):
         _ = view.content
+
+
+def test_requests_header_pairs_are_what_items_gives() -> None:
+    headers = CaseInsensitiveDict({"Accept": "*/*", "X-Key": "1"})
+    headers["accept"] = "application/json"  # the later spelling and value win
+    del headers["x-key"]
+    headers["Idempotency-Key"] = "k"
+    assert list(_header_pairs(headers)) == list(headers.items())
+    plain = {"A": "1"}
+    assert list(_header_pairs(plain)) == [("A", "1")]
