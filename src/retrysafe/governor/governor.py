@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.decisions import (
@@ -23,6 +23,9 @@ from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
+
+if TYPE_CHECKING:
+    from retrysafe.governor.fleet_guard import FleetLink
 
 __all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
@@ -173,10 +176,18 @@ class Governor:
     a guard stays one dict lookup; sweeps are paid for by new guards, amortised
     O(1) each. A call in flight on a dropped guard reports to it harmlessly (its
     one outcome is not seen by the fresh guard).
+
+    ``fleet`` (such as ``retrysafe.fleet.RedisFleet(url)``) shares cooldowns, pacing
+    and a quorum breaker with the other processes using it; each guard is then a
+    :class:`~retrysafe.governor.fleet_guard.FleetGuard`. Budgets stay per process.
     """
 
     def __init__(
-        self, settings: GovernorSettings | None = None, *, clock: Clock | None = None
+        self,
+        settings: GovernorSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        fleet: FleetLink | None = None,
     ) -> None:
         self.settings = settings if settings is not None else GovernorSettings()
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -187,6 +198,12 @@ class Governor:
         pieces = (self.settings.budget, self.settings.breaker, self.settings.limiter)
         #: Whether any piece of load protection is on (else calls need no guard at all).
         self.protects = any(piece is not None for piece in pieces)
+        #: The fleet this governor shares its dependencies' state with, if any.
+        self.fleet = fleet
+        if fleet is not None:
+            from retrysafe.governor.fleet_guard import FleetGuard  # (imports this module)
+
+            self._join_fleet = FleetGuard.around
 
     def guard(self, dependency: str) -> DependencyGuard:
         """The guard for ``dependency``, made on first use."""
@@ -214,13 +231,14 @@ class Governor:
 
     def _new_guard(self, dependency: str, now: float) -> DependencyGuard:
         settings = self.settings
-        return DependencyGuard(
+        guard = DependencyGuard(
             dependency=dependency,
             budget=RetryBudget(settings.budget, self.clock) if settings.budget else None,
             breaker=CircuitBreaker(settings.breaker, self.clock) if settings.breaker else None,
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
             born=now,
         )
+        return guard if self.fleet is None else self._join_fleet(guard, self.fleet)
 
     def dependencies(self) -> list[str]:
         """Every dependency seen so far."""
