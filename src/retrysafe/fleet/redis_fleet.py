@@ -106,7 +106,7 @@ class RedisFleet:
         self._alive = 1
         self._refresher: Refresher | None = None
         self._pid = 0
-        self.process = ""
+        self._process = ""
         self._closed = False
 
     # -- what a FleetGuard reads -----------------------------------------------------------
@@ -123,6 +123,13 @@ class RedisFleet:
     @property
     def share_503_retry_after(self) -> bool:
         return self.settings.share_503_retry_after
+
+    @property
+    def process(self) -> str:
+        """This process's name in the fleet (host, pid and a random part: a restarted
+        process is a new member, as is a child after a fork)."""
+        self._started()
+        return self._process
 
     @property
     def up(self) -> bool:
@@ -300,7 +307,7 @@ class RedisFleet:
         with self._lock:
             if self._pid == pid:
                 return
-            self.process = f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
+            self._process = f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
             refresher = Refresher(
                 refresh=self._refresh,
                 subscribe=self._subscribe,
@@ -317,9 +324,9 @@ class RedisFleet:
         refresher, self._refresher = self._refresher, None
         if refresher is not None:
             refresher.stop()
-        if self._pid == os.getpid() and self.process:
+        if self._pid == os.getpid() and self._process:
             with contextlib.suppress(Exception):
-                self._background.zrem(self._keys.alive, self.process)
+                self._background.zrem(self._keys.alive, self._process)
         for client in (self._redis, self._background):
             with contextlib.suppress(Exception):
                 client.close()
