@@ -52,10 +52,15 @@ def namespace() -> str:
 @pytest.fixture
 def make_fleet(redis_url: str, namespace: str) -> Iterator[FleetMaker]:
     """Makes RedisFleets (each one a process of the fleet, as Redis sees it) on the test's
-    namespace, and closes them all at the end."""
+    namespace, and closes them all at the end.
+
+    Their ``timeout`` is 0.1 s unless a test says otherwise: most tests are about what is
+    shared, and a loaded test machine can hold any process up for more than the default
+    5 ms; the tests of a slow or absent Redis set the timeout they are about."""
     made: list[RedisFleet] = []
 
     def make(url: str | None = None, **settings: Any) -> RedisFleet:
+        settings.setdefault("timeout", 0.1)
         fleet = RedisFleet(
             url or redis_url, namespace=namespace, settings=FleetSettings(**settings)
         )

@@ -7,7 +7,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from retrysafe.clock import Clock, SystemClock
@@ -16,6 +16,7 @@ from retrysafe.fleet.availability import Availability
 from retrysafe.fleet.keys import FleetKeys
 from retrysafe.fleet.refresher import Refresher
 from retrysafe.fleet.settings import FleetSettings
+from retrysafe.fleet.writer import Writer
 from retrysafe.governor.fleet_guard import FleetView, ProbeAnswer
 from retrysafe.redact import redact_url
 
@@ -105,6 +106,7 @@ class RedisFleet:
         self._lock = threading.Lock()
         self._alive = 1
         self._refresher: Refresher | None = None
+        self._writer: Writer | None = None
         self._pid = 0
         self._process = ""
         self._closed = False
@@ -164,55 +166,59 @@ class RedisFleet:
         return None if reply is None else int(reply) / 1_000_000
 
     def release(self, dependency: str, rate: float) -> bool:
+        """Give a reserved slot back (sent in the background); False if Redis is away."""
         pace = self._keys.of(dependency)[0]
-        return self._run("RELEASE_PACE", [pace], [repr(1000.0 / rate)]) is not None
+        return self._later("RELEASE_PACE", [pace], [repr(1000.0 / rate)])
 
     # -- cooldowns -------------------------------------------------------------------------
 
     def share_cooldown(self, dependency: str, seconds: float) -> None:
-        """Pause every process's calls to ``dependency`` for ``seconds`` from now."""
+        """Pause every process's calls to ``dependency`` for ``seconds`` from now (sent in
+        the background: the time it waited to be sent is taken off)."""
         cool = self._keys.of(dependency)[1]
-        milliseconds = repr(seconds * 1000.0)
-        sent_at = self._clock.monotonic()
-        if self._run("COOLDOWN", [cool], [milliseconds, self._keys.changed, dependency]):
-            view = self.view(dependency)
-            ends = sent_at + seconds
-            if ends > view.cooldown_until:
-                view.learn(ends, view.open_until)
+        ends = self._clock.monotonic() + seconds
+
+        def write() -> None:
+            left = ends - self._clock.monotonic()
+            if left > 0:
+                self._script(
+                    "COOLDOWN", [cool], [repr(left * 1000.0), self._keys.changed, dependency]
+                )
+
+        self._submit(write)
 
     # -- the quorum breaker ----------------------------------------------------------------
 
     def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
-        """This process saw ``dependency`` fail; opens the fleet breaker on a quorum."""
+        """This process saw ``dependency`` fail (sent in the background); the fleet breaker
+        opens on a quorum. False if Redis is away."""
         _, _, opened, _, votes = self._keys.of(dependency)
         settings = self.settings
-        sent_at = self._clock.monotonic()
-        reply = self._run(
-            "VOTE",
-            [votes, self._keys.alive, opened],
-            [
-                self.process,
-                repr(settings.vote_window * 1000.0),
-                repr(settings.alive_for * 1000.0),
-                settings.quorum,
-                repr(settings.quorum_share),
-                repr(open_for * 1000.0),
-                repr(max_open_for * 1000.0),
-                self._keys.changed,
-                dependency,
-            ],
-        )
-        if reply is None:
-            return False
-        open_ms = int(reply[1])
-        if open_ms >= 0:
-            view = self.view(dependency)
-            view.learn(view.cooldown_until, sent_at + open_ms / 1000.0)
-        return True
+        keys = [votes, self._keys.alive, opened]
+        args = [
+            self.process,
+            repr(settings.vote_window * 1000.0),
+            repr(settings.alive_for * 1000.0),
+            settings.quorum,
+            repr(settings.quorum_share),
+            repr(open_for * 1000.0),
+            repr(max_open_for * 1000.0),
+            self._keys.changed,
+            dependency,
+        ]
+
+        def write() -> None:
+            sent_at = self._clock.monotonic()
+            open_ms = int(self._script("VOTE", keys, args)[1])
+            if open_ms >= 0:  # open now (by this vote or before it): this process knows at once
+                view = self.view(dependency)
+                view.learn(view.cooldown_until, sent_at + open_ms / 1000.0)
+
+        return self._submit(write)
 
     def retract(self, dependency: str) -> None:
         """This process's vote no longer stands (it saw a healthy call)."""
-        self._run("RETRACT", [self._keys.of(dependency)[4]], [self.process])
+        self._later("RETRACT", [self._keys.of(dependency)[4]], [self.process])
 
     def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None:
         """Ask to be the fleet's one half-open probe, holding it for ``lease`` seconds."""
@@ -228,9 +234,11 @@ class RedisFleet:
     def report_probe(
         self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
     ) -> bool:
-        """The probe's outcome closes the fleet breaker, or opens it for ``open_for``."""
+        """The probe's outcome closes the fleet breaker, or opens it for ``open_for`` (sent
+        in the background; a probe whose lease ran out changes nothing). False if Redis is
+        away."""
         _, _, opened, probe, votes = self._keys.of(dependency)
-        reply = self._run(
+        return self._later(
             "REPORT_PROBE",
             [opened, probe, votes],
             [
@@ -242,11 +250,10 @@ class RedisFleet:
                 dependency,
             ],
         )
-        return bool(reply)
 
     def release_probe(self, dependency: str, token: str) -> None:
         """Give the probe back unreported (its attempt ended with no outcome)."""
-        self._run("RELEASE_PROBE", [self._keys.of(dependency)[3]], [token])
+        self._later("RELEASE_PROBE", [self._keys.of(dependency)[3]], [token])
 
     # -- talking to Redis ------------------------------------------------------------------
 
@@ -259,6 +266,30 @@ class RedisFleet:
         except Exception as error:  # whatever Redis or the network raised
             self._lost(error)
             return None
+
+    def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script call on the background client (raises when Redis fails)."""
+        return self._scripts[name](keys=keys, args=args, client=self._background)
+
+    def _later(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> bool:
+        """Hand one script call to the writer; False (nothing sent) if Redis is away."""
+        return self._submit(lambda: self._script(name, keys, args))
+
+    def _submit(self, write: Callable[[], object]) -> bool:
+        if not self.availability.up:
+            return False
+        self._started()
+        writer = self._writer
+        if writer is None:  # closed
+            return False
+        writer.submit(write)
+        return True
+
+    def flush(self, timeout: float = 1.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until what this process told the fleet so
+        far was sent; False if it was not done in time. For tests and shutdown."""
+        writer = self._writer
+        return writer is None or writer.flush(timeout)
 
     def _lost(self, error: BaseException) -> None:
         if self.availability.lost(error):
@@ -284,9 +315,7 @@ class RedisFleet:
             cool_ms, open_ms = int(reply[1 + 2 * index]), int(reply[2 + 2 * index])
             cooldown_until = sent_at + cool_ms / 1000.0 if cool_ms > 0 else 0.0
             open_until = sent_at + open_ms / 1000.0 if open_ms >= 0 else 0.0
-            view = self._views[dependency]
-            if self.availability.up or open_ms < 0:
-                view.learn(cooldown_until, open_until)
+            self._views[dependency].learn(cooldown_until, open_until)
 
     def _refresh(self) -> None:
         """The refresher's round: raises when Redis fails (the refresher handles it)."""
@@ -314,14 +343,20 @@ class RedisFleet:
                 availability=self.availability,
                 every=self.settings.refresh_every,
             )
-            self._refresher = refresher
+            writer = Writer(self.availability, self._lost)
+            self._refresher, self._writer = refresher, writer
             self._pid = pid
         refresher.start()
+        writer.start()
 
     def close(self) -> None:
         """Stop the refresher, leave the fleet (no longer counted alive), close sockets."""
+        self.flush()
         self._closed = True
         refresher, self._refresher = self._refresher, None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop()
         if refresher is not None:
             refresher.stop()
         if self._pid == os.getpid() and self._process:

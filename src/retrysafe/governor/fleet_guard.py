@@ -104,9 +104,10 @@ class FleetView:
 class FleetLink(Protocol):
     """What a governor asks of a fleet (``retrysafe.fleet.RedisFleet`` provides it).
 
-    Every method returns at once or within the fleet's short timeout; a method that
-    returns ``None`` (or False) means the fleet did not answer, and the caller goes on
-    with local protection. None of them raises.
+    Every method returns at once or within the fleet's short timeout (what only tells
+    the fleet something may be sent in the background); a method that returns ``None``
+    (or False) means the fleet did not answer, and the caller goes on with local
+    protection. None of them raises.
     """
 
     @property
@@ -129,13 +130,13 @@ class FleetLink(Protocol):
         ...
 
     def release(self, dependency: str, rate: float) -> bool:
-        """Give a reserved slot back; False if the fleet did not answer."""
+        """Give a reserved slot back; False if the fleet is away (give it back locally)."""
         ...
 
     def share_cooldown(self, dependency: str, seconds: float) -> None: ...
 
     def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
-        """This process saw the dependency fail; True if the vote was counted."""
+        """This process saw the dependency fail; False if the fleet is away."""
         ...
 
     def retract(self, dependency: str) -> None: ...
