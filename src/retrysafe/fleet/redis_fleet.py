@@ -314,7 +314,7 @@ class RedisFleet:
         for index, dependency in enumerate(dependencies):
             cool_ms, open_ms = int(reply[1 + 2 * index]), int(reply[2 + 2 * index])
             cooldown_until = sent_at + cool_ms / 1000.0 if cool_ms > 0 else 0.0
-            open_until = sent_at + open_ms / 1000.0 if open_ms >= 0 else 0.0
+            open_until = sent_at + open_ms / 1000.0 if open_ms >= 0 else None
             self._views[dependency].learn(cooldown_until, open_until)
 
     def _refresh(self) -> None:

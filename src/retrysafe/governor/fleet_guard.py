@@ -72,9 +72,9 @@ class FleetView:
         self.calm = True
         #: When the fleet-wide cooldown ends (0.0: none).
         self.cooldown_until = 0.0
-        #: When the fleet breaker's open period ends (0.0: the fleet breaker is closed);
+        #: When the fleet breaker's open period ends (None: the fleet breaker is closed);
         #: a time in the past means half-open: one probe for the whole fleet.
-        self.open_until = 0.0
+        self.open_until: float | None = None
         #: Failing calls in a row this process saw since it last voted (approximate
         #: under threads: a vote a little early or late changes nothing).
         self.failing = 0
@@ -83,21 +83,22 @@ class FleetView:
         #: The local limiter paced attempts fall back to while the fleet is away.
         self.fallback: Limiter | None = None
 
-    def learn(self, cooldown_until: float, open_until: float) -> None:
-        """Take in the fleet's state (times already in this process's monotonic seconds)."""
+    def learn(self, cooldown_until: float, open_until: float | None) -> None:
+        """Take in the fleet's state (times already in this process's monotonic seconds;
+        ``cooldown_until`` 0.0 for none, ``open_until`` None for a closed breaker)."""
         self.cooldown_until = cooldown_until
         self.open_until = open_until
-        self.calm = cooldown_until == 0.0 and open_until == 0.0
+        self.calm = cooldown_until == 0.0 and open_until is None
 
     def forget_breaker(self) -> None:
         """The fleet breaker is unknown (the fleet is away): local protection decides."""
-        self.open_until = 0.0
+        self.open_until = None
         self.calm = self.cooldown_until == 0.0
 
     def __repr__(self) -> str:
         return (
             f"FleetView(calm={self.calm}, cooldown_until={self.cooldown_until:.3f}, "
-            f"open_until={self.open_until:.3f})"
+            f"open_until={self.open_until!r})"
         )
 
 
@@ -224,9 +225,10 @@ class FleetGuard(DependencyGuard):
             cooldown = max(cooldown, self.limiter.cooldown_remaining())
         if cooldown > 0:
             return Admission(cooldown=cooldown, detail=explain_fleet_cooldown(cooldown))
-        if view.open_until and self.breaker is not None:
-            if now < view.open_until:
-                retry_at = view.open_until
+        open_until = view.open_until
+        if open_until is not None and self.breaker is not None:
+            if now < open_until:
+                retry_at = open_until
                 return Admission(
                     permit=Permit(allowed=False, retry_at=retry_at),
                     detail=explain_fleet_open(retry_at - now),
@@ -255,7 +257,7 @@ class FleetGuard(DependencyGuard):
         if answer is None:
             return None
         if answer.kind == "closed":
-            view.learn(view.cooldown_until, 0.0)
+            view.learn(view.cooldown_until, None)
             return None
         if answer.kind == "open":
             view.learn(view.cooldown_until, now + answer.seconds)
@@ -280,9 +282,9 @@ class FleetGuard(DependencyGuard):
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """As :meth:`DependencyGuard.answer_retry`; not while the fleet breaker stays
         open past the wait either."""
-        view = self.view
-        if not view.calm and view.open_until > now + ask.wait:
-            seconds = view.open_until - now
+        open_until = self.view.open_until
+        if open_until is not None and open_until > now + ask.wait:
+            seconds = open_until - now
             return RetryAnswer(
                 "circuit_open", retry_after=seconds, detail=explain_fleet_open(seconds)
             )
@@ -375,7 +377,7 @@ class FleetGuard(DependencyGuard):
             return None  # the lease ran out and another process probes; or no fleet
         view = self.view
         if healthy:
-            view.learn(view.cooldown_until, 0.0)
+            view.learn(view.cooldown_until, None)
             return Transition("half_open", "closed")
         view.learn(view.cooldown_until, self.fleet.clock.monotonic() + period)
         return Transition("half_open", "open")
