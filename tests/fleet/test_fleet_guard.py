@@ -16,7 +16,8 @@ from retrysafe.governor import (
     LimiterSettings,
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT
-from retrysafe.governor.fleet_guard import FleetGuard, FleetPermit, FleetView, ProbeAnswer
+from retrysafe.governor.fleet_guard import FleetGuard, FleetPermit
+from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
 from retrysafe.testing import FakeClock
 
 

@@ -17,7 +17,7 @@ from retrysafe.fleet.keys import FleetKeys
 from retrysafe.fleet.refresher import Refresher
 from retrysafe.fleet.settings import FleetSettings
 from retrysafe.fleet.writer import Writer
-from retrysafe.governor.fleet_guard import FleetView, ProbeAnswer
+from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
 from retrysafe.redact import redact_url
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ class RedisFleet:
         namespace: prefix of every key and of the channel; fleets with different
             namespaces on one Redis are separate.
         settings: quorum, freshness and timeouts (:class:`FleetSettings`).
-        clock: the monotonic clock the view's times are kept on (default the system's).
+        clock: the monotonic clock the view's times are kept on (default the system's);
+            give it the same clock as the governors that use the fleet.
     """
 
     def __init__(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.decisions import (
@@ -21,11 +21,9 @@ from retrysafe.decisions import (
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
 from retrysafe.governor.budget import RetryBudget
+from retrysafe.governor.fleet_link import FleetLink
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
-
-if TYPE_CHECKING:
-    from retrysafe.governor.fleet_guard import FleetLink
 
 __all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
