@@ -24,13 +24,6 @@ from store_servers import ServerNotInstalled, redis_server
 from retrysafe.fleet import FleetSettings, RedisFleet
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """asyncio: the fleet's Redis client is redis-py's sync one, on a thread of its own;
-    the async tests check that the event loop is never held up by it."""
-    return "asyncio"
-
-
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A private redis-server for the session."""
