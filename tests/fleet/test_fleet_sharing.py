@@ -153,7 +153,7 @@ def test_processes_sharing_a_pace_stay_under_the_servers_limit(
     settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=16, burst=1))
     policy = retrysafe.RetryPolicy(attempts=1, deadline=10.0)
     # (A generous timeout: this is about the schedule, not about a Redis slow to answer.)
-    members = [make_fleet(timeout=0.1) for _ in range(3)]
+    members = [make_fleet(timeout=0.2) for _ in range(3)]
     clients = [client(member, settings, policy) for member in members]
     url = chaos.url("/rate-limit/shared", rps=20, burst=2)
     statuses: list[int] = []

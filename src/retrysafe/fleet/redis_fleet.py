@@ -322,6 +322,20 @@ class RedisFleet:
         """The refresher's round: raises when Redis fails (the refresher handles it)."""
         self._read(list(self._views), self._background)
 
+    def _announced(self, message: str) -> bool:
+        """Apply an announcement that carries its news (``cool <ms> <dependency>``); True
+        when the state must be read instead (any other announcement)."""
+        kind, _, rest = message.partition(" ")
+        if kind != "cool":
+            return True
+        milliseconds, _, dependency = rest.partition(" ")
+        view = self._views.get(dependency)
+        if view is not None and milliseconds.isdigit():
+            ends = self._clock.monotonic() + int(milliseconds) / 1000.0
+            if ends > view.cooldown_until:
+                view.learn(ends, view.open_until)
+        return False
+
     def _subscribe(self) -> PubSub:
         pubsub: PubSub = self._background.pubsub(  # type: ignore[no-untyped-call]
             ignore_subscribe_messages=True
@@ -341,7 +355,9 @@ class RedisFleet:
             refresher = Refresher(
                 refresh=self._refresh,
                 subscribe=self._subscribe,
+                on_message=self._announced,
                 availability=self.availability,
+                lost=self._lost,
                 every=self.settings.refresh_every,
             )
             writer = Writer(self.availability, self._lost)

@@ -65,14 +65,16 @@ return 1
 )
 
 #: Start (or extend) the fleet cooldown. KEYS: cool. ARGV: ms, channel, dependency.
+#: The announcement carries it: ``cool <ms> <dependency>``.
 COOLDOWN = (
     _NOW
     + """
-local ends = now + tonumber(ARGV[1])
+local ms = tonumber(ARGV[1])
+local ends = now + ms
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if ends <= current then return 0 end
-redis.call('SET', KEYS[1], tostring(ends), 'PX', math.ceil(ends - now))
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('SET', KEYS[1], tostring(ends), 'PX', math.ceil(ms))
+redis.call('PUBLISH', ARGV[2], 'cool ' .. math.floor(ms) .. ' ' .. ARGV[3])
 return 1
 """
 )
