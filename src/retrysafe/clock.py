@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -45,14 +46,15 @@ class Clock(Protocol):
 class SystemClock:
     """The real clock: ``time.monotonic``, ``time.time``, real sleeps, ``random.random``."""
 
+    # The stdlib functions themselves, not wrappers: a call reads the clock several
+    # times, and a Python frame around each read cost more than the read.
+    monotonic = staticmethod(time.monotonic)
+    time = staticmethod(time.time)
+
     def __init__(self) -> None:
         self._random = random.Random()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
+        #: The bound method of this clock's own generator (no wrapper frame either).
+        self.random: Callable[[], float] = self._random.random
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -62,9 +64,6 @@ class SystemClock:
         # anyio works on both asyncio and trio; a zero sleep is still a checkpoint,
         # so cancellation is noticed even between immediate retries.
         await anyio.sleep(max(0.0, seconds))
-
-    def random(self) -> float:
-        return self._random.random()
 
     def __repr__(self) -> str:
         return "SystemClock()"

@@ -38,7 +38,7 @@ from retrysafe.decisions import (
     Succeed,
     Wait,
 )
-from retrysafe.engine import Call
+from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
 from retrysafe.governor import Governor
 from retrysafe.governor.breaker import Transition
 from retrysafe.governor.explain import (
@@ -250,8 +250,22 @@ class Drive:
         if self.gave_up_inside:
             self._note_nested_give_up()
         step = self.call.attempt_returned(plan, response)
-        if type(step) is Succeed and not self.call.effects:
-            return step  # the hot path: nothing to ask, nothing to apply
+        if type(step) is Succeed:
+            # The hot path: nothing to ask, and nothing to apply but, at most, one
+            # healthy call for a closed breaker.
+            effects = self.call.effects
+            if not effects:
+                return step
+            guard = self._guard
+            if (
+                len(effects) == 1
+                and effects[0] is HEALTHY_WHILE_CLOSED
+                and guard is not None
+                and guard.breaker is not None
+            ):
+                effects.clear()
+                guard.breaker.record_healthy_call()
+                return step
         return self._after(step)
 
     def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:

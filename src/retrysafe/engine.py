@@ -62,7 +62,7 @@ from retrysafe.decisions import (
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.failures import CallSummary, StopKind, give_up_error
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
-from retrysafe.hints import announced_limit
+from retrysafe.hints import RateLimitAnnouncement, announced_limit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
@@ -70,13 +70,15 @@ from retrysafe.request_facts import default_dependency, idempotency_key_of
 from retrysafe.timing import Deadline
 from retrysafe.waits import backoff_wait, hinted_wait, safe_to_repeat
 
-__all__ = ["Call"]
+__all__ = ["HEALTHY_WHILE_CLOSED", "Call"]
 
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
 _RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
 #: Give-up reasons that mean this call, or one nested in it, already retried.
 _RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
-_HEALTHY_WHILE_CLOSED = RecordHealth(CLOSED_PERMIT, "healthy", None)
+#: The effect of a call that succeeded at once while the breaker was closed: shells may
+#: apply it by identity, on a short path (see ``Drive.returned``).
+HEALTHY_WHILE_CLOSED = RecordHealth(CLOSED_PERMIT, "healthy", None)
 
 
 class Call:
@@ -253,9 +255,58 @@ class Call:
                 return ReadBody(plan)
         else:
             verdict = self._classify(response)
+        permit = self._permit
+        if (
+            verdict is SUCCESS
+            and (permit is None or permit is CLOSED_PERMIT)
+            and not self._failed_before
+        ):
+            return self._succeed(plan, response)
         self._record(verdict, status=response.status_code, exception=None)
         self._inform_governor(verdict, response.status_code, response)
         return self._decide(verdict, response=response, cause=None, during_body=False)
+
+    def _succeed(self, plan: AttemptPlan, response: httpx.Response) -> Succeed:
+        """The common end of a call, on one short path: a success judged by its status
+        alone, with nothing for the breaker but one healthy call (or no breaker at all).
+
+        The general path (:meth:`_record`, :meth:`_inform_governor`, :meth:`_decide`)
+        reaches the same decision and effects; a call is made for every request, so the
+        usual case is spared its questions and repeated clock reads.
+        """
+        now = self._clock.monotonic()
+        started = self._attempt_started
+        history = self._history
+        history.append(
+            AttemptRecord(
+                plan.number,
+                "success",
+                response.status_code,
+                None,
+                started - self._started,
+                now - started,
+                plan.timeout,
+            )
+        )
+        if self._permit is not None:
+            self.effects.append(HEALTHY_WHILE_CLOSED)
+            self._permit = None
+        announced = announced_limit(response)
+        if announced is not None:
+            self._cooldown_announced(announced, None)
+        self.state = "done"
+        report = CallReport(
+            len(history),
+            tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),
+            now - self._started,
+            self.idempotency_key,
+            self.dependency,
+            tuple(history),
+        )
+        response.extensions["retrysafe"] = report
+        if self._observed:
+            self._emit("success", "success", response.status_code)
+        return Succeed(response, report)
 
     def _verdict_on_headers(self, response: httpx.Response) -> Verdict | None:
         """A success judged on the headers alone, or None when the body must be read first."""
@@ -396,7 +447,7 @@ class Call:
         permit = self._permit
         if permit is not None:
             if verdict is SUCCESS and permit is CLOSED_PERMIT and not self._failed_before:
-                self.effects.append(_HEALTHY_WHILE_CLOSED)  # the common case, made once
+                self.effects.append(HEALTHY_WHILE_CLOSED)  # the common case, made once
             else:
                 open_for = verdict.after if status == 503 else None
                 # A repeat: this call already told the breaker of a failure, so another
@@ -408,15 +459,22 @@ class Call:
                 self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat))
             self._permit = None
         cooldown = verdict.after if status == 429 else None
-        from_announcement = False
         if response is not None:
             announced = announced_limit(response)  # one pass over the header names
             if announced is not None:
-                reset = announced.seconds(self._clock.time())
-                if reset is not None and reset > 0 and (cooldown is None or reset > cooldown):
-                    cooldown, from_announcement = reset, True
+                self._cooldown_announced(announced, cooldown)
+                return
         if cooldown is not None:
-            self.effects.append(StartCooldown(cooldown, from_announcement))
+            self.effects.append(StartCooldown(cooldown, False))
+
+    def _cooldown_announced(self, announced: RateLimitAnnouncement, hinted: float | None) -> None:
+        """Leave a cooldown for the reset of a limit the response announced used up, or
+        for the ``hinted`` wait (a 429's) when that is longer."""
+        reset = announced.seconds(self._clock.time())
+        if reset is not None and reset > 0 and (hinted is None or reset > hinted):
+            self.effects.append(StartCooldown(reset, True))
+        elif hinted is not None:
+            self.effects.append(StartCooldown(hinted, False))
 
     # -- giving up -----------------------------------------------------------------------
 

@@ -27,10 +27,27 @@ _KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+#: Origin names already worked out, by the URL's raw (scheme, host, port): a client
+#: calls few origins, and httpx's URL properties (IDNA, port defaults) cost more than
+#: a lookup. Bounded: cleared when it grows past ``_ORIGINS_KEPT``.
+_origins: dict[tuple[str, str, int | None], str] = {}
+_ORIGINS_KEPT = 256
+
+
 def default_dependency(url: httpx.URL) -> str:
     """The dependency a URL belongs to by default: its origin, ``scheme://host:port``."""
-    scheme = url.scheme
-    return f"{scheme}://{url.host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
+    # The parsed reference's fields are plain tuple reads (private to httpx, like the
+    # header triples below; the pin in pyproject keeps both).
+    reference = url._uri_reference
+    raw = (reference.scheme, reference.host, reference.port)
+    name = _origins.get(raw)
+    if name is None:
+        scheme = url.scheme
+        name = f"{scheme}://{url.host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
+        if len(_origins) >= _ORIGINS_KEPT:
+            _origins.clear()
+        _origins[raw] = name
+    return name
 
 
 def idempotency_key_of(request: httpx.Request) -> str | None:

@@ -2,7 +2,8 @@
 the chaos server in the foreground.
 
 ``retrysafe demo`` and ``retrysafe chaos`` need the ``cli`` extra (starlette, uvicorn):
-``pip install 'retrysafe[cli]'``. ``get`` and ``request`` need only retrysafe itself.
+``pip install 'retrysafe[cli]'``. ``get``, ``request`` and ``simulate`` need only retrysafe
+itself (``simulate --plot`` needs the ``plot`` extra).
 Every command is also callable in-process: ``main(["demo", "--json"])`` returns the exit
 code instead of exiting.
 """
@@ -29,6 +30,7 @@ from retrysafe.cli.exit_codes import (
     describe_exit_codes,
 )
 from retrysafe.cli.request_command import add_request_options, run_request
+from retrysafe.cli.simulate_command import add_simulate_command
 from retrysafe.cli.terminal import Style, is_terminal, safe_line, set_command_secrets, wants_color
 
 __all__ = ["build_parser", "main"]
@@ -36,7 +38,8 @@ __all__ = ["build_parser", "main"]
 _EXTRA_HINT = "pip install 'retrysafe[cli]'"
 _DESCRIPTION = (
     "Retry-safe HTTP calls: see what retrysafe retries and what it refuses to (demo), "
-    "call an API with a retry policy (get, request), or serve failures on demand (chaos)."
+    "call an API with a retry policy (get, request), serve failures on demand (chaos), or "
+    "see what retry settings do to a server on a virtual clock (simulate)."
 )
 
 
@@ -102,7 +105,7 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``retrysafe`` argument parser with its four subcommands."""
+    """The ``retrysafe`` argument parser with its subcommands."""
     common = _Parser(add_help=False)
     common.add_argument("--no-color", action="store_true", help="plain text, no ANSI colour")
     exit_codes = describe_exit_codes()
@@ -153,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     chaos.add_argument("--port", type=_port, default=8000, help="HTTP port (8000; 0: any free)")
     chaos.set_defaults(run=_run_chaos)
+
+    add_simulate_command(commands)
     return parser
 
 

@@ -205,6 +205,21 @@ class CircuitBreaker:
                 return self._open(now, open_for, before="closed")
             return None
 
+    def record_healthy_call(self) -> None:
+        """Count a call that succeeded at once, admitted while closed: what
+        ``record(CLOSED_PERMIT, "healthy")`` does, on the short path every healthy
+        call takes."""
+        with self._lock:
+            if self._state != "closed":
+                return
+            bucket = int(self._clock.monotonic() // self._bucket_width)
+            cell = self._window[bucket % WINDOW_BUCKETS]
+            if cell[0] != bucket:
+                cell[0], cell[1], cell[2] = bucket, 0, 0
+            cell[1] += 1
+            if self._run:
+                self._run.clear()
+
     def _forgive_one_failure(self, bucket: int) -> bool:
         """A call that failed, then succeeded on a retry, is a healthy call after all:
         take back the failure it was counted with (the newest one still in the window).

@@ -62,7 +62,8 @@ class DependencyGuard:
         limiter = self.limiter
         reserved = False
         if limiter is not None:
-            cooldown = limiter.cooldown_remaining()
+            # (cooldown_remaining() would answer the same; one float read says "none")
+            cooldown = limiter.cooldown_remaining() if limiter._cooldown_until else 0.0
             if cooldown > 0:
                 return Admission(cooldown=cooldown)
             if limiter.paced and not call.pacing_held:

@@ -1,0 +1,217 @@
+"""``retrysafe simulate SCENARIO``: the policy simulator from the command line.
+
+Prints the scenario's table (or ``--json``), and with ``--plot FILE.png`` draws it
+(the ``plot`` extra). ``--policy module:NAME`` and ``--governor module:NAME`` add
+your own ``RetryPolicy`` / ``GovernorSettings`` as the ``yours`` configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from retrysafe.cli.exit_codes import EXIT_OK, UsageError
+
+__all__ = ["add_simulate_command", "run_simulate"]
+
+_SCENARIOS = {
+    "contention": "N clients race to write one row: five backoff strategies (AWS's set-up)",
+    "brownout": "a dependency failing at rate p: load and success per configuration",
+    "outage": "a dependency down for a while, then up: load over time, fail fast, recovery",
+    "layers": "retrying layers stacked: calls reaching the bottom per user request",
+}
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _clients(text: str) -> tuple[int, ...]:
+    """``10:190:20`` (first:last:step, last included) or ``10,50,100``."""
+    try:
+        if ":" in text:
+            first, last, step = (int(part) for part in text.split(":"))
+            if step < 1 or last < first:
+                raise ValueError
+            return tuple(range(first, last + 1, step))
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected FIRST:LAST:STEP (e.g. 10:190:20) or a list (e.g. 10,50,100), got {text!r}"
+        ) from None
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    """Failure rates as percentages: ``0,10,50,100``."""
+    try:
+        return tuple(float(part) / 100 for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected percentages separated by commas (e.g. 0,10,50,100), got {text!r}"
+        ) from None
+
+
+def _stack(text: str) -> tuple[int, ...]:
+    """``3x3x4``: attempts per layer, top first."""
+    try:
+        return tuple(int(part) for part in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected attempts per layer, top first, e.g. 3x3x4; got {text!r}"
+        ) from None
+
+
+def _strategies(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_simulate_command(commands: Any) -> None:
+    """Add ``simulate`` and its scenarios to the ``retrysafe`` parser's subcommands."""
+    simulate = commands.add_parser(
+        "simulate",
+        help="see what retry settings do to a server: simulated clients on a virtual clock",
+        description="Run retrysafe's real engine and governor against a simulated dependency "
+        "on a virtual clock (seeded, reproducible, nothing sleeps) and print what it does.",
+    )
+    scenarios = simulate.add_subparsers(
+        dest="scenario", metavar="SCENARIO", parser_class=type(simulate)
+    )
+    simulate.set_defaults(run=run_simulate, scenario=None)
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--seed", type=_whole, default=0, help="random seed (0)")
+    shared.add_argument("--json", action="store_true", help="print the results as JSON")
+    shared.add_argument("--plot", metavar="FILE.png", help="also draw the results (plot extra)")
+    shared.add_argument("--policy", metavar="module:NAME", help="your RetryPolicy, run as 'yours'")
+    shared.add_argument(
+        "--governor", metavar="module:NAME", help="your GovernorSettings, run as 'yours'"
+    )
+    shared.add_argument("--workers", type=_whole, help="processes to use (default: one per CPU)")
+    parsers = {
+        name: scenarios.add_parser(name, parents=[shared], help=summary, description=summary)
+        for name, summary in _SCENARIOS.items()
+    }
+    contention = parsers["contention"]
+    contention.add_argument(
+        "--clients", type=_clients, default=tuple(range(10, 200, 20)), help="10:190:20"
+    )
+    contention.add_argument("--runs", type=_whole, default=100, help="runs per cell (100)")
+    contention.add_argument(
+        "--strategies",
+        type=_strategies,
+        default=("none", "exponential", "full", "equal", "decorrelated"),
+        help="none,exponential,full,equal,decorrelated",
+    )
+    brownout = parsers["brownout"]
+    brownout.add_argument(
+        "--failure-rates",
+        type=_rates,
+        default=tuple(step / 10 for step in range(11)),
+        help="percentages: 0,10,...,100",
+    )
+    brownout.add_argument("--calls", type=_whole, default=2000, help="calls per rate (2000)")
+    brownout.add_argument("--rate", type=_number, default=100.0, help="calls per second (100)")
+    outage = parsers["outage"]
+    outage.add_argument("--duration", type=_number, default=60.0, help="seconds (60)")
+    outage.add_argument("--down-at", type=_number, default=10.0, help="seconds (10)")
+    outage.add_argument("--down-for", type=_number, default=20.0, help="seconds (20)")
+    outage.add_argument("--bucket", type=_number, default=5.0, help="seconds per column (5)")
+    outage.add_argument("--rate", type=_number, default=50.0, help="calls per second (50)")
+    layers = parsers["layers"]
+    layers.add_argument("--layers", type=_stack, default=(3, 3, 4), help="attempts, 3x3x4")
+    layers.add_argument(
+        "--failure-rate", type=_number, default=100.0, help="percent of bottom attempts (100)"
+    )
+    layers.add_argument("--deadline", type=_number, default=5.0, help="user deadline, seconds (5)")
+    layers.add_argument("--requests", type=_whole, default=200, help="user requests (200)")
+    layers.add_argument("--rate", type=_number, default=5.0, help="requests per second (5)")
+    for name in ("brownout", "outage", "layers"):
+        parsers[name].add_argument(
+            "--fault",
+            choices=("503", "timeout"),
+            default="503",
+            help="how an attempt fails: a 503, or no answer until its timeout (503)",
+        )
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """Run the scenario; print its table or JSON; draw it if asked."""
+    if args.scenario is None:
+        raise UsageError(f"name a scenario: {', '.join(_SCENARIOS)} (see --help)")
+    from retrysafe import simulate
+
+    try:
+        policy = simulate.load_policy(args.policy) if args.policy else None
+        governor = simulate.load_governor(args.governor) if args.governor else None
+    except simulate.SettingsNotFound as exc:
+        raise UsageError(str(exc)) from None
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.plot:
+        try:
+            simulate.require_plot_extra()
+        except simulate.PlotExtraMissing as exc:
+            raise UsageError(f"--plot: {exc}") from None
+    common: dict[str, Any] = {
+        "seed": args.seed,
+        "policy": policy,
+        "governor": governor,
+        "workers": args.workers,
+    }
+    result: simulate.SimulationResult
+    try:
+        if args.scenario == "contention":
+            result = simulate.run_contention(
+                clients=args.clients, runs=args.runs, strategies=args.strategies, **common
+            )
+        elif args.scenario == "brownout":
+            result = simulate.run_brownout(
+                failure_rates=args.failure_rates,
+                calls=args.calls,
+                rate=args.rate,
+                fault=args.fault,
+                **common,
+            )
+        elif args.scenario == "outage":
+            result = simulate.run_outage(
+                duration=args.duration,
+                down_at=args.down_at,
+                down_for=args.down_for,
+                bucket=args.bucket,
+                rate=args.rate,
+                fault=args.fault,
+                **common,
+            )
+        else:
+            result = simulate.run_layers(
+                attempts=args.layers,
+                failure_rate=args.failure_rate / 100,
+                fault=args.fault,
+                user_deadline=args.deadline,
+                requests=args.requests,
+                rate=args.rate,
+                **common,
+            )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        sys.stdout.write("\n".join(simulate.render(result)) + "\n")
+        sys.stdout.write(f"\n{args.scenario} ran in {result.elapsed:.1f} s\n")
+    if args.plot:
+        written = simulate.plot(result, args.plot)
+        sys.stderr.write(f"plot written to {written}\n")
+    sys.stdout.flush()
+    return EXIT_OK

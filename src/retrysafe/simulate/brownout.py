@@ -1,0 +1,162 @@
+"""``brownout``: a dependency failing each attempt independently at rate p, from 0 to 100 %.
+
+For each configuration (a plain retrier, budget only, budget + breaker, and the
+user's settings) and each p: the load amplification (attempts that reached the
+dependency per call) and the success rate, with every call a retrysafe call
+through the real engine and governor, on a virtual clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from retrysafe.governor import GovernorSettings
+from retrysafe.policy import RetryPolicy
+from retrysafe.simulate.configs import Config, load_protection_configs
+from retrysafe.simulate.dependency import FAULTS, Fault
+from retrysafe.simulate.parallel import default_workers, run_jobs
+from retrysafe.simulate.traffic import TrafficShape, run_traffic
+from retrysafe.validation import check, check_number
+
+__all__ = ["BrownoutResult", "BrownoutRow", "run_brownout"]
+
+DEFAULT_RATES = tuple(step / 10 for step in range(11))
+
+
+@dataclasses.dataclass(frozen=True)
+class BrownoutRow:
+    """One configuration at one failure rate."""
+
+    config: str
+    failure_rate: float
+    calls: int
+    #: Attempts that reached the dependency.
+    attempts: int
+    succeeded: int
+    #: Calls retrysafe failed without sending anything (breaker open).
+    refused_unsent: int
+    breaker_opened: int
+
+    @property
+    def load(self) -> float:
+        """Load amplification: attempts at the dependency per call."""
+        return self.attempts / self.calls
+
+    @property
+    def success_rate(self) -> float:
+        """The share of calls that succeeded (0 to 1)."""
+        return self.succeeded / self.calls
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "failure_rate": self.failure_rate,
+            "calls": self.calls,
+            "attempts": self.attempts,
+            "load": self.load,
+            "success_rate": self.success_rate,
+            "refused_unsent": self.refused_unsent,
+            "breaker_opened": self.breaker_opened,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class BrownoutResult:
+    """Every configuration at every failure rate."""
+
+    shape: TrafficShape
+    seed: int
+    failure_rates: tuple[float, ...]
+    configs: tuple[str, ...]
+    rows: tuple[BrownoutRow, ...]
+    elapsed: float = dataclasses.field(default=0.0, compare=False)
+
+    def row(self, config: str, failure_rate: float) -> BrownoutRow:
+        """The row of ``config`` at ``failure_rate``."""
+        for row in self.rows:
+            if row.config == config and row.failure_rate == failure_rate:
+                return row
+        raise KeyError(f"no row for {config!r} at failure rate {failure_rate!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": "brownout",
+            "calls": self.shape.calls,
+            "rate_per_s": self.shape.rate,
+            "fault": self.shape.fault,
+            "seed": self.seed,
+            "results": [row.to_json() for row in self.rows],
+        }
+
+
+def _job(job: tuple[Config, TrafficShape, float, int, int]) -> BrownoutRow:
+    config, shape, failure_rate, seed, stream = job
+    traffic = run_traffic(config, shape, lambda _now: failure_rate, seed=seed, stream=stream)
+    return BrownoutRow(
+        config=config.name,
+        failure_rate=failure_rate,
+        calls=shape.calls,
+        attempts=len(traffic.arrivals),
+        succeeded=sum(end.ok for end in traffic.ends),
+        refused_unsent=sum(end.refused_unsent for end in traffic.ends),
+        breaker_opened=traffic.breaker_opened,
+    )
+
+
+def run_brownout(
+    *,
+    failure_rates: Sequence[float] = DEFAULT_RATES,
+    calls: int = 2000,
+    rate: float = 100.0,
+    latency: float = 0.020,
+    fault: Fault = "503",
+    seed: int = 0,
+    policy: RetryPolicy | None = None,
+    governor: GovernorSettings | None = None,
+    workers: int | None = None,
+) -> BrownoutResult:
+    """``calls`` calls at ``rate`` a second (Poisson) per failure rate and configuration.
+
+    Every configuration sees the same arrivals and jitter streams at a given rate.
+    """
+    owner = "brownout"
+    rates = tuple(failure_rates)
+    check(len(rates) > 0, owner, "failure_rates", "must hold at least one rate")
+    for value in rates:
+        check_number(owner, "failure_rates", value, positive=False, infinite_ok=False)
+        check(value <= 1, owner, "failure_rates", f"must be between 0 and 1, got {value!r}")
+    _check_traffic(owner, calls, rate, latency, fault)
+    shape = TrafficShape(
+        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+    )
+    configs = load_protection_configs(policy, governor)
+    jobs = [
+        (config, shape, failure_rate, seed, stream)
+        for stream, failure_rate in enumerate(rates)
+        for config in configs
+    ]
+    began = time.perf_counter()
+    rows = run_jobs(_job, jobs, default_workers() if workers is None else workers)
+    return BrownoutResult(
+        shape,
+        seed,
+        rates,
+        tuple(config.name for config in configs),
+        tuple(rows),
+        time.perf_counter() - began,
+    )
+
+
+def _check_traffic(owner: str, calls: int, rate: float, latency: float, fault: str) -> None:
+    check(
+        isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= 10_000_000,
+        owner,
+        "calls",
+        f"must be a whole number from 1 to 10000000, got {calls!r}",
+    )
+    check_number(owner, "rate", rate, positive=True, infinite_ok=False)
+    check_number(owner, "latency", latency, positive=False, infinite_ok=False)
+    check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")

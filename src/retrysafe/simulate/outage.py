@@ -1,0 +1,205 @@
+"""``outage``: a dependency that goes down for a while, then comes back.
+
+Calls arrive steadily (Poisson) for ``duration`` seconds; the dependency fails
+every attempt from ``down_at`` for ``down_for`` seconds, and answers normally
+before and after. Per configuration: the load on the dependency over time
+(attempts per second in buckets of ``bucket`` seconds), how long after the
+outage began calls start failing fast (refused locally, nothing sent), how long
+a failing call takes, and how long after the outage ended every call succeeds
+again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from retrysafe.governor import GovernorSettings
+from retrysafe.policy import RetryPolicy
+from retrysafe.simulate.brownout import _check_traffic
+from retrysafe.simulate.configs import Config, load_protection_configs
+from retrysafe.simulate.dependency import Fault
+from retrysafe.simulate.parallel import default_workers, run_jobs
+from retrysafe.simulate.traffic import TrafficShape, run_traffic
+from retrysafe.validation import check, check_number
+
+__all__ = ["OutageResult", "OutageRow", "OutageWindow", "run_outage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutageWindow:
+    """When the dependency is down, and how the run is cut into buckets (seconds)."""
+
+    duration: float = 60.0
+    down_at: float = 10.0
+    down_for: float = 20.0
+    bucket: float = 5.0
+
+    @property
+    def up_at(self) -> float:
+        return self.down_at + self.down_for
+
+    def failing(self, now: float) -> float:
+        """The failure probability at ``now``: 1 while down, else 0."""
+        return 1.0 if self.down_at <= now < self.up_at else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class OutageRow:
+    """One configuration through the outage."""
+
+    config: str
+    calls: int
+    #: Attempts per second at the dependency, per bucket (the last may be partial).
+    load_per_s: tuple[float, ...]
+    #: Calls started per second, per bucket.
+    offered_per_s: tuple[float, ...]
+    #: Attempts that reached the dependency per call started while it was down.
+    attempts_per_call_down: float
+    #: Seconds from the outage's start to the first call refused without sending
+    #: (None: no call ever failed fast).
+    fail_fast_after: float | None
+    #: Median seconds a call that failed during the outage took to fail.
+    failure_p50: float | None
+    #: Seconds from the outage's end until every call started later succeeded.
+    recover_after: float
+    success_rate: float
+    breaker_opened: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "calls": self.calls,
+            "load_per_s": list(self.load_per_s),
+            "offered_per_s": list(self.offered_per_s),
+            "attempts_per_call_down": self.attempts_per_call_down,
+            "fail_fast_after_s": self.fail_fast_after,
+            "failure_p50_s": self.failure_p50,
+            "recover_after_s": self.recover_after,
+            "success_rate": self.success_rate,
+            "breaker_opened": self.breaker_opened,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class OutageResult:
+    """Every configuration through the same outage."""
+
+    shape: TrafficShape
+    window: OutageWindow
+    seed: int
+    rows: tuple[OutageRow, ...]
+    elapsed: float = dataclasses.field(default=0.0, compare=False)
+
+    def row(self, config: str) -> OutageRow:
+        """The row of ``config``."""
+        for row in self.rows:
+            if row.config == config:
+                return row
+        raise KeyError(f"no row for {config!r}")
+
+    def bucket_starts(self) -> tuple[float, ...]:
+        """The start of each bucket (seconds)."""
+        count = math.ceil(self.window.duration / self.window.bucket)
+        return tuple(index * self.window.bucket for index in range(count))
+
+    def to_json(self) -> dict[str, Any]:
+        window = self.window
+        return {
+            "scenario": "outage",
+            "rate_per_s": self.shape.rate,
+            "fault": self.shape.fault,
+            "duration_s": window.duration,
+            "down_at_s": window.down_at,
+            "down_for_s": window.down_for,
+            "bucket_s": window.bucket,
+            "seed": self.seed,
+            "results": [row.to_json() for row in self.rows],
+        }
+
+
+def _per_second(times: list[float], window: OutageWindow) -> tuple[float, ...]:
+    count = math.ceil(window.duration / window.bucket)
+    tally = [0] * count
+    for moment in times:
+        index = int(moment // window.bucket)
+        if 0 <= index < count:
+            tally[index] += 1
+    widths = [min(window.bucket, window.duration - index * window.bucket) for index in range(count)]
+    return tuple(number / width for number, width in zip(tally, widths, strict=True))
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _job(job: tuple[Config, TrafficShape, OutageWindow, int]) -> OutageRow:
+    config, shape, window, seed = job
+    traffic = run_traffic(config, shape, window.failing, seed=seed, stream=0)
+    ends = traffic.ends
+    down = [end for end in ends if window.down_at <= end.started < window.up_at]
+    arrivals_down = sum(window.down_at <= moment < window.up_at for moment in traffic.arrivals)
+    refused = [end.started for end in ends if end.refused_unsent and end.started >= window.down_at]
+    failed_later = [end.started for end in ends if not end.ok and end.started >= window.up_at]
+    return OutageRow(
+        config=config.name,
+        calls=shape.calls,
+        load_per_s=_per_second(list(traffic.arrivals), window),
+        offered_per_s=_per_second([end.started for end in ends], window),
+        attempts_per_call_down=arrivals_down / max(1, len(down)),
+        fail_fast_after=min(refused) - window.down_at if refused else None,
+        failure_p50=_median([end.ended - end.started for end in down if not end.ok]),
+        recover_after=max(failed_later) - window.up_at if failed_later else 0.0,
+        success_rate=sum(end.ok for end in ends) / shape.calls,
+        breaker_opened=traffic.breaker_opened,
+    )
+
+
+def run_outage(
+    *,
+    duration: float = 60.0,
+    down_at: float = 10.0,
+    down_for: float = 20.0,
+    bucket: float = 5.0,
+    rate: float = 50.0,
+    latency: float = 0.020,
+    fault: Fault = "503",
+    seed: int = 0,
+    policy: RetryPolicy | None = None,
+    governor: GovernorSettings | None = None,
+    workers: int | None = None,
+) -> OutageResult:
+    """Calls at ``rate`` a second for ``duration`` s; the dependency down from ``down_at``
+    for ``down_for`` s. Every configuration sees the same arrivals and jitter streams."""
+    owner = "outage"
+    for field, value in (("duration", duration), ("bucket", bucket), ("rate", rate)):
+        check_number(owner, field, value, positive=True, infinite_ok=False)
+    for field, value in (("down_at", down_at), ("down_for", down_for)):
+        check_number(owner, field, value, positive=False, infinite_ok=False)
+    check(
+        down_at + down_for <= duration,
+        owner,
+        "down_for",
+        f"must end within the run: down_at + down_for ({down_at + down_for!r}) > duration "
+        f"({duration!r})",
+    )
+    check(bucket <= duration, owner, "bucket", f"must be <= duration, got {bucket!r}")
+    calls = max(1, round(rate * duration))
+    _check_traffic(owner, calls, rate, latency, fault)
+    shape = TrafficShape(
+        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+    )
+    window = OutageWindow(duration=duration, down_at=down_at, down_for=down_for, bucket=bucket)
+    configs = load_protection_configs(policy, governor)
+    began = time.perf_counter()
+    jobs = [(config, shape, window, seed) for config in configs]
+    rows = run_jobs(_job, jobs, default_workers() if workers is None else workers)
+    return OutageResult(shape, window, seed, tuple(rows), time.perf_counter() - began)

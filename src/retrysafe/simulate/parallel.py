@@ -1,0 +1,42 @@
+"""Spreading independent simulation jobs over processes (each job is seeded on its own,
+so the answer does not depend on how many workers ran it)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["default_workers", "run_jobs"]
+
+Job = TypeVar("Job")
+Result = TypeVar("Result")
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may use, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -> list[Result]:
+    """``[work(job) for job in jobs]``, over ``workers`` processes when that is more than 1.
+
+    Jobs that cannot be sent to another process (a policy with a rule defined
+    inside a function, say) run here instead.
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        return [work(job) for job in jobs]
+    try:
+        pickle.dumps((work, jobs))
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return [work(job) for job in jobs]
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(work, jobs))

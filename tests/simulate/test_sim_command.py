@@ -1,0 +1,170 @@
+"""``retrysafe simulate``: tables, JSON, your own settings, plots, and bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from retrysafe.cli import main
+from retrysafe.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from retrysafe.simulate import SettingsNotFound, load_governor, load_policy
+
+
+@pytest.fixture
+def settings_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module of the user's own settings, importable as ``my_retry_settings``."""
+    (tmp_path / "my_retry_settings.py").write_text(
+        textwrap.dedent(
+            """
+            import retrysafe
+
+            POLICY = retrysafe.RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.02)
+            GOVERNOR = retrysafe.GovernorSettings.off()
+            SHARED = retrysafe.Governor(retrysafe.GovernorSettings(breaker=None))
+            NOT_A_POLICY = 42
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_retry_settings"
+    sys.modules.pop("my_retry_settings", None)
+
+
+def test_contention_json_from_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "contention", "--clients", "10,30", "--runs", "2", "--json"])
+    assert code == EXIT_OK
+    document = json.loads(capsys.readouterr().out)
+    assert document["scenario"] == "contention"
+    assert {row["strategy"] for row in document["results"]} == {
+        "none",
+        "exponential",
+        "full",
+        "equal",
+        "decorrelated",
+    }
+    assert {row["clients"] for row in document["results"]} == {10, 30}
+    assert all(
+        set(row) == {"clients", "strategy", "calls", "completion_ms"} for row in document["results"]
+    )
+
+
+def test_contention_table_from_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "contention", "--clients", "10:30:20", "--runs", "1", "--workers", "1"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "mean calls (conditional writes)" in out
+    header = next(line for line in out.splitlines() if line.startswith("clients"))
+    assert header.split() == ["clients", "none", "exponential", "full", "equal", "decorrelated"]
+    rows = [line.split()[0] for line in out.splitlines() if line[:2] in ("10", "30")]
+    assert rows == ["10", "30", "10", "30"]  # the calls table, then the time table
+
+
+def test_brownout_with_your_settings(
+    settings_module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate",
+            "brownout",
+            "--failure-rates",
+            "0,100",
+            "--calls",
+            "50",
+            "--policy",
+            f"{settings_module}:POLICY",
+            "--governor",
+            f"{settings_module}:GOVERNOR",
+            "--json",
+            "--workers",
+            "1",
+        ]
+    )
+    assert code == EXIT_OK
+    rows = json.loads(capsys.readouterr().out)["results"]
+    yours = [row for row in rows if row["config"] == "yours"]
+    assert [(row["failure_rate"], row["load"]) for row in yours] == [(0.0, 1.0), (1.0, 2.0)]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        ["outage", "--duration", "12", "--down-at", "2", "--down-for", "5"],
+        ["layers", "--requests", "30"],
+    ],
+)
+def test_outage_and_layers_print_tables(
+    scenario: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *scenario, "--workers", "1"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "plain retrier" in out or "no guard, no deadline" in out
+    assert "ran in" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate"], "name a scenario: contention, brownout, outage, layers"),
+        (["simulate", "contention", "--clients", "ten"], "expected FIRST:LAST:STEP"),
+        (["simulate", "contention", "--runs", "0"], "runs must be a whole number from 1"),
+        (["simulate", "contention", "--strategies", "full,fast"], "must be among none"),
+        (["simulate", "brownout", "--failure-rates", "0,150"], "must be between 0 and 1"),
+        (["simulate", "outage", "--down-for", "100"], "must end within the run"),
+        (["simulate", "outage", "--rate", "nan"], "outage.rate must be a number, got nan"),
+        (["simulate", "brownout", "--rate", "0"], "brownout.rate must be > 0"),
+        (["simulate", "layers", "--layers", "3xthree"], "e.g. 3x3x4"),
+        (["simulate", "layers", "--fault", "fire"], "invalid choice"),
+        (["simulate", "brownout", "--policy", "nowhere"], "must be given as module:NAME"),
+        (["simulate", "brownout", "--policy", "no_such_module_x:P"], "cannot import"),
+        (["simulate", "contention", "--workers", "0"], "--workers must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_code_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def without_matplotlib(name: str, *args: object) -> object:
+        return None if name == "matplotlib" else real_find_spec(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_matplotlib)
+    target = tmp_path / "layers.png"
+    assert main(["simulate", "layers", "--plot", str(target)]) == EXIT_USAGE
+    assert "pip install 'retrysafe[plot]'" in capsys.readouterr().err
+    assert not target.exists()
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    target = tmp_path / "contention.png"
+    argv = ["simulate", "contention", "--clients", "10,30", "--runs", "1", "--plot", str(target)]
+    assert main(argv) == EXIT_OK
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(target) in capsys.readouterr().err
+
+
+def test_settings_are_read_from_module_and_name(settings_module: str) -> None:
+    assert load_policy(f"{settings_module}:POLICY").attempts == 2
+    assert load_governor(f"{settings_module}:GOVERNOR").budget is None
+    assert load_governor(f"{settings_module}:SHARED").breaker is None  # a Governor's settings
+    with pytest.raises(SettingsNotFound, match=r"is a int, not a retrysafe\.RetryPolicy"):
+        load_policy(f"{settings_module}:NOT_A_POLICY")
+    with pytest.raises(SettingsNotFound, match="has no 'MISSING'"):
+        load_governor(f"{settings_module}:MISSING")

@@ -1,0 +1,68 @@
+"""A first-try success takes a short path; it must decide and report what the general
+path would: one healthy call for the breaker, any announced rate-limit reset as a
+cooldown, and the same report."""
+
+from __future__ import annotations
+
+import httpx
+
+from retrysafe import Call, RetryPolicy
+from retrysafe.decisions import Admission, EmitEvent, StartCooldown, Succeed
+from retrysafe.engine import HEALTHY_WHILE_CLOSED
+from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker
+from retrysafe.governor.settings import BreakerSettings
+from retrysafe.testing import FakeClock
+
+
+def _first_try(
+    response: httpx.Response, clock: FakeClock, *, observed: bool = False
+) -> tuple[Call, Succeed]:
+    request = httpx.Request("GET", "https://api.test/items")
+    call = Call(request, policy=RetryPolicy(), clock=clock, observed=observed)
+    plan = call.start_attempt(Admission(permit=CLOSED_PERMIT))
+    clock.advance(0.25)
+    step = call.attempt_returned(plan, response)  # type: ignore[arg-type]
+    assert isinstance(step, Succeed)
+    return call, step
+
+
+def test_a_first_try_success_reports_one_healthy_call_and_one_attempt() -> None:
+    clock = FakeClock()
+    call, step = _first_try(httpx.Response(200), clock)
+    assert call.take_effects() == [HEALTHY_WHILE_CLOSED]
+    assert step.report.attempts == 1
+    assert step.report.waits == ()
+    assert step.report.elapsed == 0.25
+    assert [(r.outcome, r.status, r.elapsed) for r in step.report.history] == [
+        ("success", 200, 0.25)
+    ]
+    assert step.response.extensions["retrysafe"] is step.report
+
+
+def test_a_first_try_success_announcing_its_limit_used_up_starts_a_cooldown() -> None:
+    clock = FakeClock()
+    used_up = httpx.Response(200, headers={"RateLimit": '"default";r=0;t=10'})
+    call, _ = _first_try(used_up, clock)
+    assert call.take_effects() == [HEALTHY_WHILE_CLOSED, StartCooldown(10.0, True)]
+
+
+def test_a_first_try_success_someone_listens_for_is_an_event_too() -> None:
+    clock = FakeClock()
+    call, _ = _first_try(httpx.Response(204), clock, observed=True)
+    health, emitted = call.take_effects()
+    assert health is HEALTHY_WHILE_CLOSED
+    assert isinstance(emitted, EmitEvent)
+    assert (emitted.event.kind, emitted.event.status, emitted.event.attempt) == ("success", 204, 1)
+
+
+def test_the_breakers_short_count_equals_recording_a_healthy_call() -> None:
+    clock = FakeClock()
+    short, general = (CircuitBreaker(BreakerSettings(), clock) for _ in range(2))
+    for breaker in (short, general):
+        breaker.record(CLOSED_PERMIT, "unhealthy")  # a failing run in progress
+    short.record_healthy_call()
+    general.record(CLOSED_PERMIT, "healthy")
+    bucket = int(clock.monotonic() // short._bucket_width)
+    assert short._tally(bucket) == general._tally(bucket) == (2, 1)
+    assert not short._run  # the success ended the run
+    assert not general._run
