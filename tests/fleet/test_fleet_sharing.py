@@ -7,6 +7,7 @@ processes; ``test_fleet_processes.py`` runs real ones.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -195,6 +196,45 @@ def test_one_process_failing_alone_does_not_open_the_fleet_breaker(
     assert good.view("api").calm
     assert bad.view("api").calm
     assert healthy.get(chaos.url("/status/200")).status_code == 200
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_vote_needs_failing_calls_in_a_row_and_a_healthy_call_withdraws_it(
+    make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str, namespace: str, mode: str
+) -> None:
+    # Through the real shells: a first-try success takes their short path.
+    fleet = make_fleet(vote_after=3)
+    governor = Governor(VOTING, fleet=fleet)
+    failing, healthy = chaos.url("/status/500"), chaos.url("/status/200")
+
+    def calls(urls: list[str]) -> None:
+        async def run_async() -> None:
+            async with retrysafe.AsyncClient(
+                governor=governor, dependency="api", policy=ONE_ATTEMPT
+            ) as async_client:
+                for url in urls:
+                    with contextlib.suppress(retrysafe.ServerError):
+                        await async_client.get(url)
+
+        if mode == "async":
+            anyio.run(run_async)
+            return
+        with retrysafe.Client(governor=governor, dependency="api", policy=ONE_ATTEMPT) as c:
+            for url in urls:
+                with contextlib.suppress(retrysafe.ServerError):
+                    c.get(url)
+
+    votes = f"{namespace}:votes:api"
+    admin = redis.Redis.from_url(redis_url)
+    calls([failing, healthy, failing, healthy, failing, healthy])  # never 3 in a row
+    assert fleet.flush()
+    assert admin.zcard(votes) == 0
+    calls([failing, failing, failing])
+    assert fleet.flush()
+    assert admin.zcard(votes) == 1
+    calls([healthy])
+    assert fleet.flush()
+    assert admin.zcard(votes) == 0
 
 
 def test_a_quorum_of_processes_opens_it_for_every_process(

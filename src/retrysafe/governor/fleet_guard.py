@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from retrysafe.clock import Clock
 from retrysafe.decisions import (
     Admission,
     AskRetry,
@@ -34,10 +35,11 @@ from retrysafe.decisions import (
     RetryAnswer,
     StartCooldown,
 )
-from retrysafe.governor.breaker import Permit, Transition
+from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.governor import CallFacts, DependencyGuard, lease_for_probe
 from retrysafe.governor.limiter import Limiter
+from retrysafe.governor.settings import BreakerSettings
 
 __all__ = ["FleetGuard", "FleetPermit"]
 
@@ -84,18 +86,24 @@ class FleetGuard(DependencyGuard):
     rate: float | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
-    def around(cls, guard: DependencyGuard, fleet: FleetLink) -> FleetGuard:
-        """``guard``'s pieces, joined to ``fleet``."""
+    def around(cls, guard: DependencyGuard, fleet: FleetLink, clock: Clock) -> FleetGuard:
+        """``guard``'s pieces, joined to ``fleet`` (a new guard's: its breaker, unused so
+        far, is replaced by one on the same ``clock`` that also reports healthy calls to
+        the fleet view)."""
         limiter = guard.limiter
         rate = limiter.settings.requests_per_second if limiter is not None else None
+        view = fleet.view(guard.dependency)
+        breaker = guard.breaker
+        if breaker is not None:
+            breaker = _ReportingBreaker(breaker.settings, clock, view, fleet, guard.dependency)
         return cls(
             dependency=guard.dependency,
             budget=guard.budget,
-            breaker=guard.breaker,
+            breaker=breaker,
             limiter=limiter,
             born=guard.born,
             fleet=fleet,
-            view=fleet.view(guard.dependency),
+            view=view,
             rate=rate,
         )
 
@@ -194,7 +202,7 @@ class FleetGuard(DependencyGuard):
             if effect.health == "healthy":
                 view = self.view
                 if view.failing or view.voted:
-                    self._recovered()
+                    recovered(view, self.fleet, self.dependency)
             elif effect.health == "unhealthy":
                 self._failed(effect, transition)
             return transition
@@ -241,14 +249,6 @@ class FleetGuard(DependencyGuard):
             settings = breaker.settings
             if self.fleet.vote(self.dependency, self._open_period(None), settings.max_open_for):
                 view.voted = True
-
-    def _recovered(self) -> None:
-        """A healthy outcome: the run of failures is over; withdraw this process's vote."""
-        view = self.view
-        view.failing = 0
-        if view.voted:
-            view.voted = False
-            self.fleet.retract(self.dependency)
 
     def _probe_ended(self, effect: RecordHealth) -> Transition | None:
         """The fleet's probe came back: close the fleet breaker or open it again."""
@@ -318,6 +318,39 @@ class FleetGuard(DependencyGuard):
         if not view.calm or view.failing or view.voted:
             return False
         return DependencyGuard.at_rest(self)
+
+
+def recovered(view: FleetView, fleet: FleetLink, dependency: str) -> None:
+    """A healthy outcome: the run of failures is over; withdraw this process's vote."""
+    view.failing = 0
+    if view.voted:
+        view.voted = False
+        fleet.retract(dependency)
+
+
+class _ReportingBreaker(CircuitBreaker):
+    """The local breaker of a fleet guard: it also ends the fleet view's run of failures
+    when a shell counts a healthy call on its short path (``record_healthy_call``, which
+    does not go through :meth:`FleetGuard.apply`)."""
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        clock: Clock,
+        view: FleetView,
+        fleet: FleetLink,
+        dependency: str,
+    ) -> None:
+        super().__init__(settings, clock)
+        self._view = view
+        self._fleet = fleet
+        self._dependency = dependency
+
+    def record_healthy_call(self) -> None:
+        CircuitBreaker.record_healthy_call(self)
+        view = self._view
+        if view.failing or view.voted:
+            recovered(view, self._fleet, self._dependency)
 
 
 def explain_fleet_cooldown(seconds: float) -> str:

@@ -237,7 +237,7 @@ class Governor:
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
             born=now,
         )
-        return guard if self.fleet is None else self._join_fleet(guard, self.fleet)
+        return guard if self.fleet is None else self._join_fleet(guard, self.fleet, self.clock)
 
     def dependencies(self) -> list[str]:
         """Every dependency seen so far."""
