@@ -1431,7 +1431,8 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     both; refused permits need neither. Every paced slot granted is used by the attempt
     that follows its wait or released once. A 429 with a hint starts one cooldown of that
     hint; nothing else does. Events: one "retry" per granted retry, one "success" or
-    "failure" at the end, numbered with the attempts so far."""
+    "failure" at the end, numbered with the attempts so far; one "attempt" as each attempt
+    ends, before the others."""
     in_flight: Permit | None = None
     held = 0
     failed_before = False  # the call already told the breaker of a failure
@@ -1503,6 +1504,8 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 )
             if status == 429 and rec.verdict.after is not None:
                 expected_cooldowns.append(rec.verdict.after)
+            if type(rec.result) is not ReadBody:  # the attempt ended: its own event first
+                expected_events.append("attempt")
             if type(rec.result) is Succeed:
                 expected_events.append("success")
             elif type(rec.result) is Fail:
@@ -1917,7 +1920,8 @@ def _fmt(value: Any) -> str:
 def _fmt_effect(effect: Any) -> str:
     if type(effect) is EmitEvent:
         event = effect.event
-        return f"EmitEvent({event.kind} attempt={event.attempt} reason={event.reason})"
+        why = event.reason or event.outcome
+        return f"EmitEvent({event.kind} attempt={event.attempt} {why})"
     if type(effect) is RecordHealth:
         permit = effect.permit.probe_token
         return f"RecordHealth(permit#{permit}, {effect.health}, open_for={effect.open_for})"

@@ -248,10 +248,13 @@ def test_hooks_see_every_retry_and_the_end_and_a_broken_hook_changes_nothing() -
         hooks=[events.append, broken],
     )
     assert client.get("http://api.test/").status_code == 200
-    assert [(e.kind, e.attempt, e.reason, e.status) for e in events] == [
+    assert [(e.kind, e.attempt, e.outcome, e.status) for e in events] == [
+        ("attempt", 1, "service_unavailable", 503),
         ("retry", 1, "service_unavailable", 503),
+        ("attempt", 2, "success", 200),
         ("success", 2, "success", 200),
     ]
+    assert {e.reason for e in events} == {""}, "reason is only why a failed call stopped"
 
 
 def test_the_call_refuses_steps_out_of_order() -> None:

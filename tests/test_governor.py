@@ -373,7 +373,7 @@ def test_circuit_changes_are_events() -> None:
     for _ in range(5):  # five failing calls in a row
         with pytest.raises(retrysafe.ApiError):
             client.get("http://api.test/")
-    assert [e.reason for e in events if e.kind == "circuit"] == ["closed->open"]
+    assert [e.transition for e in events if e.kind == "circuit"] == ["closed->open"]
 
 
 def test_governor_off_means_every_call_is_on_its_own() -> None:

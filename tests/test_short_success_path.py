@@ -49,10 +49,13 @@ def test_a_first_try_success_announcing_its_limit_used_up_starts_a_cooldown() ->
 def test_a_first_try_success_someone_listens_for_is_an_event_too() -> None:
     clock = FakeClock()
     call, _ = _first_try(httpx.Response(204), clock, observed=True)
-    health, emitted = call.take_effects()
+    health, *emitted = call.take_effects()
     assert health is HEALTHY_WHILE_CLOSED
-    assert isinstance(emitted, EmitEvent)
-    assert (emitted.event.kind, emitted.event.status, emitted.event.attempt) == ("success", 204, 1)
+    assert all(isinstance(effect, EmitEvent) for effect in emitted)
+    assert [
+        (e.event.kind, e.event.status, e.event.attempt, e.event.outcome)  # type: ignore[union-attr]
+        for e in emitted
+    ] == [("attempt", 204, 1, "success"), ("success", 204, 1, "success")]
 
 
 def test_the_breakers_short_count_equals_recording_a_healthy_call() -> None:

@@ -27,9 +27,11 @@ from retrysafe.classify import AttemptTimedOut
 
 __all__ = [
     "AttemptDeadlineReached",
+    "CopyWatcher",
     "RunningCall",
     "bound_transport",
     "current_call",
+    "current_copy",
     "time_left",
 ]
 
@@ -46,6 +48,26 @@ class RunningCall(Protocol):
 #: made inside it is nested, and every read made for it is bounded by its attempt.
 current_call: contextvars.ContextVar[RunningCall | None] = contextvars.ContextVar(
     "retrysafe_current_call", default=None
+)
+
+
+class Severable(Protocol):
+    """A connection a hedged copy is sent on, which can be cut from another thread."""
+
+    def sever(self) -> None: ...
+
+
+class CopyWatcher(Protocol):
+    """A hedged copy in flight on a sync transport: it is told of each connection it
+    writes to, so that when it loses, its connection can be cut and the server sees
+    the disconnect (a blocked socket read cannot otherwise be ended from outside)."""
+
+    def watch(self, connection: Severable) -> None: ...
+
+
+#: The hedged copy this thread sends, if any (only hedging calls set it).
+current_copy: contextvars.ContextVar[CopyWatcher | None] = contextvars.ContextVar(
+    "retrysafe_current_copy", default=None
 )
 
 

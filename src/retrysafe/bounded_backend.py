@@ -6,12 +6,14 @@ a transport with an httpcore pool is wrapped, since httpx itself defers httpcore
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import typing
 from collections.abc import Iterable
 
 import httpcore
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached, time_left
+from retrysafe.attempt_deadline import AttemptDeadlineReached, current_copy, time_left
 
 __all__ = ["AsyncBoundedBackend", "AsyncBoundedStream", "BoundedBackend", "BoundedStream"]
 
@@ -37,7 +39,23 @@ class BoundedStream(httpcore.NetworkStream):
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
+        copy = current_copy.get()
+        if copy is not None:
+            copy.watch(self)  # a hedged copy: it may be cut off if another copy wins
         self._inner.write(buffer, bounded)
+
+    def sever(self) -> None:
+        """Cut the connection from any thread: a read blocked on it returns at once and
+        the server sees the disconnect. Not done over HTTP/2, where other requests share
+        the connection (the copy's reads then end at its attempt's end instead)."""
+        ssl_object = self._inner.get_extra_info("ssl_object")
+        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+            return
+        sock = self._inner.get_extra_info("socket")
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._inner.close()

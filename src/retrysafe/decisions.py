@@ -30,13 +30,17 @@ __all__ = [
     "Admission",
     "AskRetry",
     "AttemptPlan",
+    "AwaitOthers",
     "CallReport",
     "Decision",
     "Effect",
     "EmitEvent",
     "Fail",
+    "Hedge",
+    "HedgeAnswer",
     "ReadBody",
     "RecordHealth",
+    "RecordLatency",
     "ReleasePacing",
     "ReleaseProbe",
     "RetryAnswer",
@@ -59,6 +63,11 @@ class CallReport(NamedTuple):
     dependency: str
     history: tuple[AttemptRecord, ...]
     error: ApiError | None = None
+    #: Hedged copies sent (beyond the first copy of each attempt); 0 without hedging.
+    hedges: int = 0
+    #: The number of the attempt whose answer the call returns, when it hedged
+    #: (``history`` has every copy; cancelled losers have outcome ``"hedge_lost"``).
+    winner: int | None = None
 
 
 # -- actions: what the shell does next -------------------------------------------------
@@ -131,8 +140,24 @@ class Fail(NamedTuple):
     retried: bool = False
 
 
+class Hedge(NamedTuple):
+    """Start a hedged copy at monotonic time ``at``, unless an answer came first.
+
+    The shell first asks the governor (:class:`HedgeAnswer`), then gives the answer
+    to ``Call.start_hedge``, which plans the copy or declines.
+    """
+
+    at: float
+
+
+class AwaitOthers(NamedTuple):
+    """The copy under ``plan`` failed, but another copy is still in flight: keep waiting."""
+
+    plan: AttemptPlan
+
+
 #: What a step of the engine can ask of the shell.
-Decision = AttemptPlan | ReadBody | AskRetry | Wait | Succeed | Fail
+Decision = AttemptPlan | ReadBody | AskRetry | Wait | Succeed | Fail | AwaitOthers
 
 
 # -- facts: the governor's answers -----------------------------------------------------
@@ -167,6 +192,13 @@ class RetryAnswer(NamedTuple):
     refusal: Literal["circuit_open", "budget_exhausted"] | None = None
     retry_after: float | None = None
     detail: str = ""
+
+
+class HedgeAnswer(NamedTuple):
+    """The governor's answer to "may a hedged copy go now?": ``refusal`` None means yes
+    (a budget token was spent, and a paced slot taken if pacing is on)."""
+
+    refusal: Literal["circuit_not_closed", "cooldown", "pacing", "budget_exhausted"] | None = None
 
 
 # -- effects: what the shell does on the side ------------------------------------------
@@ -213,4 +245,12 @@ class EmitEvent(NamedTuple):
     body_excerpt: str = ""
 
 
-Effect = RecordHealth | StartCooldown | ReleasePacing | ReleaseProbe | EmitEvent
+class RecordLatency(NamedTuple):
+    """An attempt of a hedging call took ``seconds`` (at least: ``censored`` when it was
+    cancelled because another copy won); learned for percentile hedging."""
+
+    seconds: float
+    censored: bool = False
+
+
+Effect = RecordLatency | RecordHealth | StartCooldown | ReleasePacing | ReleaseProbe | EmitEvent

@@ -30,10 +30,14 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     AttemptPlan,
+    AwaitOthers,
     Decision,
     EmitEvent,
     Fail,
+    Hedge,
+    HedgeAnswer,
     ReadBody,
+    RecordLatency,
     RetryAnswer,
     Succeed,
     Wait,
@@ -48,9 +52,11 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
-from retrysafe.observe import EventHook, Observer, RetryEvent
+from retrysafe.hedged_call import HedgedCall
+from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
+from retrysafe.testing import mode as testing_mode
 from retrysafe.timing import Deadline
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
@@ -61,8 +67,9 @@ OPTIONS_EXTENSION = "retrysafe"
 _CHAIN_EXTENSION = "retrysafe.chain"
 _PHASES = ("connect", "read", "write", "pool")
 
-#: What a shell is told to do next: send, read the body, sleep, or end the call.
-Step = AttemptPlan | ReadBody | Wait | Succeed | Fail
+#: What a shell is told to do next: send, read the body, sleep, or end the call (or,
+#: when hedging, wait for another copy in flight).
+Step = AttemptPlan | ReadBody | Wait | Succeed | Fail | AwaitOthers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +135,36 @@ class ShellSettings:
         )
 
 
+_HEDGE_GRANTED = HedgeAnswer()
+
+
+def _hedged_call(
+    request: httpx.Request,
+    policy: RetryPolicy,
+    settings: ShellSettings,
+    dependency: str,
+    deadline: Deadline,
+    retries_used: int,
+    max_attempts: int | None,
+    stream: bool,
+) -> HedgedCall:
+    """The engine of a call whose policy hedges, with its hedge delay worked out now
+    (the fixed delay, or the dependency's learned percentile)."""
+    assert policy.hedge_after is not None
+    return HedgedCall(
+        request,
+        hedge_delay=settings.governor.latencies.hedge_delay(dependency, policy.hedge_after),
+        policy=policy,
+        clock=settings.clock,
+        dependency=dependency,
+        deadline=deadline,
+        retries_used=retries_used,
+        max_attempts=max_attempts,
+        stream=stream,
+        observed=settings.observer.listening,
+    )
+
+
 class _Chain:
     """The hops of one redirect chain: one deadline, one retry allowance.
 
@@ -151,6 +188,8 @@ class _Chain:
 
 
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Testing mode's wait: none at all.
+_INSTANT = Wait(0.0)
 
 
 class Drive:
@@ -161,6 +200,7 @@ class Drive:
         "_parent",
         "_retries_before",
         "_token",
+        "_trace",
         "attempt_ends_at",
         "call",
         "caller_timeouts",
@@ -182,7 +222,11 @@ class Drive:
         if not isinstance(dependency, str):
             dependency = dependency(request)
         governor = settings.governor
-        self._guard = governor.guard(dependency) if governor.protects else None
+        testing = testing_mode.active
+        # Testing mode (retrysafe.testing.set_testing) leaves load protection out: its
+        # cooldowns and paced slots would make a test suite wait.
+        protects = governor.protects and testing is None
+        self._guard = governor.guard(dependency) if protects else None
         # The retrysafe call this one is made inside, if any: then this one is nested.
         parent = current_call.get()
         nested_attempts = governor.settings.nested_attempts
@@ -213,16 +257,41 @@ class Drive:
                 deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
-        self.call = Call(
-            request,
-            policy=policy,
-            clock=settings.clock,
-            dependency=dependency,
-            deadline=deadline,
-            retries_used=self._retries_before,
-            max_attempts=nested_attempts if self._parent is not None else None,
-            stream=options.stream,
-            observed=settings.observer.listening,
+        observer = settings.observer
+        observed = observer.listening
+        max_attempts = nested_attempts if self._parent is not None else None
+        if testing is not None:
+            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
+        #: The engine of this call (a HedgedCall when the policy hedges).
+        self.call: Call
+        if policy.hedge_after is None:
+            self.call = Call(
+                request,
+                policy=policy,
+                clock=settings.clock,
+                dependency=dependency,
+                deadline=deadline,
+                retries_used=self._retries_before,
+                max_attempts=max_attempts,
+                stream=options.stream,
+                observed=observed,
+            )
+        else:
+            self.call = _hedged_call(
+                request,
+                policy,
+                settings,
+                dependency,
+                deadline,
+                self._retries_before,
+                max_attempts,
+                options.stream,
+            )
+        #: Follows the call for the instruments among the hooks (spans), if any listens.
+        self._trace: CallTrace | None = (
+            observer.start_call(request, dependency=dependency, url=self.call.url)
+            if observer.instrumented and observed
+            else None
         )
 
     # -- steps -------------------------------------------------------------------------
@@ -243,6 +312,10 @@ class Drive:
                 admission = admission._replace(detail=self._explain(guard, admission))
             step = call.start_attempt(admission)
         self._apply_effects()
+        if self._trace is not None and type(step) is AttemptPlan:
+            self._trace.attempt_starting(step.number, self.request)
+        elif type(step) is Wait and testing_mode.active is not None:
+            return _INSTANT
         return step
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
@@ -279,6 +352,17 @@ class Drive:
         self.call.attempt_abandoned()
         self._apply_effects()
 
+    def hedge(self, hedge: Hedge) -> AttemptPlan | None:
+        """Ask the governor for the hedged copy ``hedge`` and tell the engine: the copy's
+        plan, or None when it is refused (and no more copies go this round)."""
+        call = self.call
+        assert isinstance(call, HedgedCall)
+        guard = self._guard
+        answer = _HEDGE_GRANTED if guard is None else guard.answer_hedge()
+        plan = call.start_hedge(hedge, answer)
+        self._apply_effects()
+        return plan
+
     def _note_nested_give_up(self) -> None:
         self.gave_up_inside = False
         self.call.nested_call_gave_up()
@@ -295,6 +379,8 @@ class Drive:
                 answer = self._explain_refusal(guard, answer)
             answered = self.call.retry_answered(step, answer)
             self._apply_effects()
+            if type(answered) is Wait and testing_mode.active is not None:
+                return _INSTANT
             return answered
         return step
 
@@ -333,6 +419,10 @@ class Drive:
         for effect in effects:
             if type(effect) is EmitEvent:
                 self.settings.observer.emit(effect.event, body_excerpt=effect.body_excerpt)
+                if self._trace is not None:
+                    self._trace.event(effect.event)
+            elif type(effect) is RecordLatency:
+                self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
             elif guard is not None:
                 transition = guard.apply(effect)
                 if transition is not None:
@@ -340,17 +430,17 @@ class Drive:
 
     def _emit_transition(self, transition: Transition) -> None:
         call = self.call
-        self.settings.observer.emit(
-            RetryEvent(
-                kind="circuit",
-                dependency=call.dependency,
-                method=call.method,
-                url=call.url,
-                attempt=call.attempts,
-                reason=f"{transition.before}->{transition.after}",
-                status=None,
-            )
+        event = RetryEvent(
+            kind="circuit",
+            dependency=call.dependency,
+            method=call.method,
+            url=call.url,
+            attempt=call.attempts,
+            transition=f"{transition.before}->{transition.after}",
         )
+        self.settings.observer.emit(event)
+        if self._trace is not None:
+            self._trace.event(event)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -384,6 +474,9 @@ class Drive:
 
     def close(self) -> None:
         """Leave the call's nesting context (always, however the call ended)."""
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            trace.close()  # (the observer's trace logs and swallows an instrument's failure)
         if self._token is not None:
             current_call.reset(self._token)
             self._token = None

@@ -305,6 +305,7 @@ class Call:
         )
         response.extensions["retrysafe"] = report
         if self._observed:
+            self._emit("attempt", "success", response.status_code)  # as _record would
             self._emit("success", "success", response.status_code)
         return Succeed(response, report)
 
@@ -490,7 +491,8 @@ class Call:
         """Give up now with the error ``stop`` and ``reason`` call for."""
         self.state = "done"
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
-        outcome = self._history[-1].outcome if self._history else reason
+        last = self._history[-1] if self._history else None
+        outcome = last.outcome if last is not None else reason
         error, excerpt = give_up_error(
             stop,
             reason=reason,
@@ -525,11 +527,12 @@ class Call:
                     method=self.method,
                     url=self.url,
                     attempt=len(self._history),
-                    reason=reason,
                     status=error.status,
+                    outcome=last.outcome if last is not None else "",
+                    reason=reason,
                     elapsed=error.elapsed,
                     error=type(error).__name__,
-                    outcome=outcome,
+                    exception=last.exception if last is not None else None,
                 ),
                 excerpt,
             )
@@ -553,6 +556,8 @@ class Call:
                 timeout=plan.timeout,
             )
         )
+        if self._observed:  # the per-attempt event, for tracing
+            self._emit("attempt", verdict.reason, status, exception=exception)
 
     def _report(self, *, error: ApiError | None) -> CallReport:
         history = tuple(self._history)
@@ -568,11 +573,12 @@ class Call:
 
     def _emit(
         self,
-        kind: Literal["retry", "success"],
-        reason: str,
+        kind: Literal["attempt", "retry", "success"],
+        outcome: str,
         status: int | None,
         *,
         wait: float = 0.0,
+        exception: str | None = None,
     ) -> None:
         self.effects.append(
             EmitEvent(
@@ -582,10 +588,11 @@ class Call:
                     method=self.method,
                     url=self.url,
                     attempt=len(self._history),
-                    reason=reason,
                     status=status,
+                    outcome=outcome,
                     wait=wait,
                     elapsed=self._clock.monotonic() - self._started,
+                    exception=exception,
                 )
             )
         )

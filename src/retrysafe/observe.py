@@ -1,11 +1,18 @@
-"""Telling the outside world what happened: log records and event hooks.
+"""Telling the outside world what happened: events, hooks, call instruments and logging.
 
-Logger ``retrysafe`` gets one INFO record per retry (dependency, attempt,
-reason, status, wait) and one WARNING record per final failure (status and a
-bounded, secret-scrubbed body excerpt); a fail-fast ``CircuitOpen`` is DEBUG,
-since the breaker opening was already a WARNING. Hooks receive the same facts as
-:class:`RetryEvent` values, for metrics. Every URL here is already redacted,
-and control characters in a message are escaped.
+The engine leaves each thing that happens to a call in its outbox as a
+:class:`RetryEvent` value; the drive loop hands it to the log and to every hook.
+A hook that also has ``start_call`` (a :class:`CallInstrument`, such as
+``retrysafe.telemetry.otel.OpenTelemetry``) additionally follows each call from
+start to end (:class:`CallTrace`): that is how a tracer opens a span per call and
+per attempt and puts the attempt's trace context on the request it sends.
+
+Logger ``retrysafe`` gets one record per event, each carrying the event's fields
+as ``record.retrysafe`` (:func:`event_fields`, one documented shape): an attempt
+and a success at DEBUG, a retry at INFO, a final failure at WARNING (a 4xx the
+caller must fix at :attr:`LogSettings.client_error_level`, a fail-fast
+``CircuitOpen`` at DEBUG, since the breaker opening was already a WARNING).
+Every URL here is already redacted, and control characters in a message are escaped.
 """
 
 from __future__ import annotations
@@ -13,62 +20,263 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from retrysafe.redact import printable
 
-__all__ = ["EventHook", "Observer", "RetryEvent", "logger"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "CallInstrument",
+    "CallTrace",
+    "EventHook",
+    "EventKind",
+    "LogSettings",
+    "Observer",
+    "RetryEvent",
+    "configure_logging",
+    "event_fields",
+    "event_level",
+    "log_settings",
+    "logger",
+]
 
 logger = logging.getLogger("retrysafe")
 # A library never decides where its records go: without this, Python's last-resort
 # handler would print every final-failure WARNING to stderr of apps that log nothing.
 logger.addHandler(logging.NullHandler())
 
+#: What a :class:`RetryEvent` is about.
+EventKind = Literal["attempt", "retry", "success", "failure", "circuit", "hedge"]
+
 
 @dataclasses.dataclass(frozen=True)
 class RetryEvent:
-    """One thing that happened to a call.
+    """One thing that happened to a call; each field means one thing for every kind.
 
-    ``kind`` is ``"retry"`` (an attempt failed and another follows after
-    ``wait`` seconds), ``"success"`` or ``"failure"`` (the call is over), or
-    ``"circuit"`` (the dependency's breaker changed state; ``reason`` is
-    ``"closed->open"`` and the like).
-    ``reason`` is why it happened (for a failure, why retrying stopped) and
-    ``outcome`` what the attempt got; ``error`` names the error class of a failure.
+    ``kind``:
+
+    - ``"attempt"``: attempt number ``attempt`` ended (for tracing; built only when
+      someone listens: a hook, or the log at DEBUG);
+    - ``"retry"``: that attempt failed and another follows after ``wait`` seconds;
+    - ``"success"`` / ``"failure"``: the call is over;
+    - ``"circuit"``: the dependency's breaker changed state (``transition``);
+    - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
+      ``"won"``, ``"lost"`` (cancelled: another copy won) or ``"refused"`` (then
+      ``reason`` says why: ``"circuit_not_closed"``, ``"budget_exhausted"``...).
+
+    Fields:
+
+    - ``attempt``: the number (1-based) of the attempt the event is about; for
+      ``failure``, ``success`` and ``circuit``, the attempts made so far.
+    - ``status``: that attempt's HTTP status, None when it got no response.
+    - ``outcome``: what that attempt got, a stable code (``"success"``,
+      ``"service_unavailable"``, ``"read_timeout"``...); ``""`` when no attempt was
+      made (a call refused before sending) and for ``circuit``.
+    - ``reason``: why the call stopped (``failure``: ``"attempts_exhausted"``,
+      ``"circuit_open"``, ``"unsafe_to_repeat"``...), or why a hedged copy was
+      refused; ``""`` for every other kind.
+    - ``wait``: seconds until the next attempt (``retry`` only, else 0).
+    - ``elapsed``: seconds since the call started.
+    - ``error``: the class name of the error a ``failure`` raises (``"ServerError"``).
+    - ``exception``: the class name of the exception that attempt ended with
+      (``"ReadTimeout"``), None when it got a response.
+    - ``transition``: ``circuit`` only: ``"closed->open"`` and the like.
+
+    ``dependency``, ``method`` and ``url`` (secrets redacted) name the call.
     """
 
-    kind: Literal["retry", "success", "failure", "circuit"]
+    kind: EventKind
     dependency: str
     method: str
     url: str
     attempt: int
-    reason: str
-    status: int | None
+    status: int | None = None
+    outcome: str = ""
+    reason: str = ""
     wait: float = 0.0
     elapsed: float = 0.0
     error: str | None = None
-    outcome: str = ""
+    exception: str | None = None
+    transition: str = ""
+
+
+def event_fields(event: RetryEvent) -> dict[str, Any]:
+    """The event as a flat dict: the one shape every log record (``record.retrysafe``)
+    and every structlog entry carries, with exactly :class:`RetryEvent`'s field names."""
+    return {
+        "kind": event.kind,
+        "dependency": event.dependency,
+        "method": event.method,
+        "url": event.url,
+        "attempt": event.attempt,
+        "status": event.status,
+        "outcome": event.outcome,
+        "reason": event.reason,
+        "wait": event.wait,
+        "elapsed": event.elapsed,
+        "error": event.error,
+        "exception": event.exception,
+        "transition": event.transition,
+    }
 
 
 class EventHook(Protocol):
-    """Anything called with each :class:`RetryEvent`: a metrics counter, a tracer..."""
+    """Anything called with each :class:`RetryEvent`: a metrics counter, a log sink...
+
+    A hook may also have a ``listening`` attribute (a bool, or a property read once
+    per call): while it is False the hook does not need a successful call's routine
+    events (``attempt``, ``success``), which are then not even built, and a call
+    instrument is not asked to follow the call. Retries, failures and breaker
+    changes still reach it. Without the attribute a hook always listens.
+    """
 
     def __call__(self, event: RetryEvent) -> None: ...
+
+
+class CallTrace(Protocol):
+    """Follows one call for a :class:`CallInstrument` (a span per call and per attempt).
+
+    The drive loop calls :meth:`attempt_starting` just before each attempt is sent
+    (the request may be given headers, such as the attempt's trace context, and
+    the attempt's context may be entered), :meth:`event` with each of the call's
+    events in order (an ``attempt`` event ends the attempt), and :meth:`close`
+    exactly once when the call is over, however it ended (cancelled too).
+    """
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None: ...
+
+    def event(self, event: RetryEvent) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class CallInstrument(Protocol):
+    """A hook that also follows every call: ``start_call`` is asked once per call."""
+
+    def __call__(self, event: RetryEvent) -> None: ...
+
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
+        """Start following a call of ``request`` (``url`` is its URL, secrets redacted);
+        None: this call is not followed (say, a tracer that records nothing)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSettings:
+    """How retrysafe's log records are levelled.
+
+    ``client_error_level``: the level of a final failure the caller must fix (a
+    ``ClientError``: 400, 401, 404, 422...). WARNING by default; an application
+    where such answers are routine (a 404 meaning "not there") can make them
+    ``logging.INFO`` or ``logging.DEBUG``.
+    """
+
+    client_error_level: int = logging.WARNING
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.client_error_level, int) or isinstance(
+            self.client_error_level, bool
+        ):
+            raise TypeError(
+                "LogSettings.client_error_level must be a logging level such as logging.INFO, "
+                f"got {self.client_error_level!r}"
+            )
+
+
+_log_settings = LogSettings()
+
+
+def configure_logging(settings: LogSettings) -> None:
+    """Make ``settings`` the levels of every retrysafe log record from now on.
+
+    Process-wide, like the configuration of the ``logging`` module itself.
+    """
+    global _log_settings
+    if not isinstance(settings, LogSettings):
+        raise TypeError(f"configure_logging takes a LogSettings, got {type(settings).__name__}")
+    _log_settings = settings
+
+
+def log_settings() -> LogSettings:
+    """The levels in force (see :func:`configure_logging`)."""
+    return _log_settings
+
+
+class _Traces:
+    """One call's traces, from one instrument or several, followed as one; a trace
+    that raises is logged and the call goes on (telemetry never fails a call)."""
+
+    __slots__ = ("_traces",)
+
+    def __init__(self, traces: Sequence[CallTrace]) -> None:
+        self._traces = tuple(traces)
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        for trace in self._traces:
+            try:
+                trace.attempt_starting(number, request)
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
+
+    def event(self, event: RetryEvent) -> None:
+        for trace in self._traces:
+            try:
+                trace.event(event)
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
+
+    def close(self) -> None:
+        # Closed in reverse: each trace leaves the context it entered, innermost first.
+        for trace in reversed(self._traces):
+            try:
+                trace.close()
+            except Exception:
+                logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
 
 class Observer:
     """Sends each event to the log and to every hook; a failing hook never fails the call."""
 
-    __slots__ = ("_hooks",)
+    __slots__ = ("_always", "_hooks", "_instruments", "_sometimes", "instrumented")
 
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
+        self._instruments = tuple(hook for hook in self._hooks if isinstance(hook, CallInstrument))
+        #: Whether some hook follows every call (a :class:`CallInstrument`): a plain
+        #: attribute, read once per call.
+        self.instrumented = bool(self._instruments)
+        #: Hooks that say when they listen (``listening``), and whether any other hook is.
+        self._sometimes = tuple(hook for hook in self._hooks if hasattr(hook, "listening"))
+        self._always = len(self._sometimes) < len(self._hooks)
 
     @property
     def listening(self) -> bool:
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
-        return bool(self._hooks) or logger.isEnabledFor(logging.DEBUG)
+        if self._always or logger.isEnabledFor(logging.DEBUG):
+            return True
+        for hook in self._sometimes:  # noqa: SIM110 - a loop, not any(): no generator per call
+            if hook.listening:
+                return True
+        return False
+
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
+        """Let every call instrument start following this call; None if none would."""
+        traces: list[CallTrace] = []
+        for instrument in self._instruments:
+            if not getattr(instrument, "listening", True):
+                continue
+            try:
+                trace = instrument.start_call(request, dependency=dependency, url=url)
+            except Exception:
+                logger.exception("retrysafe instrument %r failed; the call goes on", instrument)
+                continue
+            if trace is not None:
+                traces.append(trace)
+        return _Traces(traces) if traces else None
 
     def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
         """Log ``event`` and hand it to the hooks."""
@@ -83,73 +291,102 @@ class Observer:
         return f"Observer({len(self._hooks)} hooks)"
 
 
-def _level(event: RetryEvent) -> int:
-    """Retries are INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
-    which is DEBUG: the breaker opening is already one WARNING, and an outage must
-    not turn every cheap fail-fast call into a log line."""
-    if event.kind == "failure":
-        return logging.DEBUG if event.error == "CircuitOpen" else logging.WARNING
-    if event.kind == "circuit":
-        return logging.WARNING if event.reason.endswith("->open") else logging.INFO
-    if event.kind == "retry":
+def event_level(event: RetryEvent) -> int:
+    """The level of the record for ``event``. Attempts and successes are DEBUG,
+    retries INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
+    which is DEBUG (the breaker opening is already one WARNING, and an outage must
+    not turn every cheap fail-fast call into a log line), and a ClientError, which is
+    at the configured :attr:`LogSettings.client_error_level`."""
+    kind = event.kind
+    if kind == "failure":
+        if event.error == "CircuitOpen":
+            return logging.DEBUG
+        if event.error == "ClientError":
+            return _log_settings.client_error_level
+        return logging.WARNING
+    if kind == "retry":
         return logging.INFO
+    if kind == "circuit":
+        return logging.WARNING if event.transition.endswith("->open") else logging.INFO
     return logging.DEBUG
 
 
 def _log(event: RetryEvent, body_excerpt: str) -> None:
-    level = _level(event)
+    level = event_level(event)
     if not logger.isEnabledFor(level):
         return
-    fields = {"retrysafe": dataclasses.asdict(event)}
+    fields = {"retrysafe": event_fields(event)}
     # The message is one line whatever a server or a rule put in these texts: control
     # characters are escaped (the structured fields keep the values as they are).
-    event = dataclasses.replace(
-        event,
-        dependency=printable(event.dependency),
-        method=printable(event.method),
-        url=printable(event.url),
-        reason=printable(event.reason),
-        outcome=printable(event.outcome),
+    method, url, dependency = (
+        printable(event.method),
+        printable(event.url),
+        printable(event.dependency),
     )
-    body_excerpt = printable(body_excerpt)
+    outcome = printable(event.outcome)
     status = f"HTTP {event.status} " if event.status is not None else ""
-    if event.kind == "retry":
+    kind = event.kind
+    if kind == "retry":
         logger.log(
             level,
             "retrying %s %s [%s]: attempt %d got %s%s, waiting %.3fs",
-            event.method,
-            event.url,
-            event.dependency,
+            method,
+            url,
+            dependency,
             event.attempt,
             status,
-            event.reason,
+            outcome,
             event.wait,
             extra=fields,
         )
-    elif event.kind == "failure":
+    elif kind == "failure":
         logger.log(
             level,
             "%s %s [%s] failed after %d attempt(s): %s%s, gave up: %s (%s)%s",
-            event.method,
-            event.url,
-            event.dependency,
+            method,
+            url,
+            dependency,
             event.attempt,
             status,
-            event.outcome,
-            event.reason,
+            outcome or "nothing sent",
+            printable(event.reason),
             event.error,
-            f" body: {body_excerpt}" if body_excerpt else "",
+            f" body: {printable(body_excerpt)}" if body_excerpt else "",
             extra=fields,
         )
-    elif event.kind == "circuit":
-        logger.log(level, "circuit %s [%s]", event.reason, event.dependency, extra=fields)
+    elif kind == "attempt":
+        logger.log(
+            level,
+            "%s %s [%s]: attempt %d got %s%s",
+            method,
+            url,
+            dependency,
+            event.attempt,
+            status,
+            outcome,
+            extra=fields,
+        )
+    elif kind == "circuit":
+        logger.log(level, "circuit %s [%s]", printable(event.transition), dependency, extra=fields)
+    elif kind == "hedge":
+        logger.log(
+            level,
+            "%s %s [%s]: hedged copy %d %s%s",
+            method,
+            url,
+            dependency,
+            event.attempt,
+            event.outcome,
+            f" ({printable(event.reason)})" if event.reason else "",
+            extra=fields,
+        )
     else:
         logger.log(
             level,
             "%s %s [%s] succeeded after %d attempts",
-            event.method,
-            event.url,
-            event.dependency,
+            method,
+            url,
+            dependency,
             event.attempt,
             extra=fields,
         )

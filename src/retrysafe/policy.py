@@ -47,6 +47,14 @@ class RetryPolicy:
         idempotent_methods: methods safe to repeat without an idempotency key.
         quota_headers: headers whose value ``"0"`` on a 429 means "out of credits".
         rules: callables ``(httpx.Response) -> Verdict | None`` consulted first, in order.
+        hedge_after: send a hedged copy of a request still unanswered after this long,
+            and take whichever answers first: seconds (a number), or a percentile of
+            the dependency's observed latency such as ``"p95"`` (see
+            :mod:`retrysafe.latency`); ``None`` (the default): never hedge. Only
+            requests safe to send twice are hedged (idempotent methods, or a write
+            with an idempotency key) with a replayable body, and every copy spends
+            from the retry budget. Copies count as attempts.
+        max_hedges: most hedged copies per call (each after ``hedge_after`` more).
 
     The collections may be given as any collection (a list, a set...); they are
     kept as a ``frozenset`` (statuses, upper-case methods) or a ``tuple``
@@ -65,6 +73,8 @@ class RetryPolicy:
     idempotent_methods: Collection[str] = DEFAULT_IDEMPOTENT_METHODS
     quota_headers: Collection[str] = ("x-api-remaining-credits",)
     rules: Sequence[Rule] = ()
+    hedge_after: float | str | None = None
+    max_hedges: int = 1
 
     def __post_init__(self) -> None:
         _require(
@@ -116,11 +126,36 @@ class RetryPolicy:
         rules = _tuple(self.rules, "rules")
         for rule in rules:
             _require(callable(rule), "rules", f"must hold callables, got {rule!r}")
+        _check_hedging(self.hedge_after, self.max_hedges)
         # Normalise so comparisons later are exact: upper-case methods, lower-case headers.
         object.__setattr__(self, "retry_statuses", frozenset(statuses))
         object.__setattr__(self, "idempotent_methods", frozenset(m.upper() for m in methods))
         object.__setattr__(self, "quota_headers", tuple(h.strip().lower() for h in headers))
         object.__setattr__(self, "rules", tuple(rules))
+
+
+def _check_hedging(hedge_after: object, max_hedges: object) -> None:
+    """``hedge_after``: None, seconds > 0, or a percentile string; ``max_hedges`` >= 1."""
+    if isinstance(hedge_after, str):
+        from retrysafe.latency import parse_percentile
+
+        try:
+            parse_percentile(hedge_after)
+        except ValueError as exc:
+            raise ValueError(f"RetryPolicy.hedge_after {exc}") from None
+    elif hedge_after is not None:
+        _require(
+            isinstance(hedge_after, (int, float)) and not isinstance(hedge_after, bool),
+            "hedge_after",
+            "must be seconds (a number), a percentile such as 'p95', or None (no hedging); "
+            f"got {hedge_after!r}",
+        )
+        _require_seconds("hedge_after", hedge_after, positive=True, infinite_ok=False)
+    _require(
+        isinstance(max_hedges, int) and not isinstance(max_hedges, bool) and max_hedges >= 1,
+        "max_hedges",
+        f"must be a whole number >= 1 (hedge_after=None turns hedging off), got {max_hedges!r}",
+    )
 
 
 def _require(condition: bool, field: str, rule: str) -> None:

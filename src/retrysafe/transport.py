@@ -31,6 +31,7 @@ from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
 from retrysafe.governor import Governor
+from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
@@ -178,7 +179,10 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    step = self._attempt(drive, request, step)
+                    if type(drive.call) is not HedgedCall:
+                        step = self._attempt(drive, request, step)
+                    else:
+                        step = self._hedged_attempt(drive, request, step)
                 elif type(step) is Wait:
                     self.settings.clock.sleep(step.seconds)
                     step = drive.next_attempt()
@@ -220,6 +224,12 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         if response is not None:
             response.close()
         return drive.raised(plan, failure, during_body=response is not None)
+
+    def _hedged_attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
+        """An attempt of a hedging call: it and its hedged copies (see hedged_shell)."""
+        from retrysafe.hedged_shell import hedged_round
+
+        return hedged_round(self.transport, drive, request, plan)
 
     def close(self) -> None:
         self.transport.close()
@@ -272,7 +282,10 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    step = await self._attempt(drive, request, step)
+                    if type(drive.call) is not HedgedCall:
+                        step = await self._attempt(drive, request, step)
+                    else:
+                        step = await self._hedged_attempt(drive, request, step)
                 elif type(step) is Wait:
                     await self.settings.clock.async_sleep(step.seconds)
                     step = drive.next_attempt()
@@ -320,6 +333,14 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         if response is not None:
             await response.aclose()
         return drive.raised(plan, failure, during_body=response is not None)
+
+    async def _hedged_attempt(
+        self, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    ) -> Step:
+        """An attempt of a hedging call: it and its hedged copies (see hedged_shell)."""
+        from retrysafe.hedged_shell import hedged_round_async
+
+        return await hedged_round_async(self.transport, drive, request, plan)
 
     async def aclose(self) -> None:
         await self.transport.aclose()

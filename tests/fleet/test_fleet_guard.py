@@ -252,3 +252,22 @@ def test_with_the_fleet_away_pacing_is_this_process_share_of_the_rate() -> None:
     fallback = fleet.view("api").fallback
     assert fallback is not None
     assert fallback.settings.requests_per_second == 10
+
+
+def test_no_hedged_copy_while_the_fleet_cools_down_or_its_breaker_is_open() -> None:
+    guard, fleet, clock = guard_with()
+    assert guard.answer_hedge().refusal is None
+    fleet.view("api").learn(clock.monotonic() + 1.0, None)
+    assert guard.answer_hedge().refusal == "cooldown"
+    fleet.view("api").learn(0.0, clock.monotonic() + 1.0)
+    assert guard.answer_hedge().refusal == "circuit_not_closed"
+
+
+def test_a_paced_hedged_copy_takes_a_free_fleet_slot_or_none() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=50))
+    guard, fleet, _ = guard_with(settings)
+    assert guard.answer_hedge().refusal is None
+    assert fleet.told == [("reserve", 50, 1)]
+    fleet.pacing_wait = 0.3
+    assert guard.answer_hedge().refusal == "pacing"
+    assert fleet.told[-1] == ("release", 50)  # the slot it would have waited for goes back

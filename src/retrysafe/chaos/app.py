@@ -14,6 +14,8 @@ from retrysafe.chaos import (
     retry_after_endpoint,
     status_endpoints,
     stream_endpoints,
+    stripe_endpoints,
+    tail_endpoints,
     transport_endpoints,
 )
 from retrysafe.chaos.arrival import (
@@ -56,6 +58,8 @@ def create_app(
         idempotency_endpoint,
         redirect_endpoints,
         stream_endpoints,
+        tail_endpoints,
+        stripe_endpoints,
     ):
         routes.extend(module.routes(chaos_state))
     app = Starlette(

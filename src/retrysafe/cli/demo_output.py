@@ -23,7 +23,7 @@ def _seconds(value: float) -> str:
 
 
 def _retry_line(event: RetryEvent) -> str:
-    got = f"HTTP {event.status} {event.reason}" if event.status is not None else event.reason
+    got = f"HTTP {event.status} {event.outcome}" if event.status is not None else event.outcome
     return f"attempt {event.attempt} got {got}, retrying in {_seconds(event.wait)}"
 
 

@@ -227,7 +227,7 @@ def _retry_printer(stderr: TextIO, style: Style) -> EventHook:
     def hook(event: RetryEvent) -> None:
         if event.kind != "retry":
             return
-        got = f"HTTP {event.status} {event.reason}" if event.status is not None else event.reason
+        got = f"HTTP {event.status} {event.outcome}" if event.status is not None else event.outcome
         line = f"attempt {event.attempt} got {got}; retrying in {_seconds(event.wait)}"
         stderr.write(style.paint(safe_line(f"retrysafe: {line}"), "yellow") + "\n")
         stderr.flush()

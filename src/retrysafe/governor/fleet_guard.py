@@ -29,6 +29,7 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     Effect,
+    HedgeAnswer,
     RecordHealth,
     ReleasePacing,
     ReleaseProbe,
@@ -189,6 +190,31 @@ class FleetGuard(DependencyGuard):
             )
         return DependencyGuard.answer_retry(self, ask, now)
 
+    def answer_hedge(self) -> HedgeAnswer:
+        """As :meth:`DependencyGuard.answer_hedge`, and no hedged copy while the fleet
+        cools down or its breaker is not closed; with pacing, the copy's slot is the
+        fleet's (taken only if free now)."""
+        view = self.view
+        if not view.calm:
+            if view.open_until is not None and self.breaker is not None:
+                return _HEDGE_CIRCUIT
+            if view.cooldown_until > self.fleet.clock.monotonic():
+                return _HEDGE_COOLDOWN
+        rate = self.rate
+        if rate is None:
+            return DependencyGuard.answer_hedge(self)
+        if self.breaker is not None and not self.breaker.closed:
+            return _HEDGE_CIRCUIT
+        if self.limiter is not None and self.limiter.cooldown_remaining() > 0:
+            return _HEDGE_COOLDOWN
+        if self._reserve(rate) > 0:
+            self._release(rate)
+            return _HEDGE_PACING
+        if self.budget is not None and not self.budget.try_spend():
+            self._release(rate)
+            return _HEDGE_BUDGET
+        return _HEDGE_GRANTED
+
     # -- the engine's effects ------------------------------------------------------------
 
     def apply(self, effect: Effect) -> Transition | None:
@@ -318,6 +344,13 @@ class FleetGuard(DependencyGuard):
         if not view.calm or view.failing or view.voted:
             return False
         return DependencyGuard.at_rest(self)
+
+
+_HEDGE_GRANTED = HedgeAnswer()
+_HEDGE_CIRCUIT = HedgeAnswer("circuit_not_closed")
+_HEDGE_COOLDOWN = HedgeAnswer("cooldown")
+_HEDGE_PACING = HedgeAnswer("pacing")
+_HEDGE_BUDGET = HedgeAnswer("budget_exhausted")
 
 
 def recovered(view: FleetView, fleet: FleetLink, dependency: str) -> None:

@@ -13,6 +13,7 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     Effect,
+    HedgeAnswer,
     RecordHealth,
     ReleasePacing,
     ReleaseProbe,
@@ -24,6 +25,7 @@ from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
+from retrysafe.latency import LatencyBook
 
 __all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
@@ -98,6 +100,29 @@ class DependencyGuard:
             return _BUDGET_EXHAUSTED
         return GRANTED
 
+    def answer_hedge(self) -> HedgeAnswer:
+        """May a hedged copy go now? Only while the breaker is closed and no cooldown
+        runs; it takes a paced slot (if pacing is on, and one is free now) and spends
+        a retry-budget token like a retry, so in a brownout hedging shrinks instead of
+        adding load."""
+        if self.breaker is not None and not self.breaker.closed:
+            return _HEDGE_CIRCUIT
+        limiter = self.limiter
+        reserved = False
+        if limiter is not None:
+            if limiter.cooldown_remaining() > 0:
+                return _HEDGE_COOLDOWN
+            if limiter.paced:
+                reserved = True
+                if limiter.reserve() > 0:
+                    limiter.release()
+                    return _HEDGE_PACING
+        if self.budget is not None and not self.budget.try_spend():
+            if reserved and limiter is not None:
+                limiter.release()
+            return _HEDGE_BUDGET
+        return _HEDGE_GRANTED
+
     def apply(self, effect: Effect) -> Transition | None:
         """Carry out one of the engine's effects; returns a breaker state change, if any."""
         if isinstance(effect, RecordHealth):
@@ -156,6 +181,11 @@ SWEEP_AT_LEAST = 1024
 _ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
 _CIRCUIT_OPEN = RetryAnswer("circuit_open")
 _BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
+_HEDGE_GRANTED = HedgeAnswer()
+_HEDGE_CIRCUIT = HedgeAnswer("circuit_not_closed")
+_HEDGE_COOLDOWN = HedgeAnswer("cooldown")
+_HEDGE_PACING = HedgeAnswer("pacing")
+_HEDGE_BUDGET = HedgeAnswer("budget_exhausted")
 
 
 class Governor:
@@ -197,6 +227,8 @@ class Governor:
         pieces = (self.settings.budget, self.settings.breaker, self.settings.limiter)
         #: Whether any piece of load protection is on (else calls need no guard at all).
         self.protects = any(piece is not None for piece in pieces)
+        #: Per-dependency latency for ``hedge_after="p95"`` (only hedging calls use it).
+        self.latencies = LatencyBook()
         #: The fleet this governor shares its dependencies' state with, if any.
         self.fleet = fleet
         if fleet is not None:

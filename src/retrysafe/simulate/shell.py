@@ -86,7 +86,7 @@ class EventCount(Observer):
             self.retries += 1
         elif event.kind == "failure":
             self.failures += 1
-        elif event.kind == "circuit" and event.reason.endswith("->open"):
+        elif event.kind == "circuit" and event.transition.endswith("->open"):
             self.breaker_opened += 1
 
 

@@ -27,7 +27,7 @@ import pytest
 if TYPE_CHECKING:
     from retrysafe.chaos import ChaosServer, KeyedChaos
 
-__all__ = ["chaos", "chaos_server", "unique_key"]
+__all__ = ["chaos", "chaos_server", "retrysafe_testing", "unique_key"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -51,3 +51,16 @@ def chaos_server() -> Iterator[ChaosServer]:
 def chaos(chaos_server: ChaosServer, request: pytest.FixtureRequest) -> KeyedChaos:
     """The session's chaos server, scoped to a key unique to this test."""
     return chaos_server.for_key(unique_key(request.node.name))
+
+
+@pytest.fixture
+def retrysafe_testing() -> Iterator[None]:
+    """Testing mode for one test: no waits, one attempt a call, no load protection.
+
+    Inside the test, ``retrysafe.testing.set_testing(True, attempts=3)`` lets calls
+    retry (still without waiting); whatever was in force before comes back after.
+    """
+    from retrysafe.testing.mode import in_testing_mode
+
+    with in_testing_mode():
+        yield

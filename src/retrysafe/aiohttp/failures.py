@@ -1,0 +1,45 @@
+"""What an aiohttp exception means to the engine: the httpx exception it matches.
+
+The engine classifies an attempt's failure by how far the request got; aiohttp's
+exceptions say it in their own words. :func:`attempt_failure` names each as the httpx
+exception the engine knows (a refused connection, a reset, a garbage status line, a
+timeout), keeping the original as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import httpx
+
+__all__ = ["attempt_failure"]
+
+
+def attempt_failure(exc: BaseException) -> Exception:
+    """The httpx exception standing for aiohttp's ``exc``."""
+    failure = _match(exc)
+    failure.__cause__ = exc
+    return failure
+
+
+def _match(exc: BaseException) -> Exception:
+    # Messages are fixed: aiohttp's can hold the URL, with its query.
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout("connecting timed out")
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return httpx.ProxyError("the proxy failed")
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, unreachable, DNS, TLS
+        return httpx.ConnectError("connecting failed")
+    if isinstance(exc, (aiohttp.ServerTimeoutError, TimeoutError)):
+        return httpx.ReadTimeout("the server sent nothing for the read timeout")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return httpx.RemoteProtocolError("the server closed the connection without answering")
+    if isinstance(exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)):
+        return httpx.ReadError("the connection was reset")
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        # A body cut short; a status line or header aiohttp could not parse.
+        return httpx.RemoteProtocolError("the server broke the HTTP exchange")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.LocalProtocolError("the request cannot be sent as it is")
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return httpx.ReadError("the connection failed")
+    return httpx.TransportError(f"the request failed ({type(exc).__name__})")

@@ -1,0 +1,302 @@
+"""RetryMiddleware: an aiohttp client middleware driven by retrysafe's engine.
+
+aiohttp 3.12 and later call client middlewares around each request they send
+(``ClientSession(middlewares=(...,))``, or per request). This one turns each request
+into one retrying call: it sends attempts through the rest of aiohttp's chain and
+leaves every decision to the same :class:`~retrysafe.drive.Drive` and engine the
+httpx shells use, so the retry table, Retry-After handling, errors and a shared
+governor are the same::
+
+    async with aiohttp.ClientSession(middlewares=(RetryMiddleware(),)) as session:
+        async with session.get(url) as response:
+            data = await response.json()
+
+Each attempt, from connect to the last body byte, runs under one timeout of its
+time on the event loop, so the call's deadline holds whatever the server trickles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import aiohttp
+import anyio
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+from aiohttp.payload import BytesPayload
+from yarl import URL
+
+from retrysafe.aiohttp.errors import as_aiohttp_error
+from retrysafe.aiohttp.failures import attempt_failure
+from retrysafe.clock import Clock
+from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
+from retrysafe.drive import Drive, ShellSettings, Step
+from retrysafe.errors import ApiError
+from retrysafe.foreign_shell import RedirectTrail, request_view, response_view
+from retrysafe.governor import Governor
+from retrysafe.observe import EventHook
+from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
+
+__all__ = ["RetryMiddleware", "report_of"]
+
+_AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_REPORT_ATTRIBUTE = "_retrysafe_report"
+_trail = RedirectTrail("retrysafe_aiohttp_redirect")
+
+if sys.version_info >= (3, 11):
+    #: Bounds an attempt on the event loop; raises TimeoutError when it runs out
+    #: (asyncio's own costs about a third of anyio's cancel scope).
+    _time_limit = asyncio.timeout
+else:  # pragma: no cover - Python 3.10
+
+    @contextlib.asynccontextmanager
+    async def _time_limit(seconds: float | None) -> AsyncIterator[None]:
+        with anyio.fail_after(seconds):
+            yield
+
+
+def report_of(response: ClientResponse) -> CallReport | None:
+    """What the call behind ``response`` did (attempts, waits, key), or None if the
+    response did not come through a :class:`RetryMiddleware`."""
+    report = getattr(response, _REPORT_ATTRIBUTE, None)
+    return report if isinstance(report, CallReport) else None
+
+
+class RetryMiddleware:
+    """An aiohttp client middleware that retries per ``policy`` and raises ``ApiError``.
+
+    Args:
+        policy: how to retry (attempts, timeouts, one deadline for the whole call).
+        governor: load protection per dependency; pass the ``Governor`` an httpx
+            ``retrysafe.AsyncClient`` uses to share its state.
+        clock, hooks, dependency, deadline_header: as for ``retrysafe.AsyncRetryTransport``.
+        idempotency: ``"auto"`` gives every POST and PATCH without an
+            ``Idempotency-Key`` header a fresh key, the same on every attempt.
+        raise_on_status: False: a call ending on a failing response returns that
+            response (its report holds the error) instead of raising.
+        stream: False (default): each attempt reads the whole body within its time,
+            and the caller gets it from ``read()``/``text()``/``json()``. True: a
+            success is handed over at its headers, the body unread (for streaming
+            replies; retries end at the headers). Use a second middleware with
+            ``stream=True`` per request (``session.get(url, middlewares=(...,))``)
+            sharing the same ``governor`` to stream some calls only.
+
+    Errors raised are retrysafe's and also aiohttp exceptions (see
+    :mod:`retrysafe.aiohttp.errors`). aiohttp's ``ClientTimeout`` still applies, as
+    the bound of the whole request including retries.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        governor: Governor | None = None,
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | DependencyNamer | None = None,
+        deadline_header: str | None = None,
+        idempotency: Literal["off", "auto"] = "off",
+        raise_on_status: bool = True,
+        stream: bool = False,
+    ) -> None:
+        if idempotency not in ("off", "auto"):
+            raise ValueError(
+                "idempotency must be 'off' or 'auto' (a key on every POST and PATCH), "
+                f"got {idempotency!r}"
+            )
+        self.settings = ShellSettings.build(
+            policy=policy,
+            clock=clock,
+            governor=governor,
+            hooks=hooks,
+            dependency=dependency,
+            raise_errors=True,
+            deadline_header=deadline_header,
+        )
+        self.idempotency = idempotency
+        self.raise_on_status = raise_on_status
+        self.stream = stream
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy of this middleware's calls."""
+        return self.settings.policy
+
+    @property
+    def governor(self) -> Governor:
+        """The load protection this middleware's calls share."""
+        return self.settings.governor
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        """Send ``request`` as one retrying call through ``handler`` (aiohttp's chain)."""
+        method = request.method.upper()
+        headers = request.headers
+        if (
+            self.idempotency == "auto"
+            and method in _AUTO_KEYED_METHODS
+            and IDEMPOTENCY_HEADER not in headers
+        ):
+            headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
+        url = str(request.url)
+        body = request.body
+        view = request_view(
+            method,
+            url,
+            headers.items(),
+            replayable=body == b"" or isinstance(body, BytesPayload),
+            stream=self.stream,
+            chain=_trail.take(url),
+        )
+        attempt = _Attempt(self.settings, request, handler)
+        drive = Drive(self.settings, view)
+        try:
+            step: Step = drive.next_attempt()
+            while True:
+                if type(step) is AttemptPlan:
+                    step = await attempt.run(drive, step)
+                elif type(step) is Wait:
+                    await self.settings.clock.async_sleep(step.seconds)
+                    step = drive.next_attempt()
+                else:
+                    break
+        except BaseException:
+            drive.abandoned()  # cancelled, or a rule raised
+            attempt.discard()
+            raise
+        finally:
+            drive.close()
+        return self._finish(drive, step, attempt.response)
+
+    def _finish(self, drive: Drive, step: Step, response: ClientResponse | None) -> ClientResponse:
+        """Return the response of a success; raise (or return) a failure's."""
+        try:
+            drive.finish(step)
+        except ApiError as error:
+            raise as_aiohttp_error(error, cause=error.__cause__, response=response) from (
+                error.__cause__
+            )
+        if type(step) is Succeed:
+            assert response is not None
+            setattr(response, _REPORT_ATTRIBUTE, step.report)
+            _trail.leave(drive.request, _redirect_target(response))
+            return response
+        assert isinstance(step, Fail)
+        assert response is not None
+        setattr(response, _REPORT_ATTRIBUTE, step.report)
+        if not self.raise_on_status:
+            return response
+        raise as_aiohttp_error(step.error, cause=step.cause, response=response) from step.cause
+
+    def __repr__(self) -> str:
+        return f"RetryMiddleware(policy={self.policy!r})"
+
+
+def _redirect_target(response: ClientResponse) -> str | None:
+    """Where a redirect response points, resolved against its URL (None: not one)."""
+    if response.status not in _REDIRECT_STATUSES:
+        return None
+    location = response.headers.get("Location")
+    if not location:
+        return None
+    try:
+        return str(response.url.join(URL(location)))
+    except ValueError:
+        return None
+
+
+class _Progress:
+    """Whether the attempt in flight got a connection (so may have sent anything)."""
+
+    __slots__ = ("connected",)
+
+    def __init__(self) -> None:
+        self.connected = False
+
+
+class _Attempt:
+    """Sends one attempt of a call through aiohttp's handler, bounded by its time."""
+
+    __slots__ = ("handler", "progress", "request", "response", "settings")
+
+    def __init__(
+        self, settings: ShellSettings, request: ClientRequest, handler: ClientHandlerType
+    ) -> None:
+        self.settings = settings
+        self.request = request
+        self.handler = handler
+        self.progress = _Progress()
+        self.response: ClientResponse | None = None
+        _note_connection(request, self.progress)
+
+    async def run(self, drive: Drive, plan: AttemptPlan) -> Step:
+        """Send the attempt and read as much as the engine needs, within its time."""
+        self.discard()
+        limit = plan.timeout
+        header = self.settings.deadline_header
+        if header is not None and math.isfinite(limit):
+            self.request.headers[header] = f"{limit:.3f}"
+        self.progress.connected = False
+        response: ClientResponse | None = None
+        failure: Exception
+        try:
+            try:
+                async with _time_limit(None if limit == math.inf else limit):
+                    response = await self.handler(self.request)
+                    body = await response.read() if plan.read_body else None
+                    step = drive.returned(plan, _view_of(drive, response, body))
+                    if type(step) is ReadBody:
+                        step = drive.returned(
+                            plan, _view_of(drive, response, await response.read())
+                        )
+                self.response = response
+                return step
+            except aiohttp.ClientError as exc:
+                failure = attempt_failure(exc)
+            except TimeoutError as exc:
+                # The attempt's own time ran out: before a connection, nothing was sent.
+                failure = attempt_failure(
+                    exc if self.progress.connected else aiohttp.ConnectionTimeoutError()
+                )
+        except BaseException:
+            if response is not None:
+                response.close()
+            raise
+        if response is not None:
+            response.close()
+        return drive.raised(plan, failure, during_body=response is not None)
+
+    def discard(self) -> None:
+        """Release the previous attempt's response (its connection goes back to the pool)."""
+        if self.response is not None:
+            self.response.release()
+            self.response = None
+
+
+def _note_connection(request: ClientRequest, progress: _Progress) -> None:
+    """Have ``request`` mark ``progress`` once aiohttp hands it a connection to send on.
+
+    aiohttp sends a request with ``request.send(connection)`` right after connecting;
+    wrapping it on this one request is how a timeout before it (connecting) is told
+    from one after (the request may have reached the server).
+    """
+    send = request.send
+
+    async def send_on(connection: Any) -> ClientResponse:
+        progress.connected = True
+        return await send(connection)
+
+    try:
+        request.send = send_on  # type: ignore[method-assign, assignment]
+    except AttributeError:  # pragma: no cover - a ClientRequest with __slots__
+        progress.connected = True  # cannot tell: count it as maybe sent
+
+
+def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:
+    return response_view(response.status, response.headers.items(), body, drive.call.policy)

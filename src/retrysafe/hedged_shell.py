@@ -1,0 +1,505 @@
+"""Sending hedged copies: the I/O of a hedging call's attempt, sync and async.
+
+The shells (:mod:`retrysafe.transport`) hand an attempt here only when the
+call's engine is a :class:`~retrysafe.hedged_call.HedgedCall`; a call without
+``hedge_after`` never loads this module. One *round* is one attempt of the
+engine and the hedged copies it asks for: it ends with the first step that is
+not :class:`AwaitOthers` (a success, a failure, a wait before a retry).
+
+Each copy is the same request (same headers, so the same idempotency key, and
+the same replayable body) sent as its own ``httpx.Request``, so per-copy
+timeouts never touch another copy in flight. The engine is fed by one
+coordinator only; copies only send and read.
+
+- sync: the first copy is sent on the caller's thread (so a call whose first
+  copy answers in time pays no hand-off between threads); a process-wide timer
+  thread starts each hedged copy on a thread of its own (httpx transports are
+  thread-safe), in a copy of the caller's context. A losing copy is cancelled
+  by cutting the connection it writes to
+  (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
+  returns at once and the server sees the disconnect, and by ending its
+  attempt's time, so it sends or reads nothing more.
+- async: every copy is a task in a task group with its own cancel scope;
+  a losing copy is cancelled, which closes its connection.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import queue
+import threading
+import time
+from typing import NamedTuple
+
+import anyio
+import httpx
+from anyio.streams.memory import MemoryObjectSendStream
+
+from retrysafe.attempt_deadline import (
+    AttemptDeadlineReached,
+    Severable,
+    current_call,
+    current_copy,
+)
+from retrysafe.classify import AttemptTimedOut
+from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
+from retrysafe.drive import Drive, Step
+from retrysafe.hedge_timer import Alarm, arm
+from retrysafe.hedged_call import HedgedCall
+from retrysafe.transport import _GRACE, _prepare
+
+__all__ = ["hedged_round", "hedged_round_async"]
+
+#: A copy not heard of this long after its attempt's end is given up as timed out (a
+#: transport the attempt deadline cannot bound may otherwise hold the call for ever).
+_OVERDUE = 0.5
+
+
+def _copy_of(request: httpx.Request) -> httpx.Request:
+    """The same request as a new object: same method, URL, headers and body bytes."""
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=request.headers,
+        stream=request.stream,
+        extensions=dict(request.extensions),
+    )
+
+
+def _ends_at(plan: AttemptPlan) -> float | None:
+    return time.monotonic() + plan.timeout + _GRACE if plan.timeout != math.inf else None
+
+
+class _Copy:
+    """One copy in flight: its plan and request, when its time ends, and (sync) the
+    connections it wrote to, which are cut if it loses."""
+
+    def __init__(self, plan: AttemptPlan, request: httpx.Request) -> None:
+        self.plan = plan
+        self.request = request
+        #: The RunningCall field the network backend ends reads by.
+        self.attempt_ends_at = _ends_at(plan)
+        self.lock = threading.Lock()
+        self.connections: list[Severable] = []
+        self.cancelled = False
+        self.finished = False
+        self.scope: anyio.CancelScope | None = None
+
+    def watch(self, connection: Severable) -> None:
+        """The copy writes to ``connection`` (called on the copy's own thread)."""
+        with self.lock:
+            if self.cancelled:
+                connection.sever()
+            elif connection not in self.connections:
+                self.connections.append(connection)
+
+    def cancel(self) -> None:
+        """This copy lost: end its time and cut its connection, unless it finished."""
+        with self.lock:
+            if self.cancelled or self.finished:
+                self.cancelled = True
+                return
+            self.cancelled = True
+            self.attempt_ends_at = time.monotonic()
+            connections, self.connections = self.connections, []
+        for connection in connections:
+            connection.sever()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def overdue(self, now: float) -> bool:
+        return self.attempt_ends_at is not None and now > self.attempt_ends_at + _OVERDUE
+
+
+class _Result(NamedTuple):
+    """What a copy got: a response (body read as planned) or a failure; ``fatal`` is an
+    unexpected exception for the caller."""
+
+    copy: _Copy
+    response: httpx.Response | None
+    failure: Exception | None
+    fatal: BaseException | None = None
+
+
+def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | None:
+    """Report every copy long past its time as timed out; the step if one ended the round."""
+    now = time.monotonic()
+    step: Step | None = None
+    for plan, copy in list(copies.items()):
+        if copy.finished or copy.cancelled or not copy.overdue(now):
+            continue
+        copy.cancel()
+        step = drive.raised(
+            plan, AttemptTimedOut("the copy did not end in time"), during_body=False
+        )
+        if type(step) is not AwaitOthers:
+            return step
+    return None
+
+
+def _wait_for(drive: Drive, call: HedgedCall, copies: dict[AttemptPlan, _Copy]) -> float | None:
+    """Seconds to wait for an answer: until the next copy is due, or a copy is overdue
+    (None: no limit, when neither can happen)."""
+    wait: float | None = None
+    hedge = call.next_hedge()
+    if hedge is not None:
+        wait = hedge.at - drive.settings.clock.monotonic()
+    now = time.monotonic()
+    for copy in copies.values():
+        if not copy.finished and not copy.cancelled and copy.attempt_ends_at is not None:
+            overdue_in = copy.attempt_ends_at + _OVERDUE + 0.001 - now
+            wait = overdue_in if wait is None else min(wait, overdue_in)
+    return None if wait is None else max(0.0, wait)
+
+
+def _hedge_if_due(drive: Drive, call: HedgedCall) -> AttemptPlan | None:
+    """The next copy's plan if it is due now and the governor lets it go."""
+    hedge = call.next_hedge()
+    if hedge is None or drive.settings.clock.monotonic() < hedge.at:
+        return None
+    return drive.hedge(hedge)
+
+
+# -- sync ----------------------------------------------------------------------------------
+
+
+def _send(transport: httpx.BaseTransport, copy: _Copy) -> _Result:
+    """Send one copy on this thread, bounded by its own time; what it got.
+
+    While it runs, the copy is this thread's running call (reads end by its time) and
+    its watcher (the connections it writes to can be cut if it loses).
+    """
+    call_token = current_call.set(copy)
+    copy_token = current_copy.set(copy)
+    response: httpx.Response | None = None
+    try:
+        response = transport.handle_request(copy.request)
+        if copy.plan.read_body:
+            response.read()
+        return _Result(copy, response, None)
+    except AttemptDeadlineReached as reached:
+        return _Result(copy, response, reached.as_outcome())
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        return _Result(copy, response, exc)
+    finally:
+        current_copy.reset(copy_token)
+        current_call.reset(call_token)
+        with copy.lock:
+            copy.finished = True
+            copy.connections = []
+
+
+def _conclude(drive: Drive, result: _Result) -> Step:
+    """Tell the engine what one copy got (reading its body if the engine asks)."""
+    copy, response = result.copy, result.response
+    plan = copy.plan
+    if result.failure is not None:
+        if response is not None:
+            response.close()
+        return drive.raised(plan, result.failure, during_body=response is not None)
+    assert response is not None
+    step = drive.returned(plan, response)
+    if type(step) is ReadBody:
+        drive.attempt_ends_at = copy.attempt_ends_at
+        failure: Exception
+        try:
+            response.read()
+        except AttemptDeadlineReached as reached:
+            failure = reached.as_outcome()
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        else:
+            return drive.returned(plan, response)
+        finally:
+            drive.attempt_ends_at = None
+        response.close()
+        return drive.raised(plan, failure, during_body=True)
+    if type(step) is AwaitOthers:
+        response.close()
+    return step
+
+
+class _SyncRound:
+    """One attempt of a sync hedging call and its copies.
+
+    The first copy is sent on the caller's thread, as without hedging; the process-wide
+    timer (:mod:`retrysafe.hedge_timer`) starts each hedged copy on a thread of its
+    own when it is due. Whichever thread a copy ends on tells the engine, one at a
+    time (``lock``); the copy that ends the round cancels the others, and when that
+    is not the caller's, the caller gets the round's end through ``final``.
+    """
+
+    def __init__(self, transport: httpx.BaseTransport, drive: Drive, request: httpx.Request):
+        call = drive.call
+        assert isinstance(call, HedgedCall)
+        self.call = call
+        self.transport = transport
+        self.drive = drive
+        self.request = request
+        #: The engine and the governor are told by one thread at a time.
+        self.lock = threading.Lock()
+        self.copies: dict[AttemptPlan, _Copy] = {}
+        self.final: queue.SimpleQueue[Step | BaseException] = queue.SimpleQueue()
+        self.done = False
+        self.alarm: Alarm | None = None
+        #: The caller's context: copies run in a copy of it (tracing and the like).
+        self.context = contextvars.copy_context()
+
+    def prepare(self, plan: AttemptPlan) -> _Copy:
+        """The copy of the request ``plan`` sends, with its timeouts set."""
+        copy_request = _copy_of(self.request)
+        _prepare(copy_request, self.drive, plan)
+        copy = _Copy(plan, copy_request)
+        self.copies[plan] = copy
+        return copy
+
+    def arm_next(self) -> None:
+        """(Under the lock.) Set the timer for the next copy, if the engine wants one."""
+        if self.alarm is not None:
+            self.alarm.disarm()
+            self.alarm = None
+        hedge = self.call.next_hedge()
+        if hedge is not None:
+            delay = hedge.at - self.drive.settings.clock.monotonic()
+            self.alarm = arm(time.monotonic() + delay, self._hedge_due)
+
+    def _hedge_due(self) -> None:
+        """(On the timer thread.) Ask for the due copy and start it on its own thread."""
+        with self.lock:
+            self.alarm = None
+            if self.done:
+                return
+            hedge = self.call.next_hedge()
+            if hedge is None:
+                return
+            if self.drive.settings.clock.monotonic() >= hedge.at:
+                plan = self.drive.hedge(hedge)
+                if plan is not None:
+                    copy = self.prepare(plan)
+                    threading.Thread(
+                        target=self.context.copy().run,
+                        args=(self._run, copy),
+                        name=f"retrysafe-hedge-{plan.number}",
+                        daemon=True,
+                    ).start()
+            self.arm_next()
+
+    def _run(self, copy: _Copy) -> None:
+        """(On a hedged copy's thread.) Send it, then report it."""
+        try:
+            result = _send(self.transport, copy)
+        except BaseException as exc:  # handed to the caller, who raises it
+            result = _Result(copy, None, None, fatal=exc)
+        outcome = self.report(result)
+        if outcome is not None:
+            self.final.put(outcome)
+
+    def report(self, result: _Result) -> Step | BaseException | None:
+        """Tell the engine what a copy got: the round's end if this ended it, else None."""
+        with self.lock:
+            if self.done or not self.call.in_flight(result.copy.plan):
+                # It lost, or it was given up as overdue: nobody will read it.
+                if result.response is not None:
+                    result.response.close()
+                return None
+            if result.fatal is not None:
+                self.end(None)
+                return result.fatal
+            step = _conclude(self.drive, result)
+            if type(step) is AwaitOthers:
+                self.arm_next()
+                return None
+            self.end(result.copy)
+            return step
+
+    def end(self, winner: _Copy | None) -> None:
+        """(Under the lock.) The round is over: no more copies, the others cancelled."""
+        self.done = True
+        if self.alarm is not None:
+            self.alarm.disarm()
+            self.alarm = None
+        for copy in self.copies.values():
+            if copy is not winner:
+                copy.cancel()
+
+    def wait_for_the_end(self) -> Step:
+        """The caller's copy ended without ending the round: wait for the copy that does."""
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                pending = [
+                    copy.attempt_ends_at + _OVERDUE - now
+                    for copy in self.copies.values()
+                    if not copy.finished and not copy.cancelled and copy.attempt_ends_at
+                ]
+            try:
+                outcome = self.final.get(timeout=max(0.0, min(pending)) if pending else None)
+            except queue.Empty:
+                with self.lock:
+                    if self.done:
+                        continue
+                    step = _give_up_overdue(self.drive, self.copies)
+                    if step is None:
+                        continue
+                    self.end(None)
+                    return step
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+
+def hedged_round(
+    transport: httpx.BaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+) -> Step:
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
+    round_ = _SyncRound(transport, drive, request)
+    first = round_.prepare(plan)
+    with round_.lock:
+        round_.arm_next()
+    try:
+        outcome = round_.report(_send(transport, first))
+        if outcome is None:
+            return round_.wait_for_the_end()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    finally:
+        with round_.lock:
+            if not round_.done:
+                round_.end(None)  # the caller was interrupted: cancel every copy
+
+
+# -- async ---------------------------------------------------------------------------------
+
+
+async def _run_copy_async(
+    transport: httpx.AsyncBaseTransport,
+    copy: _Copy,
+    outbox: MemoryObjectSendStream[_Result],
+) -> None:
+    """Send one copy (as its own task) and leave what it got in ``outbox``."""
+    assert copy.scope is not None
+    with copy.scope:
+        current_call.set(copy)
+        response: httpx.Response | None = None
+        timeout = copy.plan.timeout + _GRACE if copy.plan.timeout != math.inf else None
+        try:
+            with anyio.fail_after(timeout):
+                response = await transport.handle_async_request(copy.request)
+                if copy.plan.read_body:
+                    await response.aread()
+            result = _Result(copy, response, None)
+        except AttemptDeadlineReached as reached:
+            result = _Result(copy, response, reached.as_outcome())
+        except TimeoutError:
+            result = _Result(copy, response, AttemptTimedOut("the copy did not finish in its time"))
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            result = _Result(copy, response, exc)
+        except anyio.get_cancelled_exc_class():
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise
+        except Exception as exc:  # handed to the coordinator, which raises it
+            result = _Result(copy, response, None, fatal=exc)
+        copy.finished = True
+        outbox.send_nowait(result)
+
+
+async def _conclude_async(drive: Drive, result: _Result) -> Step:
+    """Tell the engine what one copy got (reading its body if the engine asks)."""
+    copy, response = result.copy, result.response
+    plan = copy.plan
+    if result.failure is not None:
+        if response is not None:
+            await response.aclose()
+        return drive.raised(plan, result.failure, during_body=response is not None)
+    assert response is not None
+    step = drive.returned(plan, response)
+    if type(step) is ReadBody:
+        drive.attempt_ends_at = copy.attempt_ends_at
+        timeout = None if copy.attempt_ends_at is None else copy.attempt_ends_at - time.monotonic()
+        failure: Exception
+        try:
+            with anyio.fail_after(max(0.0, timeout) if timeout is not None else None):
+                await response.aread()
+        except AttemptDeadlineReached as reached:
+            failure = reached.as_outcome()
+        except TimeoutError:
+            failure = AttemptTimedOut("the copy's body did not arrive in its time")
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        else:
+            return drive.returned(plan, response)
+        finally:
+            drive.attempt_ends_at = None
+        await response.aclose()
+        return drive.raised(plan, failure, during_body=True)
+    if type(step) is AwaitOthers:
+        await response.aclose()
+    return step
+
+
+async def hedged_round_async(
+    transport: httpx.AsyncBaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+) -> Step:
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
+    call = drive.call
+    assert isinstance(call, HedgedCall)
+    send, receive = anyio.create_memory_object_stream[_Result](math.inf)
+    copies: dict[AttemptPlan, _Copy] = {}
+    winner: _Copy | None = None
+    step: Step | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+
+        def launch(plan: AttemptPlan) -> None:
+            copy_request = _copy_of(request)
+            _prepare(copy_request, drive, plan)
+            copy = _Copy(plan, copy_request)
+            copy.scope = anyio.CancelScope()
+            copies[plan] = copy
+            group.start_soon(_run_copy_async, transport, copy, send)
+
+        launch(plan)
+        try:
+            while step is None:
+                result: _Result | None = None
+                with anyio.move_on_after(_wait_for(drive, call, copies)):
+                    result = await receive.receive()
+                if result is None:
+                    new_plan = _hedge_if_due(drive, call)
+                    if new_plan is not None:
+                        launch(new_plan)
+                    step = _give_up_overdue(drive, copies)
+                    continue
+                if result.fatal is not None:
+                    raise result.fatal
+                if not call.in_flight(result.copy.plan):  # given up as overdue already
+                    if result.response is not None:
+                        await result.response.aclose()
+                    continue
+                concluded = await _conclude_async(drive, result)
+                if type(concluded) is not AwaitOthers:
+                    winner, step = result.copy, concluded
+        except Exception as exc:  # raised after the copies are cancelled (no exception group)
+            error = exc
+        finally:
+            for copy in copies.values():
+                if copy is not winner:
+                    copy.cancel()
+    with anyio.CancelScope(shield=True):
+        while True:  # answers that came in too late: close them
+            try:
+                late = receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            if late.copy is not winner and late.response is not None:
+                await late.response.aclose()
+    send.close()
+    receive.close()
+    if error is not None:
+        raise error
+    assert step is not None
+    return step

@@ -1,0 +1,362 @@
+"""RetryAdapter: requests' transport adapter driven by retrysafe's engine.
+
+Mounted on a ``requests.Session``, it sends each attempt through requests' own
+``HTTPAdapter`` (connection pools, TLS, proxies as configured) and leaves every
+decision to the same :class:`~retrysafe.drive.Drive` and engine the httpx shells
+use: same retry table, same Retry-After handling, same errors, and the same
+governor when one is shared with httpx clients::
+
+    session = requests.Session()
+    adapter = RetryAdapter(policy=RetryPolicy(deadline=10))
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+
+The engine sees the requests objects through httpx views
+(:mod:`retrysafe.foreign_shell`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import urljoin
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.poolmanager import ProxyManager
+from urllib3.util import Timeout as Urllib3Timeout
+
+from retrysafe.clock import Clock
+from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
+from retrysafe.drive import Drive, ShellSettings, Step
+from retrysafe.errors import ApiError
+from retrysafe.foreign_shell import RedirectTrail, request_view, response_view
+from retrysafe.governor import Governor
+from retrysafe.observe import EventHook
+from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
+from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
+from retrysafe.requests.errors import as_requests_error
+from retrysafe.requests.failures import attempt_failure
+
+__all__ = ["RetryAdapter", "report_of"]
+
+#: The watchdog cuts an attempt this long after its timeout, so that requests' own
+#: per-operation timeouts, which know how far the request got, fire first.
+_GRACE = 0.05
+_AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
+_REPORT_ATTRIBUTE = "_retrysafe_report"
+_trail = RedirectTrail("retrysafe_requests_redirect")
+
+#: requests' ``timeout=`` argument: seconds, a (connect, read) pair, or urllib3's Timeout.
+TimeoutArg = float | tuple[float | None, float | None] | Urllib3Timeout | None
+
+
+def report_of(response: requests.Response) -> CallReport | None:
+    """What the call behind ``response`` did (attempts, waits, key), or None if the
+    response did not come through a :class:`RetryAdapter`."""
+    report = getattr(response, _REPORT_ATTRIBUTE, None)
+    return report if isinstance(report, CallReport) else None
+
+
+class RetryAdapter(HTTPAdapter):
+    """A ``requests`` transport adapter that retries per ``policy`` and raises ``ApiError``.
+
+    Args:
+        policy: how to retry (attempts, timeouts, one deadline for the whole call).
+        governor: load protection (retry budget, circuit breaker, cooldowns) per
+            dependency; pass the ``Governor`` an httpx ``retrysafe.Client`` uses to
+            share its state. Default: one of the adapter's own.
+        clock, hooks, dependency, deadline_header: as for ``retrysafe.RetryTransport``.
+        idempotency: ``"auto"`` gives every POST and PATCH without an
+            ``Idempotency-Key`` header a fresh key, the same on every attempt;
+            ``"off"`` (default) keys only requests that carry the header.
+        raise_on_status: True (default): a call that ends on a failing response raises
+            its ``ApiError``, as a call that got no response does. False: such a call
+            returns its last response instead (``report_of(response).error`` holds the
+            error), as urllib3's ``Retry(raise_on_status=False)`` did.
+        pool_connections, pool_maxsize, pool_block: as for ``HTTPAdapter``.
+
+    Every error raised is retrysafe's and also a requests exception (see
+    :mod:`retrysafe.requests.errors`). ``timeout=`` given to requests still bounds
+    each socket operation; each attempt's own time, and the call's deadline, bound
+    the attempt as a whole, from connect to the last body byte (the socket is shut
+    down when it runs out). With ``stream=True`` the attempt ends at the headers of a
+    success and the body is handed over unread.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen value, safe as default
+        governor: Governor | None = None,
+        clock: Clock | None = None,
+        hooks: Sequence[EventHook] = (),
+        dependency: str | DependencyNamer | None = None,
+        deadline_header: str | None = None,
+        idempotency: Literal["off", "auto"] = "off",
+        raise_on_status: bool = True,
+        pool_connections: int = 10,
+        pool_maxsize: int = 10,
+        pool_block: bool = False,
+    ) -> None:
+        if idempotency not in ("off", "auto"):
+            raise ValueError(
+                "idempotency must be 'off' or 'auto' (a key on every POST and PATCH), "
+                f"got {idempotency!r}"
+            )
+        self.settings = ShellSettings.build(
+            policy=policy,
+            clock=clock,
+            governor=governor,
+            hooks=hooks,
+            dependency=dependency,
+            raise_errors=True,
+            deadline_header=deadline_header,
+        )
+        self.idempotency = idempotency
+        self.raise_on_status = raise_on_status
+        # requests' own retries stay off: every repeat is the engine's decision.
+        super().__init__(
+            pool_connections=pool_connections,
+            pool_maxsize=pool_maxsize,
+            max_retries=0,
+            pool_block=pool_block,
+        )
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy of this adapter's calls."""
+        return self.settings.policy
+
+    @property
+    def governor(self) -> Governor:
+        """The load protection this adapter's calls share."""
+        return self.settings.governor
+
+    # -- requests' hooks ---------------------------------------------------------------
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        bound_pools(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> ProxyManager:
+        manager: ProxyManager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        bound_pools(manager)
+        return manager
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: TimeoutArg = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """Send ``request`` as one retrying call; raise its ``ApiError`` if it fails."""
+        method = (request.method or "GET").upper()
+        headers = request.headers
+        if (
+            self.idempotency == "auto"
+            and method in _AUTO_KEYED_METHODS
+            and IDEMPOTENCY_HEADER not in headers
+        ):
+            headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
+        url = request.url or ""
+        body = request.body
+        view = request_view(
+            method,
+            url,
+            headers.items(),
+            replayable=body is None or isinstance(body, (bytes, str)),
+            stream=stream,
+            chain=_trail.take(url),
+        )
+        attempt = _Attempt(self, request, timeout, verify, cert, proxies)
+        drive = Drive(self.settings, view)
+        try:
+            step: Step = drive.next_attempt()
+            while True:
+                if type(step) is AttemptPlan:
+                    step = attempt.run(drive, step)
+                elif type(step) is Wait:
+                    self.settings.clock.sleep(step.seconds)
+                    step = drive.next_attempt()
+                else:
+                    break
+        except BaseException:
+            drive.abandoned()  # cancelled (KeyboardInterrupt) or a rule raised
+            attempt.discard()
+            raise
+        finally:
+            drive.close()
+        return self._finish(drive, step, attempt)
+
+    def _finish(self, drive: Drive, step: Step, attempt: _Attempt) -> requests.Response:
+        """Return the response of a success; raise (or return) a failure's."""
+        response = attempt.response
+        try:
+            drive.finish(step)
+        except ApiError as error:
+            raise as_requests_error(
+                error, cause=error.__cause__, response=response, request=attempt.request
+            ) from error.__cause__
+        if type(step) is Succeed:
+            assert response is not None
+            setattr(response, _REPORT_ATTRIBUTE, step.report)
+            _trail.leave(drive.request, _redirect_target(response))
+            return response
+        assert isinstance(step, Fail)
+        assert response is not None
+        setattr(response, _REPORT_ATTRIBUTE, step.report)
+        if not self.raise_on_status:
+            return response
+        raise as_requests_error(
+            step.error, cause=step.cause, response=response, request=attempt.request
+        ) from step.cause
+
+    def __repr__(self) -> str:
+        return f"RetryAdapter(policy={self.policy!r})"
+
+
+def _redirect_target(response: requests.Response) -> str | None:
+    """Where a redirect response points, resolved against its URL (None: not one)."""
+    if not response.is_redirect:
+        return None
+    location = response.headers.get("location")
+    return urljoin(response.url, location) if location else None
+
+
+class _CutShort(Exception):
+    """The watchdog ended the attempt, yet requests returned what it had read."""
+
+
+class _Attempt:
+    """Sends one attempt of a call through ``HTTPAdapter.send``, bounded by its time."""
+
+    __slots__ = ("adapter", "cert", "proxies", "request", "response", "timeout", "verify")
+
+    def __init__(
+        self,
+        adapter: RetryAdapter,
+        request: requests.PreparedRequest,
+        timeout: TimeoutArg,
+        verify: bool | str,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None,
+        proxies: Mapping[str, str] | None,
+    ) -> None:
+        self.adapter = adapter
+        self.request = request
+        self.timeout = _connect_and_read(timeout)
+        self.verify = verify
+        self.cert = cert
+        self.proxies = proxies
+        #: The last attempt's response (None if it got none).
+        self.response: requests.Response | None = None
+
+    def run(self, drive: Drive, plan: AttemptPlan) -> Step:
+        """Send the attempt and read as much as the engine needs, within its time."""
+        self.discard()
+        limit = plan.timeout
+        header = self.adapter.settings.deadline_header
+        if header is not None and math.isfinite(limit):
+            self.request.headers[header] = f"{limit:.3f}"
+        watch: Watch | None = None
+        token = None
+        if math.isfinite(limit):
+            watch = watchdog.watch(time.monotonic() + limit + _GRACE)
+            token = current_watch.set(watch)
+        response: requests.Response | None = None
+        try:
+            try:
+                response = HTTPAdapter.send(
+                    self.adapter,
+                    self.request,
+                    stream=True,
+                    timeout=self._bounded_timeout(limit),  # type: ignore[arg-type]
+                    verify=self.verify,
+                    cert=self.cert,
+                    proxies=self.proxies,
+                )
+                if watch is not None and watch.expired:
+                    # Cut in the head: http.client takes the bytes it had as the whole
+                    # head, so this "response" is what was left of one.
+                    response.close()
+                    response = None
+                    raise _CutShort()
+                body = _read(response, watch) if plan.read_body else None
+                step = drive.returned(plan, _view_of(drive, response, body))
+                if type(step) is ReadBody:
+                    step = drive.returned(plan, _view_of(drive, response, _read(response, watch)))
+                self.response = response
+                return step
+            except _CutShort as exc:
+                failure = attempt_failure(exc, expired=True)
+            except (requests.RequestException, OSError) as exc:
+                failure = attempt_failure(exc, expired=watch is not None and watch.expired)
+            except Exception as exc:
+                # urllib3 lets a few of its own through (an empty pool); a rule's bug is not
+                # one of them and goes on to the caller.
+                if type(exc).__module__.split(".")[0] != "urllib3":
+                    raise
+                failure = attempt_failure(exc, expired=watch is not None and watch.expired)
+        except BaseException:
+            if response is not None:
+                response.close()
+            raise
+        finally:
+            if watch is not None:
+                watchdog.release(watch)
+                current_watch.reset(token)  # type: ignore[arg-type]
+        if response is not None:
+            response.close()
+        return drive.raised(plan, failure, during_body=response is not None)
+
+    def _bounded_timeout(self, limit: float) -> tuple[float | None, float | None]:
+        """The caller's (connect, read) timeouts, neither longer than the attempt's time."""
+        connect, read = self.timeout
+        bound = None if limit == math.inf else limit
+        if bound is not None:
+            connect = bound if connect is None or connect > bound else connect
+            read = bound if read is None or read > bound else read
+        return connect, read
+
+    def discard(self) -> None:
+        """Close the previous attempt's response (its connection goes back to the pool)."""
+        if self.response is not None:
+            self.response.close()
+            self.response = None
+
+
+def _read(response: requests.Response, watch: Watch | None) -> bytes:
+    """The whole body, unless the watchdog cut it short (then it is not the body)."""
+    body = response.content
+    if watch is not None and watch.expired:
+        raise _CutShort()
+    return body
+
+
+def _view_of(drive: Drive, response: requests.Response, body: bytes | None) -> Any:
+    return response_view(response.status_code, response.headers.items(), body, drive.call.policy)
+
+
+def _connect_and_read(timeout: TimeoutArg) -> tuple[float | None, float | None]:
+    """requests' ``timeout=`` as a (connect, read) pair of seconds (None: no limit)."""
+    if timeout is None:
+        return None, None
+    if isinstance(timeout, Urllib3Timeout):
+        connect = timeout.connect_timeout
+        read = timeout.read_timeout
+        return (
+            connect if isinstance(connect, (int, float)) else None,
+            read if isinstance(read, (int, float)) else None,
+        )
+    if isinstance(timeout, tuple):
+        if len(timeout) != 2:
+            raise ValueError(f"timeout must be seconds or a (connect, read) pair, got {timeout!r}")
+        return timeout[0], timeout[1]
+    return timeout, timeout

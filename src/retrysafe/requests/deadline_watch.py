@@ -1,0 +1,165 @@
+"""Ending a requests attempt at its deadline, whatever the server trickles.
+
+requests' timeouts are per socket operation: a server sending one byte of its
+headers or body every second never trips a 2 s read timeout. So each attempt with a
+finite time registers a :class:`Watch` with one process-wide watchdog thread, and
+urllib3's connections of a :class:`~retrysafe.requests.RetryAdapter` tell the watch
+which connection the attempt is using (:class:`BoundedHTTPConnection`). When the
+attempt's time is up, the watchdog shuts that socket down: the blocked read returns
+at once, urllib3 raises, and the shell reports the attempt as timed out.
+
+The watchdog costs one lock and a heap push per attempt; its thread wakes only when
+an attempt still running reaches its end. Not covered: name resolution
+(``getaddrinfo`` cannot be interrupted) and the TLS handshake past the connect
+timeout; both are still bounded by the connect timeout per operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import heapq
+import itertools
+import socket
+import threading
+import time
+from typing import Any
+
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import PoolManager
+
+__all__ = [
+    "BoundedHTTPConnection",
+    "BoundedHTTPSConnection",
+    "Watch",
+    "bound_pools",
+    "watchdog",
+]
+
+
+class Watch:
+    """One attempt's end, and the connection it is using."""
+
+    __slots__ = ("connection", "done", "ends_at", "expired")
+
+    def __init__(self, ends_at: float) -> None:
+        self.ends_at = ends_at
+        self.connection: HTTPConnection | None = None
+        #: The attempt ended (set under the watchdog's lock: no shutdown after it).
+        self.done = False
+        #: The watchdog shut the attempt's socket down: its failure is a timeout.
+        self.expired = False
+
+    def _expire(self) -> None:
+        connection = self.connection
+        self.expired = True
+        if connection is None or getattr(connection, "_retrysafe_watch", None) is not self:
+            return  # not connected yet (the connect timeout bounds it) or used by another
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            # The plain socket's shutdown, also under TLS: it wakes a blocked read
+            # without touching the TLS object another thread is reading through.
+            with contextlib.suppress(OSError):  # already closed
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+#: The watch of the attempt running in this thread, for the connection to find.
+current_watch: contextvars.ContextVar[Watch | None] = contextvars.ContextVar(
+    "retrysafe_requests_watch", default=None
+)
+
+
+class _Watchdog:
+    """One daemon thread that shuts down the sockets of attempts past their end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int, Watch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, ends_at: float) -> Watch:
+        """Start watching an attempt that must end by ``ends_at`` (``time.monotonic()``)."""
+        watch = Watch(ends_at)
+        with self._lock:
+            earliest = self._heap[0][0] if self._heap else None
+            heapq.heappush(self._heap, (ends_at, next(self._order), watch))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="retrysafe-requests-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif earliest is None or ends_at < earliest:
+                self._wake.notify()
+        return watch
+
+    def release(self, watch: Watch) -> None:
+        """The attempt ended: its socket must not be shut down any more."""
+        with self._lock:
+            watch.done = True
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                heap = self._heap
+                while heap and heap[0][2].done:
+                    heapq.heappop(heap)
+                if not heap:
+                    self._wake.wait()
+                    continue
+                ends_at, _, watch = heap[0]
+                left = ends_at - time.monotonic()
+                if left > 0:
+                    self._wake.wait(left)
+                    continue
+                heapq.heappop(heap)
+                watch._expire()
+
+
+#: The process's one watchdog (its thread starts with the first watched attempt).
+watchdog = _Watchdog()
+
+
+class _Bounded:
+    """Mixed into urllib3's connections: each request tells the running attempt's
+    watch which connection (so which socket) it uses."""
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        watch = current_watch.get()
+        if watch is not None:
+            self._retrysafe_watch = watch
+            watch.connection = self  # type: ignore[assignment]
+            if watch.expired:  # its time ran out while it was connecting (TLS)
+                watch._expire()
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        watch = current_watch.get()
+        if watch is None or not watch.expired:
+            return
+        if watch.connection is self:  # type: ignore[comparison-overlap]
+            watch._expire()  # its time ran out while it was connecting (plain HTTP)
+
+
+class BoundedHTTPConnection(_Bounded, HTTPConnection):
+    """urllib3's HTTP connection, reporting itself to the attempt's watch."""
+
+
+class BoundedHTTPSConnection(_Bounded, HTTPSConnection):
+    """urllib3's HTTPS connection, reporting itself to the attempt's watch."""
+
+
+class _BoundedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = BoundedHTTPConnection
+
+
+class _BoundedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = BoundedHTTPSConnection
+
+
+def bound_pools(manager: PoolManager) -> None:
+    """Make the pools ``manager`` creates use the bounded connections."""
+    manager.pool_classes_by_scheme = {"http": _BoundedHTTPPool, "https": _BoundedHTTPSPool}

@@ -1,0 +1,145 @@
+"""The errors a :class:`~retrysafe.requests.RetryAdapter` raises, in both exception trees.
+
+A final failure raises retrysafe's error for it, re-typed so that it is *also* the
+``requests`` exception a requests user already catches. Each class below has the
+name of the retrysafe class it subclasses (so ``except retrysafe.ServerError`` and
+``repr()`` read as everywhere else) and a requests base:
+
+==========================================  ===========================================
+retrysafe error                             also a
+==========================================  ===========================================
+ClientError, RateLimited, QuotaExhausted,   ``requests.HTTPError`` (as
+ServerError                                 ``raise_for_status()`` raises)
+TransportError                              ``requests.ConnectionError``; when the last
+                                            attempt timed out, ``TransportTimeout``
+                                            (a ``TransportError``) is also a
+                                            ``requests.Timeout``
+DeadlineExceeded                            ``requests.Timeout``
+BadResponse                                 ``requests.RequestException``
+RetryAfterTooLong, CircuitOpen,             ``requests.exceptions.RetryError`` (what
+BudgetExhausted, CooldownActive,            urllib3's ``Retry`` raises when it stops)
+PacingDelayed
+==========================================  ===========================================
+
+On these, ``response`` is the last ``requests.Response`` (body read), or None, and
+``request`` the ``PreparedRequest``; every other field is retrysafe's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import requests
+from requests.exceptions import RetryError
+
+import retrysafe.errors as base
+from retrysafe.foreign_shell import adopt_error
+
+__all__ = [
+    "BadResponse",
+    "BudgetExhausted",
+    "CircuitOpen",
+    "ClientError",
+    "CooldownActive",
+    "DeadlineExceeded",
+    "PacingDelayed",
+    "QuotaExhausted",
+    "RateLimited",
+    "RetryAfterTooLong",
+    "ServerError",
+    "TransportError",
+    "TransportTimeout",
+    "as_requests_error",
+]
+
+
+class _RequestsError:
+    """What the re-typed errors add: requests' ``request`` attribute."""
+
+    request: requests.PreparedRequest | None = None
+
+
+class ClientError(_RequestsError, base.ClientError, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.ClientError.__doc__
+
+
+class RateLimited(_RequestsError, base.RateLimited, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.RateLimited.__doc__
+
+
+class QuotaExhausted(_RequestsError, base.QuotaExhausted, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.QuotaExhausted.__doc__
+
+
+class ServerError(_RequestsError, base.ServerError, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.ServerError.__doc__
+
+
+class TransportError(_RequestsError, base.TransportError, requests.ConnectionError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.TransportError.__doc__
+
+
+class TransportTimeout(TransportError, requests.Timeout):  # type: ignore[misc]  # as above
+    """A ``TransportError`` whose last attempt timed out: also a ``requests.Timeout``."""
+
+
+class DeadlineExceeded(_RequestsError, base.DeadlineExceeded, requests.Timeout):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.DeadlineExceeded.__doc__
+
+
+class BadResponse(_RequestsError, base.BadResponse, requests.RequestException):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.BadResponse.__doc__
+
+
+class RetryAfterTooLong(_RequestsError, base.RetryAfterTooLong, RetryError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.RetryAfterTooLong.__doc__
+
+
+class CircuitOpen(_RequestsError, base.CircuitOpen, RetryError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.CircuitOpen.__doc__
+
+
+class BudgetExhausted(_RequestsError, base.BudgetExhausted, RetryError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.BudgetExhausted.__doc__
+
+
+class CooldownActive(_RequestsError, base.CooldownActive, RetryError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.CooldownActive.__doc__
+
+
+class PacingDelayed(_RequestsError, base.PacingDelayed, RetryError):  # type: ignore[misc]  # both bases define the fields
+    __doc__ = base.PacingDelayed.__doc__
+
+
+_KINDS: dict[type[base.ApiError], type[base.ApiError]] = {
+    base.ClientError: ClientError,
+    base.RateLimited: RateLimited,
+    base.QuotaExhausted: QuotaExhausted,
+    base.ServerError: ServerError,
+    base.TransportError: TransportError,
+    base.DeadlineExceeded: DeadlineExceeded,
+    base.BadResponse: BadResponse,
+    base.RetryAfterTooLong: RetryAfterTooLong,
+    base.CircuitOpen: CircuitOpen,
+    base.BudgetExhausted: BudgetExhausted,
+    base.CooldownActive: CooldownActive,
+    base.PacingDelayed: PacingDelayed,
+}
+
+
+def as_requests_error(
+    error: base.ApiError,
+    *,
+    cause: BaseException | None,
+    response: requests.Response | None,
+    request: requests.PreparedRequest,
+) -> base.ApiError:
+    """``error`` as the class above that matches it, carrying requests' own objects."""
+    kinds = _KINDS
+    if type(error) is base.TransportError and isinstance(cause, httpx.TimeoutException):
+        kinds = {**_KINDS, base.TransportError: TransportTimeout}
+    adopted: Any = adopt_error(error, kinds)
+    adopted.response = response
+    adopted.request = request
+    return adopted  # type: ignore[no-any-return]

@@ -1,0 +1,99 @@
+"""From urllib3's ``Retry`` to a :class:`~retrysafe.RetryPolicy`: the migration helper.
+
+Most requests users retry with ``HTTPAdapter(max_retries=Retry(...))``.
+:func:`policy_from_retry` turns that ``Retry`` into the policy meaning the same
+where retrysafe has an equivalent, and refuses, naming the field and what to do,
+where it has none (silently dropping a setting would change behaviour unseen):
+
+=============================  ======================================================
+``Retry`` field                 ``RetryPolicy``
+=============================  ======================================================
+``total=N``                     ``attempts=N + 1`` (``total=0`` or ``False``: 1)
+``status_forcelist``            ``retry_statuses`` (429 is always waited out)
+``allowed_methods``             ``idempotent_methods`` (others repeat only with a key)
+``backoff_factor``              ``backoff_base`` (full jitter below it, doubling)
+``backoff_max``                 ``backoff_cap``
+``retry_after_max``             ``max_retry_after``
+``respect_retry_after_header``  always on; ``False`` is refused
+``raise_on_status``             ``RetryAdapter(raise_on_status=...)``
+``connect``/``read``/           refused unless ``total`` is 0: retrysafe counts
+``status``/``other``            attempts per call, and decides per outcome whether
+                                repeating is safe
+``allowed_methods=None``        refused: a POST is repeated only under an
+                                idempotency key (``RetryAdapter(idempotency="auto")``)
+``redirect``,                   not retrysafe's: requests follows redirects itself
+``raise_on_redirect``,          (``Session.max_redirects``)
+``remove_headers_on_redirect``
+``backoff_jitter``              ignored: retrysafe's backoff is always fully jittered
+=============================  ======================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from urllib3.util import Retry
+
+from retrysafe.policy import RetryPolicy
+
+__all__ = ["UnsupportedRetrySetting", "policy_from_retry"]
+
+
+class UnsupportedRetrySetting(ValueError):
+    """A ``Retry`` setting with no retrysafe equivalent; the message says what to do."""
+
+
+def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) -> RetryPolicy:
+    """The :class:`RetryPolicy` that does what ``retry`` did; ``base`` gives every
+    other field (default ``RetryPolicy()``: timeouts and the deadline are retrysafe's
+    own, urllib3 had none).
+
+    Raises :class:`UnsupportedRetrySetting` for a setting retrysafe cannot honour.
+    """
+    if isinstance(retry, int) and not isinstance(retry, bool):
+        retry = Retry.from_int(retry)
+    if not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a urllib3.util.Retry or an int, got {retry!r}")
+    base = base if base is not None else RetryPolicy()
+    total = retry.total
+    if total is None:
+        raise UnsupportedRetrySetting(
+            "Retry(total=None) counts retries per kind only; retrysafe counts attempts per "
+            "call: give total=N (policy attempts=N + 1)"
+        )
+    retries = 0 if total is False else int(total)
+    if retries > 0:
+        for name in ("connect", "read", "status", "other"):
+            value = getattr(retry, name)
+            if value is not None:
+                raise UnsupportedRetrySetting(
+                    f"Retry({name}={value!r}) has no equivalent: retrysafe counts attempts "
+                    "per call (total) and decides per outcome whether a repeat is safe; "
+                    f"drop {name}= and keep total="
+                )
+    if retry.allowed_methods is None:
+        raise UnsupportedRetrySetting(
+            "Retry(allowed_methods=None) would repeat any method; retrysafe repeats a POST "
+            "or PATCH only under an idempotency key: list the idempotent methods, and use "
+            "RetryAdapter(idempotency='auto') to key writes"
+        )
+    if not retry.respect_retry_after_header:
+        raise UnsupportedRetrySetting(
+            "Retry(respect_retry_after_header=False) has no equivalent: retrysafe always "
+            "waits as long as Retry-After asks (cap it with RetryPolicy(max_retry_after=...))"
+        )
+    backoff_base = float(retry.backoff_factor)
+    backoff_cap = max(float(retry.backoff_max), backoff_base)
+    # urllib3 2.5 added retry_after_max; older ones had no cap.
+    retry_after_max = getattr(retry, "retry_after_max", None)
+    return dataclasses.replace(
+        base,
+        attempts=retries + 1,
+        retry_statuses=frozenset(retry.status_forcelist or ()),
+        idempotent_methods=frozenset(retry.allowed_methods),
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        max_retry_after=(
+            float(retry_after_max) if retry_after_max is not None else base.max_retry_after
+        ),
+    )

@@ -1,0 +1,363 @@
+"""OpenTelemetry for retrysafe calls: spans and metrics on ``opentelemetry-api`` only.
+
+Pass one :class:`OpenTelemetry` in a client's or transport's ``hooks``::
+
+    client = retrysafe.Client(hooks=[OpenTelemetry()])
+
+Each call gets a span (``retrysafe GET``, kind INTERNAL) and each attempt a child
+span (``GET``, kind CLIENT) with the HTTP client conventions:
+``http.request.method``, ``server.address``, ``server.port``, ``url.full`` (secrets
+redacted), ``http.response.status_code``, ``error.type`` and, on a resend,
+``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``,
+and on a failed attempt that is retried a ``retrysafe.retry`` event and the
+``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent
+with each attempt is that attempt's span.
+
+Beside ``opentelemetry-instrumentation-httpx`` nothing is counted twice: while an
+attempt is sent, retrysafe marks the context with OpenTelemetry's standard
+"suppress HTTP instrumentation" key, so the httpx instrumentation (which wraps the
+inner transport retrysafe sends through) makes no second span for the same
+request, and retrysafe's attempt span, which knows it is a resend, is the one.
+
+Without an SDK (no global provider set, none given) the hook says it is not
+listening: calls then build no routine events and open no spans, so the hook
+costs a check per call. Metrics (through the same API): ``retrysafe.attempts``,
+``retrysafe.retries``, ``retrysafe.refusals`` (counters), ``retrysafe.retry.wait``
+and ``retrysafe.call.duration`` (histograms), ``retrysafe.circuit.state`` (a gauge:
+0 closed, 1 half open, 2 open).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, propagate, trace
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "retrysafe.telemetry.otel needs OpenTelemetry's API: pip install 'retrysafe[otel]'"
+    ) from exc
+
+from retrysafe.observe import CallTrace, RetryEvent, logger
+from retrysafe.telemetry.vocabulary import (
+    LOCAL_REFUSAL_REASONS,
+    breaker_state_after,
+    known_method,
+)
+
+__all__ = ["OpenTelemetry"]
+
+_VERSION = "0.1.0"
+#: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
+_SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
+#: The key that switches every instrumentation off for a block of code.
+_SUPPRESS_ALL: Any = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+
+
+def _globals_unset() -> bool:
+    """Whether neither a global tracer provider nor a global meter provider is set.
+
+    The API keeps them in module attributes, None until set; reading those is a
+    fraction of the cost of its getters (which look at the environment each time
+    nothing is set). An API without them is asked through the public getters.
+    """
+    tracer_provider = getattr(trace, "_TRACER_PROVIDER", _ASK)
+    meter_provider = getattr(_metrics_state, "_METER_PROVIDER", _ASK)
+    if tracer_provider is _ASK or meter_provider is _ASK:
+        return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and (
+            type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+        )
+    return tracer_provider is None and meter_provider is None
+
+
+_ASK = object()
+try:
+    from opentelemetry.metrics import _internal as _metrics_state
+except ImportError:  # pragma: no cover - another API version: the public getters are used
+    _metrics_state = None  # type: ignore[assignment]
+
+
+class OpenTelemetry:
+    """A hook that traces every call (a span per call, one per attempt) and counts
+    attempts, retries, refusals and breaker states through the OpenTelemetry API.
+
+    Args:
+        tracer_provider: where spans go; default the global one.
+        meter_provider: where metrics go; default the global one.
+        propagate: put each attempt's trace context on its request (through the
+            globally configured propagator, W3C ``traceparent`` by default).
+        suppress_http_instrumentation: while an attempt is sent, tell other HTTP
+            client instrumentations (``opentelemetry-instrumentation-httpx``) not to
+            make a span of their own for it: retrysafe's attempt span is that span.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        propagate: bool = True,
+        suppress_http_instrumentation: bool = True,
+    ) -> None:
+        #: A provider was given, or a global one has been seen: spans and metrics have
+        #: somewhere to go (a global provider can be set once, never unset).
+        self._sdk_seen = tracer_provider is not None or meter_provider is not None
+        # A provider named by environment variable is loaded now, by the API's getters.
+        trace.get_tracer_provider()
+        metrics.get_meter_provider()
+        self._tracer = trace.get_tracer("retrysafe", _VERSION, tracer_provider)
+        meter = metrics.get_meter("retrysafe", _VERSION, meter_provider)
+        self.propagate = propagate
+        self.suppress_http_instrumentation = suppress_http_instrumentation and (
+            _SUPPRESS_HTTP is not None
+        )
+        self._attempts = meter.create_counter(
+            "retrysafe.attempts", unit="{attempt}", description="Attempts sent, by outcome."
+        )
+        self._retries = meter.create_counter(
+            "retrysafe.retries", unit="{retry}", description="Retries decided, by outcome."
+        )
+        self._refusals = meter.create_counter(
+            "retrysafe.refusals",
+            unit="{refusal}",
+            description="Calls retrysafe's own load protection stopped, by reason.",
+        )
+        self._waits = meter.create_histogram(
+            "retrysafe.retry.wait", unit="s", description="Waits before a retry."
+        )
+        self._durations = meter.create_histogram(
+            "retrysafe.call.duration", unit="s", description="Whole calls, retries included."
+        )
+        #: The last known breaker state of each dependency (gauge value).
+        self._breakers: dict[str, int] = {}
+        meter.create_observable_gauge(
+            "retrysafe.circuit.state",
+            callbacks=[self._observe_breakers],
+            unit="1",
+            description="Circuit breaker state per dependency: 0 closed, 1 half open, 2 open.",
+        )
+
+    @property
+    def listening(self) -> bool:
+        """False while neither spans nor metrics can go anywhere (no SDK configured and
+        no provider given): calls then build no routine events and open no spans.
+        Read once per call, so an SDK configured later is picked up by the next call."""
+        if self._sdk_seen:
+            return True
+        if _globals_unset():
+            return False
+        self._sdk_seen = True  # a global provider, once set, stays set
+        return True
+
+    # -- metrics: every event -----------------------------------------------------------
+
+    def __call__(self, event: RetryEvent) -> None:
+        """Count ``event`` (any call's)."""
+        kind = event.kind
+        dependency = event.dependency
+        if kind == "attempt":
+            self._attempts.add(
+                1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            )
+        elif kind == "retry":
+            labels = {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            self._retries.add(1, labels)
+            self._waits.record(event.wait, {"retrysafe.dependency": dependency})
+        elif kind == "success" or kind == "failure":
+            self._durations.record(
+                event.elapsed,
+                {
+                    "retrysafe.dependency": dependency,
+                    "http.request.method": known_method(event.method),
+                    "retrysafe.result": kind,
+                    "retrysafe.reason": event.reason,
+                },
+            )
+            if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
+                self._refusals.add(
+                    1, {"retrysafe.dependency": dependency, "retrysafe.reason": event.reason}
+                )
+        elif kind == "circuit":
+            state = breaker_state_after(event.transition)
+            if state is not None:
+                self._breakers[dependency] = state
+
+    def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(state, {"retrysafe.dependency": dependency})
+            for dependency, state in list(self._breakers.items())
+        ]
+
+    # -- spans: every call --------------------------------------------------------------
+
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
+        """Open the call's span; the drive loop then reports its attempts and events.
+
+        With no SDK configured the API hands out a span that records nothing and
+        has no trace to propagate: the call is then not followed at all (None: no
+        attempt spans, no context to enter, no header to add).
+        """
+        if _SUPPRESS_ALL is not None and otel_context.get_value(_SUPPRESS_ALL):
+            return None  # inside suppress_instrumentation() (an exporter's own requests...)
+        method = known_method(request.method)
+        url_parts = request.url
+        attributes: dict[str, Any] = {
+            "http.request.method": method,
+            "server.address": url_parts.host,
+            "server.port": url_parts.port or (443 if url_parts.scheme == "https" else 80),
+            "url.full": url,
+        }
+        span = self._tracer.start_span(
+            f"retrysafe {method}",
+            kind=trace.SpanKind.INTERNAL,
+            attributes={**attributes, "retrysafe.dependency": dependency},
+        )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return None
+        return _CallSpans(self, span, method, attributes)
+
+    def __repr__(self) -> str:
+        return f"OpenTelemetry(propagate={self.propagate})"
+
+
+def _now() -> int:
+    return time.time_ns()
+
+
+class _CallSpans:
+    """The spans of one call: the call's own, and the attempt in flight (if any).
+
+    An attempt's span is entered (made the current context) while the attempt is
+    sent, and left when its ``attempt`` event arrives; it ends at that moment, after
+    the retry or end event that follows has added what the call decided.
+    Instrumentation must never fail a call: every failure here is logged and swallowed.
+    """
+
+    __slots__ = (
+        "_attempt",
+        "_attempt_ended_at",
+        "_attributes",
+        "_call",
+        "_method",
+        "_owner",
+        "_token",
+    )
+
+    def __init__(
+        self, owner: OpenTelemetry, call: trace.Span, method: str, attributes: dict[str, Any]
+    ) -> None:
+        self._owner = owner
+        self._call = call
+        self._method = method
+        self._attributes = attributes
+        self._attempt: trace.Span | None = None
+        self._attempt_ended_at: int | None = None
+        self._token: Any = None
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        try:
+            self._end_attempt()
+            owner = self._owner
+            attributes = dict(self._attributes)
+            attributes["retrysafe.attempt"] = number
+            if number > 1:
+                attributes["http.request.resend_count"] = number - 1
+            span = owner._tracer.start_span(
+                self._method,
+                context=trace.set_span_in_context(self._call),
+                kind=trace.SpanKind.CLIENT,
+                attributes=attributes,
+            )
+            self._attempt = span
+            context = trace.set_span_in_context(span)
+            if owner.propagate:
+                propagate.inject(request.headers, context=context)
+            if owner.suppress_http_instrumentation:
+                context = otel_context.set_value(_SUPPRESS_HTTP, True, context)
+            self._token = otel_context.attach(context)
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
+
+    def event(self, event: RetryEvent) -> None:
+        try:
+            kind = event.kind
+            if kind == "attempt":
+                self._attempt_ended(event)
+            elif kind == "retry":
+                span = self._attempt or self._call
+                span.set_attribute("retrysafe.retry.wait", event.wait)
+                span.add_event(
+                    "retrysafe.retry",
+                    {"retrysafe.outcome": event.outcome, "retrysafe.retry.wait": event.wait},
+                )
+                self._end_attempt()
+            elif kind == "success" or kind == "failure":
+                self._end_attempt()
+                self._call_ended(event)
+            elif kind == "circuit":
+                self._call.add_event(
+                    "retrysafe.circuit", {"retrysafe.transition": event.transition}
+                )
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
+
+    def _attempt_ended(self, event: RetryEvent) -> None:
+        self._leave()
+        self._attempt_ended_at = _now()
+        span = self._attempt
+        if span is None:
+            return
+        span.set_attribute("retrysafe.outcome", event.outcome)
+        status = event.status
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        error_type = event.exception or (
+            str(status) if status is not None and status >= 400 else None
+        )
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            if event.exception is not None:
+                span.add_event("exception", {"exception.type": event.exception})
+            span.set_status(trace.StatusCode.ERROR, event.outcome)
+
+    def _call_ended(self, event: RetryEvent) -> None:
+        span = self._call
+        span.set_attribute("retrysafe.attempts", event.attempt)
+        span.set_attribute("retrysafe.outcome", event.outcome)
+        if event.status is not None:
+            span.set_attribute("http.response.status_code", event.status)
+        if event.kind == "failure":
+            span.set_attribute("retrysafe.reason", event.reason)
+            span.set_attribute("error.type", event.error or "_OTHER")
+            span.set_status(trace.StatusCode.ERROR, f"{event.error}: {event.reason}")
+        span.end()
+
+    def _end_attempt(self) -> None:
+        span, self._attempt = self._attempt, None
+        if span is not None:
+            span.end(end_time=self._attempt_ended_at)
+        self._attempt_ended_at = None
+
+    def _leave(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            otel_context.detach(token)
+
+    def close(self) -> None:
+        """The call is over: end whatever is still open (a call cancelled mid-attempt)."""
+        try:
+            self._leave()
+            span = self._attempt
+            if span is not None and self._attempt_ended_at is None:
+                span.set_attribute("error.type", "cancelled")
+                span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
+            self._end_attempt()
+            if self._call.is_recording():
+                self._call.end()
+        except Exception:
+            logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")

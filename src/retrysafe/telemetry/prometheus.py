@@ -1,0 +1,205 @@
+"""Prometheus metrics for retrysafe calls, on ``prometheus-client``.
+
+Pass one :class:`PrometheusMetrics` in a client's or transport's ``hooks``::
+
+    metrics = PrometheusMetrics(governor=governor)           # the default registry
+    client = retrysafe.Client(governor=governor, hooks=[metrics])
+
+Metric names (labels in brackets; ``dependency`` is the name calls are grouped
+under, by default the URL's origin ``scheme://host:port``, never its path or query):
+
+- ``retrysafe_calls_total{dependency, method, result, reason}``: calls ended;
+  ``result`` is ``success`` or ``failure``, ``reason`` why a failed call stopped
+  (empty for a success);
+- ``retrysafe_call_duration_seconds{dependency, result}``: histogram of whole calls;
+- ``retrysafe_attempts_total{dependency, outcome}``: attempts, by what each got;
+- ``retrysafe_retries_total{dependency, outcome}``: retries, by what the retried
+  attempt got;
+- ``retrysafe_retry_wait_seconds{dependency}``: histogram of waits before a retry;
+- ``retrysafe_refusals_total{dependency, reason}``: calls retrysafe's own load
+  protection stopped (``circuit_open``, ``budget_exhausted``, ``cooldown``, ``pacing``);
+- ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open (with
+  ``governor=``, read from it at each scrape for every dependency; else set by the
+  breaker changes the calls see);
+- ``retrysafe_budget_tokens{dependency}``: gauge, the retry budget's tokens left
+  (read from the governor at each scrape; only with ``governor=``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "retrysafe.telemetry.prometheus needs prometheus-client: "
+        "pip install 'retrysafe[prometheus]'"
+    ) from exc
+
+from retrysafe.governor import Governor
+from retrysafe.observe import RetryEvent
+from retrysafe.telemetry.vocabulary import (
+    BREAKER_STATE_VALUES,
+    LOCAL_REFUSAL_REASONS,
+    breaker_state_after,
+    known_method,
+)
+
+__all__ = ["PrometheusMetrics"]
+
+#: Buckets (seconds) for call durations and retry waits: from a fast call to a deadline.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class PrometheusMetrics:
+    """A hook that keeps retrysafe's Prometheus metrics (see the module for their names).
+
+    Args:
+        registry: where the metrics are registered; default prometheus-client's global
+            ``REGISTRY``. Pass your own ``CollectorRegistry`` to keep them apart (one
+            ``PrometheusMetrics`` per registry: the names are registered once).
+        governor: the load protection whose retry budgets ``retrysafe_budget_tokens``
+            reports (the same ``Governor`` the clients use).
+        namespace: the metric names' prefix.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = REGISTRY,
+        governor: Governor | None = None,
+        namespace: str = "retrysafe",
+    ) -> None:
+        if governor is not None and not isinstance(governor, Governor):
+            raise TypeError(f"governor must be a retrysafe.Governor, got {type(governor).__name__}")
+        self.registry = registry
+        self.calls = Counter(
+            "calls",
+            "retrysafe calls ended, by result and the reason a failed call stopped.",
+            ("dependency", "method", "result", "reason"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self.call_duration = Histogram(
+            "call_duration_seconds",
+            "Whole retrysafe calls, retries and waits included.",
+            ("dependency", "result"),
+            namespace=namespace,
+            registry=registry,
+            buckets=DURATION_BUCKETS,
+        )
+        self.attempts = Counter(
+            "attempts",
+            "Attempts sent, by what each got.",
+            ("dependency", "outcome"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self.retries = Counter(
+            "retries",
+            "Retries, by what the retried attempt got.",
+            ("dependency", "outcome"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self.retry_wait = Histogram(
+            "retry_wait_seconds",
+            "Waits before a retry.",
+            ("dependency",),
+            namespace=namespace,
+            registry=registry,
+            buckets=DURATION_BUCKETS,
+        )
+        self.refusals = Counter(
+            "refusals",
+            "Calls retrysafe's own load protection stopped, by reason.",
+            ("dependency", "reason"),
+            namespace=namespace,
+            registry=registry,
+        )
+        #: The labelled children already made, by (metric, label values): as many as the
+        #: label values the calls have shown, a bounded set.
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self.governor = governor
+        #: Set from breaker events; with a governor, its state is read at each scrape instead
+        #: (every dependency, and an open breaker whose period ran out reads half open).
+        self.circuit_state: Gauge | None = None
+        if governor is not None:
+            if registry is not None:
+                registry.register(_GovernorCollector(governor, namespace))
+        else:
+            self.circuit_state = Gauge(
+                "circuit_state",
+                _CIRCUIT_HELP,
+                ("dependency",),
+                namespace=namespace,
+                registry=registry,
+            )
+
+    def __call__(self, event: RetryEvent) -> None:
+        """Count ``event``."""
+        kind = event.kind
+        dependency = event.dependency
+        if kind == "attempt":
+            self._child(self.attempts, dependency, event.outcome).inc()
+        elif kind == "retry":
+            self._child(self.retries, dependency, event.outcome).inc()
+            self._child(self.retry_wait, dependency).observe(event.wait)
+        elif kind == "success" or kind == "failure":
+            method = known_method(event.method)
+            self._child(self.calls, dependency, method, kind, event.reason).inc()
+            self._child(self.call_duration, dependency, kind).observe(event.elapsed)
+            if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
+                self._child(self.refusals, dependency, event.reason).inc()
+        elif kind == "circuit" and self.circuit_state is not None:
+            state = breaker_state_after(event.transition)
+            if state is not None:
+                self.circuit_state.labels(dependency).set(state)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus-client validates the labels and
+        takes a lock on every ``labels()`` call; a dict read is all a known one needs."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def __repr__(self) -> str:
+        return f"PrometheusMetrics(registry={self.registry!r})"
+
+
+_CIRCUIT_HELP = "Circuit breaker state per dependency: 0 closed, 1 half open, 2 open."
+
+
+class _GovernorCollector(Collector):
+    """Reads each dependency's breaker state and retry budget from the governor at scrape time."""
+
+    def __init__(self, governor: Governor, namespace: str) -> None:
+        self._governor = governor
+        self._namespace = namespace
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        circuits = GaugeMetricFamily(
+            f"{self._namespace}_circuit_state", _CIRCUIT_HELP, labels=("dependency",)
+        )
+        budgets = GaugeMetricFamily(
+            f"{self._namespace}_budget_tokens",
+            "Retry budget tokens left per dependency (a retry spends one).",
+            labels=("dependency",),
+        )
+        # A snapshot of the guards, read without making any (guard() would make one for
+        # a dependency swept since): a scrape never changes what the governor holds.
+        guards = dict(self._governor._guards)
+        for dependency in sorted(guards):
+            guard = guards[dependency]
+            if guard.breaker is not None:
+                circuits.add_metric((dependency,), BREAKER_STATE_VALUES[guard.breaker.state])
+            if guard.budget is not None:
+                budgets.add_metric((dependency,), guard.budget.tokens)
+        yield circuits
+        yield budgets

@@ -1,0 +1,70 @@
+"""Testing mode: a switch that keeps a test suite using retrysafe from ever sleeping.
+
+While it is on, in this process: every wait (backoff, ``Retry-After``, a
+cooldown) is skipped, each call makes at most ``attempts`` attempts, and load
+protection (budget, breaker, cooldowns, pacing) is left out, so one test's
+failures never hold back the next. Every other decision (what is retried, what
+is safe to repeat, which error is raised) stays as in production. The drive loop
+reads :data:`active` once per call (and once per wait), so the switch costs a
+module attribute read when off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+__all__ = ["TestingSettings", "active", "is_testing", "in_testing_mode", "set_testing"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TestingSettings:
+    """What testing mode does: ``attempts`` is the most attempts any call makes."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    attempts: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
+            raise TypeError(f"testing attempts must be an int, got {self.attempts!r}")
+        if self.attempts < 1:
+            raise ValueError(
+                f"testing attempts must be >= 1 (1: no retries), got {self.attempts!r}"
+            )
+
+
+#: The settings in force, or None when testing mode is off.
+active: TestingSettings | None = None
+
+
+def set_testing(on: bool, *, attempts: int = 1) -> None:
+    """Switch testing mode on (waits instant, at most ``attempts`` attempts a call,
+    no load protection) or off, for the whole process.
+
+    ``attempts=1`` (the default) makes every call a single attempt: a test sees the
+    first failure's error at once. ``attempts=3`` lets a test check that a retry
+    happens, still without waiting.
+    """
+    global active
+    if not isinstance(on, bool):
+        raise TypeError(f"set_testing takes True or False, got {on!r}")
+    active = TestingSettings(attempts=attempts) if on else None
+
+
+def is_testing() -> bool:
+    """Whether testing mode is on."""
+    return active is not None
+
+
+@contextlib.contextmanager
+def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
+    """Testing mode inside the ``with`` block only; what was in force before comes back."""
+    global active
+    before = active
+    active = TestingSettings(attempts=attempts)
+    try:
+        yield
+    finally:
+        active = before

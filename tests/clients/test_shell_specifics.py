@@ -1,0 +1,278 @@
+"""What the requests adapter and the aiohttp middleware add beyond the shared table.
+
+Errors that are both retrysafe's and the client's own; one governor shared with httpx
+clients; streaming bodies handed over unread; ``idempotency="auto"``;
+``raise_on_status=False``; secrets kept out of errors. Over real sockets against the
+chaos server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+import requests
+
+import retrysafe
+from retrysafe import Governor, RetryPolicy
+from retrysafe.aiohttp import RetryMiddleware
+from retrysafe.aiohttp import report_of as aiohttp_report_of
+from retrysafe.chaos import KeyedChaos
+from retrysafe.requests import RetryAdapter, report_of
+
+FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
+
+
+def session_with(adapter: RetryAdapter) -> requests.Session:
+    session = requests.Session()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+async def aiohttp_get(middleware: RetryMiddleware, url: str, **kwargs: Any) -> tuple[int, bytes]:
+    async with (
+        aiohttp.ClientSession(middlewares=(middleware,)) as session,
+        session.get(url, **kwargs) as response,
+    ):
+        return response.status, await response.read()
+
+
+# -- errors in both exception trees ---------------------------------------------------------
+
+
+def test_requests_errors_are_retrysafes_and_requests_own(chaos: KeyedChaos) -> None:
+    with session_with(RetryAdapter(policy=FAST)) as session:
+        with pytest.raises(requests.HTTPError) as server:
+            session.get(chaos.url("/status/503"))
+        with pytest.raises(requests.ConnectionError) as refused:
+            session.get(chaos.closed_port_url())
+    short = RetryAdapter(policy=RetryPolicy(deadline=0.6, min_attempt_time=0.1))
+    with session_with(short) as session, pytest.raises(requests.Timeout) as late:
+        session.get(chaos.url("/hang"), timeout=5)
+    assert isinstance(server.value, retrysafe.ServerError)
+    assert server.value.status == 503
+    assert server.value.response is not None
+    assert server.value.response.status_code == 503  # the requests.Response
+    assert isinstance(refused.value, retrysafe.TransportError)
+    assert refused.value.sent == "no"
+    assert isinstance(late.value, retrysafe.DeadlineExceeded)
+
+
+def test_a_requests_timeout_handler_catches_a_timed_out_transport_error(
+    chaos: KeyedChaos,
+) -> None:
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.3)
+    session = session_with(RetryAdapter(policy=policy))
+    with session, pytest.raises(requests.Timeout) as caught:
+        session.get(chaos.url("/hang"))
+    assert isinstance(caught.value, retrysafe.TransportError)
+
+
+def test_aiohttp_errors_are_retrysafes_and_aiohttps_own(chaos: KeyedChaos) -> None:
+    async def run() -> tuple[BaseException, BaseException, BaseException]:
+        caught = []
+        for url, policy in [
+            (chaos.url("/status/503"), FAST),
+            (chaos.closed_port_url(), FAST),
+            (chaos.url("/hang"), RetryPolicy(deadline=0.6, min_attempt_time=0.1)),
+        ]:
+            try:
+                await aiohttp_get(RetryMiddleware(policy=policy), url)
+            except aiohttp.ClientError as error:
+                caught.append(error)
+        return caught[0], caught[1], caught[2]
+
+    server, refused, late = asyncio.run(run())
+    assert isinstance(server, retrysafe.ServerError)
+    assert isinstance(server, aiohttp.ClientResponseError)
+    assert server.status == 503
+    assert str(server).startswith("GET ")  # retrysafe's message, not aiohttp's
+    assert isinstance(refused, retrysafe.TransportError)
+    assert isinstance(refused, aiohttp.ClientConnectionError)
+    assert isinstance(late, retrysafe.DeadlineExceeded)
+    assert isinstance(late, asyncio.TimeoutError)
+
+
+# -- one governor shared with httpx clients -------------------------------------------------
+
+
+def test_a_429_seen_through_requests_pauses_an_httpx_client_on_the_same_governor(
+    chaos: KeyedChaos,
+) -> None:
+    governor = Governor()
+    adapter = RetryAdapter(policy=FAST, governor=governor)
+    with session_with(adapter) as session, pytest.raises(retrysafe.RetryAfterTooLong):
+        session.get(chaos.url("/status/429", retry_after=3600))
+    client = retrysafe.Client(policy=FAST, governor=governor)
+    with client, pytest.raises(retrysafe.CooldownActive) as caught:
+        client.get(chaos.url("/echo"))
+    assert caught.value.attempts == 0  # refused before sending
+    assert [record.endpoint for record in chaos.log()] == ["status"]
+
+
+def test_a_429_seen_through_httpx_pauses_aiohttp_calls_on_the_same_governor(
+    chaos: KeyedChaos,
+) -> None:
+    governor = Governor()
+    client = retrysafe.Client(policy=FAST, governor=governor)
+    with client, pytest.raises(retrysafe.RetryAfterTooLong):
+        client.get(chaos.url("/status/429", retry_after=3600))
+    middleware = RetryMiddleware(policy=FAST, governor=governor)
+    with pytest.raises(retrysafe.CooldownActive):
+        asyncio.run(aiohttp_get(middleware, chaos.url("/echo")))
+    assert [record.endpoint for record in chaos.log()] == ["status"]
+
+
+# -- streaming: the body is the caller's, unread, after the headers -------------------------
+
+
+def test_requests_stream_hands_the_body_over_as_it_arrives(chaos: KeyedChaos) -> None:
+    # 5 events 200 ms apart: about 0.8 s in all, longer than the attempt's 0.5 s.
+    policy = RetryPolicy(attempt_timeout=0.5, min_attempt_time=0.1)
+    url = chaos.url("/sse", events=5, interval_ms=200, fail_times=1)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        started = time.monotonic()
+        response = session.get(url, stream=True)
+        headers_after = time.monotonic() - started
+        lines = [line for line in response.iter_lines() if line.startswith(b"data:")]
+        whole = time.monotonic() - started
+    report = report_of(response)
+    assert report is not None
+    assert report.attempts == 2  # the 503 before the stream was retried
+    assert len(lines) == 5
+    assert headers_after < whole - 0.4  # the call returned well before the body ended
+    assert whole >= 0.7  # and the stream outlived the attempt's 0.5 s uncut
+
+
+def test_aiohttp_stream_hands_the_body_over_as_it_arrives(chaos: KeyedChaos) -> None:
+    policy = RetryPolicy(attempt_timeout=0.5, min_attempt_time=0.1)
+    url = chaos.url("/sse", events=5, interval_ms=200, fail_times=1)
+    middleware = RetryMiddleware(policy=policy, stream=True)
+
+    async def run() -> tuple[float, float, int, Any]:
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+            started = time.monotonic()
+            async with session.get(url) as response:
+                headers_after = time.monotonic() - started
+                events = 0
+                async for line in response.content:
+                    events += line.startswith(b"data:")
+                return headers_after, time.monotonic() - started, events, response
+
+    headers_after, whole, events, response = asyncio.run(run())
+    report = aiohttp_report_of(response)
+    assert report is not None
+    assert report.attempts == 2
+    assert events == 5
+    assert headers_after < whole - 0.4
+    assert whole >= 0.7
+
+
+# -- keys, raise_on_status, secrets ---------------------------------------------------------
+
+
+def test_idempotency_auto_keys_a_post_with_one_key_for_every_attempt(chaos: KeyedChaos) -> None:
+    adapter = RetryAdapter(policy=FAST, idempotency="auto")
+    with session_with(adapter) as session:
+        response = session.post(chaos.url("/fail/{key}", times=2, status=502), json={"n": 1})
+    records = chaos.log()
+    assert response.status_code == 200
+    assert len(records) == 3
+    keys = {record.idempotency_key for record in records}
+    assert len(keys) == 1
+    assert keys == {report_of(response).idempotency_key}  # type: ignore[union-attr]
+
+
+def test_aiohttp_idempotency_auto_keys_a_post(chaos: KeyedChaos) -> None:
+    middleware = RetryMiddleware(policy=FAST, idempotency="auto")
+
+    async def run() -> int:
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.post(chaos.url("/fail/{key}", times=2, status=502), json={"n": 1}) as r,
+        ):
+            return r.status
+
+    assert asyncio.run(run()) == 200
+    keys = {record.idempotency_key for record in chaos.log()}
+    assert len(keys) == 1
+    assert None not in keys
+
+
+def test_raise_on_status_false_returns_the_last_response_with_its_error(
+    chaos: KeyedChaos,
+) -> None:
+    adapter = RetryAdapter(policy=RetryPolicy(attempts=2, backoff_base=0.01), raise_on_status=False)
+    with session_with(adapter) as session:
+        response = session.get(chaos.url("/status/503"))
+    report = report_of(response)
+    assert response.status_code == 503
+    assert report is not None
+    assert report.attempts == 2
+    assert isinstance(report.error, retrysafe.ServerError)
+
+
+def test_secrets_stay_out_of_the_error(chaos: KeyedChaos) -> None:
+    url = chaos.url("/status/503", api_key="sk-live-secret-value")
+    adapter = RetryAdapter(policy=RetryPolicy(attempts=1))
+    with session_with(adapter) as session, pytest.raises(retrysafe.ServerError) as caught:
+        session.get(url, headers={"Authorization": "Bearer tok-secret-123"})
+    shown = str(caught.value) + repr(caught.value) + str(caught.value.body)
+    assert "sk-live-secret-value" not in shown
+    assert "tok-secret-123" not in shown
+
+
+def test_bad_settings_are_refused_with_what_to_do() -> None:
+    with pytest.raises(ValueError, match="idempotency must be 'off' or 'auto'"):
+        RetryAdapter(idempotency="always")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"policy must be a retrysafe\.RetryPolicy"):
+        RetryMiddleware(policy={"attempts": 3})  # type: ignore[arg-type]
+
+
+def test_a_redirect_not_followed_leaves_nothing_for_the_next_call(chaos: KeyedChaos) -> None:
+    """The redirect trail continues a chain only into the hop the redirect points to."""
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        url = chaos.url("/redirect-chain/{key}", hops=1, fail_times=1, fail_status=503)
+        hop = session.get(url, allow_redirects=False)
+        assert hop.status_code == 302
+        assert report_of(hop).attempts == 2  # type: ignore[union-attr]  # the retry is spent
+        # An unrelated call next: a fresh call with its own two attempts, not the
+        # chain's leftover allowance of one.
+        response = session.get(chaos.url("/fail/{key}", times=1, status=503))
+    report = report_of(response)
+    assert response.status_code == 200
+    assert report is not None
+    assert report.attempts == 2
+
+
+def test_each_attempt_tells_the_server_its_time_in_the_deadline_header(chaos: KeyedChaos) -> None:
+    policy = RetryPolicy(attempt_timeout=2, deadline=5)
+    adapter = RetryAdapter(policy=policy, deadline_header="Request-Timeout")
+    with session_with(adapter) as session:
+        sent = session.get(chaos.url("/echo")).json()["headers"]
+    middleware = RetryMiddleware(policy=policy, deadline_header="Request-Timeout")
+
+    async def run() -> Any:
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.get(chaos.url("/echo")) as response,
+        ):
+            return (await response.json())["headers"]
+
+    for headers in (sent, asyncio.run(run())):
+        assert 1.5 < float(headers["request-timeout"]) <= 2.0
+
+
+def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedChaos) -> None:
+    """The cut socket is the attempt's own: the pool hands the next call a working one."""
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.5, min_attempt_time=0.1)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        with pytest.raises(retrysafe.TransportError):
+            session.get(chaos.url("/drip", chunks=20, interval_ms=100))
+        statuses = [session.get(chaos.url("/echo")).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]

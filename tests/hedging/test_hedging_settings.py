@@ -1,0 +1,135 @@
+"""Hedging's settings and state: RetryPolicy fields, learned latency, the governor's answer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from retrysafe import RetryPolicy
+from retrysafe.decisions import HedgeAnswer
+from retrysafe.governor import (
+    BreakerSettings,
+    BudgetSettings,
+    Governor,
+    GovernorSettings,
+    LimiterSettings,
+)
+from retrysafe.latency import FLOOR, MIN_SAMPLES, WARMUP_DELAY, LatencyBook, LatencyWindow
+from retrysafe.testing import FakeClock
+
+
+def test_hedging_is_off_by_default() -> None:
+    assert RetryPolicy().hedge_after is None
+    assert RetryPolicy().max_hedges == 1
+
+
+@pytest.mark.parametrize("value", [0.05, 2, "p95", "p99.9", "P50", " p90 "])
+def test_hedge_after_takes_seconds_or_a_percentile(value: float | str) -> None:
+    assert RetryPolicy(hedge_after=value).hedge_after == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, r"hedge_after must be > 0 seconds"),
+        (-1.0, r"hedge_after must be > 0 seconds"),
+        (math.inf, r"hedge_after must be finite"),
+        (math.nan, r"hedge_after must be a number of seconds, got nan"),
+        (True, r"hedge_after must be seconds \(a number\), a percentile such as 'p95'"),
+        ("95", r"hedge_after must be seconds \(a number\) or a percentile such as 'p95'"),
+        ("p", r"or a percentile such as 'p95'"),
+        ("fast", r"or a percentile such as 'p95'"),
+        ("p100", r"from 'p50' to 'p99.999'"),
+        ("p10", r"hedging before the median"),
+    ],
+)
+def test_a_bad_hedge_after_says_what_to_write(value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(hedge_after=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+def test_max_hedges_must_be_a_whole_number_of_at_least_one(value: object) -> None:
+    with pytest.raises(ValueError, match=r"max_hedges must be a whole number >= 1"):
+        RetryPolicy(max_hedges=value)  # type: ignore[arg-type]
+
+
+def test_a_percentile_waits_for_warmup_then_follows_the_window() -> None:
+    book = LatencyBook()
+    for _ in range(MIN_SAMPLES - 1):
+        book.record("api", 0.010)
+    assert book.hedge_delay("api", "p95") == WARMUP_DELAY
+    book.record("api", 0.010)
+    assert book.hedge_delay("api", "p95") == 0.010
+    assert book.hedge_delay("other", "p95") == WARMUP_DELAY  # per dependency
+    assert book.hedge_delay("api", 0.3) == 0.3  # a fixed delay is just that
+
+
+def test_a_percentile_is_never_below_the_floor() -> None:
+    book = LatencyBook()
+    for _ in range(100):
+        book.record("api", 0.0001)
+    assert book.hedge_delay("api", "p99") == FLOOR
+
+
+def test_the_window_percentile_is_nearest_rank_over_recent_samples() -> None:
+    window = LatencyWindow(size=100)
+    for ms in range(1, 101):
+        window.record(ms / 1000)
+    assert window.percentile(95) == 0.095
+    assert window.percentile(50) == 0.050
+    for _ in range(100):  # the window forgets: only the last 100 count
+        window.record(1.0)
+    assert window.percentile(50) == 1.0
+
+
+def test_nonsense_samples_are_ignored() -> None:
+    window = LatencyWindow()
+    for value in (-1.0, math.nan, math.inf):
+        window.record(value)
+    assert window.seen == 0
+
+
+def guard_with(settings: GovernorSettings) -> tuple[Governor, FakeClock]:
+    clock = FakeClock()
+    return Governor(settings, clock=clock), clock
+
+
+def test_a_hedge_spends_a_budget_token_and_is_refused_without_one() -> None:
+    budget = BudgetSettings(ratio=0.0, max_tokens=2.0, min_per_second=0.001)
+    governor, _ = guard_with(GovernorSettings(budget=budget, breaker=None, limiter=None))
+    guard = governor.guard("api")
+    assert guard.answer_hedge() == HedgeAnswer()
+    assert guard.answer_hedge() == HedgeAnswer()
+    assert guard.answer_hedge() == HedgeAnswer("budget_exhausted")
+
+
+def test_no_hedge_while_the_breaker_is_not_closed() -> None:
+    breaker = BreakerSettings(consecutive_failures=1, open_for=10.0)
+    governor, _ = guard_with(GovernorSettings(breaker=breaker))
+    guard = governor.guard("api")
+    assert guard.breaker is not None
+    permit = guard.breaker.acquire(probe_lease=1.0)
+    guard.breaker.record(permit, "unhealthy")
+    tokens = guard.budget.tokens if guard.budget is not None else None
+    assert guard.answer_hedge() == HedgeAnswer("circuit_not_closed")
+    assert (guard.budget.tokens if guard.budget is not None else None) == tokens  # none spent
+
+
+def test_no_hedge_during_a_cooldown() -> None:
+    governor, _ = guard_with(GovernorSettings())
+    guard = governor.guard("api")
+    assert guard.limiter is not None
+    guard.limiter.start_cooldown(5.0)
+    assert guard.answer_hedge() == HedgeAnswer("cooldown")
+
+
+def test_a_hedge_takes_a_paced_slot_or_is_refused_when_none_is_free() -> None:
+    limiter = LimiterSettings(requests_per_second=1.0, burst=1)
+    governor, _ = guard_with(GovernorSettings(limiter=limiter))
+    guard = governor.guard("api")
+    assert guard.answer_hedge() == HedgeAnswer()  # took the one slot
+    assert guard.answer_hedge() == HedgeAnswer("pacing")
+    assert guard.limiter is not None
+    assert guard.limiter.queued() == 0.0  # the refused copy reserved nothing

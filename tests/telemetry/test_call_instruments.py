@@ -1,0 +1,113 @@
+"""Call instruments (hooks with ``start_call``): followed to the end, never failing a call."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import StatusCode
+from telemetry_support import Otel
+
+import retrysafe
+from retrysafe.observe import CallInstrument, RetryEvent
+
+FAST = retrysafe.RetryPolicy(backoff_base=0.01, backoff_cap=0.02)
+
+
+class Recorder:
+    """A call instrument that writes down what it is told, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, event: RetryEvent) -> None:
+        self.seen.append(f"hook {event.kind}")
+
+    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> Recorder:
+        self.seen.append(f"start {request.method} {dependency}")
+        return self
+
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        self.seen.append(f"attempt {number}")
+
+    def event(self, event: RetryEvent) -> None:
+        self.seen.append(f"trace {event.kind}")
+
+    def close(self) -> None:
+        self.seen.append("close")
+
+
+class Broken(Recorder):
+    def attempt_starting(self, number: int, request: httpx.Request) -> None:
+        raise RuntimeError("tracer down")
+
+    def event(self, event: RetryEvent) -> None:
+        raise RuntimeError("tracer down")
+
+    def close(self) -> None:
+        raise RuntimeError("tracer down")
+
+
+def test_an_instrument_follows_the_call_in_order(chaos: Any) -> None:
+    recorder = Recorder()
+    assert isinstance(recorder, CallInstrument)
+    with retrysafe.Client(policy=FAST, hooks=[recorder], dependency="api") as client:
+        client.get(chaos.url("/fail/{key}", times=1, status=503))
+    assert recorder.seen == [
+        "start GET api",
+        "attempt 1",
+        "hook attempt",
+        "trace attempt",
+        "hook retry",
+        "trace retry",
+        "attempt 2",
+        "hook attempt",
+        "trace attempt",
+        "hook success",
+        "trace success",
+        "close",
+    ]
+
+
+def test_a_failing_instrument_never_fails_the_call(
+    chaos: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with retrysafe.Client(policy=FAST, hooks=[Broken()]) as client:
+        response = client.get(chaos.url("/fail/{key}", times=1, status=503))
+    assert response.status_code == 200
+    failures = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(failures) == 2 + 4 + 1  # two attempts, four events, the close
+
+
+def test_an_instrument_that_will_not_start_leaves_the_call_alone(chaos: Any) -> None:
+    class Refusing(Recorder):
+        def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> None:
+            raise RuntimeError("cannot start")
+
+    refusing = Refusing()
+    with retrysafe.Client(policy=FAST, hooks=[refusing]) as client:
+        assert client.get(chaos.url("/status/200")).status_code == 200
+    assert refusing.seen == ["hook attempt", "hook success"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_call_cancelled_mid_attempt_ends_its_spans(chaos: Any, otel: Otel, backend: str) -> None:
+    async def call() -> None:
+        async with retrysafe.AsyncClient(hooks=[otel.hook]) as client:
+            with anyio.move_on_after(0.3):
+                await client.get(chaos.url("/hang"))
+        # The attempt's context was left: nothing of it stays current after the call.
+        assert not trace.get_current_span().get_span_context().is_valid
+        assert otel_context.get_value(otel_context._SUPPRESS_HTTP_INSTRUMENTATION_KEY) is None
+
+    anyio.run(call, backend=backend)
+    spans = otel.spans()
+    assert sorted(span.name for span in spans) == ["GET", "retrysafe GET"]
+    attempt = next(span for span in spans if span.name == "GET")
+    assert dict(attempt.attributes or {})["error.type"] == "cancelled"
+    assert attempt.status.status_code is StatusCode.ERROR
