@@ -59,6 +59,18 @@ _STREAMED_OPTIONS = CallOptions(stream=True)
 _READ_OPTIONS = CallOptions()
 
 
+def one_copy_at_a_time(policy: RetryPolicy, shell: str) -> RetryPolicy:
+    """``policy``, if it does not hedge: these shells send one copy of a request at a
+    time, so a hedging policy is refused with what to use instead (not silently run
+    without its hedges)."""
+    if policy.hedge_after is not None:
+        raise ValueError(
+            f"{shell} does not send hedged copies; give it a policy with hedge_after=None, "
+            "or send hedged requests through retrysafe.Client / retrysafe.RetryTransport"
+        )
+    return policy
+
+
 def request_view(
     method: str,
     url: str,

@@ -276,3 +276,9 @@ def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedC
             session.get(chaos.url("/drip", chunks=20, interval_ms=100))
         statuses = [session.get(chaos.url("/echo")).status_code for _ in range(3)]
     assert statuses == [200, 200, 200]
+
+
+@pytest.mark.parametrize("shell", [RetryAdapter, RetryMiddleware])
+def test_a_hedging_policy_is_refused_with_what_to_use_instead(shell: Any) -> None:
+    with pytest.raises(ValueError, match=r"hedge_after=None.*retrysafe\.Client"):
+        shell(policy=RetryPolicy(hedge_after=0.05))

@@ -292,3 +292,24 @@ def test_no_span_inside_suppressed_instrumentation(chaos: Any, otel: Otel) -> No
         otel_context.detach(token)
     assert response.status_code == 200
     assert otel.spans() == []
+
+
+def test_a_hedged_call_span_counts_its_copies_and_names_the_winner(chaos: Any, otel: Otel) -> None:
+    """Every answer takes 300 ms and a copy goes after 50 ms: one copy wins, one is lost."""
+    url = chaos.url("/tail/{key}", slow_fraction=1, slow_ms=300)
+    with retrysafe.Client(policy=RetryPolicy(hedge_after=0.05), hooks=[otel.hook]) as client:
+        response = client.get(url)
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.hedges == 1
+    calls = [span for span in otel.spans() if span.name == "retrysafe GET"]
+    assert len(calls) == 1
+    attributes = dict(calls[0].attributes or {})
+    assert attributes["retrysafe.hedges"] == 1
+    assert attributes["retrysafe.hedge.winner"] == report.winner
+    outcomes = [
+        dict(event.attributes or {})["retrysafe.hedge.outcome"]
+        for event in calls[0].events
+        if event.name == "retrysafe.hedge"
+    ]
+    assert sorted(outcomes) == ["lost", "sent", "won"]

@@ -33,7 +33,12 @@ from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, ShellSettings, Step
 from retrysafe.errors import ApiError
-from retrysafe.foreign_shell import RedirectTrail, request_view, response_view
+from retrysafe.foreign_shell import (
+    RedirectTrail,
+    one_copy_at_a_time,
+    request_view,
+    response_view,
+)
 from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
@@ -109,7 +114,7 @@ class RetryAdapter(HTTPAdapter):
                 f"got {idempotency!r}"
             )
         self.settings = ShellSettings.build(
-            policy=policy,
+            policy=one_copy_at_a_time(policy, "RetryAdapter"),
             clock=clock,
             governor=governor,
             hooks=hooks,

@@ -243,6 +243,7 @@ class _CallSpans:
         "_attempt_ended_at",
         "_attributes",
         "_call",
+        "_hedges",
         "_method",
         "_owner",
         "_token",
@@ -258,6 +259,8 @@ class _CallSpans:
         self._attempt: trace.Span | None = None
         self._attempt_ended_at: int | None = None
         self._token: Any = None
+        #: Hedged copies sent so far (see RetryPolicy.hedge_after).
+        self._hedges = 0
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None:
         try:
@@ -303,6 +306,21 @@ class _CallSpans:
                 self._call.add_event(
                     "retrysafe.circuit", {"retrysafe.transition": event.transition}
                 )
+            elif kind == "hedge":
+                # Copies run side by side; the call span counts them and names the winner
+                # (the attempt spans follow the first copy of each attempt).
+                attributes: dict[str, str | int] = {
+                    "retrysafe.hedge.copy": event.attempt,
+                    "retrysafe.hedge.outcome": event.outcome,
+                }
+                if event.reason:
+                    attributes["retrysafe.hedge.reason"] = event.reason
+                self._call.add_event("retrysafe.hedge", attributes)
+                if event.outcome == "sent":
+                    self._hedges += 1
+                    self._call.set_attribute("retrysafe.hedges", self._hedges)
+                elif event.outcome == "won":
+                    self._call.set_attribute("retrysafe.hedge.winner", event.attempt)
         except Exception:
             logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
 
