@@ -386,6 +386,8 @@ class Drive:
 
     def _explain(self, guard: DependencyGuard, admission: Admission) -> str:
         """What holds the attempt back, with its setting and numbers (for the error)."""
+        if admission.detail:
+            return admission.detail  # the guard said it already (a fleet's reason)
         limiter = guard.limiter
         if admission.cooldown > 0 and limiter is not None:
             return explain_cooldown(limiter, admission.cooldown)
@@ -397,6 +399,8 @@ class Drive:
 
     def _explain_refusal(self, guard: DependencyGuard, answer: RetryAnswer) -> RetryAnswer:
         """The refusal with the setting and numbers behind it (for the error)."""
+        if answer.detail:
+            return answer  # the guard said it already (a fleet's reason)
         if answer.refusal == "budget_exhausted" and guard.budget is not None:
             detail, retry_after = explain_budget(guard.budget)
         elif guard.breaker is not None:
