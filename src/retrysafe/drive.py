@@ -43,7 +43,7 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
-from retrysafe.governor import Governor
+from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.governor.breaker import Transition
 from retrysafe.governor.explain import (
     explain_breaker,
@@ -122,6 +122,20 @@ class ShellSettings:
             raise TypeError(
                 "dependency must be a name (str) or a callable naming each request, "
                 f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
+            )
+        if governor is not None and not isinstance(governor, Governor):
+            hint = (
+                "wrap the settings: governor=retrysafe.Governor(settings)"
+                if isinstance(governor, GovernorSettings)
+                else "e.g. retrysafe.Governor(retrysafe.GovernorSettings(...))"
+            )
+            raise TypeError(
+                f"governor must be a retrysafe.Governor, got {type(governor).__name__}; {hint}"
+            )
+        if isinstance(hooks, (str, bytes)) or not all(callable(hook) for hook in hooks):
+            raise TypeError(
+                "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
+                f"e.g. hooks=[print]; got {hooks!r}"
             )
         clock = clock if clock is not None else SystemClock()
         return cls(
@@ -386,6 +400,8 @@ class Drive:
 
     def _explain(self, guard: DependencyGuard, admission: Admission) -> str:
         """What holds the attempt back, with its setting and numbers (for the error)."""
+        if admission.detail:
+            return admission.detail  # the guard said it already (a fleet's reason)
         limiter = guard.limiter
         if admission.cooldown > 0 and limiter is not None:
             return explain_cooldown(limiter, admission.cooldown)
@@ -397,6 +413,8 @@ class Drive:
 
     def _explain_refusal(self, guard: DependencyGuard, answer: RetryAnswer) -> RetryAnswer:
         """The refusal with the setting and numbers behind it (for the error)."""
+        if answer.detail:
+            return answer  # the guard said it already (a fleet's reason)
         if answer.refusal == "budget_exhausted" and guard.budget is not None:
             detail, retry_after = explain_budget(guard.budget)
         elif guard.breaker is not None:

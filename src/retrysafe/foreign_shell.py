@@ -78,8 +78,8 @@ _READ_OPTIONS = CallOptions()
 def one_copy_at_a_time(policy: RetryPolicy, shell: str) -> RetryPolicy:
     """``policy``, if it does not hedge: these shells send one copy of a request at a
     time, so a hedging policy is refused with what to use instead (not silently run
-    without its hedges). Anything but a policy is left for ``ShellSettings.build`` to
-    refuse with its own message."""
+    without its hedges)."""
+    # (a policy of the wrong type is refused by ShellSettings.build, with its own message)
     if isinstance(policy, RetryPolicy) and policy.hedge_after is not None:
         raise ValueError(
             f"{shell} does not send hedged copies; give it a policy with hedge_after=None, "

@@ -22,6 +22,7 @@ from retrysafe.decisions import (
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
 from retrysafe.governor.budget import RetryBudget
+from retrysafe.governor.fleet_link import FleetLink
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
 from retrysafe.latency import LatencyBook
@@ -204,10 +205,18 @@ class Governor:
     a guard stays one dict lookup; sweeps are paid for by new guards, amortised
     O(1) each. A call in flight on a dropped guard reports to it harmlessly (its
     one outcome is not seen by the fresh guard).
+
+    ``fleet`` (such as ``retrysafe.fleet.RedisFleet(url)``) shares cooldowns, pacing
+    and a quorum breaker with the other processes using it; each guard is then a
+    :class:`~retrysafe.governor.fleet_guard.FleetGuard`. Budgets stay per process.
     """
 
     def __init__(
-        self, settings: GovernorSettings | None = None, *, clock: Clock | None = None
+        self,
+        settings: GovernorSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        fleet: FleetLink | None = None,
     ) -> None:
         self.settings = settings if settings is not None else GovernorSettings()
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -220,6 +229,12 @@ class Governor:
         self.protects = any(piece is not None for piece in pieces)
         #: Per-dependency latency for ``hedge_after="p95"`` (only hedging calls use it).
         self.latencies = LatencyBook()
+        #: The fleet this governor shares its dependencies' state with, if any.
+        self.fleet = fleet
+        if fleet is not None:
+            from retrysafe.governor.fleet_guard import FleetGuard  # (imports this module)
+
+            self._join_fleet = FleetGuard.around
 
     def guard(self, dependency: str) -> DependencyGuard:
         """The guard for ``dependency``, made on first use."""
@@ -247,13 +262,14 @@ class Governor:
 
     def _new_guard(self, dependency: str, now: float) -> DependencyGuard:
         settings = self.settings
-        return DependencyGuard(
+        guard = DependencyGuard(
             dependency=dependency,
             budget=RetryBudget(settings.budget, self.clock) if settings.budget else None,
             breaker=CircuitBreaker(settings.breaker, self.clock) if settings.breaker else None,
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
             born=now,
         )
+        return guard if self.fleet is None else self._join_fleet(guard, self.fleet, self.clock)
 
     def dependencies(self) -> list[str]:
         """Every dependency seen so far."""

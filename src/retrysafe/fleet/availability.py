@@ -1,0 +1,66 @@
+"""Whether Redis answers: one flag the hot path reads, and a log line per outage.
+
+A call that finds Redis away does not try it again: it reads ``up`` (one attribute) and
+goes on with local protection. Only the background refresher probes Redis and, when it
+answers again, sets ``up`` back: so during an outage no call waits on Redis at all, and
+the one call that found it out waited at most the fleet's ``timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from retrysafe.redact import printable
+
+__all__ = ["Availability", "logger"]
+
+logger = logging.getLogger("retrysafe.fleet")
+
+#: Another "Redis is away" within this many seconds of the last one logs at DEBUG only
+#: (a Redis that keeps flapping must not flood the log).
+QUIET_FOR = 60.0
+
+
+class Availability:
+    """``up`` or not, told once in the log each way; ``where`` names Redis, redacted."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.up = True
+        #: How many times Redis was found away (for tests and benchmarks).
+        self.outages = 0
+        self._lock = threading.Lock()
+        self._warned_at: float | None = None
+
+    def lost(self, error: BaseException) -> bool:
+        """Redis failed an operation; True if this call found it out (it was up)."""
+        with self._lock:
+            if not self.up:
+                return False
+            self.up = False
+            self.outages += 1
+            now = time.monotonic()
+            loud = self._warned_at is None or now - self._warned_at >= QUIET_FOR
+            if loud:
+                self._warned_at = now
+        # redis-py's messages name a host and port or a script line, never a password.
+        logger.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "retrysafe fleet: Redis at %s is not answering (%s: %s); this process falls "
+            "back to its local load protection until it answers again",
+            self.where,
+            type(error).__name__,
+            printable(str(error))[:200],
+        )
+        return True
+
+    def found(self) -> bool:
+        """Redis answered the refresher; True if it had been away."""
+        with self._lock:
+            if self.up:
+                return False
+            self.up = True
+        logger.info("retrysafe fleet: Redis at %s answers again; rejoined the fleet", self.where)
+        return True

@@ -1,0 +1,394 @@
+"""RedisFleet: the processes using one Redis share their dependencies' load protection."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from retrysafe.clock import Clock, SystemClock
+from retrysafe.fleet import scripts
+from retrysafe.fleet.availability import Availability
+from retrysafe.fleet.keys import FleetKeys
+from retrysafe.fleet.refresher import Refresher
+from retrysafe.fleet.settings import FleetSettings
+from retrysafe.fleet.writer import Writer
+from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
+from retrysafe.redact import redact_url
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.client import PubSub
+    from redis.commands.core import Script
+
+__all__ = ["RedisFleet"]
+
+_PROBE_KINDS = ("closed", "open", "granted", "busy")
+
+
+class RedisFleet:
+    """Cooldowns, pacing and a quorum circuit breaker shared by every process on one Redis.
+
+    Pass it to a governor: ``Governor(settings, fleet=RedisFleet("redis://host:6379/0"))``;
+    sync and async clients alike. Per dependency, the processes share:
+
+    - **cooldowns**: a 429's (or 503's) Retry-After, or an announced rate-limit reset,
+      learned by one process pauses every process until it ends;
+    - **pacing**: ``LimiterSettings(requests_per_second=..., burst=...)`` is the rate of
+      the whole fleet, each attempt reserving its slot in Redis (one script call, GCRA);
+    - **a breaker opened by quorum**: see :class:`FleetSettings`; once its open period
+      ends, one probe for the whole fleet, under a lease no attempt outlives.
+
+    Budgets stay per process (see ``docs/fleet.md``). A healthy call makes no round
+    trip: it reads the view a background thread keeps fresh (pub/sub, and a refresh every
+    ``refresh_every`` seconds). Redis is never needed for a call to succeed: an operation
+    gets ``timeout`` seconds, and when Redis fails, every call goes on with local
+    protection at once, the outage is logged once, and the background thread rejoins the
+    fleet when Redis answers again. Nothing raises because Redis failed. A process that
+    joins or restarts reads the fleet's state; it never resets it.
+
+    Needs the ``redis`` extra: ``pip install 'retrysafe[redis]'``.
+
+    Args:
+        url: a redis-py URL (``redis://``, ``rediss://``, ``unix://``); its password is
+            never logged nor shown.
+        namespace: prefix of every key and of the channel; fleets with different
+            namespaces on one Redis are separate.
+        settings: quorum, freshness and timeouts (:class:`FleetSettings`).
+        clock: the monotonic clock the view's times are kept on (default the system's);
+            give it the same clock as the governors that use the fleet.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "retrysafe",
+        settings: FleetSettings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:
+            raise ImportError(
+                "RedisFleet needs the redis package: pip install 'retrysafe[redis]'"
+            ) from exc
+        if not isinstance(url, str) or not url:
+            raise TypeError("RedisFleet(url): url must be a redis URL such as redis://host:6379/0")
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("RedisFleet(namespace=...) must be a non-empty string")
+        self.settings = settings if settings is not None else FleetSettings()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self.namespace = namespace
+        self._where = redact_url(url)
+        self._keys = FleetKeys(namespace)
+        no_retries = Retry(NoBackoff(), 0)
+        timeout = self.settings.timeout
+        background = self.settings.background_timeout
+        #: The client calls use: every operation is bounded by ``timeout``, none retried.
+        self._redis: Redis = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=no_retries
+        )
+        #: The refresher's own client (no call waits on it), with a longer timeout.
+        self._background: Redis = redis.Redis.from_url(
+            url, socket_timeout=background, socket_connect_timeout=background, retry=no_retries
+        )
+        self._scripts: dict[str, Script] = {
+            name: self._redis.register_script(getattr(scripts, name)) for name in scripts.__all__
+        }
+        self.availability = Availability(self._where)
+        self._views: dict[str, FleetView] = {}
+        self._lock = threading.Lock()
+        self._alive = 1
+        self._refresher: Refresher | None = None
+        self._writer: Writer | None = None
+        self._pid = 0
+        self._process = ""
+        self._closed = False
+
+    # -- what a FleetGuard reads -----------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the views' times are on."""
+        return self._clock
+
+    @property
+    def vote_after(self) -> int:
+        return self.settings.vote_after
+
+    @property
+    def share_503_retry_after(self) -> bool:
+        return self.settings.share_503_retry_after
+
+    @property
+    def process(self) -> str:
+        """This process's name in the fleet (host, pid and a random part: a restarted
+        process is a new member, as is a child after a fork)."""
+        self._started()
+        return self._process
+
+    @property
+    def up(self) -> bool:
+        """Whether Redis answered last time (else calls use local protection only)."""
+        return self.availability.up
+
+    def live_processes(self) -> int:
+        """Processes heard from within ``alive_for`` seconds, as last read (at least 1)."""
+        return self._alive
+
+    def view(self, dependency: str) -> FleetView:
+        """The view of ``dependency``, read from Redis at once when new (a process that
+        joins sees the fleet's state before its first call to it)."""
+        self._started()
+        view = self._views.get(dependency)
+        if view is not None:
+            return view
+        with self._lock:
+            view = self._views.get(dependency)
+            if view is None:
+                view = FleetView()
+                self._views[dependency] = view
+        self._read([dependency], self._redis)
+        return view
+
+    # -- pacing ----------------------------------------------------------------------------
+
+    def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
+        """Reserve the next paced slot in the fleet: seconds until it, None if no answer."""
+        pace = self._keys.of(dependency)[0]
+        reply = self._run("PACE", [pace], [repr(1000.0 / rate), burst, repr(max_wait * 1000.0)])
+        return None if reply is None else int(reply) / 1_000_000
+
+    def release(self, dependency: str, rate: float) -> bool:
+        """Give a reserved slot back (sent in the background); False if Redis is away."""
+        pace = self._keys.of(dependency)[0]
+        return self._later("RELEASE_PACE", [pace], [repr(1000.0 / rate)])
+
+    # -- cooldowns -------------------------------------------------------------------------
+
+    def share_cooldown(self, dependency: str, seconds: float) -> None:
+        """Pause every process's calls to ``dependency`` for ``seconds`` from now (sent in
+        the background: the time it waited to be sent is taken off)."""
+        cool = self._keys.of(dependency)[1]
+        ends = self._clock.monotonic() + seconds
+
+        def write() -> None:
+            left = ends - self._clock.monotonic()
+            if left > 0:
+                self._script(
+                    "COOLDOWN", [cool], [repr(left * 1000.0), self._keys.changed, dependency]
+                )
+
+        self._submit(write)
+
+    # -- the quorum breaker ----------------------------------------------------------------
+
+    def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
+        """This process saw ``dependency`` fail (sent in the background); the fleet breaker
+        opens on a quorum. False if Redis is away."""
+        _, _, opened, _, votes = self._keys.of(dependency)
+        settings = self.settings
+        keys = [votes, self._keys.alive, opened]
+        args = [
+            self.process,
+            repr(settings.vote_window * 1000.0),
+            repr(settings.alive_for * 1000.0),
+            settings.quorum,
+            repr(settings.quorum_share),
+            repr(open_for * 1000.0),
+            repr(max_open_for * 1000.0),
+            self._keys.changed,
+            dependency,
+        ]
+
+        def write() -> None:
+            sent_at = self._clock.monotonic()
+            open_ms = int(self._script("VOTE", keys, args)[1])
+            if open_ms >= 0:  # open now (by this vote or before it): this process knows at once
+                view = self.view(dependency)
+                view.learn(view.cooldown_until, sent_at + open_ms / 1000.0)
+
+        return self._submit(write)
+
+    def retract(self, dependency: str) -> None:
+        """This process's vote no longer stands (it saw a healthy call)."""
+        self._later("RETRACT", [self._keys.of(dependency)[4]], [self.process])
+
+    def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None:
+        """Ask to be the fleet's one half-open probe, holding it for ``lease`` seconds."""
+        _, _, opened, probe, _ = self._keys.of(dependency)
+        token = f"{self.process}:{secrets.token_hex(6)}"
+        reply = self._run("ACQUIRE_PROBE", [opened, probe], [token, repr(lease * 1000.0)])
+        if reply is None:
+            return None
+        kind = _PROBE_KINDS[int(reply[0])]
+        seconds = max(0, int(reply[1])) / 1000.0
+        return ProbeAnswer(kind, seconds, token if kind == "granted" else "")  # type: ignore[arg-type]
+
+    def report_probe(
+        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
+    ) -> bool:
+        """The probe's outcome closes the fleet breaker, or opens it for ``open_for`` (sent
+        in the background; a probe whose lease ran out changes nothing). False if Redis is
+        away."""
+        _, _, opened, probe, votes = self._keys.of(dependency)
+        return self._later(
+            "REPORT_PROBE",
+            [opened, probe, votes],
+            [
+                token,
+                "1" if healthy else "0",
+                repr(open_for * 1000.0),
+                repr(max_open_for * 1000.0),
+                self._keys.changed,
+                dependency,
+            ],
+        )
+
+    def release_probe(self, dependency: str, token: str) -> None:
+        """Give the probe back unreported (its attempt ended with no outcome)."""
+        self._later("RELEASE_PROBE", [self._keys.of(dependency)[3]], [token])
+
+    # -- talking to Redis ------------------------------------------------------------------
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script call within ``timeout``; None when Redis is away (never raises)."""
+        if not self.availability.up:
+            return None  # away: no call waits on Redis until the refresher finds it again
+        try:
+            return self._scripts[name](keys=keys, args=args, client=self._redis)
+        except Exception as error:  # whatever Redis or the network raised
+            self._lost(error)
+            return None
+
+    def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script call on the background client (raises when Redis fails)."""
+        return self._scripts[name](keys=keys, args=args, client=self._background)
+
+    def _later(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> bool:
+        """Hand one script call to the writer; False (nothing sent) if Redis is away."""
+        return self._submit(lambda: self._script(name, keys, args))
+
+    def _submit(self, write: Callable[[], object]) -> bool:
+        if not self.availability.up:
+            return False
+        self._started()
+        writer = self._writer
+        if writer is None:  # closed
+            return False
+        writer.submit(write)
+        return True
+
+    def flush(self, timeout: float = 1.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until what this process told the fleet so
+        far was sent; False if it was not done in time. For tests and shutdown."""
+        writer = self._writer
+        return writer is None or writer.flush(timeout)
+
+    def _lost(self, error: BaseException) -> None:
+        if self.availability.lost(error):
+            for view in list(self._views.values()):
+                view.forget_breaker()  # its half-open probe would need Redis: local decides
+
+    def _read(self, dependencies: list[str], client: Redis) -> None:
+        """Heartbeat and read ``dependencies``' state into their views."""
+        keys = [self._keys.alive]
+        for dependency in dependencies:
+            names = self._keys.of(dependency)
+            keys += (names[1], names[2])
+        args = [self.process, repr(self.settings.alive_for * 1000.0)]
+        sent_at = self._clock.monotonic()
+        if client is self._redis:
+            reply = self._run("REFRESH", keys, args)
+            if reply is None:
+                return
+        else:
+            reply = self._scripts["REFRESH"](keys=keys, args=args, client=client)
+        self._alive = max(1, int(reply[0]))
+        for index, dependency in enumerate(dependencies):
+            cool_ms, open_ms = int(reply[1 + 2 * index]), int(reply[2 + 2 * index])
+            cooldown_until = sent_at + cool_ms / 1000.0 if cool_ms > 0 else 0.0
+            open_until = sent_at + open_ms / 1000.0 if open_ms >= 0 else None
+            self._views[dependency].learn(cooldown_until, open_until)
+
+    def _refresh(self) -> None:
+        """The refresher's round: raises when Redis fails (the refresher handles it)."""
+        self._read(list(self._views), self._background)
+
+    def _announced(self, message: str) -> bool:
+        """Apply an announcement that carries its news (``cool <ms> <dependency>``); True
+        when the state must be read instead (any other announcement)."""
+        kind, _, rest = message.partition(" ")
+        if kind != "cool":
+            return True
+        milliseconds, _, dependency = rest.partition(" ")
+        view = self._views.get(dependency)
+        if view is not None and milliseconds.isdigit():
+            ends = self._clock.monotonic() + int(milliseconds) / 1000.0
+            if ends > view.cooldown_until:
+                view.learn(ends, view.open_until)
+        return False
+
+    def _subscribe(self) -> PubSub:
+        pubsub: PubSub = self._background.pubsub(  # type: ignore[no-untyped-call]
+            ignore_subscribe_messages=True
+        )
+        pubsub.subscribe(self._keys.changed)
+        return pubsub
+
+    def _started(self) -> None:
+        """Start the refresher in this process (again after a fork: a new identity)."""
+        pid = os.getpid()
+        if self._pid == pid or self._closed:
+            return
+        with self._lock:
+            if self._pid == pid:
+                return
+            self._process = f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
+            refresher = Refresher(
+                refresh=self._refresh,
+                subscribe=self._subscribe,
+                on_message=self._announced,
+                availability=self.availability,
+                lost=self._lost,
+                every=self.settings.refresh_every,
+            )
+            writer = Writer(self.availability, self._lost)
+            self._refresher, self._writer = refresher, writer
+            self._pid = pid
+        refresher.start()
+        writer.start()
+
+    def close(self) -> None:
+        """Stop the refresher, leave the fleet (no longer counted alive), close sockets."""
+        self.flush()
+        self._closed = True
+        refresher, self._refresher = self._refresher, None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop()
+        if refresher is not None:
+            refresher.stop()
+        if self._pid == os.getpid() and self._process:
+            with contextlib.suppress(Exception):
+                self._background.zrem(self._keys.alive, self._process)
+        for client in (self._redis, self._background):
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def __enter__(self) -> RedisFleet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "up" if self.availability.up else "away"
+        return f"RedisFleet({self._where!r}, namespace={self.namespace!r}, {state})"

@@ -1,0 +1,418 @@
+"""The seam between a Governor and a fleet: one process's guard that also asks the fleet.
+
+A :class:`FleetGuard` is a :class:`~retrysafe.governor.DependencyGuard` (the local
+budget, breaker and limiter work exactly as before) that also reads a
+:class:`FleetView`, the fleet's state of the dependency as this process last heard it,
+and tells the fleet what it learns. What it asks of the fleet is :class:`FleetLink`
+(``retrysafe.fleet.RedisFleet`` is one), so the governor never imports redis.
+
+Where the fleet is consulted, and what it costs:
+
+- the healthy path (the fleet's breaker closed, no fleet cooldown, no pacing) reads one
+  attribute of the view, ``calm``, and then is the local guard's path: no round trip;
+- a fleet cooldown or an open fleet breaker is answered from the view (no round trip);
+- a paced attempt reserves its slot in the fleet (one round trip);
+- the half-open fleet breaker's single probe, outcomes that fail, 429s and 503s with a
+  Retry-After tell or ask the fleet (one round trip each, never on a healthy call).
+
+A fleet that does not answer (``None`` from a :class:`FleetLink` method) leaves the
+local pieces in charge: pacing falls back to a local limiter of the fleet's rate shared
+out among the processes last seen alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from retrysafe.clock import Clock
+from retrysafe.decisions import (
+    Admission,
+    AskRetry,
+    Effect,
+    HedgeAnswer,
+    RecordHealth,
+    ReleasePacing,
+    ReleaseProbe,
+    RetryAnswer,
+    StartCooldown,
+)
+from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
+from retrysafe.governor.fleet_link import FleetLink, FleetView
+from retrysafe.governor.governor import CallFacts, DependencyGuard, lease_for_probe
+from retrysafe.governor.limiter import Limiter
+from retrysafe.governor.settings import BreakerSettings
+
+__all__ = ["FleetGuard", "FleetPermit"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetPermit(Permit):
+    """The permit of the fleet's one half-open probe; ``lease_token`` names its lease."""
+
+    lease_token: str = ""
+
+
+class _HoldingSlot:
+    """A call's facts, saying its paced slot is already reserved (in the fleet)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: CallFacts) -> None:
+        self._call = call
+
+    @property
+    def attempts(self) -> int:
+        return self._call.attempts
+
+    @property
+    def pacing_held(self) -> bool:
+        return True
+
+    def probe_lease(self) -> float:
+        return self._call.probe_lease()
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetGuard(DependencyGuard):
+    """A dependency's local guard that also shares what it learns with the fleet.
+
+    With ``LimiterSettings(requests_per_second=...)`` the rate is the whole fleet's:
+    each attempt reserves its slot in the fleet (local pacing while the fleet is away,
+    at the rate shared out among the processes last seen alive).
+    """
+
+    fleet: FleetLink = dataclasses.field(kw_only=True)
+    view: FleetView = dataclasses.field(kw_only=True)
+    #: The fleet-wide pace (requests per second), or None when attempts are not paced.
+    rate: float | None = dataclasses.field(default=None, kw_only=True)
+
+    @classmethod
+    def around(cls, guard: DependencyGuard, fleet: FleetLink, clock: Clock) -> FleetGuard:
+        """``guard``'s pieces, joined to ``fleet`` (a new guard's: its breaker, unused so
+        far, is replaced by one on the same ``clock`` that also reports healthy calls to
+        the fleet view)."""
+        limiter = guard.limiter
+        rate = limiter.settings.requests_per_second if limiter is not None else None
+        view = fleet.view(guard.dependency)
+        breaker = guard.breaker
+        if breaker is not None:
+            breaker = _ReportingBreaker(breaker.settings, clock, view, fleet, guard.dependency)
+        return cls(
+            dependency=guard.dependency,
+            budget=guard.budget,
+            breaker=breaker,
+            limiter=limiter,
+            born=guard.born,
+            fleet=fleet,
+            view=view,
+            rate=rate,
+        )
+
+    # -- the engine's questions ----------------------------------------------------------
+
+    def admit(self, call: CallFacts) -> Admission:
+        """As :meth:`DependencyGuard.admit`, after the fleet's cooldown and breaker; a
+        paced slot is reserved in the fleet."""
+        if self.view.calm and self.rate is None:
+            return DependencyGuard.admit(self, call)  # the healthy path: no round trip
+        return self._admit_with_fleet(call)
+
+    def _admit_with_fleet(self, call: CallFacts) -> Admission:
+        view = self.view
+        now = self.fleet.clock.monotonic()
+        cooldown = view.cooldown_until - now
+        if self.limiter is not None:
+            cooldown = max(cooldown, self.limiter.cooldown_remaining())
+        if cooldown > 0:
+            return Admission(cooldown=cooldown, detail=explain_fleet_cooldown(cooldown))
+        open_until = view.open_until
+        if open_until is not None and self.breaker is not None:
+            if now < open_until:
+                retry_at = open_until
+                return Admission(
+                    permit=Permit(allowed=False, retry_at=retry_at),
+                    detail=explain_fleet_open(retry_at - now),
+                )
+            probe = self._fleet_probe(call, now)
+            if probe is not None:
+                return probe
+        if self.rate is None or call.pacing_held:
+            return DependencyGuard.admit(self, call)
+        wait = self._reserve(self.rate)
+        if wait > 0:
+            return Admission(pacing=wait, detail=explain_fleet_pacing(self.rate, wait))
+        admission = DependencyGuard.admit(self, _HoldingSlot(call))
+        permit = admission.permit
+        if admission.cooldown > 0 or (permit is not None and not permit.allowed):
+            self._release(self.rate)  # the slot taken for this attempt goes back
+        return admission
+
+    def _fleet_probe(self, call: CallFacts, now: float) -> Admission | None:
+        """Ask for the fleet's one half-open probe; None: the fleet does not hold the call
+        back (it closed meanwhile, or did not answer) and the local pieces decide."""
+        assert self.breaker is not None
+        lease = lease_for_probe(call.probe_lease(), self.breaker)
+        answer = self.fleet.acquire_probe(self.dependency, lease)
+        view = self.view
+        if answer is None:
+            return None
+        if answer.kind == "closed":
+            view.learn(view.cooldown_until, None)
+            return None
+        if answer.kind == "open":
+            view.learn(view.cooldown_until, now + answer.seconds)
+            return Admission(
+                permit=Permit(allowed=False, retry_at=now + answer.seconds),
+                detail=explain_fleet_open(answer.seconds),
+            )
+        if answer.kind == "busy":
+            return Admission(
+                permit=Permit(allowed=False, retry_at=now + answer.seconds),
+                detail=explain_fleet_probing(answer.seconds),
+            )
+        if self.budget is not None and call.attempts == 0:
+            self.budget.record_first_attempt()
+        permit = FleetPermit(
+            allowed=True,
+            probe=True,
+            lease_token=answer.token,
+        )
+        return Admission(permit=permit)
+
+    def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
+        """As :meth:`DependencyGuard.answer_retry`; not while the fleet breaker stays
+        open past the wait either."""
+        open_until = self.view.open_until
+        if open_until is not None and self.breaker is not None and open_until > now + ask.wait:
+            seconds = open_until - now
+            return RetryAnswer(
+                "circuit_open", retry_after=seconds, detail=explain_fleet_open(seconds)
+            )
+        return DependencyGuard.answer_retry(self, ask, now)
+
+    def answer_hedge(self) -> HedgeAnswer:
+        """As :meth:`DependencyGuard.answer_hedge`, and no hedged copy while the fleet
+        cools down or its breaker is not closed; with pacing, the copy's slot is the
+        fleet's (taken only if free now)."""
+        view = self.view
+        if not view.calm:
+            if view.open_until is not None and self.breaker is not None:
+                return _HEDGE_CIRCUIT
+            if view.cooldown_until > self.fleet.clock.monotonic():
+                return _HEDGE_COOLDOWN
+        rate = self.rate
+        if rate is None:
+            return DependencyGuard.answer_hedge(self)
+        if self.breaker is not None and not self.breaker.closed:
+            return _HEDGE_CIRCUIT
+        if self.limiter is not None and self.limiter.cooldown_remaining() > 0:
+            return _HEDGE_COOLDOWN
+        if self._reserve(rate) > 0:
+            self._release(rate)
+            return _HEDGE_PACING
+        if self.budget is not None and not self.budget.try_spend():
+            self._release(rate)
+            return _HEDGE_BUDGET
+        return _HEDGE_GRANTED
+
+    # -- the engine's effects ------------------------------------------------------------
+
+    def apply(self, effect: Effect) -> Transition | None:
+        """As :meth:`DependencyGuard.apply`, and tell the fleet what it means for all."""
+        kind = type(effect)
+        if kind is RecordHealth:
+            assert isinstance(effect, RecordHealth)
+            if type(effect.permit) is FleetPermit:
+                return self._probe_ended(effect)
+            transition = DependencyGuard.apply(self, effect)
+            if effect.health == "healthy":
+                view = self.view
+                if view.failing or view.voted:
+                    recovered(view, self.fleet, self.dependency)
+            elif effect.health == "unhealthy":
+                self._failed(effect, transition)
+            return transition
+        if kind is StartCooldown:
+            assert isinstance(effect, StartCooldown)
+            DependencyGuard.apply(self, effect)
+            self._share_cooldown(effect.seconds, announced=effect.announced)
+            return None
+        if kind is ReleasePacing and self.rate is not None:
+            self._release(self.rate)
+            return None
+        if kind is ReleaseProbe:
+            assert isinstance(effect, ReleaseProbe)
+            permit = effect.permit
+            if isinstance(permit, FleetPermit):
+                self.fleet.release_probe(self.dependency, permit.lease_token)
+                return None
+        return DependencyGuard.apply(self, effect)
+
+    def _share_cooldown(self, seconds: float, *, announced: bool) -> None:
+        """A cooldown this process learned pauses every process (as the local limiter's
+        settings allow it)."""
+        limiter = self.limiter
+        if limiter is None or seconds <= 0:
+            return
+        settings = limiter.settings
+        if not (settings.pace_on_rate_limit_headers if announced else settings.cooldown_on_429):
+            return
+        self.fleet.share_cooldown(self.dependency, min(seconds, settings.max_cooldown))
+
+    def _failed(self, effect: RecordHealth, transition: Transition | None) -> None:
+        """An unhealthy outcome: share a 503's Retry-After; count the failing call, and
+        vote once enough of them came in a row (or the local breaker opened)."""
+        if effect.open_for is not None and self.fleet.share_503_retry_after:
+            self._share_cooldown(effect.open_for, announced=False)
+        breaker = self.breaker
+        if effect.repeat or breaker is None:
+            return  # this call was counted already
+        view = self.view
+        view.failing += 1
+        opened_here = transition is not None and transition.after == "open"
+        if view.failing >= self.fleet.vote_after or opened_here:
+            view.failing = 0
+            settings = breaker.settings
+            if self.fleet.vote(self.dependency, self._open_period(None), settings.max_open_for):
+                view.voted = True
+
+    def _probe_ended(self, effect: RecordHealth) -> Transition | None:
+        """The fleet's probe came back: close the fleet breaker or open it again."""
+        permit = effect.permit
+        assert isinstance(permit, FleetPermit)
+        assert self.breaker is not None
+        healthy = effect.health != "unhealthy"
+        period = self._open_period(effect.open_for)
+        reported = self.fleet.report_probe(
+            self.dependency,
+            permit.lease_token,
+            healthy=healthy,
+            open_for=period,
+            max_open_for=self.breaker.settings.max_open_for,
+        )
+        if not reported:
+            return None  # the lease ran out and another process probes; or no fleet
+        view = self.view
+        if healthy:
+            view.learn(view.cooldown_until, None)
+            return Transition("half_open", "closed")
+        view.learn(view.cooldown_until, self.fleet.clock.monotonic() + period)
+        return Transition("half_open", "open")
+
+    def _open_period(self, hint: float | None) -> float:
+        """How long the fleet breaker opens for (a 503's Retry-After may set it)."""
+        assert self.breaker is not None
+        settings = self.breaker.settings
+        if hint is not None and hint > 0 and settings.use_retry_after:
+            return min(hint, settings.max_open_for)
+        return settings.open_for
+
+    # -- pacing --------------------------------------------------------------------------
+
+    def _reserve(self, rate: float) -> float:
+        assert self.limiter is not None
+        settings = self.limiter.settings
+        wait = self.fleet.reserve(self.dependency, rate, settings.burst, settings.max_cooldown)
+        if wait is not None:
+            return wait
+        return self._fallback_limiter(rate).reserve()
+
+    def _release(self, rate: float) -> None:
+        if not self.fleet.release(self.dependency, rate):
+            self._fallback_limiter(rate).release()
+
+    def _fallback_limiter(self, rate: float) -> Limiter:
+        """The local limiter used while the fleet is away: this process's share of the
+        fleet's rate (the fleet's rate over the processes last seen alive)."""
+        assert self.limiter is not None
+        processes = max(1, self.fleet.live_processes())
+        share = rate / processes
+        fallback = self.view.fallback
+        if fallback is None or fallback.settings.requests_per_second != share:
+            settings = dataclasses.replace(
+                self.limiter.settings,
+                requests_per_second=share,
+                burst=max(1, self.limiter.settings.burst // processes),
+            )
+            fallback = Limiter(settings, self.fleet.clock)
+            self.view.fallback = fallback
+        return fallback
+
+    def at_rest(self) -> bool:
+        """As :meth:`DependencyGuard.at_rest`, and nothing pending with the fleet."""
+        view = self.view
+        if not view.calm or view.failing or view.voted:
+            return False
+        return DependencyGuard.at_rest(self)
+
+
+_HEDGE_GRANTED = HedgeAnswer()
+_HEDGE_CIRCUIT = HedgeAnswer("circuit_not_closed")
+_HEDGE_COOLDOWN = HedgeAnswer("cooldown")
+_HEDGE_PACING = HedgeAnswer("pacing")
+_HEDGE_BUDGET = HedgeAnswer("budget_exhausted")
+
+
+def recovered(view: FleetView, fleet: FleetLink, dependency: str) -> None:
+    """A healthy outcome: the run of failures is over; withdraw this process's vote."""
+    view.failing = 0
+    if view.voted:
+        view.voted = False
+        fleet.retract(dependency)
+
+
+class _ReportingBreaker(CircuitBreaker):
+    """The local breaker of a fleet guard: it also ends the fleet view's run of failures
+    when a shell counts a healthy call on its short path (``record_healthy_call``, which
+    does not go through :meth:`FleetGuard.apply`)."""
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        clock: Clock,
+        view: FleetView,
+        fleet: FleetLink,
+        dependency: str,
+    ) -> None:
+        super().__init__(settings, clock)
+        self._view = view
+        self._fleet = fleet
+        self._dependency = dependency
+
+    def record_healthy_call(self) -> None:
+        CircuitBreaker.record_healthy_call(self)
+        view = self._view
+        if view.failing or view.voted:
+            recovered(view, self._fleet, self._dependency)
+
+
+def explain_fleet_cooldown(seconds: float) -> str:
+    """A cooldown in force (learned here or by another process of the fleet)."""
+    return (
+        f"a 429 or 503 asked every caller of this dependency, across the fleet, to wait "
+        f"{seconds:.1f} s more (LimiterSettings.cooldown_on_429, shared by RedisFleet)"
+    )
+
+
+def explain_fleet_open(seconds: float) -> str:
+    """The fleet breaker is open."""
+    return (
+        f"the fleet's circuit breaker is open for {seconds:.1f} s more (a quorum of "
+        "processes saw this dependency fail: RedisFleet(quorum=..., quorum_share=...))"
+    )
+
+
+def explain_fleet_probing(seconds: float) -> str:
+    """Another process holds the fleet's half-open probe."""
+    return (
+        "the fleet's circuit breaker is half-open and another process holds its one probe "
+        f"(its lease ends within {seconds:.1f} s)"
+    )
+
+
+def explain_fleet_pacing(rate: float, wait: float) -> str:
+    """The fleet's next paced slot is too far away."""
+    return (
+        f"the fleet's next paced slot is {wait:.2f} s away (LimiterSettings("
+        f"requests_per_second={rate:g}) paces the whole fleet, shared by RedisFleet)"
+    )

@@ -1,0 +1,124 @@
+"""What a governor asks of a fleet, and the fleet's state as one process sees it.
+
+Kept apart from :mod:`retrysafe.governor.fleet_guard` so that the governor can name
+:class:`FleetLink` in its signature without importing the guard (which imports the
+governor). Nothing here imports redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Protocol
+
+from retrysafe.clock import Clock
+from retrysafe.governor.limiter import Limiter
+
+__all__ = ["FleetLink", "FleetView", "ProbeAnswer", "ProbeKind"]
+
+#: The fleet's answer to "may I be the half-open probe?": ``closed`` (no fleet breaker
+#: any more), ``open`` (for ``seconds`` more), ``granted`` (you are the probe, under
+#: ``token``), ``busy`` (another process probes; its lease ends in ``seconds``).
+ProbeKind = Literal["closed", "open", "granted", "busy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeAnswer:
+    """What the fleet said to a request for its half-open probe."""
+
+    kind: ProbeKind
+    seconds: float = 0.0
+    token: str = ""
+
+
+class FleetView:
+    """The fleet's state of one dependency, as this process last heard it.
+
+    Written by the fleet's background refresher (and by this process when it learns
+    something first); read without a lock by every call. Times are the fleet clock's
+    monotonic seconds. ``calm`` is True when neither a fleet cooldown nor a fleet
+    breaker holds calls back: the one attribute the healthy path reads.
+    """
+
+    __slots__ = ("calm", "cooldown_until", "failing", "fallback", "open_until", "voted")
+
+    def __init__(self) -> None:
+        self.calm = True
+        #: When the fleet-wide cooldown ends (0.0: none).
+        self.cooldown_until = 0.0
+        #: When the fleet breaker's open period ends (None: the fleet breaker is closed);
+        #: a time in the past means half-open: one probe for the whole fleet.
+        self.open_until: float | None = None
+        #: Failing calls in a row this process saw since it last voted (approximate
+        #: under threads: a vote a little early or late changes nothing).
+        self.failing = 0
+        #: Whether this process's vote to open the fleet breaker stands.
+        self.voted = False
+        #: The local limiter paced attempts fall back to while the fleet is away.
+        self.fallback: Limiter | None = None
+
+    def learn(self, cooldown_until: float, open_until: float | None) -> None:
+        """Take in the fleet's state (times already in this process's monotonic seconds;
+        ``cooldown_until`` 0.0 for none, ``open_until`` None for a closed breaker)."""
+        self.cooldown_until = cooldown_until
+        self.open_until = open_until
+        self.calm = cooldown_until == 0.0 and open_until is None
+
+    def forget_breaker(self) -> None:
+        """The fleet breaker is unknown (the fleet is away): local protection decides."""
+        self.open_until = None
+        self.calm = self.cooldown_until == 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"FleetView(calm={self.calm}, cooldown_until={self.cooldown_until:.3f}, "
+            f"open_until={self.open_until!r})"
+        )
+
+
+class FleetLink(Protocol):
+    """What a governor asks of a fleet (``retrysafe.fleet.RedisFleet`` provides it).
+
+    Every method returns at once or within the fleet's short timeout (what only tells
+    the fleet something may be sent in the background); a method that returns ``None``
+    (or False) means the fleet did not answer, and the caller goes on with local
+    protection. None of them raises.
+    """
+
+    @property
+    def clock(self) -> Clock: ...
+
+    #: Consecutive failing calls after which a process votes to open the fleet breaker.
+    @property
+    def vote_after(self) -> int: ...
+
+    #: Whether a 503's Retry-After starts a fleet-wide cooldown.
+    @property
+    def share_503_retry_after(self) -> bool: ...
+
+    def view(self, dependency: str) -> FleetView: ...
+
+    def live_processes(self) -> int: ...
+
+    def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
+        """Reserve a paced slot in the fleet; seconds to wait for it, None if no answer."""
+        ...
+
+    def release(self, dependency: str, rate: float) -> bool:
+        """Give a reserved slot back; False if the fleet is away (give it back locally)."""
+        ...
+
+    def share_cooldown(self, dependency: str, seconds: float) -> None: ...
+
+    def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
+        """This process saw the dependency fail; False if the fleet is away."""
+        ...
+
+    def retract(self, dependency: str) -> None: ...
+
+    def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None: ...
+
+    def report_probe(
+        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
+    ) -> bool: ...
+
+    def release_probe(self, dependency: str, token: str) -> None: ...

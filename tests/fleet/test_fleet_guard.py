@@ -1,0 +1,273 @@
+"""FleetGuard's decisions on the fake clock, against a fleet that only records what it is told.
+
+No Redis here: what the guard asks and tells the fleet, and what it decides from the
+fleet's view, is the whole of it (``test_fleet_sharing.py`` runs the real thing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from retrysafe.decisions import AskRetry, RecordHealth, ReleasePacing, ReleaseProbe, StartCooldown
+from retrysafe.governor import (
+    BreakerSettings,
+    Governor,
+    GovernorSettings,
+    LimiterSettings,
+)
+from retrysafe.governor.breaker import CLOSED_PERMIT
+from retrysafe.governor.fleet_guard import FleetGuard, FleetPermit
+from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
+from retrysafe.testing import FakeClock
+
+
+@dataclasses.dataclass
+class RecordingFleet:
+    """A FleetLink that records every call and answers as told."""
+
+    clock: FakeClock
+    vote_after: int = 3
+    share_503_retry_after: bool = True
+    answering: bool = True
+    alive: int = 4
+    probe: ProbeAnswer | None = None
+    pacing_wait: float = 0.0
+    told: list[tuple[object, ...]] = dataclasses.field(default_factory=list)
+    views: dict[str, FleetView] = dataclasses.field(default_factory=dict)
+
+    def view(self, dependency: str) -> FleetView:
+        return self.views.setdefault(dependency, FleetView())
+
+    def live_processes(self) -> int:
+        return self.alive
+
+    def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
+        self.told.append(("reserve", rate, burst))
+        return self.pacing_wait if self.answering else None
+
+    def release(self, dependency: str, rate: float) -> bool:
+        self.told.append(("release", rate))
+        return self.answering
+
+    def share_cooldown(self, dependency: str, seconds: float) -> None:
+        self.told.append(("cooldown", seconds))
+
+    def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
+        self.told.append(("vote", open_for))
+        return self.answering
+
+    def retract(self, dependency: str) -> None:
+        self.told.append(("retract",))
+
+    def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None:
+        self.told.append(("acquire_probe", lease))
+        return self.probe if self.answering else None
+
+    def report_probe(
+        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
+    ) -> bool:
+        self.told.append(("report_probe", token, healthy, open_for))
+        return self.answering
+
+    def release_probe(self, dependency: str, token: str) -> None:
+        self.told.append(("release_probe", token))
+
+
+class FirstAttempt:
+    attempts = 0
+    pacing_held = False
+
+    def probe_lease(self) -> float:
+        return 2.0
+
+
+def guard_with(
+    settings: GovernorSettings | None = None, **fleet_fields: object
+) -> tuple[FleetGuard, RecordingFleet, FakeClock]:
+    clock = FakeClock()
+    fleet = RecordingFleet(clock, **fleet_fields)  # type: ignore[arg-type]
+    guard = Governor(settings, clock=clock, fleet=fleet).guard("api")
+    assert isinstance(guard, FleetGuard)
+    return guard, fleet, clock
+
+
+def failed(repeat: bool = False, open_for: float | None = None) -> RecordHealth:
+    return RecordHealth(CLOSED_PERMIT, "unhealthy", open_for, repeat)
+
+
+HEALTHY = RecordHealth(CLOSED_PERMIT, "healthy", None)
+
+
+def test_a_calm_view_admits_without_asking_the_fleet() -> None:
+    guard, fleet, _ = guard_with()
+    admission = guard.admit(FirstAttempt())
+    assert admission.permit is not None
+    assert admission.permit.allowed
+    guard.apply(HEALTHY)
+    assert fleet.told == []
+
+
+def test_a_fleet_cooldown_holds_the_call_for_what_is_left_of_it() -> None:
+    guard, fleet, clock = guard_with()
+    fleet.view("api").learn(clock.monotonic() + 2.0, 0.0)
+    clock.advance(0.5)
+    admission = guard.admit(FirstAttempt())
+    assert admission.cooldown == 1.5
+    assert "across the fleet" in admission.detail
+
+
+def test_an_open_fleet_breaker_refuses_until_its_end_and_refuses_a_longer_retry() -> None:
+    guard, fleet, clock = guard_with()
+    fleet.view("api").learn(0.0, clock.monotonic() + 4.0)
+    admission = guard.admit(FirstAttempt())
+    assert admission.permit is not None
+    assert not admission.permit.allowed
+    assert admission.permit.retry_at == clock.monotonic() + 4.0
+    now = clock.monotonic()
+    assert guard.answer_retry(AskRetry(1.0, True), now).refusal == "circuit_open"
+    assert guard.answer_retry(AskRetry(5.0, True), now).refusal is None
+
+
+def test_half_open_asks_the_fleet_for_its_one_probe_under_a_lease() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t1"))
+    fleet.view("api").learn(0.0, clock.monotonic())  # the open period just ended
+    admission = guard.admit(FirstAttempt())
+    permit = admission.permit
+    assert isinstance(permit, FleetPermit)
+    assert permit.probe
+    assert permit.allowed
+    assert fleet.told == [("acquire_probe", 3.0)]  # the attempt's 2 s plus a second's grace
+    transition = guard.apply(RecordHealth(permit, "healthy", None))
+    assert transition is not None
+    assert (transition.before, transition.after) == ("half_open", "closed")
+    assert fleet.view("api").calm
+    assert fleet.told[-1] == ("report_probe", "t1", True, 5.0)
+
+
+def test_a_failed_probe_opens_the_fleet_again_for_the_503s_hint() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t2"))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    permit = guard.admit(FirstAttempt()).permit
+    assert permit is not None
+    transition = guard.apply(RecordHealth(permit, "unhealthy", 12.0))
+    assert transition is not None
+    assert transition.after == "open"
+    assert fleet.view("api").open_until == clock.monotonic() + 12.0
+    assert ("report_probe", "t2", False, 12.0) in fleet.told
+
+
+def test_an_abandoned_probe_is_given_back_to_the_fleet() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t3"))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    permit = guard.admit(FirstAttempt()).permit
+    assert permit is not None
+    guard.apply(ReleaseProbe(permit))
+    assert fleet.told[-1] == ("release_probe", "t3")
+
+
+def test_another_members_probe_holds_the_call_back() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("busy", seconds=0.7))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    admission = guard.admit(FirstAttempt())
+    assert admission.permit is not None
+    assert not admission.permit.allowed
+    assert "another process holds its one probe" in admission.detail
+
+
+def test_half_open_with_the_fleet_away_leaves_the_local_breaker_to_decide() -> None:
+    guard, fleet, clock = guard_with(answering=False)
+    fleet.view("api").learn(0.0, clock.monotonic())
+    admission = guard.admit(FirstAttempt())
+    assert admission.permit is not None
+    assert admission.permit.allowed
+    assert not admission.permit.probe
+
+
+def test_a_process_votes_after_failing_calls_in_a_row_not_after_retries() -> None:
+    guard, fleet, _ = guard_with(vote_after=3)
+    guard.apply(failed())
+    guard.apply(failed(repeat=True))  # the same call failing again is no new evidence
+    guard.apply(failed(repeat=True))
+    guard.apply(failed())
+    assert fleet.told == []
+    guard.apply(failed())
+    assert fleet.told == [("vote", 5.0)]
+    assert fleet.view("api").voted
+
+
+def test_a_healthy_call_ends_the_run_and_withdraws_the_vote() -> None:
+    guard, fleet, _ = guard_with(vote_after=2)
+    guard.apply(failed())
+    guard.apply(HEALTHY)
+    guard.apply(failed())
+    assert fleet.told == []  # the run was broken
+    guard.apply(failed())
+    guard.apply(HEALTHY)
+    assert fleet.told == [("vote", 5.0), ("retract",)]
+    assert not fleet.view("api").voted
+
+
+def test_the_local_breaker_opening_is_a_vote_too() -> None:
+    settings = GovernorSettings(breaker=BreakerSettings(consecutive_failures=2))
+    guard, fleet, _ = guard_with(settings, vote_after=50)
+    guard.apply(failed())
+    transition = guard.apply(failed())
+    assert transition is not None
+    assert transition.after == "open"
+    assert fleet.told == [("vote", 5.0)]
+
+
+def test_429s_and_503_hints_are_shared_as_cooldowns_capped_by_the_limiter() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(max_cooldown=10.0))
+    guard, fleet, _ = guard_with(settings)
+    guard.apply(StartCooldown(30.0))
+    guard.apply(failed(open_for=4.0))
+    assert fleet.told == [("cooldown", 10.0), ("cooldown", 4.0)]
+
+
+def test_switched_off_cooldowns_are_not_shared() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(cooldown_on_429=False))
+    guard, fleet, _ = guard_with(settings, share_503_retry_after=True)
+    guard.apply(StartCooldown(3.0))
+    guard.apply(failed(open_for=4.0))
+    assert fleet.told == []
+
+
+def test_a_paced_attempt_reserves_its_slot_in_the_fleet() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=50, burst=5))
+    guard, fleet, _ = guard_with(settings, pacing_wait=0.25)
+    admission = guard.admit(FirstAttempt())
+    assert admission.pacing == 0.25
+    assert fleet.told == [("reserve", 50, 5)]
+    guard.apply(ReleasePacing())
+    assert fleet.told[-1] == ("release", 50)
+
+
+def test_with_the_fleet_away_pacing_is_this_process_share_of_the_rate() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=40, burst=8))
+    guard, fleet, _ = guard_with(settings, answering=False, alive=4)
+    waits = [guard.admit(FirstAttempt()).pacing for _ in range(3)]
+    # 40/s over 4 processes: 10/s here, a burst of 2, then a slot every 0.1 s.
+    assert waits == [0.0, 0.0, 0.1]
+    fallback = fleet.view("api").fallback
+    assert fallback is not None
+    assert fallback.settings.requests_per_second == 10
+
+
+def test_no_hedged_copy_while_the_fleet_cools_down_or_its_breaker_is_open() -> None:
+    guard, fleet, clock = guard_with()
+    assert guard.answer_hedge().refusal is None
+    fleet.view("api").learn(clock.monotonic() + 1.0, None)
+    assert guard.answer_hedge().refusal == "cooldown"
+    fleet.view("api").learn(0.0, clock.monotonic() + 1.0)
+    assert guard.answer_hedge().refusal == "circuit_not_closed"
+
+
+def test_a_paced_hedged_copy_takes_a_free_fleet_slot_or_none() -> None:
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=50))
+    guard, fleet, _ = guard_with(settings)
+    assert guard.answer_hedge().refusal is None
+    assert fleet.told == [("reserve", 50, 1)]
+    fleet.pacing_wait = 0.3
+    assert guard.answer_hedge().refusal == "pacing"
+    assert fleet.told[-1] == ("release", 50)  # the slot it would have waited for goes back

@@ -1,0 +1,447 @@
+"""What the fleet shares, over a real Redis and real sockets to the chaos server.
+
+Each ``RedisFleet`` is one member of the fleet as Redis sees it (its own identity, its
+own heartbeat, its own vote), so several in one test process stand for several
+processes; ``test_fleet_processes.py`` runs real ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import anyio
+import pytest
+import redis
+from fleet_servers import FleetMaker
+
+import retrysafe
+from retrysafe.chaos import KeyedChaos
+from retrysafe.fleet import RedisFleet
+from retrysafe.governor import (
+    BreakerSettings,
+    DependencyGuard,
+    Governor,
+    GovernorSettings,
+    LimiterSettings,
+)
+from retrysafe.governor.fleet_guard import FleetGuard
+
+ONE_ATTEMPT = retrysafe.RetryPolicy(attempts=1, deadline=2.0)
+#: The fleet breaker opens on votes alone here: no local breaker trips before it.
+VOTING = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1000, open_for=30))
+
+
+def client(
+    fleet: RedisFleet,
+    settings: GovernorSettings | None = None,
+    policy: retrysafe.RetryPolicy = ONE_ATTEMPT,
+) -> retrysafe.Client:
+    return retrysafe.Client(
+        governor=Governor(settings, fleet=fleet), dependency="api", policy=policy
+    )
+
+
+def wait_for(condition: object, seconds: float = 3.0) -> None:
+    """Poll ``condition()`` until true; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the fleet did not get there in time"
+        time.sleep(0.01)
+
+
+def test_a_governor_without_a_fleet_keeps_its_plain_guards() -> None:
+    guard = Governor().guard("api")
+    assert type(guard) is DependencyGuard
+
+
+def test_a_governor_with_a_fleet_wraps_each_guard(make_fleet: FleetMaker) -> None:
+    guard = Governor(fleet=make_fleet()).guard("api")
+    assert isinstance(guard, FleetGuard)
+    assert guard.view.calm
+
+
+# -- cooldowns -------------------------------------------------------------------------
+
+
+def learned(fleet: RedisFleet) -> None:
+    """Wait until ``fleet`` (another member) learned of a fleet cooldown or open breaker:
+    the fleet's lag, a round trip or two (the calling member sends in the background)."""
+    wait_for(lambda: not fleet.view("api").calm)
+
+
+def test_a_429_learned_by_one_process_pauses_the_others(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    other = make_fleet()
+    first, second = client(make_fleet()), client(other)
+    with pytest.raises(retrysafe.RateLimited):
+        first.get(chaos.url("/status/429", retry_after=2))
+    learned(other)
+    sent = len(chaos.log())
+    started = time.monotonic()
+    with pytest.raises(retrysafe.CooldownActive) as refused:
+        second.get(chaos.url("/status/200"))
+    assert time.monotonic() - started < 0.5  # refused at once: 2 s do not fit its deadline
+    assert len(chaos.log()) == sent  # nothing was sent
+    assert "across the fleet" in str(refused.value)
+
+
+def test_a_caller_with_time_waits_the_fleet_cooldown_out(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    other = make_fleet()
+    first = client(make_fleet())
+    patient = client(other, policy=retrysafe.RetryPolicy(attempts=1, deadline=5.0))
+    with pytest.raises(retrysafe.RateLimited):
+        first.get(chaos.url("/status/429", retry_after=1))
+    learned(other)
+    started = time.monotonic()
+    assert patient.get(chaos.url("/status/200")).status_code == 200
+    assert time.monotonic() - started >= 0.6  # it waited for the cooldown to end
+
+
+def test_a_503_retry_after_pauses_the_fleet_too(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
+    other = make_fleet()
+    first, second = client(make_fleet()), client(other)
+    with pytest.raises(retrysafe.ServerError):
+        first.get(chaos.url("/status/503", retry_after=3))
+    learned(other)
+    with pytest.raises(retrysafe.CooldownActive):
+        second.get(chaos.url("/status/200"))
+
+
+def test_a_fleet_can_keep_503s_to_itself(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
+    sharing = make_fleet(share_503_retry_after=False)
+    first = client(sharing)
+    second = client(make_fleet(share_503_retry_after=False))
+    with pytest.raises(retrysafe.ServerError):
+        first.get(chaos.url("/status/503", retry_after=3))
+    assert sharing.flush()
+    time.sleep(0.15)  # more than the fleet's lag
+    assert second.get(chaos.url("/status/200")).status_code == 200
+
+
+# -- pacing ----------------------------------------------------------------------------
+
+
+def test_pacing_is_a_gcra_schedule_in_redis(make_fleet: FleetMaker) -> None:
+    one, other = make_fleet(), make_fleet()
+    waits = [fleet.reserve("paced", 10.0, 3, 60.0) for fleet in (one, other, one, other, one)]
+    assert all(wait is not None for wait in waits)
+    # A burst of three at once, then one slot every 0.1 s, whoever asks.
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1, abs=0.03)
+    assert waits[4] == pytest.approx(0.2, abs=0.03)
+    assert one.release("paced", 10.0)  # the last slot goes back: the next one is nearer
+    assert one.flush()
+    again = other.reserve("paced", 10.0, 3, 60.0)
+    assert again == pytest.approx(0.2, abs=0.03)
+
+
+def test_a_slot_beyond_the_longest_wait_is_not_reserved(make_fleet: FleetMaker) -> None:
+    fleet = make_fleet()
+    assert fleet.reserve("far", 1.0, 1, 0.5) == 0.0
+    assert fleet.reserve("far", 1.0, 1, 0.5) == pytest.approx(1.0, abs=0.05)  # refused
+    assert fleet.reserve("far", 1.0, 1, 0.5) == pytest.approx(1.0, abs=0.05)  # not queued
+
+
+def test_processes_sharing_a_pace_stay_under_the_servers_limit(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    # The server allows 20/s (burst 2); the fleet paces 16/s in all, over three members.
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=16, burst=1))
+    policy = retrysafe.RetryPolicy(attempts=1, deadline=10.0)
+    # (A generous timeout: this is about the schedule, not about a Redis slow to answer.)
+    members = [make_fleet(timeout=0.2) for _ in range(3)]
+    clients = [client(member, settings, policy) for member in members]
+    url = chaos.url("/rate-limit/shared", rps=20, burst=2)
+    statuses: list[int] = []
+
+    def run(member: retrysafe.Client) -> None:
+        for _ in range(8):
+            try:
+                statuses.append(member.get(url).status_code)
+            except retrysafe.RateLimited:
+                statuses.append(429)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(member,)) for member in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    assert [member.availability.outages for member in members] == [0, 0, 0]
+    assert statuses.count(429) == 0
+    assert len(statuses) == 24
+    assert elapsed >= 23 / 16 * 0.9  # 24 calls at 16/s in all, not 16/s each
+
+
+# -- the quorum breaker ----------------------------------------------------------------
+
+
+def test_one_process_failing_alone_does_not_open_the_fleet_breaker(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    bad, good = make_fleet(), make_fleet()
+    broken = client(bad, VOTING)
+    healthy = client(good, VOTING)
+    refused_url = chaos.server.closed_port_url()
+    for _ in range(12):  # more than twice vote_after: it votes, and votes again
+        with pytest.raises(retrysafe.TransportError):
+            broken.get(refused_url)
+    time.sleep(0.2)  # more than a refresh period
+    assert good.view("api").calm
+    assert bad.view("api").calm
+    assert healthy.get(chaos.url("/status/200")).status_code == 200
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_vote_needs_failing_calls_in_a_row_and_a_healthy_call_withdraws_it(
+    make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str, namespace: str, mode: str
+) -> None:
+    # Through the real shells: a first-try success takes their short path.
+    fleet = make_fleet(vote_after=3)
+    governor = Governor(VOTING, fleet=fleet)
+    failing, healthy = chaos.url("/status/500"), chaos.url("/status/200")
+
+    def calls(urls: list[str]) -> None:
+        async def run_async() -> None:
+            async with retrysafe.AsyncClient(
+                governor=governor, dependency="api", policy=ONE_ATTEMPT
+            ) as async_client:
+                for url in urls:
+                    with contextlib.suppress(retrysafe.ServerError):
+                        await async_client.get(url)
+
+        if mode == "async":
+            anyio.run(run_async)
+            return
+        with retrysafe.Client(governor=governor, dependency="api", policy=ONE_ATTEMPT) as c:
+            for url in urls:
+                with contextlib.suppress(retrysafe.ServerError):
+                    c.get(url)
+
+    votes = f"{namespace}:votes:api"
+    admin = redis.Redis.from_url(redis_url)
+    calls([failing, healthy, failing, healthy, failing, healthy])  # never 3 in a row
+    assert fleet.flush()
+    assert admin.zcard(votes) == 0
+    calls([failing, failing, failing])
+    assert fleet.flush()
+    assert admin.zcard(votes) == 1
+    calls([healthy])
+    assert fleet.flush()
+    assert admin.zcard(votes) == 0
+
+
+def test_a_quorum_of_processes_opens_it_for_every_process(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    members = [make_fleet() for _ in range(4)]
+    clients = [client(member, VOTING) for member in members]
+    failing = chaos.url("/status/500")
+    for _ in range(5):  # the first member votes: one of the two votes four members need
+        with pytest.raises(retrysafe.ServerError):
+            clients[0].get(failing)
+    time.sleep(0.15)
+    assert clients[3].get(chaos.url("/status/200")).status_code == 200
+    for _ in range(5):  # the second one votes too
+        with pytest.raises(retrysafe.ServerError):
+            clients[1].get(failing)
+    wait_for(lambda: not members[3].view("api").calm)
+    sent = len(chaos.log())
+    with pytest.raises(retrysafe.CircuitOpen) as refused:
+        clients[3].get(chaos.url("/status/200"))
+    assert len(chaos.log()) == sent
+    assert "fleet's circuit breaker is open" in str(refused.value)
+
+
+def test_a_process_that_joins_reads_the_open_breaker(
+    make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str, namespace: str
+) -> None:
+    voting = [make_fleet() for _ in range(2)]
+    for member in voting:
+        voter = client(member, VOTING)
+        for _ in range(5):
+            with pytest.raises(retrysafe.ServerError):
+                voter.get(chaos.url("/status/500"))
+        assert member.flush()
+    newcomer = client(make_fleet(), VOTING)  # joins now: its first call knows already
+    with pytest.raises(retrysafe.CircuitOpen):
+        newcomer.get(chaos.url("/status/200"))
+    # Joining changed nothing in Redis: the breaker is still open there.
+    assert redis.Redis.from_url(redis_url).exists(f"{namespace}:open:api") == 1
+
+
+def test_one_probe_for_the_whole_fleet_under_a_lease(make_fleet: FleetMaker) -> None:
+    one, two = make_fleet(), make_fleet()
+    members = [one, two, make_fleet()]
+    for member in members[:2]:
+        assert member.vote("dep", 0.1, 300.0)  # handed to the writer
+        assert member.flush()
+    time.sleep(0.15)  # the open period ends: half-open
+    granted = one.acquire_probe("dep", lease=0.3)
+    assert granted is not None
+    assert granted.kind == "granted"
+    busy = two.acquire_probe("dep", lease=0.3)
+    assert busy is not None
+    assert busy.kind == "busy"
+    assert 0.1 < busy.seconds <= 0.3
+    time.sleep(0.35)  # the lease ran out: the first probe is lost, another may probe
+    second = two.acquire_probe("dep", lease=0.3)
+    assert second is not None
+    assert second.kind == "granted"
+    # The lost probe's late report changes nothing; the live one closes the breaker.
+    assert one.report_probe("dep", granted.token, healthy=True, open_for=1, max_open_for=9)
+    assert one.flush()
+    still = members[2].acquire_probe("dep", lease=0.3)
+    assert still is not None
+    assert still.kind == "busy"
+    assert two.report_probe("dep", second.token, healthy=True, open_for=1, max_open_for=9)
+    assert two.flush()
+    closed = one.acquire_probe("dep", lease=0.3)
+    assert closed is not None
+    assert closed.kind == "closed"
+
+
+def test_a_half_open_fleet_sends_one_probe_and_closes_for_all(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    settings = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1000, open_for=0.3))
+    members = [make_fleet() for _ in range(3)]
+    clients = [client(member, settings) for member in members]
+    for voter in clients[:2]:
+        for _ in range(5):
+            with pytest.raises(retrysafe.ServerError):
+                voter.get(chaos.url("/status/500"))
+    wait_for(lambda: not members[2].view("api").calm)
+    time.sleep(0.35)  # open period over: half-open
+    before = len(chaos.log())
+    results: list[object] = []
+
+    def call(member: retrysafe.Client) -> None:
+        try:
+            results.append(member.get(chaos.url("/delay", ms=300)).status_code)
+        except retrysafe.CircuitOpen as refused:
+            results.append(refused)
+
+    # The probe takes 0.3 s: the others ask while it is in flight and are refused.
+    threads = [threading.Thread(target=call, args=(member,)) for member in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results.count(200) == 1
+    assert len(chaos.log()) - before == 1
+    wait_for(lambda: all(member.view("api").calm for member in members))
+    assert clients[2].get(chaos.url("/status/200")).status_code == 200
+
+
+# -- Redis away ------------------------------------------------------------------------
+
+
+def test_with_redis_refusing_calls_go_on_locally_and_it_is_logged_once(
+    make_fleet: FleetMaker, chaos: KeyedChaos, caplog: pytest.LogCaptureFixture
+) -> None:
+    closed = chaos.server.closed_port_url().rstrip("/").replace("http://", "")
+    fleet = make_fleet(f"redis://:hunter2-secret@{closed}/0", timeout=0.005)
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=200, burst=5))
+    paced = client(fleet, settings)
+    with caplog.at_level("DEBUG", logger="retrysafe.fleet"):
+        for _ in range(10):
+            started = time.monotonic()
+            assert paced.get(chaos.url("/status/200")).status_code == 200
+            assert time.monotonic() - started < 0.5
+    assert not fleet.up
+    warnings = [r for r in caplog.records if r.name == "retrysafe.fleet" and r.levelno >= 30]
+    assert len(warnings) == 1
+    assert "hunter2-secret" not in caplog.text
+    assert "[REDACTED]" in warnings[0].getMessage()
+    assert "hunter2-secret" not in repr(fleet)
+
+
+def test_a_redis_that_never_answers_costs_a_call_at_most_its_timeout(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    silent = chaos.server.fault_url("accept_never_read").rstrip("/").replace("http://", "")
+    fleet = make_fleet(f"redis://{silent}/0", timeout=0.005)
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=500, burst=5))
+    paced = client(fleet, settings)
+    paced.get(chaos.url("/status/200"))  # the first call may find it out
+    durations = []
+    for _ in range(10):
+        started = time.monotonic()
+        assert paced.get(chaos.url("/status/200")).status_code == 200
+        durations.append(time.monotonic() - started)
+    assert not fleet.up
+    assert max(durations) < 0.25  # no call waits on a Redis known to be away
+
+
+@pytest.mark.anyio
+async def test_an_async_client_is_not_held_up_by_a_silent_redis(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    silent = chaos.server.fault_url("accept_never_read").rstrip("/").replace("http://", "")
+    fleet = make_fleet(f"redis://{silent}/0", timeout=0.005)
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=500, burst=5))
+    gaps: list[float] = []
+    done = anyio.Event()
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while not done.is_set():
+            await anyio.sleep(0.001)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    governor = Governor(settings, fleet=fleet)
+    async with (
+        retrysafe.AsyncClient(governor=governor, dependency="api", policy=ONE_ATTEMPT) as c,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(tick)
+        for _ in range(10):
+            assert (await c.get(chaos.url("/status/200"))).status_code == 200
+        done.set()
+    assert gaps
+    # The loop kept turning: never held for the refresher's 0.25 s timeout, only ever for
+    # the calls' 5 ms one (a loaded machine may pause any process for tens of ms).
+    assert max(gaps) < 0.2
+
+
+@pytest.mark.anyio
+async def test_an_async_client_shares_a_cooldown(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
+    other = make_fleet()
+    first = Governor(fleet=make_fleet())
+    second = Governor(fleet=other)
+    async with retrysafe.AsyncClient(governor=first, dependency="api", policy=ONE_ATTEMPT) as a:
+        with pytest.raises(retrysafe.RateLimited):
+            await a.get(chaos.url("/status/429", retry_after=2))
+    deadline = time.monotonic() + 3
+    while other.view("api").calm:  # the fleet's lag
+        assert time.monotonic() < deadline
+        await anyio.sleep(0.01)
+    async with retrysafe.AsyncClient(governor=second, dependency="api", policy=ONE_ATTEMPT) as b:
+        with pytest.raises(retrysafe.CooldownActive):
+            await b.get(chaos.url("/status/200"))
+
+
+def test_evicted_keys_and_scripts_are_only_state_lost(
+    make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str
+) -> None:
+    fleet = make_fleet()
+    first, second = client(fleet), client(make_fleet())
+    with pytest.raises(retrysafe.RateLimited):
+        first.get(chaos.url("/status/429", retry_after=5))
+    assert fleet.flush()
+    admin = redis.Redis.from_url(redis_url)
+    admin.script_flush()
+    admin.flushall()  # every key and script gone, as under eviction or a wipe
+    wait_for(lambda: fleet.view("api").calm)  # the cooldown went with its key
+    assert second.get(chaos.url("/status/200")).status_code == 200
+    assert fleet.reserve("after-flush", 10.0, 1, 60.0) == 0.0  # scripts load again
+    assert fleet.up
