@@ -25,9 +25,9 @@ Without an SDK (no global provider set, none given) the hook says it is not
 listening: calls then build no routine events and open no spans, so the hook
 costs a check per call. Metrics (through the same API): ``retrysafe.attempts``
 (every request sent, a hedged copy too: one that lost has outcome ``hedge_lost``),
-``retrysafe.retries``, ``retrysafe.refusals``, ``retrysafe.hedges`` (counters), ``retrysafe.retry.wait``
-and ``retrysafe.call.duration`` (histograms), ``retrysafe.circuit.state`` (a gauge:
-0 closed, 1 half open, 2 open).
+``retrysafe.retries``, ``retrysafe.refusals``, ``retrysafe.hedges`` (counters),
+``retrysafe.retry.wait`` and ``retrysafe.call.duration`` (histograms),
+``retrysafe.circuit.state`` (a gauge: 0 closed, 1 half open, 2 open).
 """
 
 from __future__ import annotations
