@@ -15,8 +15,9 @@ coordinator only (the caller); copies only send and read.
   thread-safe), in a copy of the caller's context; the caller's thread waits for
   their answers and for the next copy's time, and is the only one that tells the
   engine, asks the governor and emits events (so hooks and tracers see the whole
-  call on the caller's thread; the price is one thread start per copy, the first
-  one included). A losing copy is cancelled by cutting the connection it writes to
+  call on the caller's thread; the price is a hand-off to a thread per copy, the
+  first one included: :mod:`retrysafe.hedge_threads` keeps finished threads a while
+  for reuse). A losing copy is cancelled by cutting the connection it writes to
   (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
   returns at once and the server sees the disconnect, and by ending its
   attempt's time, so it sends or reads nothing more.
@@ -27,6 +28,7 @@ coordinator only (the caller); copies only send and read.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import queue
 import threading
@@ -46,6 +48,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
+from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.transport import _GRACE, _prepare
 
@@ -234,7 +237,8 @@ def _conclude(drive: Drive, result: _Result) -> Step:
 class _SyncRound:
     """One attempt of a sync hedging call and its copies.
 
-    The caller's thread coordinates: every copy is sent on a thread of its own (in a
+    The caller's thread coordinates: every copy is sent on a thread of its own
+    (:func:`~retrysafe.hedge_threads.run_on_a_thread`, in a
     copy of the caller's context taken when the copy starts, so it sees its own
     attempt's trace context), and hands what it got back through ``results``. Only
     the caller's thread asks the governor, tells the engine and so emits the call's
@@ -260,13 +264,7 @@ class _SyncRound:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
         copy = _Copy(plan, copy_request)
         self.copies[plan] = copy
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run,
-            args=(self._run, copy),
-            name=f"retrysafe-hedge-{plan.number}",
-            daemon=True,
-        ).start()
+        run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 
     def _run(self, copy: _Copy) -> None:
         """(On a copy's thread.) Send it and hand what it got to the caller's thread."""
