@@ -67,7 +67,9 @@ def test_a_sync_hedged_call_won_by_its_copy_leaves_the_callers_context_as_it_was
         assert app_span.parent is None  # type: ignore[attr-defined]
 
 
-def test_each_copy_is_its_own_attempt_span_and_sends_its_own_traceparent(otel: Otel) -> None:
+def test_each_copy_is_its_own_attempt_span_and_sends_its_own_traceparent(
+    api: Any, otel: Otel
+) -> None:
     received: list[str] = []
 
     async def first_is_slow(scope: Any, receive: Any, send: Any) -> None:
@@ -76,15 +78,15 @@ def test_each_copy_is_its_own_attempt_span_and_sends_its_own_traceparent(otel: O
         headers = dict(scope["headers"])
         received.append(headers.get(b"traceparent", b"").decode())
         if len(received) == 1:
-            await asyncio.sleep(3)
+            await asyncio.sleep(1)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    with (
-        ChaosServer(app=first_is_slow) as server,
-        retrysafe.Client(hooks=[otel.hook], policy=HEDGED) as client,
-    ):
-        report = retrysafe.report_of(client.get(server.url + "/x"))
+    with ChaosServer(app=first_is_slow) as server:
+        response = api.request(
+            "GET", server.url + "/x", policy=HEDGED, client_options={"hooks": [otel.hook]}
+        )
+    report = retrysafe.report_of(response)
     assert report is not None
     assert report.winner == 2
     spans = otel.spans()
