@@ -61,6 +61,23 @@ def test_each_error_family_has_its_own_exit_code() -> None:
     assert not {0, 1, 2} & set(codes)
 
 
+@pytest.mark.parametrize(
+    ("error_class", "family"),
+    [
+        (retrysafe.BudgetExhausted, retrysafe.Refused),
+        (retrysafe.CooldownActive, retrysafe.Refused),
+        (retrysafe.PacingDelayed, retrysafe.Refused),
+        (retrysafe.CircuitOpen, retrysafe.CircuitOpen),
+    ],
+)
+def test_a_local_refusal_exits_with_its_familys_code_not_the_demo_failure_code(
+    error_class: type[retrysafe.ApiError], family: type[retrysafe.ApiError]
+) -> None:
+    error = error_class.__new__(error_class)  # only its class is read
+    assert exit_code_for(error) == code_of(family)
+    assert code_of(family) != 1
+
+
 def test_an_unknown_command_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "frobnicate")
     assert code == EXIT_USAGE
@@ -153,6 +170,7 @@ def test_a_post_that_times_out_is_sent_once_and_exits_with_the_transport_code(
     )
     assert code == code_of(retrysafe.TransportError)
     assert "TransportError [unsafe_to_repeat]" in err
+    assert "--idempotency-key auto" in err
     assert "may already have acted on it" in err
     assert len(chaos.log()) == 1
 

@@ -380,3 +380,15 @@ def test_a_granted_wait_is_not_refused_after_a_real_sleep(api: Any, chaos: Any) 
     for _ in range(3):
         response = api.request("GET", url.replace(chaos.key, f"{chaos.key}-{_}"), policy=policy)
         assert response.status_code == 200
+
+
+def test_a_request_httpx_cannot_send_fails_at_once_saying_to_fix_it(chaos: Any) -> None:
+    """A header value h11 refuses to write: nothing reaches the server, nothing is retried,
+    and the advice is to fix the request, not to check the network."""
+    with retrysafe.Client() as client, pytest.raises(retrysafe.TransportError) as caught:
+        client.get(chaos.url("/status/200"), headers={"X-Note": "  "})
+    error = caught.value
+    assert (error.outcome, error.retryable, error.attempts) == ("invalid_request", False, 1)
+    assert "fix it" in str(error)
+    assert "check the network" not in str(error)
+    assert chaos.log() == []

@@ -85,8 +85,14 @@ class AttemptDeadlineReached(BaseException):
     def as_outcome(self) -> Exception:
         """The ordinary timeout this stands for, for the engine to classify."""
         if self.stalled:
-            return httpx.ReadTimeout("the server sent nothing for the read timeout")
-        return AttemptTimedOut("the response did not arrive within the attempt's time")
+            return httpx.ReadTimeout(
+                "the server sent nothing before the attempt's time ran out "
+                "(retrysafe's RetryPolicy attempt_timeout / deadline)"
+            )
+        return AttemptTimedOut(
+            "the response did not arrive within the attempt's time "
+            "(retrysafe's RetryPolicy attempt_timeout / deadline)"
+        )
 
 
 def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:

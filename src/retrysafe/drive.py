@@ -43,7 +43,7 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
-from retrysafe.governor import Governor
+from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.governor.breaker import Transition
 from retrysafe.governor.explain import (
     explain_breaker,
@@ -122,6 +122,20 @@ class ShellSettings:
             raise TypeError(
                 "dependency must be a name (str) or a callable naming each request, "
                 f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
+            )
+        if governor is not None and not isinstance(governor, Governor):
+            hint = (
+                "wrap the settings: governor=retrysafe.Governor(settings)"
+                if isinstance(governor, GovernorSettings)
+                else "e.g. retrysafe.Governor(retrysafe.GovernorSettings(...))"
+            )
+            raise TypeError(
+                f"governor must be a retrysafe.Governor, got {type(governor).__name__}; {hint}"
+            )
+        if isinstance(hooks, (str, bytes)) or not all(callable(hook) for hook in hooks):
+            raise TypeError(
+                "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
+                f"e.g. hooks=[print]; got {hooks!r}"
             )
         clock = clock if clock is not None else SystemClock()
         return cls(

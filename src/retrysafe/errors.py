@@ -184,7 +184,14 @@ class TransportError(ApiError):
     when it may have been processed (check before repeating a write).
     """
 
-    advice = "the connection failed; check the network or try again later"
+    advice = "no usable answer came (connect, timeout or reset); check the network or try later"
+
+    def _advice(self) -> str:
+        if self.outcome == "invalid_request":
+            # httpx refused to send the request as built (e.g. a header value it cannot
+            # write): nothing left this process, and no network will fix it.
+            return "the request could not be sent as built (a header or body httpx refuses); fix it"
+        return super()._advice()
 
     @property
     def sent(self) -> Literal["no", "maybe"]:

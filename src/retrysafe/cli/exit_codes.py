@@ -11,6 +11,7 @@ from retrysafe import (
     DeadlineExceeded,
     QuotaExhausted,
     RateLimited,
+    Refused,
     RetryAfterTooLong,
     ServerError,
     TransportError,
@@ -51,6 +52,7 @@ ERROR_EXIT_CODES: tuple[tuple[type[ApiError], int, str], ...] = (
     (CircuitOpen, 9, "circuit open: nothing was sent"),
     (DeadlineExceeded, 10, "the deadline ran out"),
     (RetryAfterTooLong, 11, "the server asked to wait longer than allowed"),
+    (Refused, 12, "held back by load protection (retry budget, cooldown, pacing)"),
 )
 
 

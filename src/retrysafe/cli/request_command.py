@@ -279,7 +279,11 @@ def _summary(response: httpx.Response) -> str:
 
 def _error_line(error: ApiError) -> str:
     status = "" if error.status is None else f", HTTP {error.status}"
-    return f"{type(error).__name__} [{error.reason}{status}]: {error}"
+    line = f"{type(error).__name__} [{error.reason}{status}]: {error}"
+    if error.reason == "unsafe_to_repeat":
+        # The library's advice names its Python argument; say it the command's way too.
+        line += " (on the command line: --idempotency-key auto)"
+    return line
 
 
 def run_request(args: argparse.Namespace) -> int:

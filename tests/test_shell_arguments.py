@@ -1,0 +1,58 @@
+"""A shell built with an argument of the wrong kind says so at once, and what to pass
+instead, rather than failing on the first call with an AttributeError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import Governor, GovernorSettings
+
+SHELLS = [
+    pytest.param(lambda **kw: retrysafe.Client(**kw), id="Client"),
+    pytest.param(lambda **kw: retrysafe.AsyncClient(**kw), id="AsyncClient"),
+    pytest.param(
+        lambda **kw: retrysafe.RetryTransport(
+            httpx.MockTransport(lambda r: httpx.Response(200)), **kw
+        ),
+        id="RetryTransport",
+    ),
+]
+
+
+@pytest.mark.parametrize("make", SHELLS)
+def test_a_policy_that_is_not_a_retry_policy_is_refused(make: Any) -> None:
+    with pytest.raises(TypeError, match=r"policy must be a retrysafe\.RetryPolicy, got dict"):
+        make(policy={"attempts": 3})
+
+
+@pytest.mark.parametrize("make", SHELLS)
+def test_governor_settings_given_as_the_governor_are_refused_with_the_fix(make: Any) -> None:
+    with pytest.raises(TypeError, match=r"governor=retrysafe\.Governor\(settings\)"):
+        make(governor=GovernorSettings())
+
+
+@pytest.mark.parametrize("make", SHELLS)
+def test_a_governor_of_another_kind_is_refused(make: Any) -> None:
+    with pytest.raises(TypeError, match=r"governor must be a retrysafe\.Governor, got str"):
+        make(governor="shared")
+
+
+@pytest.mark.parametrize("make", SHELLS)
+@pytest.mark.parametrize("hooks", [["log"], "print", [print, 3]])
+def test_hooks_that_are_not_callables_are_refused(make: Any, hooks: Any) -> None:
+    with pytest.raises(TypeError, match="hooks must be a sequence of callables"):
+        make(hooks=hooks)
+
+
+def test_good_arguments_still_make_a_working_client() -> None:
+    seen: list[retrysafe.RetryEvent] = []
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(
+        transport=transport, governor=Governor(GovernorSettings()), hooks=[seen.append]
+    ) as client:
+        assert client.get("http://api.test/").status_code == 200
+    assert [event.kind for event in seen][-1] == "success"
