@@ -366,15 +366,18 @@ class Drive:
         self.call.attempt_abandoned()
         self._apply_effects()
 
-    def hedge(self, hedge: Hedge) -> AttemptPlan | None:
+    def hedge(self, hedge: Hedge, request: httpx.Request | None = None) -> AttemptPlan | None:
         """Ask the governor for the hedged copy ``hedge`` and tell the engine: the copy's
-        plan, or None when it is refused (and no more copies go this round)."""
+        plan, or None when it is refused (and no more copies go this round). ``request``
+        is the copy's own request: the call's trace starts the copy's attempt on it."""
         call = self.call
         assert isinstance(call, HedgedCall)
         guard = self._guard
         answer = _HEDGE_GRANTED if guard is None else guard.answer_hedge()
         plan = call.start_hedge(hedge, answer)
         self._apply_effects()
+        if plan is not None and request is not None and self._trace is not None:
+            self._trace.attempt_starting(plan.number, request)
         return plan
 
     def _note_nested_give_up(self) -> None:

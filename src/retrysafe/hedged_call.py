@@ -34,6 +34,8 @@ Driving it::
 
 from __future__ import annotations
 
+from typing import Literal
+
 import httpx
 
 from retrysafe.classify import SUCCESS, Verdict, may_have_acted
@@ -291,6 +293,10 @@ class HedgedCall(Call):
             self.effects.append(RecordLatency(elapsed, censored=True))
             if flight.permit is not None and flight.permit.probe:
                 self.effects.append(ReleaseProbe(flight.permit))
+            if self._observed:
+                # A lost copy was sent too: it ends as an attempt (metrics count it, a
+                # tracer ends its span) before the hedge event that says it lost.
+                self._emit_numbered("attempt", flight.plan.number, LOST, None)
             self._emit_hedge(flight.plan.number, "lost")
         self._flights.clear()
         if lost:
@@ -303,6 +309,52 @@ class HedgedCall(Call):
         if not self._hedges:
             return report
         return report._replace(hedges=self._hedges, winner=self._winner)
+
+    def _emit(
+        self,
+        kind: Literal["attempt", "retry", "success"],
+        outcome: str,
+        status: int | None,
+        *,
+        wait: float = 0.0,
+        exception: str | None = None,
+    ) -> None:
+        """As :meth:`Call._emit`, but an ``attempt`` or ``retry`` event names the copy it
+        is about: with copies in flight, the history's length is not that copy's number
+        (a copy that wins is recorded before the copies it beat are)."""
+        if kind == "success":
+            super()._emit(kind, outcome, status, wait=wait, exception=exception)
+            return
+        plan = self._plan
+        assert plan is not None
+        self._emit_numbered(kind, plan.number, outcome, status, wait=wait, exception=exception)
+
+    def _emit_numbered(
+        self,
+        kind: Literal["attempt", "retry"],
+        number: int,
+        outcome: str,
+        status: int | None,
+        *,
+        wait: float = 0.0,
+        exception: str | None = None,
+    ) -> None:
+        self.effects.append(
+            EmitEvent(
+                RetryEvent(
+                    kind=kind,
+                    dependency=self.dependency,
+                    method=self.method,
+                    url=self.url,
+                    attempt=number,
+                    status=status,
+                    outcome=outcome,
+                    wait=wait,
+                    elapsed=self._clock.monotonic() - self._started,
+                    exception=exception,
+                )
+            )
+        )
 
     def _emit_hedge(self, number: int, outcome: str, reason: str = "") -> None:
         if not self._observed:

@@ -9,13 +9,15 @@ not :class:`AwaitOthers` (a success, a failure, a wait before a retry).
 Each copy is the same request (same headers, so the same idempotency key, and
 the same replayable body) sent as its own ``httpx.Request``, so per-copy
 timeouts never touch another copy in flight. The engine is fed by one
-coordinator only; copies only send and read.
+coordinator only (the caller); copies only send and read.
 
-- sync: the first copy is sent on the caller's thread (so a call whose first
-  copy answers in time pays no hand-off between threads); a process-wide timer
-  thread starts each hedged copy on a thread of its own (httpx transports are
-  thread-safe), in a copy of the caller's context. A losing copy is cancelled
-  by cutting the connection it writes to
+- sync: every copy is sent on a thread of its own (httpx transports are
+  thread-safe), in a copy of the caller's context; the caller's thread waits for
+  their answers and for the next copy's time, and is the only one that tells the
+  engine, asks the governor and emits events (so hooks and tracers see the whole
+  call on the caller's thread; the price is a hand-off to a thread per copy, the
+  first one included: :mod:`retrysafe.hedge_threads` keeps finished threads a while
+  for reuse). A losing copy is cancelled by cutting the connection it writes to
   (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
   returns at once and the server sees the disconnect, and by ending its
   attempt's time, so it sends or reads nothing more.
@@ -26,6 +28,7 @@ coordinator only; copies only send and read.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import queue
 import threading
@@ -45,7 +48,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
-from retrysafe.hedge_timer import Alarm, arm
+from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.transport import _GRACE, _prepare
 
@@ -153,12 +156,23 @@ def _wait_for(drive: Drive, call: HedgedCall, copies: dict[AttemptPlan, _Copy]) 
     return None if wait is None else max(0.0, wait)
 
 
-def _hedge_if_due(drive: Drive, call: HedgedCall) -> AttemptPlan | None:
-    """The next copy's plan if it is due now and the governor lets it go."""
+def _hedge_if_due(
+    drive: Drive, call: HedgedCall, request: httpx.Request
+) -> tuple[AttemptPlan, httpx.Request] | None:
+    """The next copy's plan and request if it is due now and the governor lets it go.
+
+    The copy's request is its own object: the call's trace starts the copy's attempt
+    on it (its own trace context header), and its timeouts are the copy's plan's.
+    """
     hedge = call.next_hedge()
     if hedge is None or drive.settings.clock.monotonic() < hedge.at:
         return None
-    return drive.hedge(hedge)
+    copy_request = _copy_of(request)
+    plan = drive.hedge(hedge, copy_request)
+    if plan is None:
+        return None
+    _prepare(copy_request, drive, plan)
+    return plan, copy_request
 
 
 # -- sync ----------------------------------------------------------------------------------
@@ -223,11 +237,13 @@ def _conclude(drive: Drive, result: _Result) -> Step:
 class _SyncRound:
     """One attempt of a sync hedging call and its copies.
 
-    The first copy is sent on the caller's thread, as without hedging; the process-wide
-    timer (:mod:`retrysafe.hedge_timer`) starts each hedged copy on a thread of its
-    own when it is due. Whichever thread a copy ends on tells the engine, one at a
-    time (``lock``); the copy that ends the round cancels the others, and when that
-    is not the caller's, the caller gets the round's end through ``final``.
+    The caller's thread coordinates: every copy is sent on a thread of its own
+    (:func:`~retrysafe.hedge_threads.run_on_a_thread`, in a
+    copy of the caller's context taken when the copy starts, so it sees its own
+    attempt's trace context), and hands what it got back through ``results``. Only
+    the caller's thread asks the governor, tells the engine and so emits the call's
+    events: hooks run, and a tracer enters and leaves contexts, on the thread that
+    made the call, as without hedging.
     """
 
     def __init__(self, transport: httpx.BaseTransport, drive: Drive, request: httpx.Request):
@@ -237,137 +253,90 @@ class _SyncRound:
         self.transport = transport
         self.drive = drive
         self.request = request
-        #: The engine and the governor are told by one thread at a time.
-        self.lock = threading.Lock()
         self.copies: dict[AttemptPlan, _Copy] = {}
-        self.final: queue.SimpleQueue[Step | BaseException] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[_Result] = queue.SimpleQueue()
+        #: Guards ``done``: a copy that ends after the round closes its own response.
+        self.lock = threading.Lock()
         self.done = False
-        self.alarm: Alarm | None = None
-        #: The caller's context: copies run in a copy of it (tracing and the like).
-        self.context = contextvars.copy_context()
+        self.winner: _Copy | None = None
 
-    def prepare(self, plan: AttemptPlan) -> _Copy:
-        """The copy of the request ``plan`` sends, with its timeouts set."""
-        copy_request = _copy_of(self.request)
-        _prepare(copy_request, self.drive, plan)
+    def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
+        """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
         copy = _Copy(plan, copy_request)
         self.copies[plan] = copy
-        return copy
-
-    def arm_next(self) -> None:
-        """(Under the lock.) Set the timer for the next copy, if the engine wants one."""
-        if self.alarm is not None:
-            self.alarm.disarm()
-            self.alarm = None
-        hedge = self.call.next_hedge()
-        if hedge is not None:
-            delay = hedge.at - self.drive.settings.clock.monotonic()
-            self.alarm = arm(time.monotonic() + delay, self._hedge_due)
-
-    def _hedge_due(self) -> None:
-        """(On the timer thread.) Ask for the due copy and start it on its own thread."""
-        with self.lock:
-            self.alarm = None
-            if self.done:
-                return
-            hedge = self.call.next_hedge()
-            if hedge is None:
-                return
-            if self.drive.settings.clock.monotonic() >= hedge.at:
-                plan = self.drive.hedge(hedge)
-                if plan is not None:
-                    copy = self.prepare(plan)
-                    threading.Thread(
-                        target=self.context.copy().run,
-                        args=(self._run, copy),
-                        name=f"retrysafe-hedge-{plan.number}",
-                        daemon=True,
-                    ).start()
-            self.arm_next()
+        run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 
     def _run(self, copy: _Copy) -> None:
-        """(On a hedged copy's thread.) Send it, then report it."""
+        """(On a copy's thread.) Send it and hand what it got to the caller's thread."""
         try:
             result = _send(self.transport, copy)
         except BaseException as exc:  # handed to the caller, who raises it
             result = _Result(copy, None, None, fatal=exc)
-        outcome = self.report(result)
-        if outcome is not None:
-            self.final.put(outcome)
-
-    def report(self, result: _Result) -> Step | BaseException | None:
-        """Tell the engine what a copy got: the round's end if this ended it, else None."""
         with self.lock:
-            if self.done or not self.call.in_flight(result.copy.plan):
-                # It lost, or it was given up as overdue: nobody will read it.
-                if result.response is not None:
-                    result.response.close()
-                return None
-            if result.fatal is not None:
-                self.end(None)
-                return result.fatal
-            step = _conclude(self.drive, result)
-            if type(step) is AwaitOthers:
-                self.arm_next()
-                return None
-            self.end(result.copy)
-            return step
+            if not self.done:
+                self.results.put(result)
+                return
+        if result.response is not None:  # the round is over: nobody will read it
+            result.response.close()
 
-    def end(self, winner: _Copy | None) -> None:
-        """(Under the lock.) The round is over: no more copies, the others cancelled."""
-        self.done = True
-        if self.alarm is not None:
-            self.alarm.disarm()
-            self.alarm = None
-        for copy in self.copies.values():
-            if copy is not winner:
-                copy.cancel()
-
-    def wait_for_the_end(self) -> Step:
-        """The caller's copy ended without ending the round: wait for the copy that does."""
-        while True:
-            with self.lock:
-                now = time.monotonic()
-                pending = [
-                    copy.attempt_ends_at + _OVERDUE - now
-                    for copy in self.copies.values()
-                    if not copy.finished and not copy.cancelled and copy.attempt_ends_at
-                ]
-            try:
-                outcome = self.final.get(timeout=max(0.0, min(pending)) if pending else None)
-            except queue.Empty:
-                with self.lock:
-                    if self.done:
-                        continue
-                    step = _give_up_overdue(self.drive, self.copies)
-                    if step is None:
-                        continue
-                    self.end(None)
+    def run(self, plan: AttemptPlan) -> Step:
+        """(On the caller's thread.) Send ``plan``'s copy and the hedged copies due, tell
+        the engine what each got as it comes in; the round's end step."""
+        drive, call = self.drive, self.call
+        first_request = _copy_of(self.request)
+        _prepare(first_request, drive, plan)
+        if call.next_hedge() is None:
+            # No copy can follow this one (a request not safe to send twice, hedges used
+            # up...): send it from here, with no thread, as a call without hedging does.
+            return _conclude(drive, _send(self.transport, _Copy(plan, first_request)))
+        self.launch(plan, first_request)
+        try:
+            while True:
+                try:
+                    result = self.results.get(timeout=_wait_for(drive, call, self.copies))
+                except queue.Empty:
+                    due = _hedge_if_due(drive, call, self.request)
+                    if due is not None:
+                        self.launch(*due)
+                    step = _give_up_overdue(drive, self.copies)
+                    if step is not None:
+                        return step
+                    continue
+                if result.fatal is not None:
+                    raise result.fatal
+                if not call.in_flight(result.copy.plan):  # given up as overdue already
+                    if result.response is not None:
+                        result.response.close()
+                    continue
+                step = _conclude(drive, result)
+                if type(step) is not AwaitOthers:
+                    self.winner = result.copy
                     return step
-            if isinstance(outcome, BaseException):
-                raise outcome
-            return outcome
+        finally:
+            self.end()
+
+    def end(self) -> None:
+        """The round is over (or the caller was interrupted): cancel every other copy and
+        close the answers that came in too late."""
+        with self.lock:
+            self.done = True
+        for copy in self.copies.values():
+            if copy is not self.winner:
+                copy.cancel()
+        while True:
+            try:
+                late = self.results.get_nowait()
+            except queue.Empty:
+                break
+            if late.copy is not self.winner and late.response is not None:
+                late.response.close()
 
 
 def hedged_round(
     transport: httpx.BaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
     """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
-    round_ = _SyncRound(transport, drive, request)
-    first = round_.prepare(plan)
-    with round_.lock:
-        round_.arm_next()
-    try:
-        outcome = round_.report(_send(transport, first))
-        if outcome is None:
-            return round_.wait_for_the_end()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-    finally:
-        with round_.lock:
-            if not round_.done:
-                round_.end(None)  # the caller was interrupted: cancel every copy
+    return _SyncRound(transport, drive, request).run(plan)
 
 
 # -- async ---------------------------------------------------------------------------------
@@ -454,24 +423,24 @@ async def hedged_round_async(
     error: Exception | None = None
     async with anyio.create_task_group() as group:
 
-        def launch(plan: AttemptPlan) -> None:
-            copy_request = _copy_of(request)
-            _prepare(copy_request, drive, plan)
+        def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
             copy = _Copy(plan, copy_request)
             copy.scope = anyio.CancelScope()
             copies[plan] = copy
             group.start_soon(_run_copy_async, transport, copy, send)
 
-        launch(plan)
+        first_request = _copy_of(request)
+        _prepare(first_request, drive, plan)
+        launch(plan, first_request)
         try:
             while step is None:
                 result: _Result | None = None
                 with anyio.move_on_after(_wait_for(drive, call, copies)):
                     result = await receive.receive()
                 if result is None:
-                    new_plan = _hedge_if_due(drive, call)
-                    if new_plan is not None:
-                        launch(new_plan)
+                    due = _hedge_if_due(drive, call, request)
+                    if due is not None:
+                        launch(*due)
                     step = _give_up_overdue(drive, copies)
                     continue
                 if result.fatal is not None:

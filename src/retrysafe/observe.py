@@ -141,8 +141,15 @@ class CallTrace(Protocol):
     The drive loop calls :meth:`attempt_starting` just before each attempt is sent
     (the request may be given headers, such as the attempt's trace context, and
     the attempt's context may be entered), :meth:`event` with each of the call's
-    events in order (an ``attempt`` event ends the attempt), and :meth:`close`
-    exactly once when the call is over, however it ended (cancelled too).
+    events in order (an ``attempt`` event ends the attempt it names), and
+    :meth:`close` exactly once when the call is over, however it ended (cancelled too).
+
+    A hedging call (``RetryPolicy(hedge_after=...)``) has several attempts in flight:
+    :meth:`attempt_starting` is called for each hedged copy, with the copy's number
+    and its own request, before the earlier copies have ended; each copy ends with
+    its own ``attempt`` event (a copy that lost: outcome ``"hedge_lost"``). Every
+    call is made on the thread (and task) that made the HTTP call, and each copy is
+    sent in a copy of the context current just after its :meth:`attempt_starting`.
     """
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None: ...

@@ -21,6 +21,7 @@ from retrysafe.decisions import (
     HedgeAnswer,
     RecordLatency,
     ReleaseProbe,
+    RetryAnswer,
     Succeed,
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
@@ -115,6 +116,43 @@ def test_a_hedged_copy_that_answers_first_wins_and_the_first_is_recorded_lost() 
     kinds = [(e.event.kind, e.event.outcome) for e in effects if isinstance(e, EmitEvent)]
     assert ("hedge", "won") in kinds
     assert ("hedge", "lost") in kinds
+
+
+def test_every_event_names_the_copy_it_is_about_and_the_loser_ends_as_an_attempt() -> None:
+    """The winner's ``attempt`` event is numbered as the report numbers it (2, not the
+    history's length when it was recorded), and the copy it beat ends as an attempt
+    ``hedge_lost`` (metrics count every request sent, tracers end its span)."""
+    call, clock = make_call()
+    first = start(call)
+    second = hedge_now(call, clock)
+    assert events(call) == [("hedge", "sent", "", 2)]
+    step = call.attempt_returned(second, ok())
+    assert isinstance(step, Succeed)
+    assert events(call) == [
+        ("attempt", "success", "", 2),
+        ("attempt", "hedge_lost", "", 1),
+        ("hedge", "lost", "", 1),
+        ("hedge", "won", "", 2),
+        ("success", "success", "", 2),
+    ]
+    assert first.number == 1
+
+
+def test_a_retry_event_names_the_copy_that_failed_last() -> None:
+    """The second copy fails first, then the first: the call retries after copy 1."""
+    call, clock = make_call(attempts=4)
+    first = start(call)
+    second = hedge_now(call, clock)
+    call.take_effects()
+    assert call.attempt_returned(second, ok(503)) == AwaitOthers(second)
+    step = call.attempt_returned(first, ok(503))
+    assert isinstance(step, AskRetry)
+    call.retry_answered(step, RetryAnswer())
+    assert events(call) == [
+        ("attempt", "service_unavailable", "", 2),
+        ("attempt", "service_unavailable", "", 1),
+        ("retry", "service_unavailable", "", 1),
+    ]
 
 
 def test_a_failed_copy_does_not_end_the_call_while_another_is_in_flight() -> None:

@@ -169,29 +169,62 @@ def test_hedges_stop_when_the_retry_budget_is_empty(api: Any, chaos: KeyedChaos)
     assert len(log) == 3
 
 
-def test_the_first_copy_goes_from_the_callers_thread_and_a_hedge_from_its_own() -> None:
-    """Without hedge_after, exactly the usual path; with it, the first copy still goes
-    from the caller's thread (no hand-off), and only a hedged copy gets a thread."""
-    threads: list[str] = []
+def test_copies_go_from_threads_of_their_own_and_every_event_reaches_the_callers_thread() -> None:
+    """Without hedge_after, exactly the usual path (sent from the caller's thread).
+    With it, each copy goes from a thread of its own, while the caller's thread alone
+    tells the engine what they got: every hook sees every event on the caller's thread
+    (a tracer enters and leaves contexts where the call was made)."""
+    threads: list[threading.Thread] = []
+    hook_threads: list[tuple[str, str, int, str]] = []
 
     def slow_first(request: httpx.Request) -> httpx.Response:
-        threads.append(threading.current_thread().name)
+        threads.append(threading.current_thread())
         if len(threads) == 1:
             time.sleep(0.3)
         return httpx.Response(200)
 
+    def hook(event: RetryEvent) -> None:
+        name = threading.current_thread().name
+        hook_threads.append((event.kind, event.outcome, event.attempt, name))
+
     caller = threading.current_thread().name
     for policy in (RetryPolicy(), RetryPolicy(hedge_after=0.05)):
         threads.clear()
-        with retrysafe.Client(transport=httpx.MockTransport(slow_first), policy=policy) as client:
+        hook_threads.clear()
+        transport = httpx.MockTransport(slow_first)
+        with retrysafe.Client(transport=transport, policy=policy, hooks=[hook]) as client:
             report = retrysafe.report_of(client.get("http://api.test/"))
         assert report is not None
+        assert {name for *_, name in hook_threads} == {caller}
         if policy.hedge_after is None:
-            assert threads == [caller]
+            assert threads == [threading.current_thread()]
             assert report.hedges == 0
         else:
-            assert threads == [caller, "retrysafe-hedge-2"]
+            assert len(set(threads)) == 2  # each copy from a thread of its own...
+            assert all(thread.name == "retrysafe-hedge" for thread in threads)  # ...not ours
             assert (report.hedges, report.winner) == (1, 2)
+            assert [event[:3] for event in hook_threads] == [
+                ("hedge", "sent", 2),
+                ("attempt", "success", 2),
+                ("attempt", "hedge_lost", 1),
+                ("hedge", "lost", 1),
+                ("hedge", "won", 2),
+                ("success", "success", 2),
+            ]
+
+
+def test_a_request_that_cannot_be_hedged_is_sent_from_the_callers_thread() -> None:
+    """A POST without an idempotency key is never sent twice: no thread for it."""
+    threads: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        threads.append(threading.current_thread().name)
+        return httpx.Response(200)
+
+    policy = RetryPolicy(hedge_after=0.01)
+    with retrysafe.Client(transport=httpx.MockTransport(answer), policy=policy) as client:
+        client.post("http://api.test/", content=b"x")
+    assert threads == [threading.current_thread().name]
 
 
 @pytest.mark.anyio

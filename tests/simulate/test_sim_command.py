@@ -115,7 +115,23 @@ def test_outage_and_layers_print_tables(
         (["simulate", "contention", "--clients", "ten"], "expected FIRST:LAST:STEP"),
         (["simulate", "contention", "--runs", "0"], "runs must be a whole number from 1"),
         (["simulate", "contention", "--strategies", "full,fast"], "must be among none"),
-        (["simulate", "brownout", "--failure-rates", "0,150"], "must be between 0 and 1"),
+        (
+            ["simulate", "brownout", "--failure-rates", "0,150"],
+            "expected a percentage from 0 to 100 (e.g. 50 for half), got '150'",
+        ),
+        (
+            ["simulate", "brownout", "--failure-rates", "-5"],
+            "from 0 to 100 (e.g. 50 for half), got '-5'",
+        ),
+        (["simulate", "brownout", "--failure-rates", "10,,20"], "separated by commas"),
+        (
+            ["simulate", "layers", "--failure-rate", "150"],
+            "from 0 to 100 (e.g. 50 for half), got '150'",
+        ),
+        (
+            ["simulate", "layers", "--failure-rate", "nan"],
+            "from 0 to 100 (e.g. 50 for half), got 'nan'",
+        ),
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
         (["simulate", "outage", "--rate", "nan"], "outage.rate must be a number, got nan"),
         (["simulate", "brownout", "--rate", "0"], "brownout.rate must be > 0"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -53,14 +54,28 @@ def _clients(text: str) -> tuple[int, ...]:
         ) from None
 
 
+def _percent(text: str) -> float:
+    """A percentage from 0 to 100, as the fraction the simulator takes (``50`` -> 0.5);
+    refused in the unit it was typed in."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:  # (nan too)
+        raise argparse.ArgumentTypeError(
+            f"expected a percentage from 0 to 100 (e.g. 50 for half), got {text.strip()!r}"
+        )
+    return value / 100
+
+
 def _rates(text: str) -> tuple[float, ...]:
     """Failure rates as percentages: ``0,10,50,100``."""
-    try:
-        return tuple(float(part) / 100 for part in text.split(","))
-    except ValueError:
+    parts = text.split(",")
+    if not all(part.strip() for part in parts):
         raise argparse.ArgumentTypeError(
             f"expected percentages separated by commas (e.g. 0,10,50,100), got {text!r}"
-        ) from None
+        )
+    return tuple(_percent(part) for part in parts)
 
 
 def _stack(text: str) -> tuple[int, ...]:
@@ -131,7 +146,7 @@ def add_simulate_command(commands: Any) -> None:
     layers = parsers["layers"]
     layers.add_argument("--layers", type=_stack, default=(3, 3, 4), help="attempts, 3x3x4")
     layers.add_argument(
-        "--failure-rate", type=_number, default=100.0, help="percent of bottom attempts (100)"
+        "--failure-rate", type=_percent, default=1.0, help="percent of bottom attempts (100)"
     )
     layers.add_argument("--deadline", type=_number, default=5.0, help="user deadline, seconds (5)")
     layers.add_argument("--requests", type=_whole, default=200, help="user requests (200)")
@@ -196,7 +211,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         else:
             result = simulate.run_layers(
                 attempts=args.layers,
-                failure_rate=args.failure_rate / 100,
+                failure_rate=args.failure_rate,
                 fault=args.fault,
                 user_deadline=args.deadline,
                 requests=args.requests,

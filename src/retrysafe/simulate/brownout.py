@@ -127,7 +127,12 @@ def run_brownout(
     check(len(rates) > 0, owner, "failure_rates", "must hold at least one rate")
     for value in rates:
         check_number(owner, "failure_rates", value, positive=False, infinite_ok=False)
-        check(value <= 1, owner, "failure_rates", f"must be between 0 and 1, got {value!r}")
+        check(
+            value <= 1,
+            owner,
+            "failure_rates",
+            f"must be fractions from 0 to 1 (0.5 is 50 %), got {value!r}",
+        )
     _check_traffic(owner, calls, rate, latency, fault)
     shape = TrafficShape(
         calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault

@@ -293,7 +293,12 @@ def run_layers(
             f"must hold whole numbers from 1 to 100, got {count!r}",
         )
     check_number(owner, "failure_rate", failure_rate, positive=False, infinite_ok=False)
-    check(failure_rate <= 1, owner, "failure_rate", f"must be <= 1, got {failure_rate!r}")
+    check(
+        failure_rate <= 1,
+        owner,
+        "failure_rate",
+        f"must be a fraction from 0 to 1 (0.5 is 50 %), got {failure_rate!r}",
+    )
     check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
     check_number(owner, "user_deadline", user_deadline, positive=True, infinite_ok=True)
     check(

@@ -11,6 +11,13 @@ A simulated dependency is a :data:`SendAttempt`: given the attempt, it arranges
 exception. An attempt whose reply comes after its timeout ends in a timeout, as
 on a real socket.
 
+A policy with ``hedge_after`` hedges here as on the real shells, on the virtual
+clock: when the engine says a copy is due (``next_hedge``), the shell wakes then,
+asks the governor through ``Drive.hedge`` and, if granted, sends the copy to the
+dependency like any attempt; the first usable answer ends the attempt, and the
+answers of the copies that lost are ignored when they come (the dependency did
+the work all the same).
+
 Each call runs in its own :class:`contextvars.Context`, a copy of the one it was
 started from, as an asyncio task would: a call started inside another call's
 attempt sees it as its parent (the nesting guard), and a deadline scope entered
@@ -29,9 +36,19 @@ from typing import Protocol
 import httpx
 
 from retrysafe.classify import AttemptTimedOut
-from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
+from retrysafe.decisions import (
+    AttemptPlan,
+    AwaitOthers,
+    CallReport,
+    Fail,
+    Hedge,
+    ReadBody,
+    Succeed,
+    Wait,
+)
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
 from retrysafe.governor import Governor
+from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.simulate.clock import SimClock
@@ -191,16 +208,20 @@ class SimCall:
         kind = type(step)
         if kind is AttemptPlan:
             assert isinstance(step, AttemptPlan)
+            self._attempt += 1  # a new attempt (with a hedging policy: a new round of copies)
             self._send(step)
+            self._arm_hedge()
         elif kind is Wait:
             assert isinstance(step, Wait)
             self.shell.loop.after(step.seconds, self.advance)
+        elif kind is AwaitOthers:
+            self._arm_hedge()  # another copy is in flight: its answer decides
         else:
             assert isinstance(step, (Succeed, Fail))
             self._end(step)
 
     def _send(self, plan: AttemptPlan) -> None:
-        self._attempt += 1
+        """Send one copy of the attempt in flight (the only one, without hedging)."""
         number = self._attempt
         if plan.timeout != math.inf:
             self.shell.loop.after(plan.timeout, self._timed_out, number, plan)
@@ -210,21 +231,50 @@ class SimCall:
 
         self.shell.send(self, plan, reply)
 
-    def _replied(self, number: int, plan: AttemptPlan, outcome: Outcome) -> None:
+    def _arm_hedge(self) -> None:
+        """With a hedging policy: wake up on the virtual clock when the next copy is due."""
+        call = self.drive.call
+        if not isinstance(call, HedgedCall):
+            return
+        hedge = call.next_hedge()
+        if hedge is not None:
+            delay = max(0.0, hedge.at - self.drive.settings.clock.monotonic())
+            self.shell.loop.after(delay, self._hedge_due, self._attempt, hedge)
+
+    def _hedge_due(self, number: int, hedge: Hedge) -> None:
+        """A copy is due: ask the governor through the Drive, send it if granted."""
+        call = self.drive.call
+        assert isinstance(call, HedgedCall)
+        if number != self._attempt or self.ended or call.next_hedge() != hedge:
+            return  # the attempt is over, or this copy went already
+        plan = self.context.run(self.drive.hedge, hedge)
+        if plan is not None:
+            self._send(plan)
+            self._arm_hedge()
+
+    def _current(self, number: int, plan: AttemptPlan) -> bool:
+        """Whether ``plan``'s outcome is still awaited (not timed out, not lost)."""
         if number != self._attempt or self.ended:
-            return  # the attempt timed out (or the call was cancelled) before this came
-        self._attempt += 1
-        self.children.clear()
+            return False
+        call = self.drive.call
+        return not isinstance(call, HedgedCall) or call.in_flight(plan)
+
+    def _replied(self, number: int, plan: AttemptPlan, outcome: Outcome) -> None:
+        if not self._current(number, plan):
+            return  # the attempt timed out, lost, or the call was cancelled before this came
         if isinstance(outcome, httpx.Response):
             step = self.context.run(self.drive.returned, plan, outcome)
             if type(step) is ReadBody:  # the simulated body is in memory already
                 step = self.context.run(self.drive.returned, plan, outcome)
         else:
             step = self.context.run(self.drive.raised, plan, outcome, during_body=False)
+        if type(step) is not AwaitOthers:
+            self._attempt += 1  # the attempt is over: late answers of its copies are ignored
+            self.children.clear()
         self._take(step)
 
     def _timed_out(self, number: int, plan: AttemptPlan) -> None:
-        if number != self._attempt or self.ended:
+        if not self._current(number, plan):
             return
         for child in self.children:
             child.cancel()  # work started for this attempt is abandoned with it

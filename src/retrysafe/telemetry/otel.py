@@ -11,7 +11,9 @@ redacted), ``http.response.status_code``, ``error.type`` and, on a resend,
 ``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``,
 and on a failed attempt that is retried a ``retrysafe.retry`` event and the
 ``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent
-with each attempt is that attempt's span.
+with each attempt is that attempt's span; each hedged copy is an attempt of its
+own (its own span and ``traceparent``; a copy that lost ends with
+``retrysafe.outcome = hedge_lost``).
 
 Beside ``opentelemetry-instrumentation-httpx`` nothing is counted twice: while an
 attempt is sent, retrysafe marks the context with OpenTelemetry's standard
@@ -21,14 +23,16 @@ request, and retrysafe's attempt span, which knows it is a resend, is the one.
 
 Without an SDK (no global provider set, none given) the hook says it is not
 listening: calls then build no routine events and open no spans, so the hook
-costs a check per call. Metrics (through the same API): ``retrysafe.attempts``,
-``retrysafe.retries``, ``retrysafe.refusals`` (counters), ``retrysafe.retry.wait``
-and ``retrysafe.call.duration`` (histograms), ``retrysafe.circuit.state`` (a gauge:
-0 closed, 1 half open, 2 open).
+costs a check per call. Metrics (through the same API): ``retrysafe.attempts``
+(every request sent, a hedged copy too: one that lost has outcome ``hedge_lost``),
+``retrysafe.retries``, ``retrysafe.refusals``, ``retrysafe.hedges`` (counters),
+``retrysafe.retry.wait`` and ``retrysafe.call.duration`` (histograms),
+``retrysafe.circuit.state`` (a gauge: 0 closed, 1 half open, 2 open).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -57,6 +61,8 @@ _VERSION = "0.1.0"
 _SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
 #: The key that switches every instrumentation off for a block of code.
 _SUPPRESS_ALL: Any = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+#: The outcome of a hedged copy cancelled because another copy answered first.
+_HEDGE_LOST = "hedge_lost"
 
 
 def _globals_unset() -> bool:
@@ -122,6 +128,11 @@ class OpenTelemetry:
         self._retries = meter.create_counter(
             "retrysafe.retries", unit="{retry}", description="Retries decided, by outcome."
         )
+        self._hedge_copies = meter.create_counter(
+            "retrysafe.hedges",
+            unit="{copy}",
+            description="Hedged copies, by what became of each: sent, won, lost, refused.",
+        )
         self._refusals = meter.create_counter(
             "retrysafe.refusals",
             unit="{refusal}",
@@ -186,6 +197,10 @@ class OpenTelemetry:
             state = breaker_state_after(event.transition)
             if state is not None:
                 self._breakers[dependency] = state
+        elif kind == "hedge":
+            self._hedge_copies.add(
+                1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            )
 
     def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         return [
@@ -230,23 +245,29 @@ def _now() -> int:
 
 
 class _CallSpans:
-    """The spans of one call: the call's own, and the attempt in flight (if any).
+    """The spans of one call: the call's own, and one per attempt.
 
     An attempt's span is entered (made the current context) while the attempt is
     sent, and left when its ``attempt`` event arrives; it ends at that moment, after
-    the retry or end event that follows has added what the call decided.
+    the retry or end event that follows has added what the call decided. A hedged
+    call has several attempts (copies) in flight at once: each copy gets its own
+    span and trace context, entered by the caller when the copy starts (the shell
+    runs each copy in a copy of the caller's context taken then); the caller's
+    context holds one entered attempt at most, so leaving it always restores the
+    caller's own context. A context is only ever left on the thread that entered it.
     Instrumentation must never fail a call: every failure here is logged and swallowed.
     """
 
     __slots__ = (
-        "_attempt",
-        "_attempt_ended_at",
         "_attributes",
         "_call",
+        "_ended_at",
         "_hedges",
         "_method",
         "_owner",
+        "_spans",
         "_token",
+        "_token_thread",
     )
 
     def __init__(
@@ -256,15 +277,18 @@ class _CallSpans:
         self._call = call
         self._method = method
         self._attributes = attributes
-        self._attempt: trace.Span | None = None
-        self._attempt_ended_at: int | None = None
+        #: The attempt spans not yet ended, by attempt number.
+        self._spans: dict[int, trace.Span] = {}
+        #: When each attempt whose span is still open ended (its span ends then).
+        self._ended_at: dict[int, int] = {}
         self._token: Any = None
+        self._token_thread = 0
         #: Hedged copies sent so far (see RetryPolicy.hedge_after).
         self._hedges = 0
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None:
         try:
-            self._end_attempt()
+            self._end_attempts()
             owner = self._owner
             attributes = dict(self._attributes)
             attributes["retrysafe.attempt"] = number
@@ -276,13 +300,15 @@ class _CallSpans:
                 kind=trace.SpanKind.CLIENT,
                 attributes=attributes,
             )
-            self._attempt = span
+            self._spans[number] = span
             context = trace.set_span_in_context(span)
             if owner.propagate:
                 propagate.inject(request.headers, context=context)
             if owner.suppress_http_instrumentation:
                 context = otel_context.set_value(_SUPPRESS_HTTP, True, context)
+            self._leave()  # an earlier copy's context: that copy runs in its own already
             self._token = otel_context.attach(context)
+            self._token_thread = threading.get_ident()
         except Exception:
             logger.exception("retrysafe OpenTelemetry instrument failed; the call goes on")
 
@@ -292,23 +318,23 @@ class _CallSpans:
             if kind == "attempt":
                 self._attempt_ended(event)
             elif kind == "retry":
-                span = self._attempt or self._call
+                span = self._spans.get(event.attempt) or self._call
                 span.set_attribute("retrysafe.retry.wait", event.wait)
                 span.add_event(
                     "retrysafe.retry",
                     {"retrysafe.outcome": event.outcome, "retrysafe.retry.wait": event.wait},
                 )
-                self._end_attempt()
+                self._end_attempts()
             elif kind == "success" or kind == "failure":
-                self._end_attempt()
+                self._end_attempts()
                 self._call_ended(event)
             elif kind == "circuit":
                 self._call.add_event(
                     "retrysafe.circuit", {"retrysafe.transition": event.transition}
                 )
             elif kind == "hedge":
-                # Copies run side by side; the call span counts them and names the winner
-                # (the attempt spans follow the first copy of each attempt).
+                # Each copy has its attempt span; the call span counts the copies and
+                # names the winner.
                 attributes: dict[str, str | int] = {
                     "retrysafe.hedge.copy": event.attempt,
                     "retrysafe.hedge.outcome": event.outcome,
@@ -326,11 +352,17 @@ class _CallSpans:
 
     def _attempt_ended(self, event: RetryEvent) -> None:
         self._leave()
-        self._attempt_ended_at = _now()
-        span = self._attempt
+        span = self._spans.get(event.attempt)
         if span is None:
             return
+        self._ended_at[event.attempt] = _now()
         span.set_attribute("retrysafe.outcome", event.outcome)
+        if event.outcome == _HEDGE_LOST:
+            # Cancelled because another copy answered first: not an error, and nothing
+            # the call decides later is about it.
+            span.add_event("retrysafe.hedge.lost")
+            self._end_attempt(event.attempt)
+            return
         status = event.status
         if status is not None:
             span.set_attribute("http.response.status_code", status)
@@ -355,26 +387,39 @@ class _CallSpans:
             span.set_status(trace.StatusCode.ERROR, f"{event.error}: {event.reason}")
         span.end()
 
-    def _end_attempt(self) -> None:
-        span, self._attempt = self._attempt, None
+    def _end_attempt(self, number: int) -> None:
+        span = self._spans.pop(number, None)
+        ended_at = self._ended_at.pop(number, None)
         if span is not None:
-            span.end(end_time=self._attempt_ended_at)
-        self._attempt_ended_at = None
+            span.end(end_time=ended_at)
+
+    def _end_attempts(self) -> None:
+        """End the span of every attempt that has ended (copies still in flight stay)."""
+        for number in list(self._ended_at):
+            self._end_attempt(number)
 
     def _leave(self) -> None:
+        """Leave the attempt context the caller entered, on the thread that entered it
+        (elsewhere it cannot be left: a context is per thread, and per task)."""
         token, self._token = self._token, None
         if token is not None:
-            otel_context.detach(token)
+            if threading.get_ident() == self._token_thread:
+                otel_context.detach(token)
+            else:  # pragma: no cover - a shell's bug: say so rather than corrupt a context
+                logger.warning(
+                    "retrysafe OpenTelemetry: an attempt's context was not left, since its "
+                    "end was reported on another thread than the one that entered it"
+                )
 
     def close(self) -> None:
         """The call is over: end whatever is still open (a call cancelled mid-attempt)."""
         try:
             self._leave()
-            span = self._attempt
-            if span is not None and self._attempt_ended_at is None:
-                span.set_attribute("error.type", "cancelled")
-                span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
-            self._end_attempt()
+            for number, span in list(self._spans.items()):
+                if number not in self._ended_at:
+                    span.set_attribute("error.type", "cancelled")
+                    span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
+                self._end_attempt(number)
             if self._call.is_recording():
                 self._call.end()
         except Exception:

@@ -12,7 +12,11 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
   ``result`` is ``success`` or ``failure``, ``reason`` why a failed call stopped
   (empty for a success);
 - ``retrysafe_call_duration_seconds{dependency, result}``: histogram of whole calls;
-- ``retrysafe_attempts_total{dependency, outcome}``: attempts, by what each got;
+- ``retrysafe_attempts_total{dependency, outcome}``: attempts, by what each got
+  (every request sent: a hedged copy that lost counts with outcome ``hedge_lost``);
+- ``retrysafe_hedges_total{dependency, outcome}``: hedged copies (see
+  ``RetryPolicy.hedge_after``), by what became of each: ``sent``, ``won``, ``lost``,
+  ``refused``;
 - ``retrysafe_retries_total{dependency, outcome}``: retries, by what the retried
   attempt got;
 - ``retrysafe_retry_wait_seconds{dependency}``: histogram of waits before a retry;
@@ -114,6 +118,13 @@ class PrometheusMetrics:
             registry=registry,
             buckets=DURATION_BUCKETS,
         )
+        self.hedges = Counter(
+            "hedges",
+            "Hedged copies, by what became of each: sent, won, lost, refused.",
+            ("dependency", "outcome"),
+            namespace=namespace,
+            registry=registry,
+        )
         self.refusals = Counter(
             "refusals",
             "Calls retrysafe's own load protection stopped, by reason.",
@@ -155,6 +166,8 @@ class PrometheusMetrics:
             self._child(self.call_duration, dependency, kind).observe(event.elapsed)
             if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
                 self._child(self.refusals, dependency, event.reason).inc()
+        elif kind == "hedge":
+            self._child(self.hedges, dependency, event.outcome).inc()
         elif kind == "circuit" and self.circuit_state is not None:
             state = breaker_state_after(event.transition)
             if state is not None:
