@@ -18,6 +18,7 @@ so that it also belongs to the other client's exception tree.
 from __future__ import annotations
 
 import contextvars
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urldefrag
@@ -250,26 +251,33 @@ def chain_of(view: httpx.Request) -> object | None:
     return view.extensions.get(_CHAIN_EXTENSION)
 
 
+#: How soon after a redirect its next hop must start to continue the chain. requests and
+#: aiohttp follow at once (after reading the redirect's body); a request the caller makes
+#: later to the same URL, e.g. polling a 303's Location, is a call of its own.
+FOLLOW_WITHIN = 1.0
+
+
 class RedirectTrail:
     """Carries a redirect chain from one hop to the next within one thread or task.
 
     The other client follows redirects above the shell, one request per hop, with no
     place to carry state between them; so when a hop ends in a redirect, the shell
     leaves the chain here with the URL the redirect points to, and the next request
-    in the same context to exactly that URL continues the chain. Any other request
-    drops it.
+    in the same context to exactly that URL, made within :data:`FOLLOW_WITHIN`
+    seconds and while the chain's deadline has time left, continues the chain. Any
+    other request drops it and starts afresh.
     """
 
     def __init__(self, name: str) -> None:
-        self._pending: contextvars.ContextVar[tuple[str, object] | None] = contextvars.ContextVar(
-            name, default=None
+        self._pending: contextvars.ContextVar[tuple[str, object, float] | None] = (
+            contextvars.ContextVar(name, default=None)
         )
 
     def leave(self, view: httpx.Request, target: str | None) -> None:
         """After a hop: leave its chain (if it was a redirect) for the hop to ``target``."""
         chain = chain_of(view)
         if chain is not None and target is not None:
-            self._pending.set((_comparable(target), chain))
+            self._pending.set((_comparable(target), chain, time.monotonic()))
         elif self._pending.get() is not None:
             self._pending.set(None)
 
@@ -279,8 +287,13 @@ class RedirectTrail:
         if pending is None:
             return None
         self._pending.set(None)
-        target, chain = pending
-        return chain if _comparable(url) == target else None
+        target, chain, left_at = pending
+        if _comparable(url) != target or time.monotonic() - left_at > FOLLOW_WITHIN:
+            return None
+        deadline = getattr(chain, "deadline", None)
+        if deadline is not None and deadline.remaining() <= 0:
+            return None  # nothing left of the chain's time: a hop now would only fail
+        return chain
 
 
 def _comparable(url: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import urljoin
 
 import aiohttp
 import pytest
@@ -282,3 +283,31 @@ def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedC
 def test_a_hedging_policy_is_refused_with_what_to_use_instead(shell: Any) -> None:
     with pytest.raises(ValueError, match=r"hedge_after=None.*retrysafe\.Client"):
         shell(policy=RetryPolicy(hedge_after=0.05))
+
+
+def test_a_later_request_to_a_redirects_location_is_a_call_of_its_own(
+    chaos: KeyedChaos,
+) -> None:
+    """Code that follows a Location itself, after the redirect's chain ran out of time,
+    gets a fresh call (its own deadline and attempts), not the old chain's leftovers."""
+    policy = RetryPolicy(deadline=1.0, min_attempt_time=0.1, backoff_base=0.01)
+    url = chaos.url("/redirect-chain/{key}", hops=2)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        hop = session.get(url, allow_redirects=False)
+        assert hop.status_code == 302
+        time.sleep(1.2)  # past the first call's deadline
+        later = session.get(urljoin(url, hop.headers["location"]), allow_redirects=False)
+    assert later.status_code == 302
+    assert report_of(later).attempts == 1  # type: ignore[union-attr]
+
+    middleware = RetryMiddleware(policy=policy)
+
+    async def run() -> int:
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+            async with session.get(url, allow_redirects=False) as first:
+                location = urljoin(url, first.headers["location"])
+            await asyncio.sleep(1.2)
+            async with session.get(location, allow_redirects=False) as second:
+                return second.status
+
+    assert asyncio.run(run()) == 302
