@@ -246,6 +246,18 @@ def _slow_headers(pairs: Iterable[tuple[str, str]], dropping: bytes | None) -> h
     return httpx.Headers([pair for pair in pairs if pair[0].lower() != name])
 
 
+def in_place_of(original: BaseException, failure: Exception) -> Exception:
+    """``failure`` (the httpx exception the engine knows) standing for ``original``, with
+    the original's class name in its message and nothing else of it: not its message,
+    repr or ``__cause__``, which a traceback prints and which can hold the URL with its
+    query and the request's headers."""
+    message = failure.args[0] if failure.args else str(failure)
+    failure.args = (f"{message} ({type(original).__name__})",)
+    failure.__cause__ = None
+    failure.__suppress_context__ = True
+    return failure
+
+
 def chain_of(view: httpx.Request) -> object | None:
     """The redirect chain Drive left on ``view`` when its response was a redirect."""
     return view.extensions.get(_CHAIN_EXTENSION)

@@ -9,7 +9,9 @@ chaos server.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+import traceback
 from typing import Any
 from urllib.parse import urljoin
 
@@ -311,3 +313,43 @@ def test_a_later_request_to_a_redirects_location_is_a_call_of_its_own(
                 return second.status
 
     assert asyncio.run(run()) == 302
+
+
+SECRET_QUERY_VALUE = "qk-" + "5e" * 8  # built at run time: never in a source line
+
+
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_exception_chain_of_a_transport_failure_holds_no_secret(chaos: KeyedChaos) -> None:
+    """Tracebacks (what logger.exception and error trackers print) follow __cause__; the
+    original requests/aiohttp exception, which names the URL with its query, is not on it."""
+    policy = RetryPolicy(attempts=1)
+    refused = f"http://127.0.0.1:{_unused_port()}/?api_key={SECRET_QUERY_VALUE}"
+    with (
+        session_with(RetryAdapter(policy=policy)) as session,
+        pytest.raises(retrysafe.TransportError) as caught,
+    ):
+        session.get(refused)
+    printed = "".join(traceback.format_exception(caught.value))
+    assert SECRET_QUERY_VALUE not in printed
+    assert "ConnectionError" in printed  # the original's class name is kept, to debug with
+
+    garbage = chaos.fault_url("garbage_status_line") + f"?api_key={SECRET_QUERY_VALUE}"
+
+    async def run() -> BaseException:
+        middleware = RetryMiddleware(policy=policy)
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as client:
+            try:
+                async with client.get(garbage):
+                    pass
+            except retrysafe.ApiError as error:
+                return error
+        raise AssertionError("the call did not fail")
+
+    error = asyncio.run(run())
+    printed = "".join(traceback.format_exception(error))
+    assert SECRET_QUERY_VALUE not in printed
