@@ -17,6 +17,17 @@ in the same round ("added").
 
     .venv/bin/python benchmarks/client_overhead.py [--rounds N] [--calls N]
 
+Wall-clock figures move with the machine's load. Instructions per call do not: with
+``--only CONTENDER`` the script makes ``--calls`` calls of that contender alone (after
+a warm-up, no report), so running it under valgrind for two numbers of calls gives
+the instructions one call costs in this process (the server is a child process,
+which valgrind does not follow)::
+
+    for n in 100 300; do PYTHONHASHSEED=0 valgrind --tool=callgrind \
+        --callgrind-out-file=/dev/null .venv/bin/python benchmarks/client_overhead.py \
+        --only requests+RetryAdapter --calls $n 2>&1 | grep Collected; done
+    # instructions per call = (second - first) / 200
+
 Traffic goes only to 127.0.0.1.
 """
 
@@ -89,29 +100,45 @@ async def timed_async(session: aiohttp.ClientSession, url: str, calls: int) -> f
     return (time.perf_counter() - started) / calls * 1e6
 
 
-async def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
+CONTENDERS = (
+    "requests",
+    "requests + RetryAdapter",
+    "aiohttp",
+    "aiohttp + RetryMiddleware",
+)
+
+
+async def measure(
+    url: str, rounds: int, calls: int, only: str | None = None
+) -> dict[str, list[float]]:
     bare_sync = requests_session(retrying=False)
     retry_sync = requests_session(retrying=True)
     bare_async = aiohttp.ClientSession()
     retry_async = aiohttp.ClientSession(middlewares=(RetryMiddleware(),))
-    contenders: dict[str, Callable[[], Any]] = {
-        "requests": lambda: timed_sync(bare_sync, url, calls),
-        "requests + RetryAdapter": lambda: timed_sync(retry_sync, url, calls),
-        "aiohttp": lambda: timed_async(bare_async, url, calls),
-        "aiohttp + RetryMiddleware": lambda: timed_async(retry_async, url, calls),
+    contenders: dict[str, Callable[[int], Any]] = {
+        "requests": lambda n: timed_sync(bare_sync, url, n),
+        "requests + RetryAdapter": lambda n: timed_sync(retry_sync, url, n),
+        "aiohttp": lambda n: timed_async(bare_async, url, n),
+        "aiohttp + RetryMiddleware": lambda n: timed_async(retry_async, url, n),
     }
+    if only is not None:
+        contenders = {only: contenders[only]}
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     try:
         for run in contenders.values():  # warm up: connections, caches
-            result = run()
+            result = run(min(calls, 20) if only is not None else calls)
             if asyncio.iscoroutine(result):
                 await result
+        if only is not None:  # one batch for an instruction count: nothing else
+            result = contenders[only](calls)
+            samples[only].append(await result if asyncio.iscoroutine(result) else result)
+            return samples
         for _ in range(rounds):
             order = list(contenders)
             random.shuffle(order)
             for name in order:
                 gc.collect()
-                result = contenders[name]()
+                result = contenders[name](calls)
                 if asyncio.iscoroutine(result):
                     result = await result
                 samples[name].append(result)
@@ -146,15 +173,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     parser.add_argument("--calls", type=int, default=200, help="calls per batch")
+    by_short_name = {name.replace(" ", ""): name for name in CONTENDERS}
+    parser.add_argument(
+        "--only",
+        choices=sorted(by_short_name),
+        help="make --calls calls of this contender alone and print nothing (for valgrind)",
+    )
     args = parser.parse_args()
+    only = by_short_name[args.only] if args.only is not None else None
     child, base_url = start_server()
     try:
         url = f"{base_url}/status/200?key=bench"
-        samples = asyncio.run(measure(url, args.rounds, args.calls))
+        samples = asyncio.run(measure(url, args.rounds, args.calls, only))
     finally:
         assert child.stdin is not None
         child.stdin.close()
         child.wait(timeout=10)
+    if only is not None:
+        return
     print(
         f"{args.rounds} rounds x {args.calls} calls per contender, GET {base_url}/status/200 "
         "(chaos server, child process); medians over rounds"

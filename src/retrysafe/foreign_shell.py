@@ -4,8 +4,10 @@ The engine and :class:`~retrysafe.drive.Drive` read requests and responses as ht
 values (classification rules take an ``httpx.Response``). A shell for another client
 hands them a *view*: an ``httpx.Request`` or ``httpx.Response`` holding the method,
 URL, headers and (once read) body of the real one, and nothing else; the view is never
-sent. Building one costs a few microseconds, against hundreds per call in the
-clients themselves (``benchmarks/client_overhead.py`` prints the total).
+sent. A view is built for every attempt, so its two costly parts are built here on
+short paths that give exactly what httpx's own parsing would (:func:`view_url`,
+:func:`view_headers`): parsing the URL alone was most of what these shells added to
+a call (``benchmarks/client_overhead.py`` prints the total).
 
 Also here: the redirect trail that lets every hop of a redirect chain followed by the
 other client share one deadline and one retry allowance (as httpx's hops do through
@@ -16,11 +18,24 @@ so that it also belongs to the other client's exception tree.
 from __future__ import annotations
 
 import contextvars
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urldefrag
 
 import httpx
+from httpx._urlparse import (
+    FRAG_SAFE,
+    MAX_URL_LENGTH,
+    PATH_SAFE,
+    QUERY_SAFE,
+    UNRESERVED_CHARACTERS,
+    URL_REGEX,
+    ParseResult,
+    normalize_path,
+    quote,
+    urlparse,
+)
 
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
@@ -31,6 +46,8 @@ __all__ = [
     "adopt_error",
     "request_view",
     "response_view",
+    "view_headers",
+    "view_url",
 ]
 
 #: Where Drive leaves a redirect chain for the next hop (see retrysafe.drive).
@@ -90,13 +107,15 @@ def request_view(
     extensions: dict[str, Any] = {OPTIONS_EXTENSION: _STREAMED_OPTIONS if stream else _READ_OPTIONS}
     if chain is not None:
         extensions[_CHAIN_EXTENSION] = chain
-    return httpx.Request(
-        method,
-        url,
-        headers=headers,  # type: ignore[arg-type]  # Iterable of pairs: httpx takes any
-        stream=_REPLAYABLE if replayable else _ONE_SHOT,
-        extensions=extensions,
-    )
+    # What httpx.Request(method, url, headers=..., stream=..., extensions=...) sets,
+    # without parsing and copying again what view_url and view_headers just built.
+    view = httpx.Request.__new__(httpx.Request)
+    view.method = method.upper()
+    view.url = view_url(url)
+    view.headers = view_headers(headers.items() if isinstance(headers, Mapping) else headers)
+    view.extensions = extensions
+    view.stream = _REPLAYABLE if replayable else _ONE_SHOT
+    return view
 
 
 def response_view(
@@ -110,15 +129,144 @@ def response_view(
     reads it, and copying it in is most of a view's cost. The ``Content-Encoding``
     header is left out: the body is already decoded.
     """
-    kept = [(name, value) for name, value in headers if name.lower() != "content-encoding"]
+    kept = view_headers(headers, dropping=_CONTENT_ENCODING)
     if body is None or (status < 400 and not policy.rules):
-        return httpx.Response(status, headers=kept, stream=_UNREAD)
+        return _unread_response(status, kept)
     return httpx.Response(status, headers=kept, content=body)
+
+
+def _unread_response(status: int, headers: httpx.Headers) -> httpx.Response:
+    """``httpx.Response(status, headers=headers, stream=_UNREAD)``, made for every
+    attempt: the same attributes, set without copying ``headers`` again."""
+    view = httpx.Response.__new__(httpx.Response)
+    view.status_code = status
+    view.headers = headers
+    view._request = None
+    view.next_request = None
+    view.extensions = {}
+    view.history = []
+    view.is_closed = False
+    view.is_stream_consumed = False
+    view.default_encoding = "utf-8"
+    view.stream = _UNREAD
+    view._num_bytes_downloaded = 0
+    return view
+
+
+#: Parsed origins (scheme, userinfo, host, port) by the URL's raw ``scheme`` and
+#: ``authority``: a client calls few origins, and checking a host (IDNA, IP address
+#: syntax) is most of httpx's parse. Bounded: cleared when it grows past _ORIGINS_KEPT.
+_origins: dict[tuple[str, str], tuple[str, str, str, int | None]] = {}
+_ORIGINS_KEPT = 256
+
+
+def view_url(url: str) -> httpx.URL:
+    """``httpx.URL(url)``, for the absolute URLs of real requests, parsed for less.
+
+    httpx parses every component on every call; here the origin's parse is kept per
+    origin, and the path, query and fragment take httpx's own normalising and quoting
+    functions, which return a text with nothing to escape as it is, at once. Anything
+    else (no scheme or host, control characters, too long, malformed) goes to
+    ``httpx.URL`` itself, which parses or rejects it as it always has. The result
+    equals httpx's parse component for component (``tests/clients/test_views.py``).
+    """
+    if len(url) > MAX_URL_LENGTH or not url.isprintable():
+        return httpx.URL(url)  # (httpx rejects ASCII control characters in a URL)
+    match = URL_REGEX.match(url)
+    assert match is not None  # it matches any text
+    scheme, authority, path, query, fragment = match.group(
+        "scheme", "authority", "path", "query", "fragment"
+    )
+    if not scheme or not authority:
+        return httpx.URL(url)
+    origin = _origins.get((scheme, authority))
+    if origin is None:
+        try:
+            parsed = urlparse(f"{scheme}://{authority}")
+        except httpx.InvalidURL:
+            return httpx.URL(url)  # raises the error httpx gives for the whole URL
+        origin = parsed[:4]
+        if len(_origins) >= _ORIGINS_KEPT:
+            _origins.clear()
+        _origins[(scheme, authority)] = origin
+    view = httpx.URL.__new__(httpx.URL)
+    view._uri_reference = ParseResult(
+        *origin,
+        _quoted(normalize_path(path), PATH_SAFE),
+        None if query is None else _quoted(query, QUERY_SAFE),
+        None if fragment is None else _quoted(fragment, FRAG_SAFE),
+    )
+    return view
+
+
+def _quoted(text: str, safe: str) -> str:
+    """httpx's ``quote(text, safe)``: a text with no ``%`` and nothing to escape comes
+    back as it is (the first thing ``quote`` would find, after two more calls)."""
+    if "%" not in text and not text.rstrip(_KEPT[safe]):
+        return text
+    return quote(text, safe=safe)
+
+
+#: The characters httpx leaves unescaped, by the ``safe`` set of each component.
+_KEPT = {safe: UNRESERVED_CHARACTERS + safe for safe in (PATH_SAFE, QUERY_SAFE, FRAG_SAFE)}
+
+
+_CONTENT_ENCODING = b"content-encoding"
+
+
+def view_headers(
+    pairs: Iterable[tuple[str, str]], *, dropping: bytes | None = None
+) -> httpx.Headers:
+    """``httpx.Headers(pairs)`` (less the header named ``dropping``, lower case).
+
+    httpx normalises each name and value through two function calls and type checks;
+    the usual pairs of text are encoded here in one loop instead, to the same
+    (name, lower-cased name, value) bytes. Any other pair (bytes, a non-ASCII text)
+    goes through ``httpx.Headers`` itself: same result, or the same error (so
+    ``pairs`` must be iterable twice, as a mapping's ``items()`` is).
+    """
+    triples: list[tuple[bytes, bytes, bytes]] = []
+    try:
+        for name, value in pairs:
+            raw = name.encode("ascii")
+            lowered = raw.lower()
+            if lowered != dropping:
+                triples.append((raw, lowered, value.encode("ascii")))
+    except (AttributeError, UnicodeEncodeError):
+        return _slow_headers(pairs, dropping)
+    headers = httpx.Headers()
+    headers._list = triples
+    return headers
+
+
+def _slow_headers(pairs: Iterable[tuple[str, str]], dropping: bytes | None) -> httpx.Headers:
+    if dropping is None:
+        return httpx.Headers(pairs)  # type: ignore[arg-type]  # pairs of str or bytes
+    name = dropping.decode("ascii")
+    return httpx.Headers([pair for pair in pairs if pair[0].lower() != name])
+
+
+def in_place_of(original: BaseException, failure: Exception) -> Exception:
+    """``failure`` (the httpx exception the engine knows) standing for ``original``, with
+    the original's class name in its message and nothing else of it: not its message,
+    repr or ``__cause__``, which a traceback prints and which can hold the URL with its
+    query and the request's headers."""
+    message = failure.args[0] if failure.args else str(failure)
+    failure.args = (f"{message} ({type(original).__name__})",)
+    failure.__cause__ = None
+    failure.__suppress_context__ = True
+    return failure
 
 
 def chain_of(view: httpx.Request) -> object | None:
     """The redirect chain Drive left on ``view`` when its response was a redirect."""
     return view.extensions.get(_CHAIN_EXTENSION)
+
+
+#: How soon after a redirect its next hop must start to continue the chain. requests and
+#: aiohttp follow at once (after reading the redirect's body); a request the caller makes
+#: later to the same URL, e.g. polling a 303's Location, is a call of its own.
+FOLLOW_WITHIN = 1.0
 
 
 class RedirectTrail:
@@ -127,20 +275,21 @@ class RedirectTrail:
     The other client follows redirects above the shell, one request per hop, with no
     place to carry state between them; so when a hop ends in a redirect, the shell
     leaves the chain here with the URL the redirect points to, and the next request
-    in the same context to exactly that URL continues the chain. Any other request
-    drops it.
+    in the same context to exactly that URL, made within :data:`FOLLOW_WITHIN`
+    seconds and while the chain's deadline has time left, continues the chain. Any
+    other request drops it and starts afresh.
     """
 
     def __init__(self, name: str) -> None:
-        self._pending: contextvars.ContextVar[tuple[str, object] | None] = contextvars.ContextVar(
-            name, default=None
+        self._pending: contextvars.ContextVar[tuple[str, object, float] | None] = (
+            contextvars.ContextVar(name, default=None)
         )
 
     def leave(self, view: httpx.Request, target: str | None) -> None:
         """After a hop: leave its chain (if it was a redirect) for the hop to ``target``."""
         chain = chain_of(view)
         if chain is not None and target is not None:
-            self._pending.set((_comparable(target), chain))
+            self._pending.set((_comparable(target), chain, time.monotonic()))
         elif self._pending.get() is not None:
             self._pending.set(None)
 
@@ -150,8 +299,13 @@ class RedirectTrail:
         if pending is None:
             return None
         self._pending.set(None)
-        target, chain = pending
-        return chain if _comparable(url) == target else None
+        target, chain, left_at = pending
+        if _comparable(url) != target or time.monotonic() - left_at > FOLLOW_WITHIN:
+            return None
+        deadline = getattr(chain, "deadline", None)
+        if deadline is not None and deadline.remaining() <= 0:
+            return None  # nothing left of the chain's time: a hop now would only fail
+        return chain
 
 
 def _comparable(url: str) -> str:

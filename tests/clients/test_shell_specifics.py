@@ -9,8 +9,11 @@ chaos server.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+import traceback
 from typing import Any
+from urllib.parse import urljoin
 
 import aiohttp
 import pytest
@@ -282,3 +285,71 @@ def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedC
 def test_a_hedging_policy_is_refused_with_what_to_use_instead(shell: Any) -> None:
     with pytest.raises(ValueError, match=r"hedge_after=None.*retrysafe\.Client"):
         shell(policy=RetryPolicy(hedge_after=0.05))
+
+
+def test_a_later_request_to_a_redirects_location_is_a_call_of_its_own(
+    chaos: KeyedChaos,
+) -> None:
+    """Code that follows a Location itself, after the redirect's chain ran out of time,
+    gets a fresh call (its own deadline and attempts), not the old chain's leftovers."""
+    policy = RetryPolicy(deadline=1.0, min_attempt_time=0.1, backoff_base=0.01)
+    url = chaos.url("/redirect-chain/{key}", hops=2)
+    with session_with(RetryAdapter(policy=policy)) as session:
+        hop = session.get(url, allow_redirects=False)
+        assert hop.status_code == 302
+        time.sleep(1.2)  # past the first call's deadline
+        later = session.get(urljoin(url, hop.headers["location"]), allow_redirects=False)
+    assert later.status_code == 302
+    assert report_of(later).attempts == 1  # type: ignore[union-attr]
+
+    middleware = RetryMiddleware(policy=policy)
+
+    async def run() -> int:
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+            async with session.get(url, allow_redirects=False) as first:
+                location = urljoin(url, first.headers["location"])
+            await asyncio.sleep(1.2)
+            async with session.get(location, allow_redirects=False) as second:
+                return second.status
+
+    assert asyncio.run(run()) == 302
+
+
+SECRET_QUERY_VALUE = "qk-" + "5e" * 8  # built at run time: never in a source line
+
+
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_exception_chain_of_a_transport_failure_holds_no_secret(chaos: KeyedChaos) -> None:
+    """Tracebacks (what logger.exception and error trackers print) follow __cause__; the
+    original requests/aiohttp exception, which names the URL with its query, is not on it."""
+    policy = RetryPolicy(attempts=1)
+    refused = f"http://127.0.0.1:{_unused_port()}/?api_key={SECRET_QUERY_VALUE}"
+    with (
+        session_with(RetryAdapter(policy=policy)) as session,
+        pytest.raises(retrysafe.TransportError) as caught,
+    ):
+        session.get(refused)
+    printed = "".join(traceback.format_exception(caught.value))
+    assert SECRET_QUERY_VALUE not in printed
+    assert "ConnectionError" in printed  # the original's class name is kept, to debug with
+
+    garbage = chaos.fault_url("garbage_status_line") + f"?api_key={SECRET_QUERY_VALUE}"
+
+    async def run() -> BaseException:
+        middleware = RetryMiddleware(policy=policy)
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as client:
+            try:
+                async with client.get(garbage):
+                    pass
+            except retrysafe.ApiError as error:
+                return error
+        raise AssertionError("the call did not fail")
+
+    error = asyncio.run(run())
+    printed = "".join(traceback.format_exception(error))
+    assert SECRET_QUERY_VALUE not in printed

@@ -34,6 +34,18 @@ def test_the_fields_retrysafe_has_and_urllib3_has_not_come_from_base() -> None:
     assert (policy.deadline, policy.attempt_timeout, policy.attempts) == (12, 3, 3)
 
 
+def test_a_503_with_retry_after_is_repeated_as_urllib3_repeats_it() -> None:
+    """urllib3 repeats 413, 429 and 503 carrying Retry-After even without a forcelist."""
+    policy = policy_from_retry(Retry(total=3))
+    assert 503 in policy.retry_statuses
+    assert 413 not in policy.retry_statuses  # too large: asking again cannot fix it
+
+
+def test_a_backoff_max_below_the_factor_caps_every_wait_as_in_urllib3() -> None:
+    policy = policy_from_retry(Retry(total=3, backoff_factor=1, backoff_max=0.1))
+    assert (policy.backoff_base, policy.backoff_cap) == (0.1, 0.1)
+
+
 @pytest.mark.parametrize("retry", [0, Retry(0, read=False), Retry(total=False)])
 def test_no_retries_is_one_attempt(retry: Retry | int) -> None:
     """requests' own default is Retry(0, read=False): one attempt, nothing to refuse."""

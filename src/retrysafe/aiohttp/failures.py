@@ -3,7 +3,9 @@
 The engine classifies an attempt's failure by how far the request got; aiohttp's
 exceptions say it in their own words. :func:`attempt_failure` names each as the httpx
 exception the engine knows (a refused connection, a reset, a garbage status line, a
-timeout), keeping the original as ``__cause__``.
+timeout). The original is not kept (not even as ``__cause__``): its message and repr
+can hold the URL with its query and the request's headers; its class name is put in
+the new message instead.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import aiohttp
 import httpx
 
+from retrysafe.foreign_shell import in_place_of
+
 __all__ = ["attempt_failure"]
 
 
 def attempt_failure(exc: BaseException) -> Exception:
     """The httpx exception standing for aiohttp's ``exc``."""
     failure = _match(exc)
-    failure.__cause__ = exc
-    return failure
+    return in_place_of(exc, failure)
 
 
 def _match(exc: BaseException) -> Exception:

@@ -5,7 +5,9 @@ connected, maybe sent, cut in the body); requests wraps urllib3's exceptions, wh
 wrap http.client's and the socket's. :func:`attempt_failure` digs to the cause and
 names it as the httpx exception the engine knows, so a connection refused, a reset,
 a garbage status line or a read timeout are judged exactly as on httpx. The
-original exception is kept as the new one's ``__cause__``.
+original is not kept (not even as ``__cause__``, which tracebacks print): requests'
+and urllib3's messages hold the URL with its query; its class name is put in the new
+message instead.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from requests import exceptions as rex
 from urllib3 import exceptions as u3
 
 from retrysafe.classify import AttemptTimedOut
+from retrysafe.foreign_shell import in_place_of
 
 __all__ = ["attempt_failure"]
 
@@ -28,8 +31,7 @@ def attempt_failure(exc: Exception, *, expired: bool) -> Exception:
     failure = _match(exc)
     if expired and not isinstance(failure, httpx.ConnectTimeout):
         failure = AttemptTimedOut("the attempt did not finish in its time")
-    failure.__cause__ = exc
-    return failure
+    return in_place_of(exc, failure)
 
 
 def _root(exc: BaseException) -> BaseException | None:

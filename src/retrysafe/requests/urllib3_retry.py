@@ -43,6 +43,11 @@ class UnsupportedRetrySetting(ValueError):
     """A ``Retry`` setting with no retrysafe equivalent; the message says what to do."""
 
 
+#: What urllib3 repeats without status_forcelist (when it carries Retry-After) and
+#: retrysafe's table also repeats: 503. (429 retrysafe always waits out.)
+_WAITED_OUT_STATUSES = frozenset({503})
+
+
 def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) -> RetryPolicy:
     """The :class:`RetryPolicy` that does what ``retry`` did; ``base`` gives every
     other field (default ``RetryPolicy()``: timeouts and the deadline are retrysafe's
@@ -82,14 +87,19 @@ def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) ->
             "Retry(respect_retry_after_header=False) has no equivalent: retrysafe always "
             "waits as long as Retry-After asks (cap it with RetryPolicy(max_retry_after=...))"
         )
-    backoff_base = float(retry.backoff_factor)
-    backoff_cap = max(float(retry.backoff_max), backoff_base)
+    # urllib3 waits min(backoff_max, backoff_factor * 2**n): a cap below the factor caps
+    # every wait, which is base = cap = backoff_max here (never a cap raised to the base).
+    backoff_cap = float(retry.backoff_max)
+    backoff_base = min(float(retry.backoff_factor), backoff_cap)
     # urllib3 2.5 added retry_after_max; older ones had no cap.
     retry_after_max = getattr(retry, "retry_after_max", None)
     return dataclasses.replace(
         base,
         attempts=retries + 1,
-        retry_statuses=frozenset(retry.status_forcelist or ()),
+        # urllib3 also repeats 413, 429 and 503 that carry Retry-After. retrysafe waits out
+        # every 429 anyway, and repeats a 503 (refused before any work) with or without
+        # a Retry-After; a 413 (too large) is never repeated: asking again cannot fix it.
+        retry_statuses=frozenset(retry.status_forcelist or ()) | _WAITED_OUT_STATUSES,
         idempotent_methods=frozenset(retry.allowed_methods),
         backoff_base=backoff_base,
         backoff_cap=backoff_cap,
