@@ -119,3 +119,25 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = retrysafe.idempotency.IdempotencyMiddlware  # type: ignore[attr-defined]
     with pytest.raises(ImportError):
         from retrysafe import NoSuchName  # type: ignore[attr-defined]  # noqa: F401
+
+
+#: What only a hedging call needs: loaded on its first use.
+HEDGING_MODULES = ("retrysafe.hedged_call", "retrysafe.hedged_shell", "retrysafe.latency")
+
+
+def test_hedging_is_loaded_by_the_first_hedging_call_not_by_import() -> None:
+    _, plain = loaded_after(
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+        "with retrysafe.Client(transport=mock) as client:\n"
+        "    client.get('http://127.0.0.1/')"
+    )
+    assert sorted(set(HEDGING_MODULES) & plain) == []
+    _, hedging = loaded_after(
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+        "policy = retrysafe.RetryPolicy(hedge_after=0.5)\n"
+        "with retrysafe.Client(transport=mock, policy=policy) as client:\n"
+        "    client.get('http://127.0.0.1/')"
+    )
+    assert set(HEDGING_MODULES) <= hedging

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -52,12 +52,14 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
-from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
 from retrysafe.testing import mode as testing_mode
 from retrysafe.timing import Deadline
+
+if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retrysafe`
+    from retrysafe.hedged_call import HedgedCall
 
 __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
 
@@ -164,6 +166,8 @@ def _hedged_call(
 ) -> HedgedCall:
     """The engine of a call whose policy hedges, with its hedge delay worked out now
     (the fixed delay, or the dependency's learned percentile)."""
+    from retrysafe.hedged_call import HedgedCall
+
     assert policy.hedge_after is not None
     return HedgedCall(
         request,
@@ -370,6 +374,8 @@ class Drive:
         """Ask the governor for the hedged copy ``hedge`` and tell the engine: the copy's
         plan, or None when it is refused (and no more copies go this round). ``request``
         is the copy's own request: the call's trace starts the copy's attempt on it."""
+        from retrysafe.hedged_call import HedgedCall
+
         call = self.call
         assert isinstance(call, HedgedCall)
         guard = self._guard

@@ -31,7 +31,6 @@ from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
 from retrysafe.governor import Governor
-from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
@@ -179,7 +178,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    if type(drive.call) is not HedgedCall:
+                    if drive.call.policy.hedge_after is None:
                         step = self._attempt(drive, request, step)
                     else:
                         step = self._hedged_attempt(drive, request, step)
@@ -282,7 +281,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    if type(drive.call) is not HedgedCall:
+                    if drive.call.policy.hedge_after is None:
                         step = await self._attempt(drive, request, step)
                     else:
                         step = await self._hedged_attempt(drive, request, step)

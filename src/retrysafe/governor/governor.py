@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.decisions import (
@@ -25,7 +25,9 @@ from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
-from retrysafe.latency import LatencyBook
+
+if TYPE_CHECKING:  # made when a hedging call first needs it, not with `import retrysafe`
+    from retrysafe.latency import LatencyBook
 
 __all__ = ["GRANTED", "DependencyGuard", "Governor"]
 
@@ -227,14 +229,27 @@ class Governor:
         pieces = (self.settings.budget, self.settings.breaker, self.settings.limiter)
         #: Whether any piece of load protection is on (else calls need no guard at all).
         self.protects = any(piece is not None for piece in pieces)
-        #: Per-dependency latency for ``hedge_after="p95"`` (only hedging calls use it).
-        self.latencies = LatencyBook()
+        self._latencies: LatencyBook | None = None
         #: The fleet this governor shares its dependencies' state with, if any.
         self.fleet = fleet
         if fleet is not None:
             from retrysafe.governor.fleet_guard import FleetGuard  # (imports this module)
 
             self._join_fleet = FleetGuard.around
+
+    @property
+    def latencies(self) -> LatencyBook:
+        """Per-dependency latency for ``hedge_after="p95"`` (only hedging calls use it;
+        made on first use)."""
+        book = self._latencies
+        if book is None:
+            from retrysafe.latency import LatencyBook
+
+            with self._lock:
+                if self._latencies is None:
+                    self._latencies = LatencyBook()
+                book = self._latencies
+        return book
 
     def guard(self, dependency: str) -> DependencyGuard:
         """The guard for ``dependency``, made on first use."""
