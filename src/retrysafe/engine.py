@@ -573,13 +573,17 @@ class Call:
 
     def _emit(
         self,
-        kind: Literal["attempt", "retry", "success"],
+        kind: Literal["attempt", "retry", "success", "hedge"],
         outcome: str,
         status: int | None,
         *,
         wait: float = 0.0,
         exception: str | None = None,
+        attempt: int | None = None,
+        reason: str = "",
     ) -> None:
+        """Leave an event in the outbox; ``attempt`` defaults to the latest attempt's number
+        (a hedging call names the copy it is about)."""
         self.effects.append(
             EmitEvent(
                 RetryEvent(
@@ -587,9 +591,10 @@ class Call:
                     dependency=self.dependency,
                     method=self.method,
                     url=self.url,
-                    attempt=len(self._history),
+                    attempt=len(self._history) if attempt is None else attempt,
                     status=status,
                     outcome=outcome,
+                    reason=reason,
                     wait=wait,
                     elapsed=self._clock.monotonic() - self._started,
                     exception=exception,

@@ -47,7 +47,6 @@ from retrysafe.decisions import (
     AwaitOthers,
     CallReport,
     Decision,
-    EmitEvent,
     Fail,
     Hedge,
     HedgeAnswer,
@@ -59,7 +58,6 @@ from retrysafe.decisions import (
 from retrysafe.engine import Call
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
-from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.timing import Deadline
 
@@ -296,7 +294,7 @@ class HedgedCall(Call):
             if self._observed:
                 # A lost copy was sent too: it ends as an attempt (metrics count it, a
                 # tracer ends its span) before the hedge event that says it lost.
-                self._emit_numbered("attempt", flight.plan.number, LOST, None)
+                super()._emit("attempt", LOST, None, attempt=flight.plan.number)
             self._emit_hedge(flight.plan.number, "lost")
         self._flights.clear()
         if lost:
@@ -312,65 +310,26 @@ class HedgedCall(Call):
 
     def _emit(
         self,
-        kind: Literal["attempt", "retry", "success"],
+        kind: Literal["attempt", "retry", "success", "hedge"],
         outcome: str,
         status: int | None,
         *,
         wait: float = 0.0,
         exception: str | None = None,
+        attempt: int | None = None,
+        reason: str = "",
     ) -> None:
         """As :meth:`Call._emit`, but an ``attempt`` or ``retry`` event names the copy it
         is about: with copies in flight, the history's length is not that copy's number
         (a copy that wins is recorded before the copies it beat are)."""
-        if kind == "success":
-            super()._emit(kind, outcome, status, wait=wait, exception=exception)
-            return
-        plan = self._plan
-        assert plan is not None
-        self._emit_numbered(kind, plan.number, outcome, status, wait=wait, exception=exception)
-
-    def _emit_numbered(
-        self,
-        kind: Literal["attempt", "retry"],
-        number: int,
-        outcome: str,
-        status: int | None,
-        *,
-        wait: float = 0.0,
-        exception: str | None = None,
-    ) -> None:
-        self.effects.append(
-            EmitEvent(
-                RetryEvent(
-                    kind=kind,
-                    dependency=self.dependency,
-                    method=self.method,
-                    url=self.url,
-                    attempt=number,
-                    status=status,
-                    outcome=outcome,
-                    wait=wait,
-                    elapsed=self._clock.monotonic() - self._started,
-                    exception=exception,
-                )
-            )
+        if attempt is None and kind in ("attempt", "retry"):
+            plan = self._plan
+            assert plan is not None
+            attempt = plan.number
+        super()._emit(
+            kind, outcome, status, wait=wait, exception=exception, attempt=attempt, reason=reason
         )
 
     def _emit_hedge(self, number: int, outcome: str, reason: str = "") -> None:
-        if not self._observed:
-            return
-        self.effects.append(
-            EmitEvent(
-                RetryEvent(
-                    kind="hedge",
-                    dependency=self.dependency,
-                    method=self.method,
-                    url=self.url,
-                    attempt=number,
-                    outcome=outcome,
-                    reason=reason,
-                    status=None,
-                    elapsed=self._clock.monotonic() - self._started,
-                )
-            )
-        )
+        if self._observed:
+            super()._emit("hedge", outcome, None, attempt=number, reason=reason)
