@@ -56,3 +56,22 @@ def test_good_arguments_still_make_a_working_client() -> None:
     ) as client:
         assert client.get("http://api.test/").status_code == 200
     assert [event.kind for event in seen][-1] == "success"
+
+
+@pytest.mark.parametrize("seconds", ["5", None, True])
+def test_a_deadline_that_is_not_a_number_says_how_to_give_one(seconds: Any) -> None:
+    with pytest.raises(TypeError, match=r"retrysafe\.deadline\(5\)"):
+        retrysafe.deadline(seconds)
+
+
+def test_a_negative_deadline_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        retrysafe.deadline(-1)
+
+
+def test_report_of_something_else_than_an_httpx_response_names_the_right_reader() -> None:
+    class NotHttpx:
+        extensions: dict[str, Any] = {}  # noqa: RUF012 - a stand-in, never mutated
+
+    with pytest.raises(TypeError, match=r"retrysafe\.requests\.report_of"):
+        retrysafe.report_of(NotHttpx())  # type: ignore[arg-type]

@@ -99,6 +99,12 @@ def report_of(response: httpx.Response) -> CallReport | None:
     None when the response did not come through retrysafe. The report is kept in
     ``response.extensions["retrysafe"]``; this reads it with its type.
     """
+    if not isinstance(response, httpx.Response):
+        raise TypeError(
+            f"report_of takes an httpx.Response, got {type(response).__module__}."
+            f"{type(response).__name__}; for requests use retrysafe.requests.report_of, "
+            "for aiohttp retrysafe.aiohttp.report_of"
+        )
     report = response.extensions.get(OPTIONS_EXTENSION)
     return report if isinstance(report, CallReport) else None
 

@@ -8,6 +8,7 @@ block uses the tighter of its policy's deadline and the scope's.
 from __future__ import annotations
 
 import contextvars
+import math
 from types import TracebackType
 
 from retrysafe.clock import Clock
@@ -31,6 +32,12 @@ class DeadlineScope:
     __slots__ = ("_clock", "_seconds", "_token", "deadline")
 
     def __init__(self, seconds: float, clock: Clock | None = None) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(
+                f"a deadline is a number of seconds, e.g. retrysafe.deadline(5); got {seconds!r}"
+            )
+        if math.isnan(seconds) or seconds < 0:
+            raise ValueError(f"a deadline needs seconds >= 0, got {seconds!r}")
         self._seconds = seconds
         self._clock = clock
         self._token: contextvars.Token[Deadline | None] | None = None
