@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urldefrag
 
 import httpx
@@ -74,6 +74,16 @@ _UNREAD = _UnreadBody()
 
 _STREAMED_OPTIONS = CallOptions(stream=True)
 _READ_OPTIONS = CallOptions()
+
+
+def idempotency_mode(mode: object) -> Literal["off", "auto"]:
+    """The shell's ``idempotency`` setting, checked: ``"off"``, or ``"auto"`` (a new key
+    on every POST and PATCH that has none)."""
+    if mode == "off" or mode == "auto":
+        return "off" if mode == "off" else "auto"
+    raise ValueError(
+        f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
+    )
 
 
 def one_copy_at_a_time(policy: RetryPolicy, shell: str) -> RetryPolicy:

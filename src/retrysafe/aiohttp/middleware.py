@@ -39,6 +39,7 @@ from retrysafe.drive import Drive, ShellSettings, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
+    idempotency_mode,
     one_copy_at_a_time,
     request_view,
     response_view,
@@ -111,11 +112,6 @@ class RetryMiddleware:
         raise_on_status: bool = True,
         stream: bool = False,
     ) -> None:
-        if idempotency not in ("off", "auto"):
-            raise ValueError(
-                "idempotency must be 'off' or 'auto' (a key on every POST and PATCH), "
-                f"got {idempotency!r}"
-            )
         self.settings = ShellSettings.build(
             policy=one_copy_at_a_time(policy, "RetryMiddleware"),
             clock=clock,
@@ -125,7 +121,7 @@ class RetryMiddleware:
             raise_errors=True,
             deadline_header=deadline_header,
         )
-        self.idempotency = idempotency
+        self.idempotency = idempotency_mode(idempotency)
         self.raise_on_status = raise_on_status
         self.stream = stream
 

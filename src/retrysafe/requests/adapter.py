@@ -37,6 +37,7 @@ from retrysafe.drive import Drive, ShellSettings, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
+    idempotency_mode,
     one_copy_at_a_time,
     request_view,
     response_view,
@@ -110,11 +111,6 @@ class RetryAdapter(HTTPAdapter):
         pool_maxsize: int = 10,
         pool_block: bool = False,
     ) -> None:
-        if idempotency not in ("off", "auto"):
-            raise ValueError(
-                "idempotency must be 'off' or 'auto' (a key on every POST and PATCH), "
-                f"got {idempotency!r}"
-            )
         self.settings = ShellSettings.build(
             policy=one_copy_at_a_time(policy, "RetryAdapter"),
             clock=clock,
@@ -124,7 +120,7 @@ class RetryAdapter(HTTPAdapter):
             raise_errors=True,
             deadline_header=deadline_header,
         )
-        self.idempotency = idempotency
+        self.idempotency = idempotency_mode(idempotency)
         self.raise_on_status = raise_on_status
         # requests' own retries stay off: every repeat is the engine's decision.
         super().__init__(
