@@ -33,6 +33,7 @@ import httpx
 __all__ = [
     "PUBLIC_NAMES",
     "REDACTED",
+    "QueryRedactingFilter",
     "SECRET_NAMES",
     "RedactingFilter",
     "Redactor",
@@ -43,6 +44,7 @@ __all__ = [
     "redact_httpx_logs",
     "redact_url",
     "redact_url_text",
+    "redact_urllib3_logs",
 ]
 
 REDACTED = "[REDACTED]"
@@ -309,3 +311,29 @@ def redact_httpx_logs() -> None:
     httpx_logger = logging.getLogger("httpx")
     if _httpx_filter not in httpx_logger.filters:
         httpx_logger.addFilter(_httpx_filter)
+
+
+class QueryRedactingFilter(logging.Filter):
+    """Redacts secret query values in a log record's text arguments.
+
+    urllib3 logs each request's path and query as text at DEBUG (``"GET /?api_key=...
+    HTTP/1.1" 200``); the requests shell installs this on urllib3's logger.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url_text(arg) if isinstance(arg, str) and "=" in arg else arg
+                for arg in record.args
+            )
+        return True
+
+
+_urllib3_filter = QueryRedactingFilter()
+
+
+def redact_urllib3_logs() -> None:
+    """Install :class:`QueryRedactingFilter` on the ``urllib3`` connection pool's logger."""
+    pool_logger = logging.getLogger("urllib3.connectionpool")
+    if _urllib3_filter not in pool_logger.filters:
+        pool_logger.addFilter(_urllib3_filter)

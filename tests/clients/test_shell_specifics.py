@@ -9,6 +9,7 @@ chaos server.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 import traceback
@@ -353,3 +354,16 @@ def test_the_exception_chain_of_a_transport_failure_holds_no_secret(chaos: Keyed
     error = asyncio.run(run())
     printed = "".join(traceback.format_exception(error))
     assert SECRET_QUERY_VALUE not in printed
+
+
+def test_urllib3s_own_debug_log_shows_no_secret_query_value(
+    chaos: KeyedChaos, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.DEBUG, logger="urllib3"),
+        session_with(RetryAdapter()) as session,
+    ):
+        session.get(chaos.url("/status/200") + f"&api_key={SECRET_QUERY_VALUE}")
+    pool_lines = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
+    assert any("api_key=[REDACTED]" in line for line in pool_lines), pool_lines
+    assert not any(SECRET_QUERY_VALUE in line for line in pool_lines)

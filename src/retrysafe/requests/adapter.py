@@ -45,6 +45,7 @@ from retrysafe.foreign_shell import (
 from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import redact_urllib3_logs
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
@@ -121,6 +122,7 @@ class RetryAdapter(HTTPAdapter):
             deadline_header=deadline_header,
         )
         self.idempotency = idempotency_mode(idempotency)
+        redact_urllib3_logs()  # urllib3 logs each request's query at DEBUG
         self.raise_on_status = raise_on_status
         # requests' own retries stay off: every repeat is the engine's decision.
         super().__init__(
