@@ -126,7 +126,7 @@ class RetryPolicy:
         rules = _tuple(self.rules, "rules")
         for rule in rules:
             _require(callable(rule), "rules", f"must hold callables, got {rule!r}")
-        _check_hedging(self.hedge_after, self.max_hedges)
+        _check_hedging(self.hedge_after, self.max_hedges, self.attempts)
         # Normalise so comparisons later are exact: upper-case methods, lower-case headers.
         object.__setattr__(self, "retry_statuses", frozenset(statuses))
         object.__setattr__(self, "idempotent_methods", frozenset(m.upper() for m in methods))
@@ -134,8 +134,9 @@ class RetryPolicy:
         object.__setattr__(self, "rules", tuple(rules))
 
 
-def _check_hedging(hedge_after: object, max_hedges: object) -> None:
-    """``hedge_after``: None, seconds > 0, or a percentile string; ``max_hedges`` >= 1."""
+def _check_hedging(hedge_after: object, max_hedges: object, attempts: int) -> None:
+    """``hedge_after``: None, seconds > 0, or a percentile string; ``max_hedges`` >= 1;
+    and room for a copy: copies count toward ``attempts``."""
     if isinstance(hedge_after, str):
         from retrysafe.latency import parse_percentile
 
@@ -156,6 +157,13 @@ def _check_hedging(hedge_after: object, max_hedges: object) -> None:
         "max_hedges",
         f"must be a whole number >= 1 (hedge_after=None turns hedging off), got {max_hedges!r}",
     )
+    if hedge_after is not None:
+        _require(
+            attempts >= 2,
+            "hedge_after",
+            "needs attempts >= 2: a hedged copy counts as an attempt, so attempts=1 leaves "
+            f"room for none (got attempts={attempts!r}); raise attempts or drop hedge_after",
+        )
 
 
 def _require(condition: bool, field: str, rule: str) -> None:

@@ -104,6 +104,10 @@ class Scenario:
 def generate(rng: random.Random, seed: int) -> Scenario:
     """A random hedging scenario (weighted toward copies racing each other)."""
     fields, rules = base._gen_policy(rng)
+    # A hedging policy needs room for a copy: attempts >= 2 (RetryPolicy refuses fewer).
+    fields = tuple(
+        (name, max(2, value)) if name == "attempts" else (name, value) for name, value in fields
+    )
     hedge_after = rng.choice((0.01, 0.05, 0.2, rng.uniform(0.001, 3.0)))
     max_hedges = rng.choice((1, 1, 2, 3, 5))
     policy = (*fields, ("hedge_after", hedge_after), ("max_hedges", max_hedges))

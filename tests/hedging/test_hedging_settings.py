@@ -133,3 +133,10 @@ def test_a_hedge_takes_a_paced_slot_or_is_refused_when_none_is_free() -> None:
     assert guard.answer_hedge() == HedgeAnswer("pacing")
     assert guard.limiter is not None
     assert guard.limiter.queued() == 0.0  # the refused copy reserved nothing
+
+
+def test_hedging_with_one_attempt_is_refused_since_no_copy_could_go() -> None:
+    with pytest.raises(ValueError, match=r"needs attempts >= 2"):
+        RetryPolicy(hedge_after=0.05, attempts=1)
+    assert RetryPolicy(hedge_after=0.05, attempts=2).hedge_after == 0.05
+    assert RetryPolicy(attempts=1).hedge_after is None  # no hedging: one attempt is fine
