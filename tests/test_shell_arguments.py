@@ -75,3 +75,13 @@ def test_report_of_something_else_than_an_httpx_response_names_the_right_reader(
 
     with pytest.raises(TypeError, match=r"retrysafe\.requests\.report_of"):
         retrysafe.report_of(NotHttpx())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dependency", [3, ["search"]])
+def test_a_per_call_dependency_must_be_a_name(dependency: Any) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with (
+        retrysafe.Client(transport=transport) as client,
+        pytest.raises(TypeError, match=r"dependency for one call must be a name \(str\)"),
+    ):
+        client.get("http://api.test/", dependency=dependency)

@@ -60,6 +60,11 @@ def with_call_options(
     """The request's headers with its key, and its extensions with the per-call options."""
     if policy is not None and not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+    if dependency is not None and not isinstance(dependency, str):
+        raise TypeError(
+            "dependency for one call must be a name (str), e.g. dependency='search'; "
+            f"got {type(dependency).__name__} (a callable naming requests goes on the client)"
+        )
     if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
         idempotency_key = True
     if idempotency_key is True:

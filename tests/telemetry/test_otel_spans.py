@@ -313,3 +313,9 @@ def test_a_hedged_call_span_counts_its_copies_and_names_the_winner(chaos: Any, o
         if event.name == "retrysafe.hedge"
     ]
     assert sorted(outcomes) == ["lost", "sent", "won"]
+
+
+@pytest.mark.parametrize("argument", ["tracer_provider", "meter_provider"])
+def test_a_provider_of_the_wrong_kind_is_refused_naming_the_right_one(argument: str) -> None:
+    with pytest.raises(TypeError, match=rf"{argument} must be an OpenTelemetry"):
+        OpenTelemetry(**{argument: "x"})  # type: ignore[arg-type]

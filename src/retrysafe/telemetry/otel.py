@@ -110,6 +110,18 @@ class OpenTelemetry:
         propagate: bool = True,
         suppress_http_instrumentation: bool = True,
     ) -> None:
+        if tracer_provider is not None and not callable(
+            getattr(tracer_provider, "get_tracer", None)
+        ):
+            raise TypeError(
+                "tracer_provider must be an OpenTelemetry TracerProvider (e.g. the SDK's "
+                f"opentelemetry.sdk.trace.TracerProvider()), got {type(tracer_provider).__name__}"
+            )
+        if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+            raise TypeError(
+                "meter_provider must be an OpenTelemetry MeterProvider (e.g. the SDK's "
+                f"opentelemetry.sdk.metrics.MeterProvider()), got {type(meter_provider).__name__}"
+            )
         #: A provider was given, or a global one has been seen: spans and metrics have
         #: somewhere to go (a global provider can be set once, never unset).
         self._sdk_seen = tracer_provider is not None or meter_provider is not None
