@@ -270,42 +270,22 @@ class Call:
         """The common end of a call, on one short path: a success judged by its status
         alone, with nothing for the breaker but one healthy call (or no breaker at all).
 
-        The general path (:meth:`_record`, :meth:`_inform_governor`, :meth:`_decide`)
-        reaches the same decision and effects; a call is made for every request, so the
-        usual case is spared its questions and repeated clock reads.
+        The general path (:meth:`_inform_governor`, :meth:`_decide`) reaches the same
+        decision and effects; a call is made for every request, so the usual case is
+        spared its questions, and reads the clock once for its record and report.
         """
         now = self._clock.monotonic()
-        started = self._attempt_started
-        history = self._history
-        history.append(
-            AttemptRecord(
-                plan.number,
-                "success",
-                response.status_code,
-                None,
-                started - self._started,
-                now - started,
-                plan.timeout,
-            )
-        )
         if self._permit is not None:
             self.effects.append(HEALTHY_WHILE_CLOSED)
             self._permit = None
+        self._record(SUCCESS, status=response.status_code, exception=None, now=now)
         announced = announced_limit(response)
         if announced is not None:
             self._cooldown_announced(announced, None)
         self.state = "done"
-        report = CallReport(
-            len(history),
-            tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),
-            now - self._started,
-            self.idempotency_key,
-            self.dependency,
-            tuple(history),
-        )
+        report = self._report(error=None, now=now)
         response.extensions["retrysafe"] = report
         if self._observed:
-            self._emit("attempt", "success", response.status_code)  # as _record would
             self._emit("success", "success", response.status_code)
         return Succeed(response, report)
 
@@ -541,34 +521,50 @@ class Call:
 
     # -- bookkeeping ---------------------------------------------------------------------
 
-    def _record(self, verdict: Verdict, *, status: int | None, exception: str | None) -> None:
+    def _record(
+        self,
+        verdict: Verdict,
+        *,
+        status: int | None,
+        exception: str | None,
+        now: float | None = None,
+    ) -> None:
+        """Add the attempt in flight to the history (``now``: a clock read the caller
+        already made), and its per-attempt event when someone listens."""
         plan = self._plan
         assert plan is not None
-        now = self._clock.monotonic()
+        if now is None:
+            now = self._clock.monotonic()
+        started = self._attempt_started
         self._history.append(
+            # (positional: built for every attempt; the fields in AttemptRecord's order)
             AttemptRecord(
-                number=plan.number,
-                outcome=verdict.reason,
-                status=status,
-                exception=exception,
-                started=self._attempt_started - self._started,
-                elapsed=now - self._attempt_started,
-                timeout=plan.timeout,
+                plan.number,  # number
+                verdict.reason,  # outcome
+                status,
+                exception,
+                started - self._started,  # started
+                now - started,  # elapsed
+                plan.timeout,  # timeout
             )
         )
         if self._observed:  # the per-attempt event, for tracing
             self._emit("attempt", verdict.reason, status, exception=exception)
 
-    def _report(self, *, error: ApiError | None) -> CallReport:
+    def _report(self, *, error: ApiError | None, now: float | None = None) -> CallReport:
+        """What the call did, as of ``now`` (default: the clock, read here)."""
+        if now is None:
+            now = self._clock.monotonic()
         history = tuple(self._history)
+        # (positional: built for every call; the fields in CallReport's order)
         return CallReport(
-            attempts=len(history),
-            waits=tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),
-            elapsed=self._clock.monotonic() - self._started,
-            idempotency_key=self.idempotency_key,
-            dependency=self.dependency,
-            history=history,
-            error=error,
+            len(history),  # attempts
+            tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),  # waits
+            now - self._started,  # elapsed
+            self.idempotency_key,
+            self.dependency,
+            history,
+            error,
         )
 
     def _emit(

@@ -302,8 +302,8 @@ class HedgedCall(Call):
 
     # -- reporting -------------------------------------------------------------------------
 
-    def _report(self, *, error: ApiError | None) -> CallReport:
-        report = super()._report(error=error)
+    def _report(self, *, error: ApiError | None, now: float | None = None) -> CallReport:
+        report = super()._report(error=error, now=now)
         if not self._hedges:
             return report
         return report._replace(hedges=self._hedges, winner=self._winner)
