@@ -348,14 +348,9 @@ class Drive:
             if not effects:
                 return step
             guard = self._guard
-            if (
-                len(effects) == 1
-                and effects[0] is HEALTHY_WHILE_CLOSED
-                and guard is not None
-                and guard.breaker is not None
-            ):
+            if len(effects) == 1 and effects[0] is HEALTHY_WHILE_CLOSED and guard is not None:
                 effects.clear()
-                guard.breaker.record_healthy_call()
+                guard.healthy_call()
                 return step
         return self._after(step)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from retrysafe.clock import Clock
 from retrysafe.decisions import (
     Admission,
     AskRetry,
@@ -36,11 +35,10 @@ from retrysafe.decisions import (
     RetryAnswer,
     StartCooldown,
 )
-from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
+from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.governor import CallFacts, DependencyGuard, lease_for_probe
 from retrysafe.governor.limiter import Limiter
-from retrysafe.governor.settings import BreakerSettings
 
 __all__ = ["FleetGuard", "FleetPermit"]
 
@@ -87,20 +85,15 @@ class FleetGuard(DependencyGuard):
     rate: float | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
-    def around(cls, guard: DependencyGuard, fleet: FleetLink, clock: Clock) -> FleetGuard:
-        """``guard``'s pieces, joined to ``fleet`` (a new guard's: its breaker, unused so
-        far, is replaced by one on the same ``clock`` that also reports healthy calls to
-        the fleet view)."""
+    def around(cls, guard: DependencyGuard, fleet: FleetLink) -> FleetGuard:
+        """``guard``'s pieces, joined to ``fleet``."""
         limiter = guard.limiter
         rate = limiter.settings.requests_per_second if limiter is not None else None
         view = fleet.view(guard.dependency)
-        breaker = guard.breaker
-        if breaker is not None:
-            breaker = _ReportingBreaker(breaker.settings, clock, view, fleet, guard.dependency)
         return cls(
             dependency=guard.dependency,
             budget=guard.budget,
-            breaker=breaker,
+            breaker=guard.breaker,
             limiter=limiter,
             born=guard.born,
             fleet=fleet,
@@ -216,6 +209,14 @@ class FleetGuard(DependencyGuard):
         return _HEDGE_GRANTED
 
     # -- the engine's effects ------------------------------------------------------------
+
+    def healthy_call(self) -> None:
+        """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
+        failures (withdrawing this process's vote) as a healthy outcome does."""
+        DependencyGuard.healthy_call(self)
+        view = self.view
+        if view.failing or view.voted:
+            recovered(view, self.fleet, self.dependency)
 
     def apply(self, effect: Effect) -> Transition | None:
         """As :meth:`DependencyGuard.apply`, and tell the fleet what it means for all."""
@@ -359,31 +360,6 @@ def recovered(view: FleetView, fleet: FleetLink, dependency: str) -> None:
     if view.voted:
         view.voted = False
         fleet.retract(dependency)
-
-
-class _ReportingBreaker(CircuitBreaker):
-    """The local breaker of a fleet guard: it also ends the fleet view's run of failures
-    when a shell counts a healthy call on its short path (``record_healthy_call``, which
-    does not go through :meth:`FleetGuard.apply`)."""
-
-    def __init__(
-        self,
-        settings: BreakerSettings,
-        clock: Clock,
-        view: FleetView,
-        fleet: FleetLink,
-        dependency: str,
-    ) -> None:
-        super().__init__(settings, clock)
-        self._view = view
-        self._fleet = fleet
-        self._dependency = dependency
-
-    def record_healthy_call(self) -> None:
-        CircuitBreaker.record_healthy_call(self)
-        view = self._view
-        if view.failing or view.voted:
-            recovered(view, self._fleet, self._dependency)
 
 
 def explain_fleet_cooldown(seconds: float) -> str:

@@ -90,6 +90,13 @@ class DependencyGuard:
             return OPEN_ADMISSION
         return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
 
+    def healthy_call(self) -> None:
+        """Count a call that succeeded at once while the breaker was closed: the effect
+        :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
+        (what :meth:`apply` does with it, without its dispatch)."""
+        if self.breaker is not None:
+            self.breaker.record_healthy_call()
+
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
         open past then, nor without a budget token (rate-limit waits spend none)."""
@@ -284,7 +291,7 @@ class Governor:
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
             born=now,
         )
-        return guard if self.fleet is None else self._join_fleet(guard, self.fleet, self.clock)
+        return guard if self.fleet is None else self._join_fleet(guard, self.fleet)
 
     def dependencies(self) -> list[str]:
         """Every dependency seen so far."""
