@@ -56,8 +56,15 @@ def with_call_options(
     policy: RetryPolicy | None,
     dependency: str | None,
     idempotency: IdempotencyMode = "off",
-) -> tuple[HeaderTypes | None, dict[str, Any]]:
+) -> tuple[HeaderTypes | None, RequestExtensions | None]:
     """The request's headers with its key, and its extensions with the per-call options."""
+    if (
+        idempotency_key is None
+        and policy is None
+        and dependency is None
+        and (idempotency == "off" or method.upper() not in _AUTO_KEYED_METHODS)
+    ):
+        return headers, extensions  # the usual call: nothing to add
     if policy is not None and not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
     if dependency is not None and not isinstance(dependency, str):
@@ -116,8 +123,8 @@ def report_of(response: httpx.Response) -> CallReport | None:
 
 def raise_if_failed(response: httpx.Response) -> httpx.Response:
     """Raise the call's error if its final response was a failure."""
-    report = report_of(response)
-    if report is not None and report.error is not None:
+    report = response.extensions.get(OPTIONS_EXTENSION)  # (report_of, without its checks)
+    if type(report) is CallReport and report.error is not None:
         raise report.error
     return response
 

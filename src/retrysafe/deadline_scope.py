@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+from collections.abc import Callable
 from types import TracebackType
 
 from retrysafe.clock import Clock
@@ -21,9 +22,9 @@ _current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
 )
 
 
-def current_deadline() -> Deadline | None:
-    """The innermost active deadline scope's deadline, or None outside any scope."""
-    return _current.get()
+#: The innermost active deadline scope's deadline, or None outside any scope. (The
+#: variable's own ``get``: every call asks, and a function around it would cost a frame.)
+current_deadline: Callable[[], Deadline | None] = _current.get
 
 
 class DeadlineScope:

@@ -43,8 +43,9 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
+from retrysafe.first_attempt import first_plan, first_success, settled_at_once
 from retrysafe.governor import Governor, GovernorSettings
-from retrysafe.governor.breaker import Transition
+from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.explain import (
     explain_breaker,
     explain_budget,
@@ -211,19 +212,32 @@ _INSTANT = Wait(0.0)
 
 
 class Drive:
-    """One request's trip through the engine, minus the sending and the sleeping."""
+    """One request's trip through the engine, minus the sending and the sleeping.
+
+    A fresh call (see :mod:`retrysafe.first_attempt`) starts without an engine: its
+    first attempt is planned there, and the :class:`~retrysafe.engine.Call` is made
+    only if that attempt does not end the call as a success (it then adopts the
+    attempt). :attr:`call` makes it whenever it is first asked for.
+    """
 
     __slots__ = (
+        "_call",
+        "_deadline",
+        "_first",
         "_guard",
+        "_max_attempts",
         "_parent",
         "_retries_before",
+        "_started",
+        "_stream",
         "_token",
         "_trace",
         "attempt_ends_at",
-        "call",
         "caller_timeouts",
+        "dependency",
         "gave_up_inside",
         "guards_nesting",
+        "policy",
         "request",
         "settings",
     )
@@ -235,10 +249,14 @@ class Drive:
         options = extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
             options = _DROP_IN_OPTIONS
-        policy = options.policy or settings.policy
+        #: The policy of this call: the call's own, else the shell's.
+        self.policy = policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         if not isinstance(dependency, str):
             dependency = dependency(request)
+        #: The name this call's load protection is kept under.
+        self.dependency: str = dependency
+        self._stream = options.stream
         governor = settings.governor
         testing = testing_mode.active
         # Testing mode (retrysafe.testing.set_testing) leaves load protection out: its
@@ -255,69 +273,115 @@ class Drive:
             if self.guards_nesting and isinstance(parent, Drive) and parent.guards_nesting
             else None
         )
+        max_attempts = nested_attempts if self._parent is not None else None
+        if testing is not None:
+            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
+        self._max_attempts = max_attempts
         #: Set by a call nested in this one's attempt that retried and gave up.
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
         self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
+        self._started = settings.clock.monotonic()
+        self._call: Call | None = None
+        #: A fresh call's first attempt in flight, planned without a Call: its plan, its
+        #: breaker permit, and whether the request's body could be sent again before it.
+        self._first: tuple[AttemptPlan, Permit | None, bool] | None = None
+        self._trace: CallTrace | None = None
         chain = extensions.get(_CHAIN_EXTENSION)
+        #: The call's deadline when it is not simply the policy's from now: a redirect
+        #: chain's, or one tightened by an enclosing deadline scope.
+        self._deadline: Deadline | None
         if isinstance(chain, _Chain) and chain.last_request is not request:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
-            deadline = chain.deadline
             self._retries_before = chain.retries_used
             #: The per-phase timeouts the request came with, before any attempt bounded them.
             self.caller_timeouts: dict[str, Any] = chain.timeouts
+            self._deadline = chain.deadline
         else:
-            # (policy.deadline is validated already: no need for Deadline.after's checks)
-            deadline = Deadline(settings.clock.monotonic() + policy.deadline, settings.clock)
-            scope = current_deadline()
-            if scope is not None:
-                deadline = deadline.tighter(scope)
             self._retries_before = 0
             self.caller_timeouts = extensions.get("timeout") or {}
+            scope = current_deadline()
+            self._deadline = (
+                None
+                if scope is None
+                else Deadline(self._started + policy.deadline, settings.clock).tighter(scope)
+            )
+        if (
+            self._deadline is not None
+            or policy.hedge_after is not None
+            or settings.observer.listening
+        ):
+            self.call  # noqa: B018 - not a fresh call: its engine from the start
+
+    @property
+    def call(self) -> Call:
+        """The engine of this call (a HedgedCall when the policy hedges), made when first
+        needed; it adopts a first attempt planned without it."""
+        call = self._call
+        if call is None:
+            call = self._call = self._engine()
+        return call
+
+    def _engine(self) -> Call:
+        settings = self.settings
+        request = self.request
+        policy = self.policy
+        deadline = self._deadline
+        if deadline is None:
+            # (policy.deadline is validated already: no need for Deadline.after's checks)
+            deadline = Deadline(self._started + policy.deadline, settings.clock)
         observer = settings.observer
         observed = observer.listening
-        max_attempts = nested_attempts if self._parent is not None else None
-        if testing is not None:
-            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
-        #: The engine of this call (a HedgedCall when the policy hedges).
-        self.call: Call
-        if policy.hedge_after is None:
-            self.call = Call(
-                request,
-                policy=policy,
-                clock=settings.clock,
-                dependency=dependency,
-                deadline=deadline,
-                retries_used=self._retries_before,
-                max_attempts=max_attempts,
-                stream=options.stream,
-                observed=observed,
-            )
-        else:
-            self.call = _hedged_call(
+        call: Call
+        if policy.hedge_after is not None:
+            call = _hedged_call(
                 request,
                 policy,
                 settings,
-                dependency,
+                self.dependency,
                 deadline,
                 self._retries_before,
-                max_attempts,
-                options.stream,
+                self._max_attempts,
+                self._stream,
             )
-        #: Follows the call for the instruments among the hooks (spans), if any listens.
-        self._trace: CallTrace | None = (
-            observer.start_call(request, dependency=dependency, url=self.call.url)
-            if observer.instrumented and observed
-            else None
-        )
+        else:
+            call = Call(
+                request,
+                policy=policy,
+                clock=settings.clock,
+                dependency=self.dependency,
+                deadline=deadline,
+                retries_used=self._retries_before,
+                max_attempts=self._max_attempts,
+                stream=self._stream,
+                observed=observed,
+                started=self._started,
+                replayable=None if self._first is None else self._first[2],
+            )
+        first = self._first
+        if first is not None:
+            self._first = None
+            call.adopt_attempt(first[0], first[1])
+        elif observer.instrumented and observed:
+            #: Follows the call for the instruments among the hooks (spans), if any listens.
+            self._trace = observer.start_call(request, dependency=self.dependency, url=call.url)
+        return call
 
     # -- steps -------------------------------------------------------------------------
 
     def next_attempt(self) -> Step:
         """Ask the governor, then the engine, whether and how the next attempt starts."""
-        call = self.call
         guard = self._guard
+        if self._call is None:
+            # A fresh call's first attempt: when nothing holds it back, it needs no engine.
+            admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
+            if admission is not None:
+                plan = first_plan(self.policy, stream=self._stream)
+                replayable = isinstance(self.request.stream, httpx.ByteStream)
+                self._first = (plan, admission.permit, replayable)
+                return plan
+        call = self.call
         if guard is None:
             step = call.start_attempt(OPEN_ADMISSION)
         else:
@@ -338,6 +402,21 @@ class Drive:
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
         """The attempt got a response (body read as the plan asked)."""
+        first = self._first
+        # A fresh call's first attempt: the engine is needed only if this does not end it.
+        if (
+            self._call is None
+            and first is not None
+            and first[0] is plan
+            and settled_at_once(self.policy, response)
+        ):
+            self._first = None
+            if first[1] is not None and self._guard is not None:
+                self._guard.healthy_call()  # (admitted while the breaker was closed)
+            elapsed = self.settings.clock.monotonic() - self._started
+            return first_success(
+                self.request, response, plan, dependency=self.dependency, elapsed=elapsed
+            )
         if self.gave_up_inside:
             self._note_nested_give_up()
         step = self.call.attempt_returned(plan, response)
@@ -362,7 +441,12 @@ class Drive:
 
     def abandoned(self) -> None:
         """The attempt ended with no outcome (cancelled): free what it held."""
-        self.call.attempt_abandoned()
+        if self._call is None:
+            # A fresh call's first attempt holds nothing to give back (no probe, no paced
+            # slot); and a call that ended on it has nothing left to free.
+            self._first = None
+            return
+        self._call.attempt_abandoned()
         self._apply_effects()
 
     def hedge(self, hedge: Hedge, request: httpx.Request | None = None) -> AttemptPlan | None:
@@ -430,9 +514,10 @@ class Drive:
         return answer._replace(retry_after=retry_after, detail=detail)
 
     def _apply_effects(self) -> None:
-        if not self.call.effects:
+        call = self._call
+        if call is None or not call.effects:
             return
-        effects = self.call.take_effects()
+        effects = call.take_effects()
         guard = self._guard
         for effect in effects:
             if type(effect) is EmitEvent:
@@ -482,12 +567,15 @@ class Drive:
 
     def _continue_chain(self) -> None:
         """Leave this hop's deadline and retries for the redirect's next hop to find."""
-        call = self.call
+        call = self._call
+        if call is None:  # a fresh call, ended by its first attempt
+            deadline = Deadline(self._started + self.policy.deadline, self.settings.clock)
+            retries_used = self._retries_before
+        else:
+            deadline = call.deadline
+            retries_used = self._retries_before + call.attempts - 1
         self.request.extensions[_CHAIN_EXTENSION] = _Chain(
-            call.deadline,
-            self.caller_timeouts,
-            self._retries_before + call.attempts - 1,
-            self.request,
+            deadline, self.caller_timeouts, retries_used, self.request
         )
 
     def close(self) -> None:

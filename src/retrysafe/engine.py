@@ -124,16 +124,24 @@ class Call:
         max_attempts: int | None = None,
         stream: bool = False,
         observed: bool = True,
+        started: float | None = None,
+        replayable: bool | None = None,
     ) -> None:
         self.policy = policy
         self.method: str = request.method
         self._request = request
         self.dependency: str = dependency or default_dependency(request.url)
         self.idempotency_key = idempotency_key_of(request)
-        #: The body can be sent again byte for byte (bytes, not a one-shot stream).
-        self.replayable = isinstance(request.stream, httpx.ByteStream)
+        #: The body can be sent again byte for byte (bytes, not a one-shot stream). Read
+        #: before the first attempt is sent: sending a one-shot stream may leave it
+        #: replaced by the bytes it held (so a Call made for an attempt in flight is told).
+        self.replayable = (
+            isinstance(request.stream, httpx.ByteStream) if replayable is None else replayable
+        )
         self._clock = clock
-        self._started = clock.monotonic()
+        #: When the call started (default now): a Call made for an attempt already in
+        #: flight (see adopt_attempt) started when that attempt did.
+        self._started = clock.monotonic() if started is None else started
         self.deadline = deadline if deadline is not None else Deadline.after(policy.deadline, clock)
         #: Attempts this call may make: fewer when nested, or when an earlier hop of a
         #: redirect chain already retried (one retry allowance serves the whole chain).
@@ -228,6 +236,18 @@ class Call:
         self._attempt_started = self._clock.monotonic()
         self.state = "attempting"
         return plan
+
+    def adopt_attempt(self, plan: AttemptPlan, permit: Permit | None) -> None:
+        """Take over the first attempt, planned and sent without a Call (see
+        :mod:`retrysafe.first_attempt`), as if :meth:`start_attempt` had returned
+        ``plan`` at the call's start under the breaker's ``permit``."""
+        if self.state != "ready" or self._history or plan.number != 1:
+            raise RuntimeError("Call.adopt_attempt() takes over a fresh call's first attempt only")
+        self._permit = permit
+        self._plan = plan
+        self._body_read = plan.read_body
+        self._attempt_started = self._started
+        self.state = "attempting"
 
     def _return_admission(self, admission: Admission) -> None:
         """Give back what the governor reserved for an attempt that will not start."""

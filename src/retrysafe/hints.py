@@ -213,14 +213,6 @@ class RateLimitAnnouncement:
         return f"RateLimitAnnouncement(resets={self.resets!r})"
 
 
-def _triples(headers: httpx.Headers) -> list[tuple[bytes, bytes, bytes]]:
-    """httpx's ``(raw name, lower-cased name, value)`` triples of ``headers``."""
-    try:
-        return headers._list
-    except AttributeError:  # pragma: no cover - an httpx without the triples
-        return [(key, key.lower(), value) for key, value in headers.raw]
-
-
 def _fields(entries: list[tuple[bytes, bytes, bytes]]) -> dict[bytes, str]:
     """The rate-limit headers among ``entries`` by lower-cased name, repeats joined by
     ``", "`` (as ``Headers.get`` joins them)."""
@@ -254,7 +246,9 @@ def announced_limit(response: httpx.Response) -> RateLimitAnnouncement | None:
     """
     # This runs for every response, successes included: one pass over the lower-cased
     # names (no decoding of other headers) settles the usual case, no rate-limit header.
-    entries = _triples(response.headers)
+    # (httpx's (raw, lower-cased, value) triples: private, like request_facts reads them;
+    # the pin in pyproject keeps them.)
+    entries: list[tuple[bytes, bytes, bytes]] = response.headers._list
     names = RATE_LIMIT_HEADERS
     for _, name, _ in entries:
         if name in names:

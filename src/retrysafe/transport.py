@@ -19,8 +19,8 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -35,6 +35,9 @@ from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
 from retrysafe.request_facts import DependencyNamer
+
+if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
+    from retrysafe.attempt_watchdog import AttemptWatchdog, Watch
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]
 
@@ -62,47 +65,36 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         request.headers[header] = f"{limit:.3f}"
 
 
-class _AnyioTimeLimit:
-    """``anyio.fail_after`` entered with ``async with`` (trio, and Python before 3.11)."""
-
-    __slots__ = ("_scope",)
-
-    def __init__(self, seconds: float) -> None:
-        self._scope = anyio.fail_after(seconds)
-
-    async def __aenter__(self) -> None:
-        self._scope.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        return self._scope.__exit__(exc_type, exc, traceback)
-
-
+#: An attempt with no time limit of its own (its reads are bounded, or it has no end).
 _NO_LIMIT: contextlib.nullcontext[None] = contextlib.nullcontext()
+_UNKNOWN: Any = object()
+#: retrysafe.attempt_watchdog.watchdog once an asyncio attempt first needed it; None
+#: where asyncio cannot take back a cancel (Python before 3.11).
+_asyncio_watchdog: Any = _UNKNOWN
 
 
-def _time_limit(seconds: float) -> AbstractAsyncContextManager[object]:
-    """A scope that raises ``TimeoutError`` after ``seconds``, on asyncio or trio.
-
-    On asyncio (3.11+) its own ``asyncio.timeout``: a timer on the loop, several
-    times cheaper than anyio's cancel scope, which every other case uses.
-    """
+def _watchdog_here() -> AttemptWatchdog | None:
+    """The running asyncio loop's attempt watchdog; None on trio and before Python 3.11."""
+    global _asyncio_watchdog
     # Not imported here: `import retrysafe` leaves asyncio to whoever runs a loop.
     asyncio = sys.modules.get("asyncio")
-    timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
-    if asyncio is not None and timeout is not None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio)
-            pass
+    if asyncio is None:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio)
+        return None
+    if _asyncio_watchdog is _UNKNOWN:
+        if hasattr(asyncio.Task, "uncancel"):  # Python 3.11+
+            from retrysafe.attempt_watchdog import watchdog
+
+            _asyncio_watchdog = watchdog
         else:
-            limit: AbstractAsyncContextManager[object] = timeout(seconds)
-            return limit
-    return _AnyioTimeLimit(seconds)
+            _asyncio_watchdog = None
+    if _asyncio_watchdog is None:
+        return None
+    found: AttemptWatchdog = _asyncio_watchdog(loop)
+    return found
 
 
 class _Shell:
@@ -178,7 +170,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    if drive.call.policy.hedge_after is None:
+                    if drive.policy.hedge_after is None:
                         step = self._attempt(drive, request, step)
                     else:
                         step = self._hedged_attempt(drive, request, step)
@@ -281,7 +273,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    if drive.call.policy.hedge_after is None:
+                    if drive.policy.hedge_after is None:
                         step = await self._attempt(drive, request, step)
                     else:
                         step = await self._hedged_attempt(drive, request, step)
@@ -302,11 +294,20 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         response: httpx.Response | None = None
         finite = plan.timeout != math.inf
         drive.attempt_ends_at = time.monotonic() + plan.timeout + _GRACE if finite else None
+        # The network backend ends reads at the attempt's end (see attempt_deadline); a
+        # time limit bounds the transports it cannot reach: the loop's watchdog on
+        # asyncio, anyio's cancel scope elsewhere.
+        dog: AttemptWatchdog | None = None
+        watch: Watch | None = None
+        scope: AbstractContextManager[object] = _NO_LIMIT
+        if finite and not self._bounded:
+            dog = _watchdog_here()
+            if dog is not None:
+                watch = dog.watch(plan.timeout + _GRACE)
+            else:
+                scope = anyio.fail_after(plan.timeout + _GRACE)
         try:
-            # The network backend ends reads at the attempt's end (see attempt_deadline);
-            # a time limit bounds the transports it cannot reach.
-            scope_timeout = plan.timeout + _GRACE if finite and not self._bounded else None
-            async with _time_limit(scope_timeout) if scope_timeout else _NO_LIMIT:
+            with scope:
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()
@@ -321,13 +322,18 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
-        except BaseException:
-            if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            drive.abandoned()
-            raise
+        except BaseException as exc:
+            if watch is not None and watch.caught(exc):
+                failure = AttemptTimedOut("the attempt did not finish in its time")
+            else:
+                if response is not None:
+                    with anyio.CancelScope(shield=True):
+                        await response.aclose()
+                drive.abandoned()
+                raise
         finally:
+            if watch is not None and dog is not None:
+                dog.forget(watch)
             drive.attempt_ends_at = None
         if response is not None:
             await response.aclose()

@@ -300,4 +300,4 @@ def _note_connection(request: ClientRequest, progress: _Progress) -> None:
 
 
 def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:
-    return response_view(response.status, response.headers.items(), body, drive.call.policy)
+    return response_view(response.status, response.headers.items(), body, drive.policy)

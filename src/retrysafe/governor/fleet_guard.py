@@ -110,6 +110,13 @@ class FleetGuard(DependencyGuard):
             return DependencyGuard.admit(self, call)  # the healthy path: no round trip
         return self._admit_with_fleet(call)
 
+    def admit_at_once(self) -> Admission | None:
+        """As :meth:`DependencyGuard.admit_at_once` while the fleet is calm and does not
+        pace; otherwise None (ask :meth:`admit`, which asks the fleet)."""
+        if self.view.calm and self.rate is None:
+            return DependencyGuard.admit_at_once(self)
+        return None
+
     def _admit_with_fleet(self, call: CallFacts) -> Admission:
         view = self.view
         now = self.fleet.clock.monotonic()

@@ -90,6 +90,23 @@ class DependencyGuard:
             return OPEN_ADMISSION
         return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
 
+    def admit_at_once(self) -> Admission | None:
+        """The admission :meth:`admit` gives a call's first attempt when nothing holds it
+        back (no cooldown, no pacing, the breaker closed or off), having earned the retry
+        budget its share as :meth:`admit` does; None, with nothing done, otherwise: then
+        ask :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
+        limiter = self.limiter
+        if limiter is not None and (
+            limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
+        ):
+            return None
+        breaker = self.breaker
+        if breaker is not None and not breaker.closed:
+            return None
+        if self.budget is not None:
+            self.budget.record_first_attempt()
+        return OPEN_ADMISSION if breaker is None else _ADMITTED_CLOSED
+
     def healthy_call(self) -> None:
         """Count a call that succeeded at once while the breaker was closed: the effect
         :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path

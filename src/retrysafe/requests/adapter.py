@@ -348,9 +348,7 @@ def _read(response: requests.Response, watch: Watch | None) -> bytes:
 
 
 def _view_of(drive: Drive, response: requests.Response, body: bytes | None) -> Any:
-    return response_view(
-        response.status_code, _header_pairs(response.headers), body, drive.call.policy
-    )
+    return response_view(response.status_code, _header_pairs(response.headers), body, drive.policy)
 
 
 def _header_pairs(headers: Mapping[str, str]) -> Iterable[tuple[str, str]]:

@@ -1,0 +1,272 @@
+"""A fresh call's first attempt, decided without a Call, is decided as a Call decides it.
+
+:mod:`retrysafe.first_attempt` lets :class:`retrysafe.drive.Drive` plan a fresh
+call's first attempt and end the call on a plain success without building the
+engine. These tests drive generated scenarios twice on a fake clock: once as a
+shell does (the short path where it applies) and once with the engine made at
+the start (``drive.call`` asked for before the first step), and require the same
+steps, the same report on the response, the same error, and the same load
+protection state afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from retrysafe import Governor, GovernorSettings, RetryPolicy
+from retrysafe.classify import Verdict
+from retrysafe.decisions import AttemptPlan, Fail, ReadBody, Succeed, Wait
+from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
+from retrysafe.governor.settings import LimiterSettings
+from retrysafe.testing import FakeClock
+
+SCENARIOS = 2500
+
+_STATUSES = (200, 201, 204, 301, 304, 400, 404, 409, 429, 500, 502, 503, 504)
+_HEADER_SETS: tuple[dict[str, str], ...] = (
+    {},
+    {"content-type": "application/json"},
+    {"retry-after": "2"},
+    {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "5"},
+    {"ratelimit": '"default";r=0;t=3'},
+    {"ratelimit-remaining": "7", "ratelimit-reset": "9"},
+)
+
+
+def _rule_503_is_fine(response: httpx.Response) -> Verdict | None:
+    return Verdict.success() if response.status_code == 503 else None
+
+
+def _rule_201_is_pending(response: httpx.Response) -> Verdict | None:
+    return Verdict.retry("still_pending", processed="no") if response.status_code == 201 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    policy: RetryPolicy
+    governor: GovernorSettings
+    method: str
+    key: str | None
+    body: str
+    stream: bool
+    status: int
+    headers: dict[str, str]
+    took: float
+    raises: bool
+    cooling: bool
+
+
+def scenario(rng: random.Random) -> Scenario:
+    attempt_timeout = rng.choice((0.5, 2.0, 10.0, math.inf))
+    deadline = rng.choice((1.0, 5.0, 30.0, math.inf))
+    policy = RetryPolicy(
+        attempts=rng.choice((1, 2, 4)),
+        attempt_timeout=attempt_timeout,
+        deadline=deadline,
+        min_attempt_time=min(0.5, deadline),
+        rules=(_rule_503_is_fine, _rule_201_is_pending) if rng.random() < 0.2 else (),
+    )
+    governor = rng.choice(
+        (
+            GovernorSettings(),
+            GovernorSettings.off(),
+            GovernorSettings(breaker=None),
+            GovernorSettings(budget=None, limiter=None),
+            GovernorSettings(limiter=LimiterSettings(requests_per_second=1000.0, burst=5)),
+        )
+    )
+    return Scenario(
+        policy=policy,
+        governor=governor,
+        method=rng.choice(("GET", "POST", "PUT")),
+        key=rng.choice((None, "k-1", "  ")),
+        body=rng.choice(("none", "bytes", "one-shot")),
+        stream=rng.random() < 0.3,
+        status=rng.choice(_STATUSES),
+        headers=rng.choice(_HEADER_SETS),
+        took=rng.choice((0.0, 0.01, 0.3, 4.0)),
+        raises=rng.random() < 0.15,
+        cooling=rng.random() < 0.1,
+    )
+
+
+def _request(case: Scenario) -> httpx.Request:
+    headers = {} if case.key is None else {"Idempotency-Key": case.key}
+    content: bytes | Iterator[bytes] | None = None
+    if case.body == "bytes":
+        content = b'{"n": 1}'
+    elif case.body == "one-shot":
+        content = iter([b'{"n": ', b"1}"])
+    request = httpx.Request(
+        case.method, "https://api.example.com/v1/items", headers=headers, content=content
+    )
+    request.extensions[OPTIONS_EXTENSION] = CallOptions(stream=case.stream)
+    return request
+
+
+def _settled(step: Step) -> Any:
+    """What a step says, as comparable plain data."""
+    if type(step) is AttemptPlan:
+        return ("plan", step.number, step.timeout, step.cut_by_deadline, step.read_body)
+    if type(step) is ReadBody:
+        return ("read_body", step.plan.number)
+    if type(step) is Wait:
+        return ("wait", step.seconds)
+    if type(step) is Succeed:
+        return ("succeed", step.response.status_code, step.report)
+    assert isinstance(step, Fail)
+    error = step.error
+    return (
+        "fail",
+        type(error).__name__,
+        error.reason,
+        error.status,
+        error.attempts,
+        error.retryable,
+        step.retried,
+        step.report.attempts,
+        step.report.history,
+    )
+
+
+def _protection(governor: Governor, dependency: str) -> Any:
+    """The dependency's load protection state, as comparable plain data."""
+    guard = governor.guard(dependency)
+    budget = guard.budget._tokens if guard.budget is not None else None
+    breaker = None
+    if guard.breaker is not None:
+        breaker = (guard.breaker.state, [list(cell) for cell in guard.breaker._window])
+    limiter = guard.limiter._cooldown_until if guard.limiter is not None else None
+    return budget, breaker, limiter
+
+
+def run(case: Scenario, *, engine_from_start: bool) -> tuple[list[Any], bool]:
+    """Drive the scenario's first attempt and what follows, up to six steps: the
+    transcript, and whether the call ended without its engine ever being made."""
+    clock = FakeClock(seed=3, start=100.0)
+    governor = Governor(case.governor, clock=clock)
+    settings = ShellSettings.build(
+        policy=case.policy,
+        clock=clock,
+        governor=governor,
+        hooks=(),
+        dependency=None,
+        raise_errors=False,
+        deadline_header=None,
+    )
+    request = _request(case)
+    drive = Drive(settings, request)
+    if case.cooling:
+        limiter = governor.guard(drive.dependency).limiter
+        if limiter is not None:
+            limiter.start_cooldown(0.2)
+    if engine_from_start:
+        drive.call  # noqa: B018 - the engine made at once: the path the short one must match
+    transcript: list[Any] = []
+    try:
+        step = drive.next_attempt()
+        for _ in range(6):
+            transcript.append(_settled(step))
+            if type(step) is Wait:
+                clock.sleep(step.seconds)
+                step = drive.next_attempt()
+                continue
+            if type(step) is not AttemptPlan:
+                break
+            request.read()  # as a transport sends it (a one-shot body is then held as bytes)
+            clock.advance(case.took)
+            if case.raises:
+                step = drive.raised(step, httpx.ConnectError("refused"), during_body=False)
+                continue
+            response = httpx.Response(
+                case.status, headers=case.headers, content=b"{}", request=request
+            )
+            step = drive.returned(step, response)
+            if type(step) is ReadBody:
+                transcript.append(_settled(step))
+                step = drive.returned(step.plan, response)
+            if type(step) is Succeed:
+                transcript.append(("extension", response.extensions.get(OPTIONS_EXTENSION)))
+    finally:
+        drive.close()
+    transcript.append(("protection", _protection(governor, drive.dependency)))
+    return transcript, drive._call is None
+
+
+def test_the_short_path_decides_as_the_engine_does() -> None:
+    rng = random.Random(20261201)
+    without_engine = 0
+    for number in range(SCENARIOS):
+        case = scenario(rng)
+        short, no_engine = run(case, engine_from_start=False)
+        full, _ = run(case, engine_from_start=True)
+        assert short == full, f"scenario {number}: {case}"
+        without_engine += no_engine
+    # The comparison means something only if both paths were taken often.
+    assert without_engine > SCENARIOS // 10
+    assert SCENARIOS - without_engine > SCENARIOS // 10
+
+
+def _fresh_drive(policy: RetryPolicy = RetryPolicy(), **options: Any) -> Drive:  # noqa: B008
+    clock = FakeClock()
+    settings = ShellSettings.build(
+        policy=policy,
+        clock=clock,
+        governor=Governor(clock=clock),
+        hooks=(),
+        dependency=None,
+        raise_errors=False,
+        deadline_header=None,
+    )
+    request = httpx.Request("GET", "https://api.example.com/")
+    if options:
+        request.extensions[OPTIONS_EXTENSION] = CallOptions(**options)
+    return Drive(settings, request)
+
+
+def test_a_plain_success_never_builds_the_engine() -> None:
+    drive = _fresh_drive()
+    plan = drive.next_attempt()
+    assert type(plan) is AttemptPlan
+    step = drive.returned(plan, httpx.Response(200, request=drive.request))
+    assert type(step) is Succeed
+    assert drive._call is None
+    drive.close()
+
+
+@pytest.mark.parametrize(
+    ("response", "why"),
+    [
+        (httpx.Response(503, content=b""), "a failure"),
+        (
+            httpx.Response(
+                200, headers={"x-ratelimit-remaining": "0", "x-ratelimit-reset": "9"}, content=b""
+            ),
+            "a used-up rate limit starts a cooldown",
+        ),
+    ],
+)
+def test_anything_else_hands_the_attempt_to_the_engine(response: httpx.Response, why: str) -> None:
+    drive = _fresh_drive(stream=False)
+    plan = drive.next_attempt()
+    assert type(plan) is AttemptPlan
+    drive.returned(plan, response)
+    assert drive._call is not None, why
+    assert drive._call.attempts == 1
+    drive.close()
+
+
+def test_a_call_that_is_not_fresh_has_its_engine_from_the_start() -> None:
+    hedging = RetryPolicy(attempts=2, hedge_after=0.5)
+    drive = _fresh_drive(hedging)
+    try:
+        assert drive._call is not None
+    finally:
+        drive.close()  # (a Drive left open would make every later call here nested in it)
