@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-import anyio
-
 __all__ = ["Clock", "SystemClock"]
 
 
@@ -62,7 +60,10 @@ class SystemClock:
 
     async def async_sleep(self, seconds: float) -> None:
         # anyio works on both asyncio and trio; a zero sleep is still a checkpoint,
-        # so cancellation is noticed even between immediate retries.
+        # so cancellation is noticed even between immediate retries. (Imported here:
+        # a process with no event loop never loads it.)
+        import anyio
+
         await anyio.sleep(max(0.0, seconds))
 
     def __repr__(self) -> str:

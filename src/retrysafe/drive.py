@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
@@ -56,7 +56,7 @@ from retrysafe.governor.governor import GRANTED, DependencyGuard
 from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer, default_dependency
-from retrysafe.testing import mode as testing_mode
+from retrysafe.testing import switch as testing_mode
 from retrysafe.timing import Deadline
 
 if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retrysafe`
@@ -94,9 +94,12 @@ class CallOptions:
 _DROP_IN_OPTIONS = CallOptions(stream=True)
 
 
-@dataclasses.dataclass(frozen=True)
-class ShellSettings:
-    """Everything a shell is configured with, as one frozen value for every layer."""
+class ShellSettings(NamedTuple):
+    """Everything a shell is configured with, as one frozen value for every layer.
+
+    (A named tuple: ``import retrysafe`` defines it, and a frozen dataclass costs ten
+    times as much to define.)
+    """
 
     policy: RetryPolicy
     clock: Clock

@@ -26,7 +26,7 @@ the errors are built by :func:`retrysafe.failures.give_up_error`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
@@ -60,7 +60,6 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.errors import ApiError, AttemptRecord
-from retrysafe.failures import CallSummary, StopKind, give_up_error
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
 from retrysafe.hints import RateLimitAnnouncement, announced_limit
 from retrysafe.observe import RetryEvent
@@ -69,6 +68,9 @@ from retrysafe.redact import Redactor, redact_url
 from retrysafe.request_facts import default_dependency, idempotency_key_of
 from retrysafe.timing import Deadline
 from retrysafe.waits import backoff_wait, hinted_wait, safe_to_repeat
+
+if TYPE_CHECKING:  # loaded by the first call that gives up (see _stop)
+    from retrysafe.failures import StopKind
 
 __all__ = ["HEALTHY_WHILE_CLOSED", "Call"]
 
@@ -489,6 +491,10 @@ class Call:
         detail: str = "",
     ) -> Fail:
         """Give up now with the error ``stop`` and ``reason`` call for."""
+        # Loaded here, not with the engine: most processes' calls never give up, and
+        # `import retrysafe` stays lighter without the error builders.
+        from retrysafe.failures import CallSummary, give_up_error
+
         self.state = "done"
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
         last = self._history[-1] if self._history else None

@@ -23,6 +23,7 @@ characters are not scrubbed from free text.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import re
 import threading
@@ -145,10 +146,16 @@ def redact_url(url: httpx.URL | str) -> str:
 
 #: Control and invisible formatting characters: C0, DEL, C1, soft hyphen, bidi overrides
 #: and isolates, zero-width characters, line/paragraph separators, BOM, tag characters.
-_UNPRINTABLE = re.compile(
+_UNPRINTABLE_CLASS = (
     "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
     "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
 )
+
+
+@functools.cache
+def _unprintable() -> re.Pattern[str]:
+    # (compiled on first use: `import retrysafe` is lighter without it)
+    return re.compile(_UNPRINTABLE_CLASS)
 
 
 def _escape_character(match: re.Match[str]) -> str:
@@ -165,7 +172,7 @@ def _escape_character(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """``text`` with every control or invisible formatting character written as an escape
     (``\\x1b``, ``\\u202e``), so text from a server cannot drive a terminal or hide in a log."""
-    return _UNPRINTABLE.sub(_escape_character, text)
+    return _unprintable().sub(_escape_character, text)
 
 
 _JSON_SHORT_ESCAPES = {
@@ -214,20 +221,26 @@ def _secret_pattern(secret: str) -> str:
     return "".join(map(_character_pattern, secret))
 
 
-_USERINFO = re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^?#]*)@")
-_QUERY_PAIR = re.compile(r"(?P<start>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
+@functools.cache
+def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A typed URL's userinfo, and its query pairs (compiled on first use)."""
+    return (
+        re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^?#]*)@"),
+        re.compile(r"(?P<start>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
+    )
 
 
 def redact_url_text(text: str) -> str:
     """``text`` (a URL as typed, maybe one httpx cannot parse) with its userinfo and secret
     query values replaced, and otherwise as written: for messages about bad input."""
-    text = _USERINFO.sub(lambda match: match.group("start") + REDACTED + "@", text, count=1)
+    userinfo, query_pair = _url_parts()
+    text = userinfo.sub(lambda match: match.group("start") + REDACTED + "@", text, count=1)
 
     def pair(match: re.Match[str]) -> str:
         name = urllib.parse.unquote_plus(match.group("name"))
         return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
 
-    return _QUERY_PAIR.sub(pair, text)
+    return query_pair.sub(pair, text)
 
 
 class Redactor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import functools
 import math
 import re
 import time
@@ -31,18 +32,31 @@ _SHORT_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _LONG_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _ZONE = r"(?:\s+(?:GMT|UTC))?"
 _CLOCK = r"(\d{2}):(\d{2}):(\d{2})"
-# Sun, 06 Nov 1994 08:49:37 GMT
-_IMF_FIXDATE = re.compile(
-    rf"([A-Za-z]{{3}}),\s*(\d{{1,2}})\s+([A-Za-z]{{3}})\s+(\d{{4}})\s+{_CLOCK}{_ZONE}", re.ASCII
-)
-# Sunday, 06-Nov-94 08:49:37 GMT
-_RFC850_DATE = re.compile(
-    rf"([A-Za-z]{{6,9}}),\s*(\d{{1,2}})-([A-Za-z]{{3}})-(\d{{2}})\s+{_CLOCK}{_ZONE}", re.ASCII
-)
-# Sun Nov  6 08:49:37 1994
-_ASCTIME_DATE = re.compile(
-    rf"([A-Za-z]{{3}})\s+([A-Za-z]{{3}})\s+(\d{{1,2}})\s+{_CLOCK}\s+(\d{{4}}){_ZONE}", re.ASCII
-)
+
+
+@functools.cache
+def _date_forms() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The three HTTP-date forms, compiled when a date is first read (most Retry-After
+    values are seconds, and ``import retrysafe`` is lighter without them)."""
+    return (
+        # Sun, 06 Nov 1994 08:49:37 GMT
+        re.compile(
+            rf"([A-Za-z]{{3}}),\s*(\d{{1,2}})\s+([A-Za-z]{{3}})\s+(\d{{4}})\s+{_CLOCK}{_ZONE}",
+            re.ASCII,
+        ),
+        # Sunday, 06-Nov-94 08:49:37 GMT
+        re.compile(
+            rf"([A-Za-z]{{6,9}}),\s*(\d{{1,2}})-([A-Za-z]{{3}})-(\d{{2}})\s+{_CLOCK}{_ZONE}",
+            re.ASCII,
+        ),
+        # Sun Nov  6 08:49:37 1994
+        re.compile(
+            rf"([A-Za-z]{{3}})\s+([A-Za-z]{{3}})\s+(\d{{1,2}})\s+{_CLOCK}\s+(\d{{4}}){_ZONE}",
+            re.ASCII,
+        ),
+    )
+
+
 _WHITESPACE = " \t\r\n"
 
 
@@ -88,20 +102,21 @@ def parse_retry_after(value: str | bytes | None, now: float | None = None) -> fl
 
 def _parse_http_date(text: str, now: float) -> float | None:
     """Return the epoch seconds of an HTTP-date in any of its three forms, else None."""
-    match = _IMF_FIXDATE.fullmatch(text)
+    imf_fixdate, rfc850_date, asctime_date = _date_forms()
+    match = imf_fixdate.fullmatch(text)
     if match:
         weekday, day, month, year, hour, minute, second = match.groups()
         if weekday.lower() not in _SHORT_DAYS:
             return None
         return _epoch(int(year), month, int(day), int(hour), int(minute), int(second))
-    match = _RFC850_DATE.fullmatch(text)
+    match = rfc850_date.fullmatch(text)
     if match:
         weekday, day, month, short_year, hour, minute, second = match.groups()
         if weekday.lower() not in _LONG_DAYS:
             return None
         year = _expand_two_digit_year(int(short_year), now)
         return _epoch(year, month, int(day), int(hour), int(minute), int(second))
-    match = _ASCTIME_DATE.fullmatch(text)
+    match = asctime_date.fullmatch(text)
     if match:
         weekday, month, day, hour, minute, second, year = match.groups()
         if weekday.lower() not in _SHORT_DAYS:

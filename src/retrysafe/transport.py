@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 
 from retrysafe.attempt_deadline import AttemptDeadlineReached, bound_transport
@@ -305,6 +304,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             if dog is not None:
                 watch = dog.watch(plan.timeout + _GRACE)
             else:
+                import anyio  # (not with the package: sync-only processes never need it)
+
                 scope = anyio.fail_after(plan.timeout + _GRACE)
         try:
             with scope:
@@ -327,6 +328,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
                 failure = AttemptTimedOut("the attempt did not finish in its time")
             else:
                 if response is not None:
+                    import anyio
+
                     with anyio.CancelScope(shield=True):
                         await response.aclose()
                 drive.abandoned()

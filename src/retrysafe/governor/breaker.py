@@ -10,9 +10,8 @@ What counts as evidence is the call, not the attempt (see :class:`CircuitBreaker
 from __future__ import annotations
 
 import collections
-import dataclasses
 import threading
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from retrysafe.clock import Clock
 from retrysafe.governor.settings import BreakerSettings
@@ -33,21 +32,28 @@ BreakerState = Literal["closed", "open", "half_open"]
 Health = Literal["healthy", "unhealthy", "neutral"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Transition:
-    """The breaker moved from ``before`` to ``after``."""
+class Transition(NamedTuple):
+    """The breaker moved from ``before`` to ``after``.
+
+    (A named tuple, not a dataclass, like the other small values made on the way
+    to a decision: ``import retrysafe`` makes every class it defines, and a frozen
+    dataclass costs about ten times as much to define.)
+    """
 
     before: BreakerState
     after: BreakerState
 
 
-@dataclasses.dataclass(frozen=True)
-class Permit:
+class Permit(NamedTuple):
     """The breaker's answer to "may I send?".
 
     ``allowed`` False means fail fast until ``retry_at`` (monotonic seconds).
     A ``probe`` permit is the single half-open trial; report its outcome with
-    :meth:`CircuitBreaker.record`.
+    :meth:`CircuitBreaker.record`. ``lease_token`` names the fleet's lease when the
+    probe is the whole fleet's (see ``retrysafe.governor.fleet_guard``).
+
+    (A named tuple: ``import retrysafe`` defines it, and a frozen dataclass costs ten
+    times as much to define.)
     """
 
     allowed: bool
@@ -55,6 +61,7 @@ class Permit:
     retry_at: float | None = None
     probe_token: int = 0
     transition: Transition | None = None
+    lease_token: str = ""
 
 
 #: The permit of every attempt sent while the breaker is closed (permits are values).

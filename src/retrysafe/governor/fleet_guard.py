@@ -35,7 +35,8 @@ from retrysafe.decisions import (
     RetryAnswer,
     StartCooldown,
 )
-from retrysafe.governor.breaker import Permit, Transition
+from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
+from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.governor import CallFacts, DependencyGuard, lease_for_probe
 from retrysafe.governor.limiter import Limiter
@@ -43,11 +44,10 @@ from retrysafe.governor.limiter import Limiter
 __all__ = ["FleetGuard", "FleetPermit"]
 
 
-@dataclasses.dataclass(frozen=True)
 class FleetPermit(Permit):
     """The permit of the fleet's one half-open probe; ``lease_token`` names its lease."""
 
-    lease_token: str = ""
+    __slots__ = ()
 
 
 class _HoldingSlot:
@@ -70,7 +70,6 @@ class _HoldingSlot:
         return self._call.probe_lease()
 
 
-@dataclasses.dataclass(frozen=True)
 class FleetGuard(DependencyGuard):
     """A dependency's local guard that also shares what it learns with the fleet.
 
@@ -79,10 +78,25 @@ class FleetGuard(DependencyGuard):
     at the rate shared out among the processes last seen alive).
     """
 
-    fleet: FleetLink = dataclasses.field(kw_only=True)
-    view: FleetView = dataclasses.field(kw_only=True)
-    #: The fleet-wide pace (requests per second), or None when attempts are not paced.
-    rate: float | None = dataclasses.field(default=None, kw_only=True)
+    __slots__ = ("fleet", "rate", "view")
+
+    def __init__(
+        self,
+        dependency: str,
+        budget: RetryBudget | None,
+        breaker: CircuitBreaker | None,
+        limiter: Limiter | None,
+        born: float = 0.0,
+        *,
+        fleet: FleetLink,
+        view: FleetView,
+        rate: float | None = None,
+    ) -> None:
+        super().__init__(dependency, budget, breaker, limiter, born)
+        self.fleet = fleet
+        self.view = view
+        #: The fleet-wide pace (requests per second), or None when attempts are not paced.
+        self.rate = rate
 
     @classmethod
     def around(cls, guard: DependencyGuard, fleet: FleetLink) -> FleetGuard:

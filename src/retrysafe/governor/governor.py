@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from typing import TYPE_CHECKING, Protocol
@@ -44,20 +43,37 @@ class CallFacts(Protocol):
     def probe_lease(self) -> float: ...
 
 
-@dataclasses.dataclass(frozen=True)
 class DependencyGuard:
     """The budget, breaker and limiter of one dependency (None where switched off).
 
     It answers the engine's questions (:meth:`admit`, :meth:`answer_retry`) and
-    carries out its effects (:meth:`apply`); the shell passes both along.
+    carries out its effects (:meth:`apply`); the shell passes both along. Its pieces
+    are set once, when the governor makes it. (A plain class: ``import retrysafe``
+    defines it, and a frozen dataclass costs ten times as much to define.)
     """
 
-    dependency: str
-    budget: RetryBudget | None
-    breaker: CircuitBreaker | None
-    limiter: Limiter | None
-    #: When the governor made it (monotonic seconds): a young guard is never swept.
-    born: float = 0.0
+    __slots__ = ("born", "breaker", "budget", "dependency", "limiter")
+
+    def __init__(
+        self,
+        dependency: str,
+        budget: RetryBudget | None,
+        breaker: CircuitBreaker | None,
+        limiter: Limiter | None,
+        born: float = 0.0,
+    ) -> None:
+        self.dependency = dependency
+        self.budget = budget
+        self.breaker = breaker
+        self.limiter = limiter
+        #: When the governor made it (monotonic seconds): a young guard is never swept.
+        self.born = born
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.dependency!r}, budget={self.budget!r}, "
+            f"breaker={self.breaker!r}, limiter={self.limiter!r})"
+        )
 
     def admit(self, call: CallFacts) -> Admission:
         """May the call's next attempt start now? A cooldown is only reported (nothing

@@ -14,12 +14,11 @@ States: ``pending`` (recorded, not yet sent) -> ``sent`` -> ``done`` |
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import httpx
 
@@ -60,9 +59,12 @@ CREATE TABLE IF NOT EXISTS retrysafe_operations (
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class Operation:
-    """One logical write as the journal knows it. ``url`` is stored with secrets redacted."""
+class Operation(NamedTuple):
+    """One logical write as the journal knows it. ``url`` is stored with secrets redacted.
+
+    (A named tuple: ``import retrysafe`` defines it, with the client's journal, and a
+    frozen dataclass costs ten times as much to define.)
+    """
 
     name: str
     key: str

@@ -5,8 +5,8 @@ cooldown) is skipped, each call makes at most ``attempts`` attempts, and load
 protection (budget, breaker, cooldowns, pacing) is left out, so one test's
 failures never hold back the next. Every other decision (what is retried, what
 is safe to repeat, which error is raised) stays as in production. The drive loop
-reads :data:`active` once per call (and once per wait), so the switch costs a
-module attribute read when off.
+reads the switch (:data:`retrysafe.testing.switch.active`) once per call (and once
+per wait), so it costs a module attribute read when off.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-__all__ = ["TestingSettings", "active", "is_testing", "in_testing_mode", "set_testing"]
+from retrysafe.testing import switch
+
+__all__ = ["TestingSettings", "is_testing", "in_testing_mode", "set_testing"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +37,6 @@ class TestingSettings:
             )
 
 
-#: The settings in force, or None when testing mode is off.
-active: TestingSettings | None = None
-
-
 def set_testing(on: bool, *, attempts: int = 1) -> None:
     """Switch testing mode on (waits instant, at most ``attempts`` attempts a call,
     no load protection) or off, for the whole process.
@@ -47,24 +45,22 @@ def set_testing(on: bool, *, attempts: int = 1) -> None:
     first failure's error at once. ``attempts=3`` lets a test check that a retry
     happens, still without waiting.
     """
-    global active
     if not isinstance(on, bool):
         raise TypeError(f"set_testing takes True or False, got {on!r}")
-    active = TestingSettings(attempts=attempts) if on else None
+    switch.active = TestingSettings(attempts=attempts) if on else None
 
 
 def is_testing() -> bool:
     """Whether testing mode is on."""
-    return active is not None
+    return switch.active is not None
 
 
 @contextlib.contextmanager
 def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
     """Testing mode inside the ``with`` block only; what was in force before comes back."""
-    global active
-    before = active
-    active = TestingSettings(attempts=attempts)
+    before = switch.active
+    switch.active = TestingSettings(attempts=attempts)
     try:
         yield
     finally:
-        active = before
+        switch.active = before
