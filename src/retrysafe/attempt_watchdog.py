@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import time
 import weakref
 
 __all__ = ["AttemptWatchdog", "Watch", "watchdog"]
@@ -37,13 +38,12 @@ class Watch:
 
     __slots__ = ("cancelling", "ends_at", "fired", "task")
 
-    def __init__(self, task: asyncio.Task[object], ends_at: float) -> None:
+    def __init__(self, task: asyncio.Task[object], ends_at: float, cancelling: int) -> None:
         self.task = task
+        #: When the attempt must end (``time.monotonic()`` seconds).
         self.ends_at = ends_at
         #: The task's cancel count when the attempt started (see the module's docstring).
-        self.cancelling = 0
-        if sys.version_info >= (3, 11):
-            self.cancelling = task.cancelling()
+        self.cancelling = cancelling
         #: The watchdog cancelled the task because this attempt ran out of time.
         self.fired = False
 
@@ -61,41 +61,51 @@ class Watch:
 
 
 class AttemptWatchdog:
-    """The attempts in flight on one event loop, and the one timer that ends them."""
+    """The attempts in flight on one event loop, and the one timer that ends them.
 
-    __slots__ = ("_armed_at", "_handle", "_loop", "_watches")
+    Ends are ``time.monotonic()`` seconds (what the shell computes an attempt's end
+    in); the timer is armed on the loop's own clock, converted when it is armed.
+    """
+
+    __slots__ = ("_armed_at", "_handle", "_loop", "_watches", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        #: The loop this watchdog serves.
+        self.loop = loop
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
 
-    def watch(self, seconds: float) -> Watch:
-        """Cancel the current task unless the attempt it runs ends within ``seconds``."""
-        task = asyncio.current_task(self._loop)
+    def watch(self, ends_at: float) -> Watch:
+        """Cancel the current task unless the attempt it runs ends by ``ends_at``
+        (``time.monotonic()`` seconds)."""
+        task = asyncio.current_task(self.loop)
         if task is None:
             raise RuntimeError("an attempt's time limit needs a running asyncio task")
-        entry = Watch(task, self._loop.time() + seconds)
+        cancelling = 0
+        if sys.version_info >= (3, 11):  # (the shell uses a watchdog on 3.11+ only)
+            cancelling = task.cancelling()
+        entry = Watch(task, ends_at, cancelling)
         self._watches.add(entry)
-        if entry.ends_at < self._armed_at:
-            self._arm(entry.ends_at)
+        if ends_at < self._armed_at:
+            self._arm(ends_at)
         return entry
 
     def forget(self, entry: Watch) -> None:
         """The attempt ended (however): its time no longer matters."""
         self._watches.discard(entry)
 
-    def _arm(self, when: float) -> None:
+    def _arm(self, ends_at: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        self._armed_at = when
-        self._handle = self._loop.call_at(when, self._fire)
+        self._armed_at = ends_at
+        when = self.loop.time() + (ends_at - time.monotonic())
+        self._handle = self.loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
         self._handle = None
         self._armed_at = math.inf
-        now = self._loop.time()
+        now = time.monotonic()
         earliest = math.inf
         for entry in self._watches:
             if entry.fired:
@@ -113,20 +123,11 @@ class AttemptWatchdog:
 _watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AttemptWatchdog] = (
     weakref.WeakKeyDictionary()
 )
-#: The latest loop asked for and its watchdog: one loop usually serves every call, and an
-#: identity check costs less than a weak-dictionary lookup. (One tuple, read at once, so
-#: a thread running another loop never pairs one loop with the other's watchdog.)
-_latest: tuple[asyncio.AbstractEventLoop | None, AttemptWatchdog | None] = (None, None)
 
 
 def watchdog(loop: asyncio.AbstractEventLoop) -> AttemptWatchdog:
     """The watchdog of ``loop`` (the running one)."""
-    global _latest
-    latest_loop, latest = _latest
-    if latest_loop is loop and latest is not None:
-        return latest
     found = _watchdogs.get(loop)
     if found is None:
         found = _watchdogs[loop] = AttemptWatchdog(loop)
-    _latest = (loop, found)
     return found

@@ -271,12 +271,14 @@ class Drive:
         nested_attempts = governor.settings.nested_attempts
         #: Whether this call takes part in the nesting guard (its governor's setting).
         self.guards_nesting = nested_attempts is not None
-        self._parent = (
-            parent
-            if self.guards_nesting and isinstance(parent, Drive) and parent.guards_nesting
-            else None
-        )
-        max_attempts = nested_attempts if self._parent is not None else None
+        if parent is None or not (
+            self.guards_nesting and isinstance(parent, Drive) and parent.guards_nesting
+        ):
+            self._parent = None
+            max_attempts = None
+        else:
+            self._parent = parent
+            max_attempts = nested_attempts
         if testing is not None:
             max_attempts = min(max_attempts or testing.attempts, testing.attempts)
         self._max_attempts = max_attempts

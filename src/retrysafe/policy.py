@@ -164,6 +164,14 @@ def _check_hedging(hedge_after: object, max_hedges: object, attempts: int) -> No
             "needs attempts >= 2: a hedged copy counts as an attempt, so attempts=1 leaves "
             f"room for none (got attempts={attempts!r}); raise attempts or drop hedge_after",
         )
+        assert isinstance(max_hedges, int)
+        _require(
+            max_hedges <= attempts - 1,
+            "max_hedges",
+            f"must be at most attempts - 1 = {attempts - 1}: each hedged copy counts as an "
+            f"attempt, so {max_hedges} copies could never all be sent (got max_hedges="
+            f"{max_hedges!r}, attempts={attempts!r}); raise attempts or lower max_hedges",
+        )
 
 
 def _require(condition: bool, field: str, rule: str) -> None:

@@ -6,6 +6,7 @@ by default (its origin), worked out cheaply: both are read for every call.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import httpx
@@ -24,6 +25,7 @@ DependencyNamer = Callable[[httpx.Request], str]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
+_lowered_name = operator.itemgetter(1)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -55,7 +57,10 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
     # httpx's Headers.get first works out the encoding of every header of a new request;
     # its (raw, lower-cased, value) triples answer at a fraction of the cost. They are
     # private, but every httpx the package accepts (pyproject pins <0.29) keeps them.
-    for _, lowered, raw in request.headers._list:
+    triples = request.headers._list
+    if _KEY_NAME not in map(_lowered_name, triples):  # (the usual answer, found in C)
+        return None
+    for _, lowered, raw in triples:
         if lowered == _KEY_NAME:
             key = raw.decode("latin-1")
             return key if key.strip() else None

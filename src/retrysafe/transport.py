@@ -18,8 +18,9 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -48,17 +49,41 @@ _GRACE = 0.05
 _PHASES = ("connect", "read", "write", "pool")
 
 
-def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
-    """Bound each phase by the attempt's time and tell the server how long it has."""
-    limit = plan.timeout
-    given = drive.caller_timeouts
+def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
+    """httpx's per-phase timeouts ``given``, none of them longer than ``limit``."""
     bounded: dict[str, float | None] = {}
     for phase in _PHASES:
         value = given.get(phase)
         value = limit if value is None or value > limit else value
         # httpx spells "no timeout" as None, and sockets refuse an infinite one.
         bounded[phase] = value if value != math.inf else None
-    request.extensions["timeout"] = bounded
+    return bounded
+
+
+#: Bounded timeouts already worked out, by (the caller's timeouts, the attempt's limit):
+#: a client's requests carry the same few, and the policy's attempt_timeout is the limit
+#: of nearly every attempt. Read-only views, shared by every request that needs one.
+_bounded_timeouts: dict[tuple[tuple[tuple[str, Any], ...], float], Mapping[str, float | None]] = {}
+_BOUNDED_KEPT = 64
+
+
+def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
+    """Bound each phase by the attempt's time and tell the server how long it has."""
+    limit = plan.timeout
+    given = drive.caller_timeouts
+    if plan.cut_by_deadline:  # a limit this attempt's own: not worth keeping
+        request.extensions["timeout"] = _bound(given, limit)
+    else:
+        key = (tuple(given.items()), limit)
+        try:
+            bounded = _bounded_timeouts.get(key)
+        except TypeError:  # a caller's timeout that is not a number (httpx will say so)
+            bounded = _bound(given, limit)
+        if bounded is None:
+            if len(_bounded_timeouts) >= _BOUNDED_KEPT:
+                _bounded_timeouts.clear()
+            bounded = _bounded_timeouts[key] = MappingProxyType(_bound(given, limit))
+        request.extensions["timeout"] = bounded
     header = drive.settings.deadline_header
     if header is not None and math.isfinite(limit):
         request.headers[header] = f"{limit:.3f}"
@@ -66,34 +91,38 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
 
 #: An attempt with no time limit of its own (its reads are bounded, or it has no end).
 _NO_LIMIT: contextlib.nullcontext[None] = contextlib.nullcontext()
-_UNKNOWN: Any = object()
-#: retrysafe.attempt_watchdog.watchdog once an asyncio attempt first needed it; None
-#: where asyncio cannot take back a cancel (Python before 3.11).
-_asyncio_watchdog: Any = _UNKNOWN
+#: Whether this Python's asyncio can take a cancel back (Task.uncancel, 3.11+), which
+#: the attempt watchdog needs; None until an asyncio attempt first asks.
+_can_uncancel: bool | None = None
 
 
-def _watchdog_here() -> AttemptWatchdog | None:
-    """The running asyncio loop's attempt watchdog; None on trio and before Python 3.11."""
-    global _asyncio_watchdog
+def _running_asyncio_loop() -> Any:
+    """The running asyncio loop, or None (on trio, or with no loop at all)."""
     # Not imported here: `import retrysafe` leaves asyncio to whoever runs a loop.
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
         return None
     try:
-        loop = asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio)
         return None
-    if _asyncio_watchdog is _UNKNOWN:
-        if hasattr(asyncio.Task, "uncancel"):  # Python 3.11+
-            from retrysafe.attempt_watchdog import watchdog
 
-            _asyncio_watchdog = watchdog
-        else:
-            _asyncio_watchdog = None
-    if _asyncio_watchdog is None:
+
+def _watchdog_of(loop: Any) -> AttemptWatchdog | None:
+    """``loop``'s attempt watchdog; None when there is no asyncio loop (trio) or it
+    cannot take a cancel back (Python before 3.11)."""
+    global _can_uncancel
+    if loop is None:
         return None
-    found: AttemptWatchdog = _asyncio_watchdog(loop)
-    return found
+    if _can_uncancel is None:
+        import asyncio
+
+        _can_uncancel = hasattr(asyncio.Task, "uncancel")
+    if not _can_uncancel:
+        return None
+    from retrysafe.attempt_watchdog import watchdog
+
+    return watchdog(loop)
 
 
 class _Shell:
@@ -264,6 +293,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         #: Whether the network backend ends every read at the attempt's end; if not, a
         #: time limit does (asyncio's own timeout; anyio's cancel scope on trio).
         self._bounded = bound_transport(self.transport)
+        #: The watchdog of the loop this transport's attempts last ran on (asyncio).
+        self._watchdog: AttemptWatchdog | None = None
         redact_httpx_logs()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -299,10 +330,13 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         dog: AttemptWatchdog | None = None
         watch: Watch | None = None
         scope: AbstractContextManager[object] = _NO_LIMIT
-        if finite and not self._bounded:
-            dog = _watchdog_here()
+        if drive.attempt_ends_at is not None and not self._bounded:
+            dog = self._watchdog
+            loop = _running_asyncio_loop()
+            if dog is None or dog.loop is not loop:
+                dog = self._watchdog = _watchdog_of(loop)
             if dog is not None:
-                watch = dog.watch(plan.timeout + _GRACE)
+                watch = dog.watch(drive.attempt_ends_at)
             else:
                 import anyio  # (not with the package: sync-only processes never need it)
 

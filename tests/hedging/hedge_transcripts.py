@@ -109,7 +109,9 @@ def generate(rng: random.Random, seed: int) -> Scenario:
         (name, max(2, value)) if name == "attempts" else (name, value) for name, value in fields
     )
     hedge_after = rng.choice((0.01, 0.05, 0.2, rng.uniform(0.001, 3.0)))
-    max_hedges = rng.choice((1, 1, 2, 3, 5))
+    # ... and at most attempts - 1 copies (each counts as an attempt; RetryPolicy refuses more).
+    attempts = dict(fields).get("attempts", RetryPolicy().attempts)
+    max_hedges = min(rng.choice((1, 1, 2, 3, 5)), attempts - 1)
     policy = (*fields, ("hedge_after", hedge_after), ("max_hedges", max_hedges))
     stream = rng.random() < 0.2
     profile = rng.choice(base.PROFILES)

@@ -40,6 +40,7 @@ def make_call(
     key: str | None = None,
     body: bytes | None = None,
     stream_body: bool = False,
+    max_attempts: int | None = None,
     **policy: object,
 ) -> tuple[HedgedCall, FakeClock]:
     clock = clock or FakeClock()
@@ -55,6 +56,7 @@ def make_call(
         hedge_delay=delay,
         policy=RetryPolicy(**fields),
         clock=clock,  # type: ignore[arg-type]
+        max_attempts=max_attempts,
     )
     return call, clock
 
@@ -193,10 +195,12 @@ def test_a_final_answer_from_any_copy_ends_the_call_and_the_others_lose() -> Non
 
 
 def test_copies_count_as_attempts() -> None:
-    call, clock = make_call(attempts=2, max_hedges=3)
+    # Nested, the call may make 2 attempts (not the policy's 3): two copies use them up.
+    call, clock = make_call(attempts=3, max_hedges=2, max_attempts=2)
     start(call)
     hedge_now(call, clock)
-    assert call.next_hedge() is None  # two copies out: the policy's two attempts
+    assert call.next_hedge() is None
+    assert call.hedges == 1
 
 
 def test_max_hedges_limits_the_copies_of_a_call() -> None:

@@ -55,6 +55,14 @@ def test_max_hedges_must_be_a_whole_number_of_at_least_one(value: object) -> Non
         RetryPolicy(max_hedges=value)  # type: ignore[arg-type]
 
 
+def test_more_hedges_than_the_attempts_could_send_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"max_hedges must be at most attempts - 1 = 1"):
+        RetryPolicy(attempts=2, hedge_after=0.1, max_hedges=3)
+    assert RetryPolicy(attempts=4, hedge_after=0.1, max_hedges=3).max_hedges == 3
+    # Without hedging, max_hedges is unused and not checked against attempts.
+    assert RetryPolicy(attempts=1, max_hedges=3).max_hedges == 3
+
+
 def test_a_percentile_waits_for_warmup_then_follows_the_window() -> None:
     book = LatencyBook()
     for _ in range(MIN_SAMPLES - 1):
