@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 import retrysafe
-from retrysafe.attempt_watchdog import watchdog
 
 pytestmark = [
     pytest.mark.anyio,
@@ -112,8 +111,10 @@ async def test_a_call_that_ended_in_time_is_never_cancelled_later() -> None:
             assert (await client.get("http://upstream.test/")).status_code == 200
         # Past every attempt's end: the watchdog's timer fires, finds nothing due.
         await asyncio.sleep(0.3)
-    dog = watchdog(asyncio.get_running_loop())
-    assert not dog._watches
+        dog = client._transport._watchdog  # type: ignore[attr-defined]
+        assert dog is not None
+        assert not dog._watches
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
 async def test_nested_attempts_that_end_together_each_see_their_own_timeout() -> None:
@@ -154,3 +155,112 @@ async def test_an_attempt_that_starts_after_the_timer_was_armed_still_ends_on_ti
         with pytest.raises(retrysafe.TransportError):
             await client.get("http://upstream.test/slow", policy=slower)
         assert 0.3 <= time.monotonic() - started < 1.5
+
+
+async def test_a_cancel_the_transport_swallowed_is_taken_back() -> None:
+    async def swallows(request: httpx.Request) -> httpx.Response:
+        # A test double that answers 504 when cancelled, or reports a read timeout.
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if request.url.path == "/convert":
+                raise httpx.ReadTimeout("slow", request=request) from None
+            return httpx.Response(504)
+        return httpx.Response(200)
+
+    task = asyncio.current_task()
+    assert task is not None
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=2.0)
+    async with _client(swallows, policy) as client:
+        with pytest.raises(retrysafe.ServerError):
+            await client.get("http://upstream.test/swallow")
+        assert task.cancelling() == 0
+        with pytest.raises(retrysafe.TransportError):
+            await client.get("http://upstream.test/convert")
+        assert task.cancelling() == 0
+    # So the caller's own time limit still reads as a timeout, not a cancellation.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await asyncio.sleep(1)
+
+
+async def test_a_late_loop_still_runs_the_callers_earlier_timer_first() -> None:
+    """The loop is late past two ends: another attempt's (0.15 s + grace) and, after the
+    caller's own limit (0.30 s), this call's attempt's (0.26 s + grace). The caller's
+    limit was due first, so it is what ends this call, as with asyncio.timeout."""
+    loop = asyncio.get_running_loop()
+    short = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.15, deadline=10.0)
+    longer = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.26, deadline=10.0)
+    async with _client(_hangs, short) as client:  # one transport: one watchdog for both
+        started = time.monotonic()
+        other = asyncio.ensure_future(client.get("http://upstream.test/other"))
+
+        async def with_callers_limit() -> str:
+            try:
+                async with asyncio.timeout(0.30):
+                    await client.get("http://upstream.test/mine", policy=longer)
+            except TimeoutError:
+                return "the caller's limit"
+            except retrysafe.ApiError:
+                return "the attempt's limit"
+            return "no limit"
+
+        mine = asyncio.ensure_future(with_callers_limit())
+        # Block the loop in the iteration that runs the first attempt's end (~0.20 s).
+        ready = loop._ready  # type: ignore[attr-defined]
+        while not (  # noqa: ASYNC110 - it waits for the loop's own state, not an event
+            time.monotonic() - started > 0.15
+            and any(isinstance(handle, asyncio.TimerHandle) for handle in ready)
+        ):
+            await asyncio.sleep(0)
+        time.sleep(0.15)  # noqa: ASYNC251 - blocking the loop is the point: it is late
+        assert await mine == "the caller's limit"
+        with pytest.raises(retrysafe.ApiError):
+            await other
+
+
+def test_no_event_loop_is_kept_after_its_run() -> None:
+    import gc
+    import weakref
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    clients = [_client(_hangs, retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.05))]
+
+    async def one_call() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        with pytest.raises(retrysafe.TransportError):
+            await clients[0].get("http://upstream.test/")
+
+    for _ in range(3):
+        asyncio.run(one_call())
+    gc.collect()
+    # The transport keeps the watchdog of the loop it last ran on, and nothing else.
+    assert sum(ref() is not None for ref in loops) <= 1
+    clients.clear()
+    gc.collect()
+    assert all(ref() is None for ref in loops)
+
+
+def test_an_attempt_ends_on_the_loops_own_clock() -> None:
+    """A loop whose clock is not time.monotonic() (virtual-time test loops): the limit
+    is kept in the loop's time, the only time asyncio code there sees. Here the loop's
+    clock is an hour ahead: an end worked out on time.monotonic() would be long past."""
+
+    class HourAheadLoop(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return time.monotonic() + 3600.0
+
+    async def answers_soon(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, content=b"ok")
+
+    async def call() -> int:
+        policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
+        async with _client(answers_soon, policy) as client:
+            return (await client.get("http://upstream.test/")).status_code
+
+    loop = HourAheadLoop()
+    try:
+        assert loop.run_until_complete(call()) == 200
+    finally:
+        loop.close()

@@ -61,16 +61,21 @@ class Scenario:
     took: float
     raises: bool
     cooling: bool
+    #: Seconds between the call's start and its first attempt (a real clock moves).
+    lag: float
 
 
 def scenario(rng: random.Random) -> Scenario:
-    attempt_timeout = rng.choice((0.5, 2.0, 10.0, math.inf))
-    deadline = rng.choice((1.0, 5.0, 30.0, math.inf))
+    # Equal values are edges on purpose: a deadline equal to the attempt timeout (is the
+    # attempt cut by the deadline?), a min_attempt_time equal to the deadline (may the
+    # first attempt start once the clock has moved?).
+    attempt_timeout = rng.choice((0.5, 2.0, 5.0, 10.0, math.inf))
+    deadline = rng.choice((0.5, 1.0, 5.0, 30.0, math.inf))
     policy = RetryPolicy(
         attempts=rng.choice((1, 2, 4)),
         attempt_timeout=attempt_timeout,
         deadline=deadline,
-        min_attempt_time=min(0.5, deadline),
+        min_attempt_time=rng.choice((min(0.5, deadline), min(deadline, 5.0))),
         rules=(_rule_503_is_fine, _rule_201_is_pending) if rng.random() < 0.2 else (),
     )
     governor = rng.choice(
@@ -94,6 +99,7 @@ def scenario(rng: random.Random) -> Scenario:
         took=rng.choice((0.0, 0.01, 0.3, 4.0)),
         raises=rng.random() < 0.15,
         cooling=rng.random() < 0.1,
+        lag=rng.choice((0.0, 1e-6, 0.001, 0.6)),
     )
 
 
@@ -169,6 +175,7 @@ def run(case: Scenario, *, engine_from_start: bool) -> tuple[list[Any], bool]:
             limiter.start_cooldown(0.2)
     if engine_from_start:
         drive.call  # noqa: B018 - the engine made at once: the path the short one must match
+    clock.advance(case.lag)
     transcript: list[Any] = []
     try:
         step = drive.next_attempt()
@@ -270,3 +277,49 @@ def test_a_call_that_is_not_fresh_has_its_engine_from_the_start() -> None:
         assert drive._call is not None
     finally:
         drive.close()  # (a Drive left open would make every later call here nested in it)
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["short path", "engine"])
+@pytest.mark.parametrize("in_scope", [False, True], ids=["no scope", "in a deadline scope"])
+def test_a_deadline_equal_to_min_attempt_time_still_sends_on_a_real_clock(
+    listening: bool, in_scope: bool
+) -> None:
+    """On a real clock a little time passes between a call's start and its first
+    attempt; a policy whose deadline is its min_attempt_time (0.5 s both) must send
+    anyway, whichever path the call takes."""
+    import contextlib
+
+    import retrysafe
+
+    events: list[retrysafe.RetryEvent] = []
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        policy=RetryPolicy(deadline=0.5),
+        hooks=[events.append] if listening else [],
+    )
+    scope = retrysafe.deadline(10) if in_scope else contextlib.nullcontext()
+    with client, scope:
+        assert client.get("http://upstream.test/").status_code == 200
+    assert bool(events) == listening
+
+
+def test_a_deadline_equal_to_the_attempt_timeout_cuts_the_attempt_on_either_path() -> None:
+    """Both paths plan the first attempt of attempts=3, attempt_timeout=5, deadline=5 as
+    cut by the deadline: a timeout then ends the call, it is not retried."""
+    import retrysafe
+
+    def times_out(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        raise httpx.ConnectTimeout("slow", request=request)
+
+    seen: list[httpx.Request] = []
+    for hooks in ([], [lambda event: None]):
+        seen.clear()
+        client = retrysafe.Client(
+            transport=httpx.MockTransport(times_out),
+            policy=RetryPolicy(attempts=3, attempt_timeout=5.0, deadline=5.0),
+            hooks=hooks,
+        )
+        with client, pytest.raises(retrysafe.ApiError) as caught:
+            client.get("http://upstream.test/")
+        assert (len(seen), caught.value.reason) == (1, "deadline_exceeded"), hooks

@@ -9,14 +9,23 @@ event loop serves every attempt instead:
 
 - an attempt tells it when it must end (:meth:`~AttemptWatchdog.watch`, a set
   insert) and takes its watch back when it ends (:meth:`~AttemptWatchdog.forget`);
-- one timer, armed for the earliest end, cancels the task of every attempt still
-  running at its end, then re-arms for the next one. While calls end in time it
-  fires about once per attempt timeout, finds nothing due, and re-arms.
+- one timer, armed for the earliest end, cancels the task of every attempt due by
+  then, and re-arms for the next end. While calls end in time it fires about once
+  per attempt timeout, finds nothing due, and re-arms. An attempt is cancelled only
+  once the time it was due by has come in the loop's own order: a late loop runs a
+  caller's timer that was due first before this one, as it would with
+  ``asyncio.timeout``.
 
 The attempt tells its own timeout from any other cancellation as
 ``asyncio.timeout`` does: it notes the task's cancel count when it starts, and a
 ``CancelledError`` it catches is its timeout only if its watch fired and, with
 that one cancel taken back (``Task.uncancel``), the count is back where it was.
+The cancel is taken back however the attempt ends, even when the transport
+swallowed it, so the task is never left looking cancelled.
+
+Ends are on the loop's clock (``loop.time()``). A shell made for one transport
+keeps one watchdog for the loop its attempts run on; none is shared between
+transports, so nothing outlives the loop but what the transport itself keeps.
 
 Python 3.11+ (``Task.uncancel``); elsewhere, and on trio, the shell uses anyio's
 cancel scope.
@@ -27,58 +36,60 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-import time
-import weakref
 
-__all__ = ["AttemptWatchdog", "Watch", "watchdog"]
+__all__ = ["AttemptWatchdog", "Watch"]
 
 
 class Watch:
     """One attempt's end, kept by the watchdog while the attempt runs."""
 
-    __slots__ = ("cancelling", "ends_at", "fired", "task")
+    __slots__ = ("cancelling", "ends_at", "fired", "taken_back", "task")
 
     def __init__(self, task: asyncio.Task[object], ends_at: float, cancelling: int) -> None:
         self.task = task
-        #: When the attempt must end (``time.monotonic()`` seconds).
+        #: When the attempt must end, on the loop's clock.
         self.ends_at = ends_at
         #: The task's cancel count when the attempt started (see the module's docstring).
         self.cancelling = cancelling
         #: The watchdog cancelled the task because this attempt ran out of time.
         self.fired = False
+        #: That cancel was taken back (by :meth:`caught` or the watchdog's ``forget``).
+        self.taken_back = False
 
     def caught(self, exc: BaseException) -> bool:
-        """Whether ``exc``, which ended the attempt, is its own timeout (then the cancel
-        is taken back); if not (another exception, or the caller's cancel), it must
+        """Whether ``exc``, which ended the attempt, is its own timeout (the cancel is
+        then taken back); if not (another exception, or the caller's cancel), it must
         propagate."""
-        if sys.version_info < (3, 11):  # (never used there: no way to take a cancel back)
+        if not self.fired or self.taken_back or not isinstance(exc, asyncio.CancelledError):
             return False
-        return (
-            self.fired
-            and isinstance(exc, asyncio.CancelledError)
-            and self.task.uncancel() <= self.cancelling
-        )
+        return self._take_back() <= self.cancelling
+
+    def _take_back(self) -> int:
+        """Take the watchdog's cancel back; the task's cancel count after it."""
+        self.taken_back = True
+        if sys.version_info >= (3, 11):  # (the shell uses a watchdog on 3.11+ only)
+            return self.task.uncancel()
+        return 0  # pragma: no cover
 
 
 class AttemptWatchdog:
-    """The attempts in flight on one event loop, and the one timer that ends them.
+    """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    Ends are ``time.monotonic()`` seconds (what the shell computes an attempt's end
-    in); the timer is armed on the loop's own clock, converted when it is armed.
-    """
-
-    __slots__ = ("_armed_at", "_handle", "_loop", "_watches", "loop")
+    __slots__ = ("_armed_at", "_handle", "_watches", "loop", "monotonic")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
         self.loop = loop
+        #: Whether the loop's clock is ``time.monotonic()`` (asyncio's own loops): an
+        #: attempt's end worked out on that clock is then already on the loop's.
+        self.monotonic = getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
 
     def watch(self, ends_at: float) -> Watch:
-        """Cancel the current task unless the attempt it runs ends by ``ends_at``
-        (``time.monotonic()`` seconds)."""
+        """Cancel the current task unless the attempt it runs ends by ``ends_at`` (on
+        the loop's clock)."""
         task = asyncio.current_task(self.loop)
         if task is None:
             raise RuntimeError("an attempt's time limit needs a running asyncio task")
@@ -92,42 +103,32 @@ class AttemptWatchdog:
         return entry
 
     def forget(self, entry: Watch) -> None:
-        """The attempt ended (however): its time no longer matters."""
+        """The attempt ended (however): its time no longer matters, and a cancel of its
+        own that it did not take back (the transport swallowed it) is taken back now."""
         self._watches.discard(entry)
+        if entry.fired and not entry.taken_back:
+            entry._take_back()
 
-    def _arm(self, ends_at: float) -> None:
+    def _arm(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        self._armed_at = ends_at
-        when = self.loop.time() + (ends_at - time.monotonic())
+        self._armed_at = when
         self._handle = self.loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
+        # The attempts due by the time this timer was armed for: the loop runs timers in
+        # the order they are due, so a later end waits for its own turn.
+        due_by = self._armed_at
         self._handle = None
         self._armed_at = math.inf
-        now = time.monotonic()
         earliest = math.inf
         for entry in self._watches:
             if entry.fired:
                 continue
-            if entry.ends_at <= now:
+            if entry.ends_at <= due_by:
                 entry.fired = True
                 entry.task.cancel()
             elif entry.ends_at < earliest:
                 earliest = entry.ends_at
         if earliest != math.inf:
             self._arm(earliest)
-
-
-#: The watchdog of each running loop, made on its first attempt.
-_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AttemptWatchdog] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def watchdog(loop: asyncio.AbstractEventLoop) -> AttemptWatchdog:
-    """The watchdog of ``loop`` (the running one)."""
-    found = _watchdogs.get(loop)
-    if found is None:
-        found = _watchdogs[loop] = AttemptWatchdog(loop)
-    return found

@@ -290,8 +290,9 @@ class Drive:
         self._started = settings.clock.monotonic()
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call: its plan, its
-        #: breaker permit, and whether the request's body could be sent again before it.
-        self._first: tuple[AttemptPlan, Permit | None, bool] | None = None
+        #: breaker permit, whether the request's body could be sent again before it, and
+        #: when it started.
+        self._first: tuple[AttemptPlan, Permit | None, bool, float] | None = None
         self._trace: CallTrace | None = None
         chain = extensions.get(_CHAIN_EXTENSION)
         #: The call's deadline when it is not simply the policy's from now: a redirect
@@ -367,7 +368,7 @@ class Drive:
         first = self._first
         if first is not None:
             self._first = None
-            call.adopt_attempt(first[0], first[1])
+            call.adopt_attempt(first[0], first[1], first[3])
         elif observer.instrumented and observed:
             #: Follows the call for the instruments among the hooks (spans), if any listens.
             self._trace = observer.start_call(request, dependency=self.dependency, url=call.url)
@@ -380,11 +381,19 @@ class Drive:
         guard = self._guard
         if self._call is None:
             # A fresh call's first attempt: when nothing holds it back, it needs no engine.
-            admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
+            now = self.settings.clock.monotonic()
+            remaining = self._started + self.policy.deadline - now
+            admission = (
+                None
+                if remaining <= 0  # (the engine says how the call ends)
+                else OPEN_ADMISSION
+                if guard is None
+                else guard.admit_at_once()
+            )
             if admission is not None:
-                plan = first_plan(self.policy, stream=self._stream)
+                plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
                 replayable = isinstance(self.request.stream, httpx.ByteStream)
-                self._first = (plan, admission.permit, replayable)
+                self._first = (plan, admission.permit, replayable, now)
                 return plan
         call = self.call
         if guard is None:
@@ -418,9 +427,16 @@ class Drive:
             self._first = None
             if first[1] is not None and self._guard is not None:
                 self._guard.healthy_call()  # (admitted while the breaker was closed)
-            elapsed = self.settings.clock.monotonic() - self._started
+            now = self.settings.clock.monotonic()
+            attempt_started = first[3]
             return first_success(
-                self.request, response, plan, dependency=self.dependency, elapsed=elapsed
+                self.request,
+                response,
+                plan,
+                dependency=self.dependency,
+                started=attempt_started - self._started,
+                elapsed=now - attempt_started,
+                call_elapsed=now - self._started,
             )
         if self.gave_up_inside:
             self._note_nested_give_up()

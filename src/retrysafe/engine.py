@@ -149,6 +149,11 @@ class Call:
         #: redirect chain already retried (one retry allowance serves the whole chain).
         limit = policy.attempts if max_attempts is None else min(policy.attempts, max_attempts)
         self.max_attempts = max(1, limit - retries_used)
+        if self.deadline.at - self._started >= policy.min_attempt_time:
+            # The first attempt may start even if the clock moved on a little since the
+            # call began with enough time for it (a policy whose deadline is its
+            # min_attempt_time sends); a call that began with too little does not start.
+            self._promised = True
         self._stream = stream
         self._observed = observed
         self._history: list[AttemptRecord] = []
@@ -239,16 +244,17 @@ class Call:
         self.state = "attempting"
         return plan
 
-    def adopt_attempt(self, plan: AttemptPlan, permit: Permit | None) -> None:
+    def adopt_attempt(self, plan: AttemptPlan, permit: Permit | None, started: float) -> None:
         """Take over the first attempt, planned and sent without a Call (see
         :mod:`retrysafe.first_attempt`), as if :meth:`start_attempt` had returned
-        ``plan`` at the call's start under the breaker's ``permit``."""
+        ``plan`` at ``started`` under the breaker's ``permit``."""
         if self.state != "ready" or self._history or plan.number != 1:
             raise RuntimeError("Call.adopt_attempt() takes over a fresh call's first attempt only")
         self._permit = permit
         self._plan = plan
         self._body_read = plan.read_body
-        self._attempt_started = self._started
+        self._attempt_started = started
+        self._promised = False
         self.state = "attempting"
 
     def _return_admission(self, admission: Admission) -> None:

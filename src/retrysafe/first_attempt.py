@@ -6,7 +6,7 @@ of them succeed at once while their dependency is healthy. For such a call the
 engine's decisions, up to a success on the first attempt, depend on the policy
 and the response alone:
 
-- the first attempt's plan: ``min(attempt_timeout, deadline)`` seconds, the body
+- the first attempt's plan: ``min(attempt_timeout, time left)`` seconds, the body
   read within the attempt unless the caller streams it;
 - a response below 400, under a policy with no classification rules, that does
   not announce a used-up rate limit, is a success at once;
@@ -16,7 +16,7 @@ and the response alone:
 an answer is not one of these; the ``Call`` then adopts the attempt in flight
 (:meth:`~retrysafe.engine.Call.adopt_attempt`) and decides from there, as if it
 had planned the attempt itself. That both give the same plan, the same success
-and the same report is a tested property (``tests/engine/test_first_attempt.py``).
+and the same report is a tested property (``tests/test_first_attempt.py``).
 
 A call is made for every request, so this is the path that sets retrysafe's
 per-call cost: it builds three small values and reads the clock twice.
@@ -37,12 +37,12 @@ __all__ = ["first_plan", "first_success", "settled_at_once"]
 _tuple = tuple.__new__
 
 
-def first_plan(policy: RetryPolicy, *, stream: bool) -> AttemptPlan:
-    """The plan of a fresh call's first attempt: all of the policy's deadline is left."""
+def first_plan(policy: RetryPolicy, *, stream: bool, remaining: float) -> AttemptPlan:
+    """The plan of a fresh call's first attempt, ``remaining`` seconds (> 0) before its
+    deadline: as :meth:`~retrysafe.engine.Call.start_attempt` plans it."""
     timeout = policy.attempt_timeout
-    deadline = policy.deadline
-    if deadline < timeout:
-        return AttemptPlan(1, deadline, True, not stream)
+    if remaining < timeout:
+        return AttemptPlan(1, remaining, True, not stream)
     return AttemptPlan(1, timeout, False, not stream)
 
 
@@ -61,21 +61,24 @@ def first_success(
     plan: AttemptPlan,
     *,
     dependency: str,
+    started: float,
     elapsed: float,
+    call_elapsed: float,
 ) -> Succeed:
-    """End the call with ``response``: its report (one attempt that took ``elapsed``
-    seconds) rides on the response, as a Call's would."""
+    """End the call with ``response``: its report (one attempt, ``started`` seconds into
+    the call, that took ``elapsed``; the call took ``call_elapsed``) rides on the
+    response, as a Call's would."""
     # Built for every call, so built as the tuples they are: every field, in order (a
     # named tuple's own constructor is a Python function around this same call).
     record = _tuple(
         AttemptRecord,
         # number, outcome, status, exception, started, elapsed, timeout, wait
-        (1, "success", response.status_code, None, 0.0, elapsed, plan.timeout, 0.0),
+        (1, "success", response.status_code, None, started, elapsed, plan.timeout, 0.0),
     )
     report = _tuple(
         CallReport,
         # attempts, waits, elapsed, idempotency_key, dependency, history, error, hedges, winner
-        (1, (), elapsed, idempotency_key_of(request), dependency, (record,), None, 0, None),
+        (1, (), call_elapsed, idempotency_key_of(request), dependency, (record,), None, 0, None),
     )
     response.extensions["retrysafe"] = report
     return _tuple(Succeed, (response, report))

@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -62,8 +61,8 @@ def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
 
 #: Bounded timeouts already worked out, by (the caller's timeouts, the attempt's limit):
 #: a client's requests carry the same few, and the policy's attempt_timeout is the limit
-#: of nearly every attempt. Read-only views, shared by every request that needs one.
-_bounded_timeouts: dict[tuple[tuple[tuple[str, Any], ...], float], Mapping[str, float | None]] = {}
+#: of nearly every attempt. Each request gets its own copy (a dict, as httpx makes it).
+_bounded_timeouts: dict[tuple[tuple[tuple[str, Any], ...], float], dict[str, float | None]] = {}
 _BOUNDED_KEPT = 64
 
 
@@ -82,8 +81,8 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         if bounded is None:
             if len(_bounded_timeouts) >= _BOUNDED_KEPT:
                 _bounded_timeouts.clear()
-            bounded = _bounded_timeouts[key] = MappingProxyType(_bound(given, limit))
-        request.extensions["timeout"] = bounded
+            bounded = _bounded_timeouts[key] = _bound(given, limit)
+        request.extensions["timeout"] = bounded.copy()
     header = drive.settings.deadline_header
     if header is not None and math.isfinite(limit):
         request.headers[header] = f"{limit:.3f}"
@@ -108,9 +107,9 @@ def _running_asyncio_loop() -> Any:
         return None
 
 
-def _watchdog_of(loop: Any) -> AttemptWatchdog | None:
-    """``loop``'s attempt watchdog; None when there is no asyncio loop (trio) or it
-    cannot take a cancel back (Python before 3.11)."""
+def _new_watchdog(loop: Any) -> AttemptWatchdog | None:
+    """A watchdog for ``loop``'s attempts; None when there is no asyncio loop (trio) or
+    it cannot take a cancel back (Python before 3.11)."""
     global _can_uncancel
     if loop is None:
         return None
@@ -120,9 +119,9 @@ def _watchdog_of(loop: Any) -> AttemptWatchdog | None:
         _can_uncancel = hasattr(asyncio.Task, "uncancel")
     if not _can_uncancel:
         return None
-    from retrysafe.attempt_watchdog import watchdog
+    from retrysafe.attempt_watchdog import AttemptWatchdog
 
-    return watchdog(loop)
+    return AttemptWatchdog(loop)
 
 
 class _Shell:
@@ -293,7 +292,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         #: Whether the network backend ends every read at the attempt's end; if not, a
         #: time limit does (asyncio's own timeout; anyio's cancel scope on trio).
         self._bounded = bound_transport(self.transport)
-        #: The watchdog of the loop this transport's attempts last ran on (asyncio).
+        #: The watchdog of the loop this transport's attempts last ran on (asyncio): made
+        #: per transport, so it lives no longer than the transport keeps it.
         self._watchdog: AttemptWatchdog | None = None
         redact_httpx_logs()
 
@@ -334,9 +334,14 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             dog = self._watchdog
             loop = _running_asyncio_loop()
             if dog is None or dog.loop is not loop:
-                dog = self._watchdog = _watchdog_of(loop)
+                dog = self._watchdog = _new_watchdog(loop)
             if dog is not None:
-                watch = dog.watch(drive.attempt_ends_at)
+                # (the end the drive worked out is on time.monotonic(): asyncio's own
+                # loops keep that clock; any other loop is asked for its time)
+                ends_at = drive.attempt_ends_at
+                if not dog.monotonic:
+                    ends_at = dog.loop.time() + plan.timeout + _GRACE
+                watch = dog.watch(ends_at)
             else:
                 import anyio  # (not with the package: sync-only processes never need it)
 
@@ -361,6 +366,9 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             if watch is not None and watch.caught(exc):
                 failure = AttemptTimedOut("the attempt did not finish in its time")
             else:
+                if watch is not None and dog is not None:
+                    dog.forget(watch)  # before the shielded close: no cancel of its own
+                    watch = None
                 if response is not None:
                     import anyio
 

@@ -34,6 +34,12 @@ def test_the_fields_retrysafe_has_and_urllib3_has_not_come_from_base() -> None:
     assert (policy.deadline, policy.attempt_timeout, policy.attempts) == (12, 3, 3)
 
 
+def test_a_hedging_base_is_refused_saying_why() -> None:
+    base = RetryPolicy(hedge_after=0.2, max_hedges=3)
+    with pytest.raises(UnsupportedRetrySetting, match="pass a base without hedge_after"):
+        policy_from_retry(Retry(total=2), base=base)
+
+
 def test_a_503_with_retry_after_is_repeated_as_urllib3_repeats_it() -> None:
     """urllib3 repeats 413, 429 and 503 carrying Retry-After even without a forcelist."""
     policy = policy_from_retry(Retry(total=3))

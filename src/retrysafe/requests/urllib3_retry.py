@@ -93,6 +93,11 @@ def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) ->
     backoff_base = min(float(retry.backoff_factor), backoff_cap)
     # urllib3 2.5 added retry_after_max; older ones had no cap.
     retry_after_max = getattr(retry, "retry_after_max", None)
+    if base.hedge_after is not None:
+        raise UnsupportedRetrySetting(
+            "base= hedges (hedge_after is set), and neither urllib3's Retry nor the requests "
+            "adapter sends hedged copies: pass a base without hedge_after"
+        )
     return dataclasses.replace(
         base,
         attempts=retries + 1,

@@ -7,8 +7,8 @@ plugin (``retrysafe.testing.pytest_plugin``, registered automatically) provides
 the ``chaos_server``, ``chaos`` and ``retrysafe_testing`` fixtures.
 
 The names load on first use: the drive loop reads testing mode's switch
-(:mod:`retrysafe.testing.mode`) on every call, and ``import retrysafe`` must not
-bring :class:`FakeClock`'s imports along with it.
+(:mod:`retrysafe.testing.switch`) on every call, and ``import retrysafe`` must not
+bring :class:`FakeClock`'s imports, or testing mode's own, along with it.
 """
 
 from __future__ import annotations

@@ -64,3 +64,11 @@ def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
         yield
     finally:
         switch.active = before
+
+
+def __getattr__(name: str) -> TestingSettings | None:
+    """``mode.active``, read where it used to live: the switch now lives in
+    :mod:`retrysafe.testing.switch` (set it with :func:`set_testing`)."""
+    if name == "active":
+        return switch.active
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
