@@ -59,30 +59,24 @@ def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
     return bounded
 
 
-#: Bounded timeouts already worked out, by (the caller's timeouts, the attempt's limit):
-#: a client's requests carry the same few, and the policy's attempt_timeout is the limit
-#: of nearly every attempt. Each request gets its own copy (a dict, as httpx makes it).
-_bounded_timeouts: dict[tuple[tuple[tuple[str, Any], ...], float], dict[str, float | None]] = {}
-_BOUNDED_KEPT = 64
+_PHASE_NAMES = frozenset(_PHASES)
 
 
 def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     """Bound each phase by the attempt's time and tell the server how long it has."""
     limit = plan.timeout
     given = drive.caller_timeouts
-    if plan.cut_by_deadline:  # a limit this attempt's own: not worth keeping
-        request.extensions["timeout"] = _bound(given, limit)
+    values = given.values()
+    if given.keys() == _PHASE_NAMES and None not in values:
+        longest = max(values)
+        if longest <= limit and longest != math.inf:
+            # Every phase already ends within the attempt's time (httpx's default 5 s
+            # against the default 10 s attempt): the caller's own timeouts stand.
+            request.extensions["timeout"] = given
+        else:
+            request.extensions["timeout"] = _bound(given, limit)
     else:
-        key = (tuple(given.items()), limit)
-        try:
-            bounded = _bounded_timeouts.get(key)
-        except TypeError:  # a caller's timeout that is not a number (httpx will say so)
-            bounded = _bound(given, limit)
-        if bounded is None:
-            if len(_bounded_timeouts) >= _BOUNDED_KEPT:
-                _bounded_timeouts.clear()
-            bounded = _bounded_timeouts[key] = _bound(given, limit)
-        request.extensions["timeout"] = bounded.copy()
+        request.extensions["timeout"] = _bound(given, limit)
     header = drive.settings.deadline_header
     if header is not None and math.isfinite(limit):
         request.headers[header] = f"{limit:.3f}"
