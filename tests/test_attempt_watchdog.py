@@ -264,3 +264,23 @@ def test_an_attempt_ends_on_the_loops_own_clock() -> None:
         assert loop.run_until_complete(call()) == 200
     finally:
         loop.close()
+
+
+def test_a_loop_whose_clock_is_patched_on_the_instance_keeps_its_time() -> None:
+    """Virtual-time tools patch ``loop.time`` on the loop itself, not its class."""
+
+    async def answers_soon(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, content=b"ok")
+
+    async def call() -> int:
+        policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
+        async with _client(answers_soon, policy) as client:
+            return (await client.get("http://upstream.test/")).status_code
+
+    loop = asyncio.new_event_loop()
+    loop.time = lambda: time.monotonic() + 3600.0  # type: ignore[method-assign]
+    try:
+        assert loop.run_until_complete(call()) == 200
+    finally:
+        loop.close()

@@ -336,3 +336,20 @@ def test_only_refusals_mean_nothing_was_processed() -> None:
     with pytest.raises(retrysafe.ClientError) as caught:
         client_for(handler, FakeClock()).post("http://api.test/pay")
     assert caught.value.processed == "no"
+
+
+def test_a_transport_that_changes_its_timeouts_changes_neither_the_callers_nor_a_retry() -> None:
+    seen: list[dict[str, float | None]] = []
+
+    def shortens_then_fails(request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions["timeout"]
+        seen.append(dict(timeouts))
+        timeouts["read"] = 0.01  # a wrapped transport adjusting its own attempt
+        return httpx.Response(503 if len(seen) == 1 else 200)
+
+    caller = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+    client = client_for(shortens_then_fails, FakeClock(randoms=[0.0]))
+    response = client.get("http://api.test/", extensions={"timeout": caller})
+    assert response.status_code == 200
+    assert seen == [caller, caller]  # each attempt starts from the caller's timeouts
+    assert caller["read"] == 5.0  # and the caller's own dict is untouched

@@ -75,14 +75,11 @@ class Watch:
 class AttemptWatchdog:
     """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    __slots__ = ("_armed_at", "_handle", "_watches", "loop", "monotonic")
+    __slots__ = ("_armed_at", "_handle", "_watches", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
         self.loop = loop
-        #: Whether the loop's clock is ``time.monotonic()`` (asyncio's own loops): an
-        #: attempt's end worked out on that clock is then already on the loop's.
-        self.monotonic = getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf

@@ -167,6 +167,7 @@ def _hedged_call(
     retries_used: int,
     max_attempts: int | None,
     stream: bool,
+    started: float,
 ) -> HedgedCall:
     """The engine of a call whose policy hedges, with its hedge delay worked out now
     (the fixed delay, or the dependency's learned percentile)."""
@@ -184,6 +185,7 @@ def _hedged_call(
         max_attempts=max_attempts,
         stream=stream,
         observed=settings.observer.listening,
+        started=started,
     )
 
 
@@ -350,6 +352,7 @@ class Drive:
                 self._retries_before,
                 self._max_attempts,
                 self._stream,
+                self._started,
             )
         else:
             call = Call(

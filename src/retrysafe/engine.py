@@ -149,7 +149,9 @@ class Call:
         #: redirect chain already retried (one retry allowance serves the whole chain).
         limit = policy.attempts if max_attempts is None else min(policy.attempts, max_attempts)
         self.max_attempts = max(1, limit - retries_used)
-        if self.deadline.at - self._started >= policy.min_attempt_time:
+        # (compared as sums: at - started may round below a deadline that equals
+        # min_attempt_time, while started + deadline >= started + min is exact)
+        if self.deadline.at >= self._started + policy.min_attempt_time:
             # The first attempt may start even if the clock moved on a little since the
             # call began with enough time for it (a policy whose deadline is its
             # min_attempt_time sends); a call that began with too little does not start.

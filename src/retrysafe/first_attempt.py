@@ -19,7 +19,8 @@ had planned the attempt itself. That both give the same plan, the same success
 and the same report is a tested property (``tests/test_first_attempt.py``).
 
 A call is made for every request, so this is the path that sets retrysafe's
-per-call cost: it builds three small values and reads the clock twice.
+per-call cost: it builds three small values and reads the clock three times (the call's
+start, the attempt's, and its end).
 """
 
 from __future__ import annotations

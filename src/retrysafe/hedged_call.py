@@ -103,6 +103,7 @@ class HedgedCall(Call):
         max_attempts: int | None = None,
         stream: bool = False,
         observed: bool = True,
+        started: float | None = None,
     ) -> None:
         super().__init__(
             request,
@@ -114,6 +115,7 @@ class HedgedCall(Call):
             max_attempts=max_attempts,
             stream=stream,
             observed=observed,
+            started=started,
         )
         #: Seconds after a copy starts before the next one is due.
         self.hedge_delay = hedge_delay

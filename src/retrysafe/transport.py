@@ -71,8 +71,9 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         longest = max(values)
         if longest <= limit and longest != math.inf:
             # Every phase already ends within the attempt's time (httpx's default 5 s
-            # against the default 10 s attempt): the caller's own timeouts stand.
-            request.extensions["timeout"] = given
+            # against the default 10 s attempt): the caller's own timeouts stand (a
+            # copy: a transport that changes its request's must not change the caller's).
+            request.extensions["timeout"] = dict(given)
         else:
             request.extensions["timeout"] = _bound(given, limit)
     else:
@@ -330,12 +331,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             if dog is None or dog.loop is not loop:
                 dog = self._watchdog = _new_watchdog(loop)
             if dog is not None:
-                # (the end the drive worked out is on time.monotonic(): asyncio's own
-                # loops keep that clock; any other loop is asked for its time)
-                ends_at = drive.attempt_ends_at
-                if not dog.monotonic:
-                    ends_at = dog.loop.time() + plan.timeout + _GRACE
-                watch = dog.watch(ends_at)
+                # (on the loop's own clock: a test loop may keep virtual time)
+                watch = dog.watch(dog.loop.time() + plan.timeout + _GRACE)
             else:
                 import anyio  # (not with the package: sync-only processes never need it)
 
