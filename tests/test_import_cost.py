@@ -141,3 +141,33 @@ def test_hedging_is_loaded_by_the_first_hedging_call_not_by_import() -> None:
         "    client.get('http://127.0.0.1/')"
     )
     assert set(HEDGING_MODULES) <= hedging
+
+
+#: What a successful sync call never needs: the error builders, the log-level settings,
+#: testing mode's settings class, and anyio (async sleeps and cancel scopes).
+FAILURE_AND_ASYNC_MODULES = (
+    "retrysafe.failures",
+    "retrysafe.log_settings",
+    "retrysafe.testing.mode",
+    "anyio",
+)
+
+
+def test_a_successful_sync_call_leaves_the_failure_and_async_pieces_unloaded() -> None:
+    _, plain = loaded_after(
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+        "with retrysafe.Client(transport=mock) as client:\n"
+        "    client.get('http://127.0.0.1/')"
+    )
+    assert sorted(set(FAILURE_AND_ASYNC_MODULES) & plain) == []
+    _, failing = loaded_after(
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(404))\n"
+        "with retrysafe.Client(transport=mock) as client:\n"
+        "    try:\n"
+        "        client.get('http://127.0.0.1/')\n"
+        "    except retrysafe.ClientError:\n"
+        "        pass"
+    )
+    assert "retrysafe.failures" in failing

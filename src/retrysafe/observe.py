@@ -22,10 +22,13 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from retrysafe.lazy_names import lazy_module_functions
 from retrysafe.redact import printable
 
 if TYPE_CHECKING:
     import httpx
+
+    from retrysafe.log_settings import LogSettings, configure_logging, log_settings
 
 __all__ = [
     "CallInstrument",
@@ -171,45 +174,15 @@ class CallInstrument(Protocol):
         ...
 
 
-@dataclasses.dataclass(frozen=True)
-class LogSettings:
-    """How retrysafe's log records are levelled.
+#: The level of a final failure the caller must fix (see
+#: :attr:`LogSettings.client_error_level`); set by :func:`configure_logging`.
+_client_error_level = logging.WARNING
 
-    ``client_error_level``: the level of a final failure the caller must fix (a
-    ``ClientError``: 400, 401, 404, 422...). WARNING by default; an application
-    where such answers are routine (a 404 meaning "not there") can make them
-    ``logging.INFO`` or ``logging.DEBUG``.
-    """
-
-    client_error_level: int = logging.WARNING
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.client_error_level, int) or isinstance(
-            self.client_error_level, bool
-        ):
-            raise TypeError(
-                "LogSettings.client_error_level must be a logging level such as logging.INFO, "
-                f"got {self.client_error_level!r}"
-            )
-
-
-_log_settings = LogSettings()
-
-
-def configure_logging(settings: LogSettings) -> None:
-    """Make ``settings`` the levels of every retrysafe log record from now on.
-
-    Process-wide, like the configuration of the ``logging`` module itself.
-    """
-    global _log_settings
-    if not isinstance(settings, LogSettings):
-        raise TypeError(f"configure_logging takes a LogSettings, got {type(settings).__name__}")
-    _log_settings = settings
-
-
-def log_settings() -> LogSettings:
-    """The levels in force (see :func:`configure_logging`)."""
-    return _log_settings
+#: Names this module hands out from :mod:`retrysafe.log_settings`, loaded when first read.
+_LAZY = {
+    name: "retrysafe.log_settings" for name in ("LogSettings", "configure_logging", "log_settings")
+}
+__getattr__, __dir__ = lazy_module_functions(__name__, _LAZY, globals(), __all__)
 
 
 class _Traces:
@@ -309,7 +282,7 @@ def event_level(event: RetryEvent) -> int:
         if event.error == "CircuitOpen":
             return logging.DEBUG
         if event.error == "ClientError":
-            return _log_settings.client_error_level
+            return _client_error_level
         return logging.WARNING
     if kind == "retry":
         return logging.INFO
