@@ -68,7 +68,6 @@ __all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
 OPTIONS_EXTENSION = "retrysafe"
 #: Request extension key of the redirect chain a request belongs to.
 _CHAIN_EXTENSION = "retrysafe.chain"
-_PHASES = ("connect", "read", "write", "pool")
 
 #: What a shell is told to do next: send, read the body, sleep, or end the call (or,
 #: when hedging, wait for another copy in flight).
@@ -216,6 +215,19 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _INSTANT = Wait(0.0)
 
 
+class _FirstAttempt(NamedTuple):
+    """A fresh call's first attempt, planned and sent without a Call (first_attempt.py)."""
+
+    plan: AttemptPlan
+    #: The breaker's permit it went with (None: no breaker).
+    permit: Permit | None
+    #: Whether the request's body could be sent again, read before it was sent (sending
+    #: a one-shot stream may leave it held as bytes).
+    replayable: bool
+    #: When it started (the clock's monotonic seconds).
+    started: float
+
+
 class Drive:
     """One request's trip through the engine, minus the sending and the sleeping.
 
@@ -291,10 +303,8 @@ class Drive:
         self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
         self._started = settings.clock.monotonic()
         self._call: Call | None = None
-        #: A fresh call's first attempt in flight, planned without a Call: its plan, its
-        #: breaker permit, whether the request's body could be sent again before it, and
-        #: when it started.
-        self._first: tuple[AttemptPlan, Permit | None, bool, float] | None = None
+        #: A fresh call's first attempt in flight, planned without a Call.
+        self._first: _FirstAttempt | None = None
         self._trace: CallTrace | None = None
         chain = extensions.get(_CHAIN_EXTENSION)
         #: The call's deadline when it is not simply the policy's from now: a redirect
@@ -366,12 +376,12 @@ class Drive:
                 stream=self._stream,
                 observed=observed,
                 started=self._started,
-                replayable=None if self._first is None else self._first[2],
+                replayable=None if self._first is None else self._first.replayable,
             )
         first = self._first
         if first is not None:
             self._first = None
-            call.adopt_attempt(first[0], first[1], first[3])
+            call.adopt_attempt(first.plan, first.permit, first.started)
         elif observer.instrumented and observed:
             #: Follows the call for the instruments among the hooks (spans), if any listens.
             self._trace = observer.start_call(request, dependency=self.dependency, url=call.url)
@@ -396,7 +406,7 @@ class Drive:
             if admission is not None:
                 plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
                 replayable = isinstance(self.request.stream, httpx.ByteStream)
-                self._first = (plan, admission.permit, replayable, now)
+                self._first = _FirstAttempt(plan, admission.permit, replayable, now)
                 return plan
         call = self.call
         if guard is None:
@@ -424,14 +434,14 @@ class Drive:
         if (
             self._call is None
             and first is not None
-            and first[0] is plan
+            and first.plan is plan
             and settled_at_once(self.policy, response)
         ):
             self._first = None
-            if first[1] is not None and self._guard is not None:
+            if first.permit is not None and self._guard is not None:
                 self._guard.healthy_call()  # (admitted while the breaker was closed)
             now = self.settings.clock.monotonic()
-            attempt_started = first[3]
+            attempt_started = first.started
             return first_success(
                 self.request,
                 response,
