@@ -284,25 +284,57 @@ class Scenario:
     contenders: list[Contender]
 
 
-def run_batch(loop: asyncio.AbstractEventLoop, scenario: Scenario, contender: Contender) -> float:
-    """Run one batch; microseconds per call."""
+def run_batch(
+    loop: asyncio.AbstractEventLoop,
+    scenario: Scenario,
+    contender: Contender,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> float:
+    """Run one batch; microseconds per call, by ``clock`` (nanoseconds)."""
     calls = scenario.calls
     call = contender.call
     if scenario.is_async:
 
         async def batch() -> int:
-            started = time.perf_counter_ns()
+            started = clock()
             for _ in range(calls):
                 await call()
-            return time.perf_counter_ns() - started
+            return clock() - started
 
         elapsed = loop.run_until_complete(batch())
     else:
-        started = time.perf_counter_ns()
+        started = clock()
         for _ in range(calls):
             call()
-        elapsed = time.perf_counter_ns() - started
+        elapsed = clock() - started
     return elapsed / calls / 1000
+
+
+def standard_scenarios(
+    url: str,
+    sync_contenders: Callable[[str, Callable[[], Any]], list[Contender]],
+    async_contenders: Callable[[str, Callable[[], Any]], list[Contender]],
+    *,
+    quick: bool,
+) -> list[Scenario]:
+    """The four scenarios (sync and async, on MockTransport and on loopback at ``url``)
+    with the contenders the two functions make for each transport."""
+    mock_calls, loopback_calls = (100, 40) if quick else (200, 80)
+    return [
+        Scenario("sync MockTransport", False, mock_calls, sync_contenders(url, mock_transport)),
+        Scenario("async MockTransport", True, mock_calls, async_contenders(url, mock_transport)),
+        Scenario("sync loopback", False, loopback_calls, sync_contenders(url, lambda: None)),
+        Scenario("async loopback", True, loopback_calls, async_contenders(url, lambda: None)),
+    ]
+
+
+def close_scenarios(scenarios: list[Scenario], loop: asyncio.AbstractEventLoop) -> None:
+    """Close every contender's client (on ``loop`` for the async ones)."""
+    for scenario in scenarios:
+        for contender in scenario.contenders:
+            closed = contender.close()
+            if scenario.is_async:
+                loop.run_until_complete(closed)
 
 
 def check_once(loop: asyncio.AbstractEventLoop, scenario: Scenario, contender: Contender) -> None:
@@ -319,22 +351,24 @@ def measure_calls(
     rounds: int,
     warmup_rounds: int,
     max_seconds: float,
+    clock: Callable[[], int] = time.perf_counter_ns,
 ) -> int:
-    """Interleave every (scenario, contender) batch over the rounds; returns rounds run."""
+    """Interleave every (scenario, contender) batch over the rounds, each round in a fresh
+    random order, timed by ``clock``; returns the rounds run."""
     pairs = [(scenario, contender) for scenario in scenarios for contender in scenario.contenders]
     for scenario, contender in pairs:
         check_once(loop, scenario, contender)
     shuffle = random.Random(8)
     for _ in range(warmup_rounds):
         for scenario, contender in pairs:
-            run_batch(loop, scenario, contender)
+            run_batch(loop, scenario, contender, clock)
     started = time.monotonic()
     done = 0
     while done < rounds and (done < 3 or time.monotonic() - started < max_seconds):
         shuffle.shuffle(pairs)
         gc.collect()
         for scenario, contender in pairs:
-            contender.rounds.append(run_batch(loop, scenario, contender))
+            contender.rounds.append(run_batch(loop, scenario, contender, clock))
         done += 1
     return done
 
@@ -448,33 +482,14 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (12 if args.quick else 60)
     max_seconds = args.max_seconds or (15.0 if args.quick else 80.0)
     import_runs = args.import_runs or (5 if args.quick else 15)
-    mock_calls, loopback_calls = (100, 40) if args.quick else (200, 80)
-
     loop = asyncio.new_event_loop()
     try:
         with loopback_server() as url:
-            scenarios = [
-                Scenario(
-                    "sync MockTransport", False, mock_calls, sync_contenders(url, mock_transport)
-                ),
-                Scenario(
-                    "async MockTransport", True, mock_calls, async_contenders(url, mock_transport)
-                ),
-                Scenario(
-                    "sync loopback", False, loopback_calls, sync_contenders(url, lambda: None)
-                ),
-                Scenario(
-                    "async loopback", True, loopback_calls, async_contenders(url, lambda: None)
-                ),
-            ]
+            scenarios = standard_scenarios(url, sync_contenders, async_contenders, quick=args.quick)
             try:
                 done = measure_calls(scenarios, loop, rounds, 1, max_seconds)
             finally:
-                for scenario in scenarios:
-                    for contender in scenario.contenders:
-                        closed = contender.close()
-                        if scenario.is_async:
-                            loop.run_until_complete(closed)
+                close_scenarios(scenarios, loop)
     finally:
         loop.close()
     result = {

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +41,14 @@ import httpx
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from overhead import Contender, Scenario, call_results, check_once, loopback_server, mock_transport
+from overhead import (
+    Contender,
+    call_results,
+    close_scenarios,
+    loopback_server,
+    measure_calls,
+    standard_scenarios,
+)
 from prometheus_client import CollectorRegistry
 
 import retrysafe
@@ -107,57 +112,6 @@ def async_contenders(
     return made
 
 
-def run_batch(
-    loop: asyncio.AbstractEventLoop,
-    scenario: Scenario,
-    contender: Contender,
-    clock: Callable[[], int],
-) -> float:
-    """Run one batch; microseconds per call, by ``clock``."""
-    calls = scenario.calls
-    call = contender.call
-    if scenario.is_async:
-
-        async def batch() -> int:
-            started = clock()
-            for _ in range(calls):
-                await call()
-            return clock() - started
-
-        elapsed = loop.run_until_complete(batch())
-    else:
-        started = clock()
-        for _ in range(calls):
-            call()
-        elapsed = clock() - started
-    return elapsed / calls / 1000
-
-
-def measure(
-    scenarios: list[Scenario],
-    loop: asyncio.AbstractEventLoop,
-    rounds: int,
-    max_seconds: float,
-    clock: Callable[[], int],
-) -> int:
-    """Interleave every (scenario, contender) batch over the rounds, each round in a fresh
-    random order (as ``overhead.measure_calls``); returns the rounds run."""
-    pairs = [(scenario, contender) for scenario in scenarios for contender in scenario.contenders]
-    for scenario, contender in pairs:
-        check_once(loop, scenario, contender)
-        run_batch(loop, scenario, contender, clock)  # warm-up
-    shuffle = random.Random(8)
-    started = time.monotonic()
-    done = 0
-    while done < rounds and (done < 3 or time.monotonic() - started < max_seconds):
-        shuffle.shuffle(pairs)
-        gc.collect()
-        for scenario, contender in pairs:
-            contender.rounds.append(run_batch(loop, scenario, contender, clock))
-        done += 1
-    return done
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a small run (~15 s)")
@@ -169,32 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.perf_counter_ns if args.wall else time.thread_time_ns
     rounds = args.rounds or (10 if args.quick else 40)
     max_seconds = args.max_seconds or (15.0 if args.quick else 60.0)
-    mock_calls, loopback_calls = (100, 40) if args.quick else (200, 80)
     loop = asyncio.new_event_loop()
     try:
         with loopback_server() as url:
-            scenarios = [
-                Scenario(
-                    "sync MockTransport", False, mock_calls, sync_contenders(url, mock_transport)
-                ),
-                Scenario(
-                    "async MockTransport", True, mock_calls, async_contenders(url, mock_transport)
-                ),
-                Scenario(
-                    "sync loopback", False, loopback_calls, sync_contenders(url, lambda: None)
-                ),
-                Scenario(
-                    "async loopback", True, loopback_calls, async_contenders(url, lambda: None)
-                ),
-            ]
+            scenarios = standard_scenarios(url, sync_contenders, async_contenders, quick=args.quick)
             try:
-                done = measure(scenarios, loop, rounds, max_seconds, clock)
+                done = measure_calls(scenarios, loop, rounds, 1, max_seconds, clock)
             finally:
-                for scenario in scenarios:
-                    for contender in scenario.contenders:
-                        closed = contender.close()
-                        if scenario.is_async:
-                            loop.run_until_complete(closed)
+                close_scenarios(scenarios, loop)
     finally:
         loop.close()
     rows: list[dict[str, Any]] = call_results(scenarios)
