@@ -396,18 +396,13 @@ class Drive:
             # A fresh call's first attempt: when nothing holds it back, it needs no engine.
             now = self.settings.clock.monotonic()
             remaining = self._started + self.policy.deadline - now
-            admission = (
-                None
-                if remaining <= 0  # (the engine says how the call ends)
-                else OPEN_ADMISSION
-                if guard is None
-                else guard.admit_at_once()
-            )
-            if admission is not None:
-                plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
-                replayable = isinstance(self.request.stream, httpx.ByteStream)
-                self._first = _FirstAttempt(plan, admission.permit, replayable, now)
-                return plan
+            if remaining > 0:  # (with no time left, the engine says how the call ends)
+                admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
+                if admission is not None:
+                    plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
+                    replayable = isinstance(self.request.stream, httpx.ByteStream)
+                    self._first = _FirstAttempt(plan, admission.permit, replayable, now)
+                    return plan
         call = self.call
         if guard is None:
             step = call.start_attempt(OPEN_ADMISSION)
