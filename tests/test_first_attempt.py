@@ -23,8 +23,9 @@ import pytest
 from retrysafe import Governor, GovernorSettings, RetryPolicy
 from retrysafe.classify import Verdict
 from retrysafe.decisions import AttemptPlan, Fail, ReadBody, Succeed, Wait
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
+from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, Step
 from retrysafe.governor.settings import LimiterSettings
+from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
 SCENARIOS = 2500

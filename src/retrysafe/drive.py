@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
 from retrysafe.attempt_deadline import RunningCall, current_call
-from retrysafe.clock import Clock, SystemClock
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
@@ -44,7 +42,6 @@ from retrysafe.decisions import (
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
 from retrysafe.first_attempt import first_plan, first_success, settled_at_once
-from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.explain import (
     explain_breaker,
@@ -53,16 +50,17 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.governor import GRANTED, DependencyGuard
-from retrysafe.observe import CallTrace, EventHook, Observer, RetryEvent
+from retrysafe.observe import CallTrace, RetryEvent
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import DependencyNamer, default_dependency
+from retrysafe.request_facts import default_dependency
+from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
 from retrysafe.timing import Deadline
 
 if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retrysafe`
     from retrysafe.hedged_call import HedgedCall
 
-__all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "ShellSettings", "Step"]
+__all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "Step"]
 
 #: Request extension key under which per-call options travel (and, on the response, the report).
 OPTIONS_EXTENSION = "retrysafe"
@@ -91,67 +89,6 @@ class CallOptions:
 #: body only after the transport returns: the transport cannot know whether it will, so it
 #: hands the body over as it arrives (retrysafe.Client always says which it is).
 _DROP_IN_OPTIONS = CallOptions(stream=True)
-
-
-class ShellSettings(NamedTuple):
-    """Everything a shell is configured with, as one frozen value for every layer.
-
-    (A named tuple: ``import retrysafe`` defines it, and a frozen dataclass costs ten
-    times as much to define.)
-    """
-
-    policy: RetryPolicy
-    clock: Clock
-    governor: Governor
-    observer: Observer
-    dependency: str | DependencyNamer | None = None
-    raise_errors: bool = False
-    deadline_header: str | None = None
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        policy: RetryPolicy,
-        clock: Clock | None,
-        governor: Governor | None,
-        hooks: Sequence[EventHook],
-        dependency: str | DependencyNamer | None,
-        raise_errors: bool,
-        deadline_header: str | None,
-    ) -> ShellSettings:
-        """Validate the shell's arguments and fill in the defaults."""
-        if not isinstance(policy, RetryPolicy):
-            raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
-        if dependency is not None and not (isinstance(dependency, str) or callable(dependency)):
-            raise TypeError(
-                "dependency must be a name (str) or a callable naming each request, "
-                f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
-            )
-        if governor is not None and not isinstance(governor, Governor):
-            hint = (
-                "wrap the settings: governor=retrysafe.Governor(settings)"
-                if isinstance(governor, GovernorSettings)
-                else "e.g. retrysafe.Governor(retrysafe.GovernorSettings(...))"
-            )
-            raise TypeError(
-                f"governor must be a retrysafe.Governor, got {type(governor).__name__}; {hint}"
-            )
-        if isinstance(hooks, (str, bytes)) or not all(callable(hook) for hook in hooks):
-            raise TypeError(
-                "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
-                f"e.g. hooks=[print]; got {hooks!r}"
-            )
-        clock = clock if clock is not None else SystemClock()
-        return cls(
-            policy=policy,
-            clock=clock,
-            governor=governor if governor is not None else Governor(clock=clock),
-            observer=Observer(hooks),
-            dependency=dependency,
-            raise_errors=raise_errors,
-            deadline_header=deadline_header,
-        )
 
 
 _HEDGE_GRANTED = HedgeAnswer()
@@ -592,7 +529,10 @@ class Drive:
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
             raise step.cause
-        raise step.error from step.cause
+        # (`raise error from cause`, spelled out: the compiled build drops a `from` cause)
+        error = step.error
+        error.__cause__ = step.cause
+        raise error
 
     def _continue_chain(self) -> None:
         """Leave this hop's deadline and retries for the redirect's next hop to find."""

@@ -50,7 +50,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.transport import _GRACE, _prepare
+from retrysafe.send_loop import _GRACE, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
 

@@ -35,7 +35,7 @@ from retrysafe.aiohttp.errors import as_aiohttp_error
 from retrysafe.aiohttp.failures import attempt_failure
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
-from retrysafe.drive import Drive, ShellSettings, Step
+from retrysafe.drive import Drive, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
@@ -48,6 +48,7 @@ from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
+from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryMiddleware", "report_of"]
 

@@ -7,6 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Protocol
 
 from retrysafe.clock import Clock, SystemClock
+from retrysafe.compiled import mypyc_attr
 from retrysafe.decisions import (
     OPEN_ADMISSION,
     Admission,
@@ -43,6 +44,8 @@ class CallFacts(Protocol):
     def probe_lease(self) -> float: ...
 
 
+# (The fleet's guard subclasses it in plain Python, which a compiled class must allow.)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DependencyGuard:
     """The budget, breaker and limiter of one dependency (None where switched off).
 

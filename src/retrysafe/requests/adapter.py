@@ -33,7 +33,7 @@ from urllib3.util import Timeout as Urllib3Timeout
 
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
-from retrysafe.drive import Drive, ShellSettings, Step
+from retrysafe.drive import Drive, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
@@ -50,6 +50,7 @@ from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
 from retrysafe.requests.failures import attempt_failure
+from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryAdapter", "report_of"]
 

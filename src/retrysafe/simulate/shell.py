@@ -46,11 +46,12 @@ from retrysafe.decisions import (
     Succeed,
     Wait,
 )
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, ShellSettings, Step
+from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, Step
 from retrysafe.governor import Governor
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import Observer, RetryEvent
 from retrysafe.policy import RetryPolicy
+from retrysafe.shell_settings import ShellSettings
 from retrysafe.simulate.clock import SimClock
 from retrysafe.simulate.events import EventLoop
 

@@ -1,0 +1,49 @@
+"""The compiled build: whether this installation runs it, and the one marker it needs.
+
+retrysafe is plain Python, and every module works as written. The compiled build
+compiles the modules every call runs through (:data:`COMPILED_MODULES`) with
+mypyc, which their strict typing allows, and so cuts what a call adds over bare
+httpx by about a third (``docs/cost.md`` has the figures and how to build it).
+What users call with their own arguments (the clients, the transports'
+constructors, the settings) stays plain Python, so a wrong argument still gets
+retrysafe's own message rather than a compiled function's type error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["COMPILED_MODULES", "is_compiled", "mypyc_attr"]
+
+#: The modules the compiled build compiles; pyproject.toml's mypyc hook lists the same
+#: files (a test holds the two together).
+COMPILED_MODULES = (
+    "retrysafe.send_loop",
+    "retrysafe.drive",
+    "retrysafe.first_attempt",
+    "retrysafe.engine",
+    "retrysafe.hedged_call",
+    "retrysafe.attempt_watchdog",
+    "retrysafe.hints",
+    "retrysafe.governor.governor",
+    "retrysafe.governor.breaker",
+    "retrysafe.governor.budget",
+)
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+else:
+
+    def mypyc_attr(*_args: Any, **_flags: Any) -> Any:
+        """mypyc's class marker, read by the compiler; at run time it changes nothing."""
+        return lambda cls: cls
+
+
+def is_compiled() -> bool:
+    """Whether the modules every call runs through are compiled here (the compiled
+    build), rather than plain Python."""
+    import retrysafe.drive  # noqa: F401 - (loaded with the package anyway)
+
+    module = sys.modules["retrysafe.drive"]
+    return not (module.__file__ or "").endswith(".py")

@@ -1,0 +1,81 @@
+"""ShellSettings: everything a shell is configured with, validated once, as one frozen value.
+
+Every shell (the httpx transports, the requests adapter, the aiohttp middleware)
+builds one from its constructor's arguments, and the drive reads it on every
+call. The checks run here, where a user's arguments first arrive, and say how to
+fix what they refuse; the drive trusts the value it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from retrysafe.clock import Clock, SystemClock
+from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.observe import EventHook, Observer
+from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import DependencyNamer
+
+__all__ = ["ShellSettings"]
+
+
+class ShellSettings(NamedTuple):
+    """Everything a shell is configured with, as one frozen value for every layer.
+
+    (A named tuple: ``import retrysafe`` defines it, and a frozen dataclass costs ten
+    times as much to define.)
+    """
+
+    policy: RetryPolicy
+    clock: Clock
+    governor: Governor
+    observer: Observer
+    dependency: str | DependencyNamer | None = None
+    raise_errors: bool = False
+    deadline_header: str | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        policy: RetryPolicy,
+        clock: Clock | None,
+        governor: Governor | None,
+        hooks: Sequence[EventHook],
+        dependency: str | DependencyNamer | None,
+        raise_errors: bool,
+        deadline_header: str | None,
+    ) -> ShellSettings:
+        """Validate the shell's arguments and fill in the defaults."""
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
+        if dependency is not None and not (isinstance(dependency, str) or callable(dependency)):
+            raise TypeError(
+                "dependency must be a name (str) or a callable naming each request, "
+                f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
+            )
+        if governor is not None and not isinstance(governor, Governor):
+            hint = (
+                "wrap the settings: governor=retrysafe.Governor(settings)"
+                if isinstance(governor, GovernorSettings)
+                else "e.g. retrysafe.Governor(retrysafe.GovernorSettings(...))"
+            )
+            raise TypeError(
+                f"governor must be a retrysafe.Governor, got {type(governor).__name__}; {hint}"
+            )
+        if isinstance(hooks, (str, bytes)) or not all(callable(hook) for hook in hooks):
+            raise TypeError(
+                "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
+                f"e.g. hooks=[print]; got {hooks!r}"
+            )
+        clock = clock if clock is not None else SystemClock()
+        return cls(
+            policy=policy,
+            clock=clock,
+            governor=governor if governor is not None else Governor(clock=clock),
+            observer=Observer(hooks),
+            dependency=dependency,
+            raise_errors=raise_errors,
+            deadline_header=deadline_header,
+        )
