@@ -1,0 +1,57 @@
+"""The compiled build is exactly what it says, and the plain build is never shadowed by it.
+
+scripts/test runs the suite once on plain Python (the editable install) and then a
+part of it on the compiled wheel with ``RETRYSAFE_EXPECT_COMPILED=1`` set: each run
+checks here that it runs the build it means to.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import retrysafe
+from retrysafe.compiled import COMPILED_MODULES, is_compiled
+
+EXPECT_COMPILED = os.environ.get("RETRYSAFE_EXPECT_COMPILED") == "1"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _is_extension(module_name: str) -> bool:
+    module = importlib.import_module(module_name)
+    return not (module.__file__ or "").endswith(".py")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
+def test_the_mypyc_hook_compiles_exactly_the_listed_modules() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    hook = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    listed = [
+        path.removeprefix("src/").removesuffix(".py").replace("/", ".") for path in hook["include"]
+    ]
+    assert listed == list(COMPILED_MODULES)
+    assert hook["enable-by-default"] is False  # an editable install stays plain Python
+
+
+@pytest.mark.skipif(not EXPECT_COMPILED, reason="the plain-Python run")
+def test_the_compiled_run_runs_every_listed_module_compiled() -> None:
+    assert is_compiled()
+    assert [name for name in COMPILED_MODULES if not _is_extension(name)] == []
+    # What users call with their own arguments stays plain Python (its own messages).
+    for name in ("retrysafe.client", "retrysafe.transport", "retrysafe.shell_settings"):
+        assert not _is_extension(name), name
+
+
+@pytest.mark.skipif(EXPECT_COMPILED, reason="the compiled run")
+def test_the_plain_run_is_not_shadowed_by_a_compiled_module() -> None:
+    # mypyc builds in place: a compiled module left in src/ would run instead of its
+    # source, and every edit to that source would be silently ignored.
+    assert not is_compiled()
+    assert [name for name in COMPILED_MODULES if _is_extension(name)] == []
+    assert sorted(str(p) for p in Path(retrysafe.__file__).parent.glob("**/*.so")) == []
