@@ -85,3 +85,28 @@ def test_a_per_call_dependency_must_be_a_name(dependency: Any) -> None:
         pytest.raises(TypeError, match=r"dependency for one call must be a name \(str\)"),
     ):
         client.get("http://api.test/", dependency=dependency)
+
+
+def test_per_request_cookies_warn_as_httpx_does_and_still_go() -> None:
+    # retrysafe's request() builds and sends the request itself, not through httpx's
+    # request(), so it gives httpx's deprecation warning itself.
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200)
+
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(answer)) as client,
+        pytest.warns(DeprecationWarning, match="per-request cookies"),
+    ):
+        client.get("http://api.test/", cookies={"session": "s1"})
+    assert sent[0].headers["Cookie"] == "session=s1"
+
+
+@pytest.mark.anyio
+async def test_per_request_cookies_warn_on_the_async_client_too() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    async with retrysafe.AsyncClient(transport=transport) as client:
+        with pytest.warns(DeprecationWarning, match="per-request cookies"):
+            await client.get("http://api.test/", cookies={"session": "s1"})

@@ -38,6 +38,7 @@ from retrysafe.client_options import (
     finish_operation,
     mark_stream,
     raise_if_failed,
+    warn_per_request_cookies,
     with_call_options,
     wrap_transports,
 )
@@ -165,22 +166,8 @@ class AsyncClient(httpx.AsyncClient):
             policy=policy,
             dependency=dependency,
         )
-        if operation is None:
-            return await super().request(
-                method,
-                url,
-                content=content,
-                data=data,
-                files=files,
-                json=json,
-                params=params,
-                headers=headers,
-                cookies=cookies,
-                auth=auth,
-                follow_redirects=follow_redirects,
-                timeout=timeout,
-                extensions=extensions,
-            )
+        if cookies is not None:
+            warn_per_request_cookies()
         request = self.build_request(
             method,
             url,
@@ -194,6 +181,9 @@ class AsyncClient(httpx.AsyncClient):
             timeout=timeout,
             extensions=extensions,
         )
+        if operation is None:
+            # (built and sent here, as httpx's own request() does: one call level fewer)
+            return await self.send(request, auth=auth, follow_redirects=follow_redirects)
         journal = begin_operation(self.journal, operation, request, idempotency_key)
         try:
             response = await self.send(request, auth=auth, follow_redirects=follow_redirects)

@@ -49,6 +49,7 @@ from retrysafe.client_options import (
     mark_stream,
     raise_if_failed,
     report_of,
+    warn_per_request_cookies,
     with_call_options,
     wrap_transports,
 )
@@ -184,22 +185,8 @@ class Client(httpx.Client):
             policy=policy,
             dependency=dependency,
         )
-        if operation is None:
-            return super().request(
-                method,
-                url,
-                content=content,
-                data=data,
-                files=files,
-                json=json,
-                params=params,
-                headers=headers,
-                cookies=cookies,
-                auth=auth,
-                follow_redirects=follow_redirects,
-                timeout=timeout,
-                extensions=extensions,
-            )
+        if cookies is not None:
+            warn_per_request_cookies()
         request = self.build_request(
             method,
             url,
@@ -213,6 +200,9 @@ class Client(httpx.Client):
             timeout=timeout,
             extensions=extensions,
         )
+        if operation is None:
+            # (built and sent here, as httpx's own request() does: one call level fewer)
+            return self.send(request, auth=auth, follow_redirects=follow_redirects)
         journal = begin_operation(self.journal, operation, request, idempotency_key)
         try:
             response = self.send(request, auth=auth, follow_redirects=follow_redirects)

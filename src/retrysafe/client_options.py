@@ -8,6 +8,7 @@ in the client's journal around its one send.
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -29,6 +30,7 @@ __all__ = [
     "mark_stream",
     "raise_if_failed",
     "report_of",
+    "warn_per_request_cookies",
     "with_call_options",
     "wrap_transports",
 ]
@@ -45,6 +47,21 @@ def check_idempotency_mode(mode: str) -> IdempotencyMode:
             f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
         )
     return "auto" if mode == "auto" else "off"
+
+
+def warn_per_request_cookies() -> None:
+    """Warn as httpx does of ``cookies=`` given to one request, which httpx deprecates.
+
+    httpx's own ``request()`` gives this warning; retrysafe's clients build and send
+    the request themselves, so they give it here.
+    """
+    warnings.warn(
+        "Setting per-request cookies=<...> is being deprecated by httpx, because the "
+        "expected behaviour on cookie persistence is ambiguous. Set cookies directly on "
+        "the client instance instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def with_call_options(
