@@ -27,7 +27,9 @@ to ``import httpx`` alone.
     .venv/bin/python benchmarks/overhead.py [--quick] [--json] [--rounds N] [--max-seconds S]
 
 Needs the bench extra (``pip install -e '.[bench]'``); a missing peer is left out and
-named. Traffic goes only to 127.0.0.1.
+named. Traffic goes only to 127.0.0.1. It measures the retrysafe it imports and says which
+build that is: plain Python, or the compiled build (``scripts/build-compiled``; install
+its wheel in a venv of its own and run this script with that venv's python).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 import httpx
 
 import retrysafe
+import retrysafe.compiled
 
 ATTEMPTS = 3
 PEERS = ("httpx_retries", "tenacity", "stamina")
@@ -441,7 +444,7 @@ def import_times(runs: int) -> list[dict[str, Any]]:
 
 def print_table(result: dict[str, Any]) -> None:
     versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
-    print(f"Python {result['python']}; {versions}")
+    print(f"Python {result['python']}; {versions}; retrysafe build: {result['build']}")
     print(
         f"Per successful call: median of {result['rounds']} interleaved rounds; "
         "added = median over rounds of (contender - bare httpx) in the same round."
@@ -494,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         loop.close()
     result = {
         "python": sys.version.split()[0],
+        # (the compiled build, scripts/build-compiled, or plain Python: see docs/cost.md)
+        "build": "compiled (mypyc)" if retrysafe.compiled.is_compiled() else "plain Python",
         "versions": {
             name: _version(name)
             for name in ("httpx", "retrysafe", "httpx-retries", "tenacity", "stamina")
