@@ -1,14 +1,14 @@
 """What a shell does with each request: send attempts, read bodies, sleep.
 
-:class:`SendLoop` and :class:`AsyncSendLoop` are the per-request half of
-:class:`~retrysafe.RetryTransport` and :class:`~retrysafe.AsyncRetryTransport`:
-one :class:`~retrysafe.drive.Drive` per request, then only sending, reading
-and sleeping as it says. The transports themselves (transport.py) add their
-constructors, which check a user's arguments.
+:class:`SendLoop` and :class:`AsyncSendLoop` do the per-request work of
+:class:`~retrysafe.RetryTransport` and :class:`~retrysafe.AsyncRetryTransport`,
+which each hold one: one :class:`~retrysafe.drive.Drive` per request, then only
+sending, reading and sleeping as it says. The transports (transport.py) check
+a user's arguments and hand each request over.
 
-The two halves live apart because this one runs on every call: the compiled
-build (see ``docs/cost.md``) compiles it, while the constructors stay plain
-Python, so a wrong argument still gets retrysafe's own message.
+The two live apart because this one runs on every call: the compiled build
+(see ``docs/cost.md``) compiles it, while the transports stay plain Python, so
+a wrong argument still gets retrysafe's own message.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import httpx
 
 from retrysafe.attempt_deadline import AttemptDeadlineReached, bound_transport
 from retrysafe.classify import AttemptTimedOut
-from retrysafe.compiled import mypyc_attr
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.shell_settings import ShellSettings
@@ -114,19 +113,21 @@ def _new_watchdog(loop: Any) -> AttemptWatchdog | None:
     return AttemptWatchdog(loop)
 
 
-# (The transports subclass these in plain Python, which a compiled class must allow.)
-@mypyc_attr(allow_interpreted_subclasses=True)
-class SendLoop(httpx.BaseTransport):
-    """A sync transport's requests: each driven through its attempts and waits."""
+class SendLoop:
+    """A sync transport's requests: each driven through its attempts and waits.
 
-    settings: ShellSettings
+    A :class:`~retrysafe.RetryTransport` holds one, rather than being one: a compiled
+    class that plain Python subclasses never clears its weak references (mypyc#1102).
+    """
 
-    def __init__(self, transport: httpx.BaseTransport) -> None:
+    def __init__(self, settings: ShellSettings, transport: httpx.BaseTransport) -> None:
+        self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
         bound_transport(transport)
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def send(self, request: httpx.Request) -> httpx.Response:
+        """Drive ``request`` to its end: the response httpx expects, or the call's error."""
         drive = Drive(self.settings, request)
         try:
             step: Step = drive.next_attempt()
@@ -185,13 +186,12 @@ class SendLoop(httpx.BaseTransport):
         return hedged_round(self.transport, drive, request, plan)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class AsyncSendLoop(httpx.AsyncBaseTransport):
-    """An async transport's requests: each driven through its attempts and waits."""
+class AsyncSendLoop:
+    """An async transport's requests: each driven through its attempts and waits (an
+    :class:`~retrysafe.AsyncRetryTransport` holds one, as for :class:`SendLoop`)."""
 
-    settings: ShellSettings
-
-    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+    def __init__(self, settings: ShellSettings, transport: httpx.AsyncBaseTransport) -> None:
+        self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
         #: Whether the network backend ends every read at the attempt's end; if not, a
@@ -201,7 +201,8 @@ class AsyncSendLoop(httpx.AsyncBaseTransport):
         #: per transport, so it lives no longer than the transport keeps it.
         self._watchdog: AttemptWatchdog | None = None
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        """Drive ``request`` to its end: the response httpx expects, or the call's error."""
         drive = Drive(self.settings, request)
         try:
             step: Step = drive.next_attempt()

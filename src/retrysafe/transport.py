@@ -2,9 +2,9 @@
 
 They wrap any httpx transport. Per request they make one
 :class:`~retrysafe.drive.Drive` (the engine plus the governor, effects and
-contexts) and then only send attempts, read bodies and sleep (send_loop.py,
-their per-request half). The two differ in nothing else; there is no retry
-logic here.
+contexts) and then only send attempts, read bodies and sleep (each holds a
+send loop, send_loop.py, that does this). The two differ in nothing else; there
+is no retry logic here.
 
 Drop-in use keeps httpx's behaviour: the final response is returned whatever
 its status, the body of a success reaches httpx unbuffered (so streaming works),
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import httpx
 
+from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.clock import Clock
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions
 from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
@@ -30,6 +30,14 @@ from retrysafe.send_loop import AsyncSendLoop, SendLoop
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]
+
+
+def _not_a_transport(given: object, kind: str, example: str) -> str:
+    """The message for a ``transport=`` that is not an httpx transport of the right kind."""
+    hint = ""
+    if isinstance(given, (httpx.BaseTransport, httpx.AsyncBaseTransport)):
+        hint = " (a sync transport goes in RetryTransport, an async one in AsyncRetryTransport)"
+    return f"transport must be an {kind}, e.g. httpx.{example}(), got {type(given).__name__}{hint}"
 
 
 class _Shell:
@@ -48,7 +56,7 @@ class _Shell:
         return self.settings.governor
 
 
-class RetryTransport(_Shell, SendLoop):
+class RetryTransport(_Shell, httpx.BaseTransport):
     """Retries requests on any sync httpx transport, per the policy.
 
     Args:
@@ -95,7 +103,16 @@ class RetryTransport(_Shell, SendLoop):
             raise_errors=raise_errors,
             deadline_header=deadline_header,
         )
-        super().__init__(transport if transport is not None else httpx.HTTPTransport())
+        if transport is None:
+            transport = httpx.HTTPTransport()
+        elif not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(_not_a_transport(transport, "httpx.BaseTransport", "HTTPTransport"))
+        #: The transport that sends each attempt.
+        self.transport = transport
+        self._loop = SendLoop(self.settings, transport)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._loop.send(request)
         redact_httpx_logs()
 
     def close(self) -> None:
@@ -105,13 +122,13 @@ class RetryTransport(_Shell, SendLoop):
         return f"RetryTransport({self.transport!r}, policy={self.policy!r})"
 
 
-class AsyncRetryTransport(_Shell, AsyncSendLoop):
+class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
     """Retries requests on any async httpx transport, on asyncio or trio.
 
     Same arguments as :class:`RetryTransport`; the default transport is
     ``httpx.AsyncHTTPTransport()``. Each attempt (headers, and the body when the
     call does not stream) ends at the attempt's timeout (plus a small grace, see
-    ``_GRACE``): on httpx's own transport its network reads are bounded (over
+    ``send_loop._GRACE``): on httpx's own transport its network reads are bounded (over
     HTTP/2 only the attempt's own stream ends); any other transport runs under a
     time limit.
     """
@@ -137,7 +154,18 @@ class AsyncRetryTransport(_Shell, AsyncSendLoop):
             raise_errors=raise_errors,
             deadline_header=deadline_header,
         )
-        super().__init__(transport if transport is not None else httpx.AsyncHTTPTransport())
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport()
+        elif not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(
+                _not_a_transport(transport, "httpx.AsyncBaseTransport", "AsyncHTTPTransport")
+            )
+        #: The transport that sends each attempt.
+        self.transport = transport
+        self._loop = AsyncSendLoop(self.settings, transport)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._loop.send(request)
         redact_httpx_logs()
 
     async def aclose(self) -> None:
