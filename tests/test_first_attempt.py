@@ -21,9 +21,10 @@ import httpx
 import pytest
 
 from retrysafe import Governor, GovernorSettings, RetryPolicy
+from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.classify import Verdict
 from retrysafe.decisions import AttemptPlan, Fail, ReadBody, Succeed, Wait
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, Step
+from retrysafe.drive import Drive, Step
 from retrysafe.governor.settings import LimiterSettings
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock

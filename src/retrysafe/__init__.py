@@ -18,6 +18,7 @@ from retrysafe.client import AsyncClient, Client, report_of
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.deadline_scope import deadline
 from retrysafe.decisions import CallReport
+from retrysafe.dependency_namers import dependency_by_path
 from retrysafe.engine import Call
 from retrysafe.errors import (
     ApiError,
@@ -49,7 +50,6 @@ from retrysafe.governor import (
 from retrysafe.lazy_names import lazy_module_functions
 from retrysafe.observe import EventHook, RetryEvent
 from retrysafe.policy import RetryPolicy, Rule
-from retrysafe.request_facts import dependency_by_path
 from retrysafe.timing import Deadline, backoff_delay, parse_retry_after
 from retrysafe.transport import AsyncRetryTransport, CallOptions, RetryTransport
 

@@ -26,7 +26,10 @@ COMPILED_MODULES = (
     "retrysafe.hedged_call",
     "retrysafe.attempt_watchdog",
     "retrysafe.hints",
-    "retrysafe.governor.governor",
+    "retrysafe.request_facts",
+    "retrysafe.attempt_deadline",
+    "retrysafe.bounded_backend",
+    "retrysafe.governor.guard",
     "retrysafe.governor.breaker",
     "retrysafe.governor.budget",
 )

@@ -16,12 +16,12 @@ contexts a call lives in:
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
 from retrysafe.attempt_deadline import RunningCall, current_call
+from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
@@ -49,7 +49,7 @@ from retrysafe.governor.explain import (
     explain_cooldown,
     explain_pacing,
 )
-from retrysafe.governor.governor import GRANTED, DependencyGuard
+from retrysafe.governor.guard import GRANTED, DependencyGuard
 from retrysafe.observe import CallTrace, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency
@@ -60,35 +60,14 @@ from retrysafe.timing import Deadline
 if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retrysafe`
     from retrysafe.hedged_call import HedgedCall
 
-__all__ = ["OPTIONS_EXTENSION", "CallOptions", "Drive", "Step"]
+__all__ = ["Drive", "Step"]
 
-#: Request extension key under which per-call options travel (and, on the response, the report).
-OPTIONS_EXTENSION = "retrysafe"
 #: Request extension key of the redirect chain a request belongs to.
 _CHAIN_EXTENSION = "retrysafe.chain"
 
 #: What a shell is told to do next: send, read the body, sleep, or end the call (or,
 #: when hedging, wait for another copy in flight).
 Step = AttemptPlan | ReadBody | Wait | Succeed | Fail | AwaitOthers
-
-
-@dataclasses.dataclass(frozen=True)
-class CallOptions:
-    """Per-call overrides carried in ``request.extensions["retrysafe"]``.
-
-    ``stream``: the caller reads the body itself (``client.stream()``,
-    ``send(stream=True)``): retries end at the response headers.
-    """
-
-    policy: RetryPolicy | None = None
-    dependency: str | None = None
-    stream: bool = False
-
-
-#: A request without options came through a plain httpx client, which reads a success's
-#: body only after the transport returns: the transport cannot know whether it will, so it
-#: hands the body over as it arrives (retrysafe.Client always says which it is).
-_DROP_IN_OPTIONS = CallOptions(stream=True)
 
 
 _HEDGE_GRANTED = HedgeAnswer()
@@ -202,12 +181,18 @@ class Drive:
         extensions = request.extensions
         options = extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
-            options = _DROP_IN_OPTIONS
+            options = DROP_IN_OPTIONS
         #: The policy of this call: the call's own, else the shell's.
         self.policy = policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         if not isinstance(dependency, str):
-            dependency = dependency(request)
+            namer = dependency
+            dependency = namer(request)
+            if not isinstance(dependency, str):
+                raise TypeError(
+                    f"the dependency namer {namer!r} returned {type(dependency).__name__}: "
+                    "it must return the dependency's name (str)"
+                )
         #: The name this call's load protection is kept under.
         self.dependency: str = dependency
         self._stream = options.stream

@@ -37,7 +37,7 @@ from httpx._urlparse import (
     urlparse,
 )
 
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions
+from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
 from retrysafe.policy import RetryPolicy
 

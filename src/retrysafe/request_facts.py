@@ -15,7 +15,6 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "DependencyNamer",
     "default_dependency",
-    "dependency_by_path",
     "idempotency_key_of",
 ]
 
@@ -65,24 +64,3 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
             key = raw.decode("latin-1")
             return key if key.strip() else None
     return None
-
-
-def dependency_by_path(segments: int = 1) -> DependencyNamer:
-    """Group requests by origin plus their first ``segments`` path segments.
-
-    For APIs whose limits are per endpoint family: a 429 on ``/search`` then pauses
-    only ``https://api.example.com:443/search``, not ``/orders``::
-
-        Client(dependency=retrysafe.dependency_by_path(1))
-    """
-    if not isinstance(segments, int) or isinstance(segments, bool) or segments < 0:
-        raise ValueError(
-            f"dependency_by_path(segments) needs a whole number >= 0, got {segments!r}"
-        )
-
-    def name(request: httpx.Request) -> str:
-        parts = [part for part in request.url.path.split("/") if part][:segments]
-        origin = default_dependency(request.url)
-        return origin + "".join("/" + part for part in parts)
-
-    return name

@@ -9,7 +9,8 @@ every attempt and after every outcome.
 
 from retrysafe.governor.breaker import BreakerState, CircuitBreaker, Health, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
-from retrysafe.governor.governor import DependencyGuard, Governor
+from retrysafe.governor.governor import Governor
+from retrysafe.governor.guard import DependencyGuard
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import (
     BreakerSettings,

@@ -38,7 +38,7 @@ from retrysafe.decisions import (
 from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
-from retrysafe.governor.governor import CallFacts, DependencyGuard, lease_for_probe
+from retrysafe.governor.guard import CallFacts, DependencyGuard, lease_for_probe
 from retrysafe.governor.limiter import Limiter
 
 __all__ = ["FleetGuard", "FleetPermit"]

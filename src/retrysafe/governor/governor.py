@@ -2,235 +2,29 @@
 
 from __future__ import annotations
 
-import math
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from retrysafe.clock import Clock, SystemClock
-from retrysafe.compiled import mypyc_attr
-from retrysafe.decisions import (
-    OPEN_ADMISSION,
-    Admission,
-    AskRetry,
-    Effect,
-    HedgeAnswer,
-    RecordHealth,
-    ReleasePacing,
-    ReleaseProbe,
-    RetryAnswer,
-    StartCooldown,
-)
-from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
+from retrysafe.governor.breaker import CircuitBreaker
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink
+from retrysafe.governor.guard import DependencyGuard
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
 
 if TYPE_CHECKING:  # made when a hedging call first needs it, not with `import retrysafe`
     from retrysafe.latency import LatencyBook
 
-__all__ = ["GRANTED", "DependencyGuard", "Governor"]
+__all__ = ["Governor"]
 
 
-class CallFacts(Protocol):
-    """What the governor reads of a call to admit its next attempt (``engine.Call``)."""
-
-    @property
-    def attempts(self) -> int: ...
-
-    @property
-    def pacing_held(self) -> bool: ...
-
-    def probe_lease(self) -> float: ...
-
-
-# (The fleet's guard subclasses it in plain Python, which a compiled class must allow.)
-@mypyc_attr(allow_interpreted_subclasses=True)
-class DependencyGuard:
-    """The budget, breaker and limiter of one dependency (None where switched off).
-
-    It answers the engine's questions (:meth:`admit`, :meth:`answer_retry`) and
-    carries out its effects (:meth:`apply`); the shell passes both along. Its pieces
-    are set once, when the governor makes it. (A plain class: ``import retrysafe``
-    defines it, and a frozen dataclass costs ten times as much to define.)
-    """
-
-    __slots__ = ("born", "breaker", "budget", "dependency", "limiter")
-
-    def __init__(
-        self,
-        dependency: str,
-        budget: RetryBudget | None,
-        breaker: CircuitBreaker | None,
-        limiter: Limiter | None,
-        born: float = 0.0,
-    ) -> None:
-        self.dependency = dependency
-        self.budget = budget
-        self.breaker = breaker
-        self.limiter = limiter
-        #: When the governor made it (monotonic seconds): a young guard is never swept.
-        self.born = born
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.dependency!r}, budget={self.budget!r}, "
-            f"breaker={self.breaker!r}, limiter={self.limiter!r})"
-        )
-
-    def admit(self, call: CallFacts) -> Admission:
-        """May the call's next attempt start now? A cooldown is only reported (nothing
-        reserved); otherwise a paced slot is reserved (unless the call holds one), then
-        the breaker is asked. A first attempt earns the retry budget its share."""
-        limiter = self.limiter
-        reserved = False
-        if limiter is not None:
-            # (cooldown_remaining() would answer the same; one float read says "none")
-            cooldown = limiter.cooldown_remaining() if limiter._cooldown_until else 0.0
-            if cooldown > 0:
-                return Admission(cooldown=cooldown)
-            if limiter.paced and not call.pacing_held:
-                pacing = limiter.reserve()
-                if pacing > 0:
-                    return Admission(pacing=pacing)
-                reserved = True
-        permit = None
-        if self.breaker is not None:
-            breaker = self.breaker
-            if breaker.closed:  # the healthy path: no lock, no lease to work out
-                permit = CLOSED_PERMIT
-            else:
-                permit = breaker.acquire(probe_lease=lease_for_probe(call.probe_lease(), breaker))
-            if reserved and not permit.allowed and limiter is not None:
-                limiter.release()  # the slot taken for this attempt goes back
-        if self.budget is not None and call.attempts == 0 and (permit is None or permit.allowed):
-            self.budget.record_first_attempt()
-        if permit is None:
-            return OPEN_ADMISSION
-        return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
-
-    def admit_at_once(self) -> Admission | None:
-        """The admission :meth:`admit` gives a call's first attempt when nothing holds it
-        back (no cooldown, no pacing, the breaker closed or off), having earned the retry
-        budget its share as :meth:`admit` does; None, with nothing done, otherwise: then
-        ask :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
-        limiter = self.limiter
-        if limiter is not None and (
-            limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
-        ):
-            return None
-        breaker = self.breaker
-        if breaker is not None and not breaker.closed:
-            return None
-        if self.budget is not None:
-            self.budget.record_first_attempt()
-        return OPEN_ADMISSION if breaker is None else _ADMITTED_CLOSED
-
-    def healthy_call(self) -> None:
-        """Count a call that succeeded at once while the breaker was closed: the effect
-        :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
-        (what :meth:`apply` does with it, without its dispatch)."""
-        if self.breaker is not None:
-            self.breaker.record_healthy_call()
-
-    def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
-        """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
-        open past then, nor without a budget token (rate-limit waits spend none)."""
-        breaker = self.breaker
-        if breaker is not None:
-            open_until = breaker.open_until()
-            if open_until is not None and open_until > now + ask.wait:
-                return _CIRCUIT_OPEN
-        if ask.spends_budget and self.budget is not None and not self.budget.try_spend():
-            return _BUDGET_EXHAUSTED
-        return GRANTED
-
-    def answer_hedge(self) -> HedgeAnswer:
-        """May a hedged copy go now? Only while the breaker is closed and no cooldown
-        runs; it takes a paced slot (if pacing is on, and one is free now) and spends
-        a retry-budget token like a retry, so in a brownout hedging shrinks instead of
-        adding load."""
-        if self.breaker is not None and not self.breaker.closed:
-            return _HEDGE_CIRCUIT
-        limiter = self.limiter
-        reserved = False
-        if limiter is not None:
-            if limiter.cooldown_remaining() > 0:
-                return _HEDGE_COOLDOWN
-            if limiter.paced:
-                reserved = True
-                if limiter.reserve() > 0:
-                    limiter.release()
-                    return _HEDGE_PACING
-        if self.budget is not None and not self.budget.try_spend():
-            if reserved and limiter is not None:
-                limiter.release()
-            return _HEDGE_BUDGET
-        return _HEDGE_GRANTED
-
-    def apply(self, effect: Effect) -> Transition | None:
-        """Carry out one of the engine's effects; returns a breaker state change, if any."""
-        if isinstance(effect, RecordHealth):
-            if self.breaker is not None:
-                return self.breaker.record(
-                    effect.permit, effect.health, open_for=effect.open_for, repeat=effect.repeat
-                )
-        elif isinstance(effect, StartCooldown):
-            if self.limiter is not None:
-                self.limiter.start_cooldown(effect.seconds, announced=effect.announced)
-        elif isinstance(effect, ReleaseProbe):
-            if self.breaker is not None:
-                self.breaker.release(effect.permit)
-        elif isinstance(effect, ReleasePacing) and self.limiter is not None:
-            self.limiter.release()
-        return None
-
-    def at_rest(self) -> bool:
-        """Whether a fresh guard would be the same: the breaker closed with an empty
-        window and no failing run, the budget full, no cooldown, no paced slot ahead."""
-        if self.breaker is not None and not self.breaker.at_rest():
-            return False
-        budget = self.budget
-        if budget is not None and budget.tokens < budget.settings.max_tokens:
-            return False
-        return self.limiter is None or self.limiter.at_rest()
-
-
-def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
-    """How long a half-open probe holds its slot before another caller may probe.
-
-    ``attempt`` is the longest the probe's attempt may run (its attempt timeout, cut
-    by its deadline); the lease outlives it by :data:`PROBE_GRACE`, so a second
-    probe is only let in once the first has surely ended without reporting (the
-    engine gives a probe back at once when its attempt ends with no outcome: the
-    lease is only the net for a probe that is lost). An attempt with no time limit
-    at all (``attempt_timeout`` and ``deadline`` both infinite) gets a lease of the
-    breaker's ``max_open_for``: a lost probe must not block the dependency for ever,
-    so a probe still running after that long lets one more probe in.
-    """
-    if attempt == math.inf:
-        return breaker.settings.max_open_for
-    return attempt + PROBE_GRACE
-
-
-#: How long a probe's lease outlives its attempt: time to report the outcome.
-PROBE_GRACE = 1.0
-GRANTED = RetryAnswer()
-_CLOSED_PERMIT = CLOSED_PERMIT
 #: A guard younger than this is never swept (its first call may still be in flight).
 IDLE_AFTER = 60.0
 #: Sweep at least this often (seconds) when new dependencies keep coming.
 SWEEP_EVERY = 60.0
 #: Sweep when the number of guards reaches this, or twice what the last sweep kept.
 SWEEP_AT_LEAST = 1024
-_ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
-_CIRCUIT_OPEN = RetryAnswer("circuit_open")
-_BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
-_HEDGE_GRANTED = HedgeAnswer()
-_HEDGE_CIRCUIT = HedgeAnswer("circuit_not_closed")
-_HEDGE_COOLDOWN = HedgeAnswer("cooldown")
-_HEDGE_PACING = HedgeAnswer("pacing")
-_HEDGE_BUDGET = HedgeAnswer("budget_exhausted")
 
 
 class Governor:

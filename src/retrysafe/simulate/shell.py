@@ -35,6 +35,7 @@ from typing import Protocol
 
 import httpx
 
+from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import (
     AttemptPlan,
@@ -46,7 +47,7 @@ from retrysafe.decisions import (
     Succeed,
     Wait,
 )
-from retrysafe.drive import OPTIONS_EXTENSION, CallOptions, Drive, Step
+from retrysafe.drive import Drive, Step
 from retrysafe.governor import Governor
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.observe import Observer, RetryEvent

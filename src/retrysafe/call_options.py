@@ -1,0 +1,39 @@
+"""CallOptions: what one request asks of retrysafe beyond its shell's settings.
+
+They travel in the request's extensions, so a plain ``httpx.Client`` over a
+:class:`~retrysafe.RetryTransport` can set a policy or dependency per request::
+
+    client.get(url, extensions={"retrysafe": retrysafe.CallOptions(policy=...)})
+
+(Users make these, so the module stays plain Python in the compiled build.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from retrysafe.policy import RetryPolicy
+
+__all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions"]
+
+#: Request extension key under which per-call options travel (and, on the response, the report).
+OPTIONS_EXTENSION = "retrysafe"
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """Per-call overrides carried in ``request.extensions["retrysafe"]``.
+
+    ``stream``: the caller reads the body itself (``client.stream()``,
+    ``send(stream=True)``): retries end at the response headers.
+    """
+
+    policy: RetryPolicy | None = None
+    dependency: str | None = None
+    stream: bool = False
+
+
+#: A request without options came through a plain httpx client, which reads a success's
+#: body only after the transport returns: the transport cannot know whether it will, so it
+#: hands the body over as it arrives (retrysafe.Client always says which it is).
+DROP_IN_OPTIONS = CallOptions(stream=True)
