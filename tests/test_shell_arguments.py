@@ -98,9 +98,16 @@ def test_per_request_cookies_warn_as_httpx_does_and_still_go() -> None:
 
     with (
         retrysafe.Client(transport=httpx.MockTransport(answer)) as client,
-        pytest.warns(DeprecationWarning, match="per-request cookies"),
+        pytest.warns(DeprecationWarning, match="per-request cookies") as warned,
     ):
         client.get("http://api.test/", cookies={"session": "s1"})
+    # The very words of httpx's own warning: a filter written for httpx's matches it.
+    with (
+        httpx.Client(transport=httpx.MockTransport(answer)) as bare,
+        pytest.warns(DeprecationWarning, match="per-request cookies") as httpx_warned,
+    ):
+        bare.get("http://api.test/", cookies={"session": "s1"})
+    assert [str(w.message) for w in warned] == [str(w.message) for w in httpx_warned]
     assert sent[0].headers["Cookie"] == "session=s1"
 
 
@@ -108,5 +115,49 @@ def test_per_request_cookies_warn_as_httpx_does_and_still_go() -> None:
 async def test_per_request_cookies_warn_on_the_async_client_too() -> None:
     transport = httpx.MockTransport(lambda request: httpx.Response(200))
     async with retrysafe.AsyncClient(transport=transport) as client:
-        with pytest.warns(DeprecationWarning, match="per-request cookies"):
+        with pytest.warns(
+            DeprecationWarning, match="per-request cookies=<...> is being deprecated"
+        ):
             await client.get("http://api.test/", cookies={"session": "s1"})
+
+
+def test_a_transport_that_is_not_an_httpx_transport_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"transport must be an httpx\.BaseTransport.*got str"):
+        retrysafe.RetryTransport("http://api.test")  # type: ignore[arg-type]
+
+
+def test_a_sync_transport_given_to_the_async_shell_says_which_goes_where() -> None:
+    with pytest.raises(TypeError, match="an async one in AsyncRetryTransport"):
+        retrysafe.AsyncRetryTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("header", [b"Request-Timeout", "", 5])
+def test_a_deadline_header_that_is_not_a_header_name_is_refused(header: Any) -> None:
+    with pytest.raises(TypeError, match="deadline_header must be a header name"):
+        retrysafe.RetryTransport(deadline_header=header)
+
+
+@pytest.mark.parametrize("flag", [None, 0, 1, "yes"])
+def test_raise_errors_is_read_as_true_or_false(flag: Any) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(refuse), policy=retrysafe.RetryPolicy(attempts=1), raise_errors=flag
+    )
+    expected = retrysafe.ApiError if flag else httpx.ConnectError
+    with httpx.Client(transport=transport) as client, pytest.raises(expected):
+        client.get("http://api.test/")
+
+
+@pytest.mark.parametrize("returned", [None, 5, b"api"])
+def test_a_dependency_namer_that_returns_no_name_says_so(returned: Any) -> None:
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)),
+        dependency=lambda request: returned,
+    )
+    with (
+        httpx.Client(transport=transport) as client,
+        pytest.raises(TypeError, match=r"must return the dependency's name \(str\)"),
+    ):
+        client.get("http://api.test/")

@@ -55,10 +55,11 @@ def warn_per_request_cookies() -> None:
     httpx's own ``request()`` gives this warning; retrysafe's clients build and send
     the request themselves, so they give it here.
     """
+    # httpx's own words, so that a warnings filter written for httpx's warning matches.
     warnings.warn(
-        "Setting per-request cookies=<...> is being deprecated by httpx, because the "
-        "expected behaviour on cookie persistence is ambiguous. Set cookies directly on "
-        "the client instance instead.",
+        "Setting per-request cookies=<...> is being deprecated, because the expected "
+        "behaviour on cookie persistence is ambiguous. Set cookies directly on the client "
+        "instance instead.",
         DeprecationWarning,
         stacklevel=3,
     )

@@ -69,6 +69,13 @@ class ShellSettings(NamedTuple):
                 "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
                 f"e.g. hooks=[print]; got {hooks!r}"
             )
+        if deadline_header is not None and (
+            not isinstance(deadline_header, str) or not deadline_header.strip()
+        ):
+            raise TypeError(
+                "deadline_header must be a header name (str), e.g. "
+                f"deadline_header='Request-Timeout'; got {deadline_header!r}"
+            )
         clock = clock if clock is not None else SystemClock()
         return cls(
             policy=policy,
@@ -76,6 +83,6 @@ class ShellSettings(NamedTuple):
             governor=governor if governor is not None else Governor(clock=clock),
             observer=Observer(hooks),
             dependency=dependency,
-            raise_errors=raise_errors,
+            raise_errors=bool(raise_errors),
             deadline_header=deadline_header,
         )
