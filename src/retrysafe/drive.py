@@ -16,6 +16,7 @@ contexts a call lives in:
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
@@ -186,13 +187,16 @@ class Drive:
         self.policy = policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
         if not isinstance(dependency, str):
-            namer = dependency
-            dependency = namer(request)
-            if not isinstance(dependency, str):
+            # Called as returning any object: what a user's namer returns is checked here,
+            # not assumed (the compiled build would otherwise fail with its own message).
+            namer: Callable[[httpx.Request], object] = dependency
+            name = namer(request)
+            if not isinstance(name, str):
                 raise TypeError(
-                    f"the dependency namer {namer!r} returned {type(dependency).__name__}: "
+                    f"the dependency namer {dependency!r} returned {type(name).__name__}: "
                     "it must return the dependency's name (str)"
                 )
+            dependency = name
         #: The name this call's load protection is kept under.
         self.dependency: str = dependency
         self._stream = options.stream

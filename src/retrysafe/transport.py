@@ -110,10 +110,10 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         #: The transport that sends each attempt.
         self.transport = transport
         self._loop = SendLoop(self.settings, transport)
+        redact_httpx_logs()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         return self._loop.send(request)
-        redact_httpx_logs()
 
     def close(self) -> None:
         self.transport.close()
@@ -163,10 +163,10 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         #: The transport that sends each attempt.
         self.transport = transport
         self._loop = AsyncSendLoop(self.settings, transport)
+        redact_httpx_logs()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._loop.send(request)
-        redact_httpx_logs()
 
     async def aclose(self) -> None:
         await self.transport.aclose()
