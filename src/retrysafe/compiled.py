@@ -28,7 +28,6 @@ COMPILED_MODULES = (
     "retrysafe.hints",
     "retrysafe.request_facts",
     "retrysafe.attempt_deadline",
-    "retrysafe.bounded_backend",
     "retrysafe.governor.guard",
     "retrysafe.governor.breaker",
     "retrysafe.governor.budget",
