@@ -15,7 +15,8 @@ and a final transport failure re-raises httpx's own exception::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import httpx
 
@@ -165,8 +166,10 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         self._loop = AsyncSendLoop(self.settings, transport)
         redact_httpx_logs()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._loop.send(request)
+    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
+        # The send loop's own coroutine, not one wrapped around it: each time the request
+        # waits on the network, every coroutine it awaits through is resumed in turn.
+        return self._loop.send(request)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
