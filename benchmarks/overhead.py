@@ -13,7 +13,8 @@ Contenders, each with its own client (and so its own connection pool):
 
 Each retries up to 3 attempts on transport errors and 5xx; every call here succeeds, so
 what is measured is the cost of the retry layer on the happy path. Sync and async, on
-``httpx.MockTransport`` (no I/O: the layer's own cost) and on loopback (a minimal HTTP/1.1
+``httpx.MockTransport`` (no I/O: the layer's own cost), async on a mock that first waits
+on the event loop as many times as a network request does, and on loopback (a minimal HTTP/1.1
 server in a child process on 127.0.0.1, keep-alive, so it does not share this process's
 GIL). All (scenario, contender) pairs are interleaved: each round runs one batch of calls
 of every pair, in a fresh random order, so drift (CPU frequency, other load) hits all
@@ -115,6 +116,24 @@ def loopback_server() -> Iterator[str]:
 
 def mock_transport() -> httpx.MockTransport:
     return httpx.MockTransport(lambda request: httpx.Response(200, content=b"ok"))
+
+
+#: How many times the waiting mock yields to the event loop per request: as many turns as
+#: an async request over loopback takes here (counted with the loop's own iterations).
+NETWORK_WAITS = 6
+
+
+class WaitingMockTransport(httpx.AsyncBaseTransport):
+    """A mock that waits on the event loop as a network request does, before answering.
+
+    Steadier than loopback (no socket, no server), closer to a real async call than the
+    plain mock: every coroutine a request awaits through is resumed at each wait.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(NETWORK_WAITS):
+            await asyncio.sleep(0)
+        return httpx.Response(200, content=b"ok")
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -489,6 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with loopback_server() as url:
             scenarios = standard_scenarios(url, sync_contenders, async_contenders, quick=args.quick)
+            scenarios.append(
+                Scenario(
+                    f"async mock waiting {NETWORK_WAITS} times",
+                    True,
+                    scenarios[1].calls,
+                    async_contenders(url, WaitingMockTransport),
+                )
+            )
             try:
                 done = measure_calls(scenarios, loop, rounds, 1, max_seconds)
             finally:
