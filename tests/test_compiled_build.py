@@ -44,7 +44,15 @@ def test_the_compiled_run_runs_every_listed_module_compiled() -> None:
     assert is_compiled()
     assert [name for name in COMPILED_MODULES if not _is_extension(name)] == []
     # What users call with their own arguments stays plain Python (its own messages).
-    for name in ("retrysafe.client", "retrysafe.transport", "retrysafe.shell_settings"):
+    for name in (
+        "retrysafe.client",
+        "retrysafe.async_client",
+        "retrysafe.transport",
+        "retrysafe.shell_settings",
+        "retrysafe.call_options",
+        "retrysafe.dependency_namers",
+        "retrysafe.governor.governor",
+    ):
         assert not _is_extension(name), name
 
 

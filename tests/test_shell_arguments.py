@@ -121,17 +121,92 @@ async def test_per_request_cookies_warn_on_the_async_client_too() -> None:
             await client.get("http://api.test/", cookies={"session": "s1"})
 
 
-def test_a_transport_that_is_not_an_httpx_transport_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"transport must be an httpx\.BaseTransport.*got str"):
+def test_a_transport_that_cannot_send_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"transport must be an httpx transport.*got str"):
         retrysafe.RetryTransport("http://api.test")  # type: ignore[arg-type]
 
 
-def test_a_sync_transport_given_to_the_async_shell_says_which_goes_where() -> None:
-    with pytest.raises(TypeError, match="an async one in AsyncRetryTransport"):
+def test_a_sync_transport_given_to_the_async_shell_says_what_it_is() -> None:
+    with pytest.raises(TypeError, match=r"a sync transport: it has handle_request\(\) instead"):
         retrysafe.AsyncRetryTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("header", [b"Request-Timeout", "", 5])
+def test_a_transport_that_sends_as_httpx_asks_is_taken_without_subclassing() -> None:
+    # httpx itself asks a transport only to send (and close), so retrysafe does too.
+    class Sends:
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, text="duck")
+
+        def close(self) -> None:
+            pass
+
+    with httpx.Client(transport=retrysafe.RetryTransport(Sends())) as client:  # type: ignore[arg-type]
+        assert client.get("http://api.test/").text == "duck"
+
+
+def test_setting_a_transports_inner_transport_or_settings_takes_effect() -> None:
+    shell = retrysafe.RetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(500)),
+        policy=retrysafe.RetryPolicy(attempts=1),
+    )
+    shell.transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with httpx.Client(transport=shell) as client:
+        assert client.get("http://api.test/").status_code == 200
+    sent: list[httpx.Request] = []
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    shell.transport = httpx.MockTransport(fail)
+    shell.settings = shell.settings._replace(policy=retrysafe.RetryPolicy(attempts=2))
+    with httpx.Client(transport=shell) as client:
+        client.get("http://api.test/")
+    assert (shell.policy.attempts, len(sent)) == (2, 2)
+
+
+def test_the_async_transport_sends_through_a_coroutine_function() -> None:
+    # Mocks (create_autospec) and frameworks tell async methods by this.
+    import inspect
+
+    assert inspect.iscoroutinefunction(retrysafe.AsyncRetryTransport.handle_async_request)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"policy": {"attempts": 2}}, r"policy must be a retrysafe\.RetryPolicy, got dict"),
+        ({"dependency": retrysafe.dependency_by_path(1)}, r"must be a name \(str\)"),
+        ({"dependency": b"api"}, r"must be a name \(str\)"),
+    ],
+)
+def test_call_options_of_the_wrong_kind_are_refused_when_made(options: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        retrysafe.CallOptions(**options)
+
+
+def test_call_options_read_stream_as_true_or_false() -> None:
+    assert retrysafe.CallOptions(stream=1).stream is True  # type: ignore[arg-type]
+    assert retrysafe.CallOptions(stream=None).stream is False  # type: ignore[arg-type]
+
+
+def test_timeouts_given_as_any_mapping_are_read() -> None:
+    import types
+
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+    timeouts = types.MappingProxyType({"connect": 1.0, "read": 2.0, "write": 3.0, "pool": 4.0})
+    request = httpx.Request("GET", "http://api.test/", extensions={"timeout": timeouts})
+    with httpx.Client(transport=retrysafe.RetryTransport(httpx.MockTransport(answer))) as c:
+        assert c.send(request).status_code == 200
+    assert seen == [{"connect": 1.0, "read": 2.0, "write": 3.0, "pool": 4.0}]
+
+
+@pytest.mark.parametrize("header", [b"Request-Timeout", "", 5, "Request Timeout", "X:Y", "é"])
 def test_a_deadline_header_that_is_not_a_header_name_is_refused(header: Any) -> None:
     with pytest.raises(TypeError, match="deadline_header must be a header name"):
         retrysafe.RetryTransport(deadline_header=header)

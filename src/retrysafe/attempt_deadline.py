@@ -108,7 +108,7 @@ def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:
     return timeout, False, True
 
 
-def bound_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport) -> bool:
+def bound_transport(transport: object) -> bool:
     """Make ``transport``'s connections honour the attempt deadline; False if it cannot.
 
     Works on httpx's own ``HTTPTransport`` (and its proxy pools), whose httpcore

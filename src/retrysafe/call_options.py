@@ -32,6 +32,20 @@ class CallOptions:
     dependency: str | None = None
     stream: bool = False
 
+    def __post_init__(self) -> None:
+        if self.policy is not None and not isinstance(self.policy, RetryPolicy):
+            raise TypeError(
+                f"policy must be a retrysafe.RetryPolicy, got {type(self.policy).__name__}"
+            )
+        if self.dependency is not None and not isinstance(self.dependency, str):
+            raise TypeError(
+                "dependency for one call must be a name (str), e.g. dependency='search'; "
+                f"got {type(self.dependency).__name__} (a callable naming requests goes on "
+                "the transport or client)"
+            )
+        # (read as true or false, as httpx reads its own stream= flag)
+        object.__setattr__(self, "stream", bool(self.stream))
+
 
 #: A request without options came through a plain httpx client, which reads a success's
 #: body only after the transport returns: the transport cannot know whether it will, so it

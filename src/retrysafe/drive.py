@@ -16,7 +16,7 @@ contexts a call lives in:
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
@@ -117,7 +117,7 @@ class _Chain:
     def __init__(
         self,
         deadline: Deadline,
-        timeouts: dict[str, Any],
+        timeouts: Mapping[str, Any],
         retries_used: int,
         last_request: httpx.Request,
     ) -> None:
@@ -240,7 +240,7 @@ class Drive:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
             self._retries_before = chain.retries_used
             #: The per-phase timeouts the request came with, before any attempt bounded them.
-            self.caller_timeouts: dict[str, Any] = chain.timeouts
+            self.caller_timeouts: Mapping[str, Any] = chain.timeouts
             self._deadline = chain.deadline
         else:
             self._retries_before = 0

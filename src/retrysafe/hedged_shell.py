@@ -50,7 +50,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.send_loop import _GRACE, _prepare
+from retrysafe.send_loop import _GRACE, AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
 
@@ -178,7 +178,7 @@ def _hedge_if_due(
 # -- sync ----------------------------------------------------------------------------------
 
 
-def _send(transport: httpx.BaseTransport, copy: _Copy) -> _Result:
+def _send(transport: Sender, copy: _Copy) -> _Result:
     """Send one copy on this thread, bounded by its own time; what it got.
 
     While it runs, the copy is this thread's running call (reads end by its time) and
@@ -246,7 +246,7 @@ class _SyncRound:
     made the call, as without hedging.
     """
 
-    def __init__(self, transport: httpx.BaseTransport, drive: Drive, request: httpx.Request):
+    def __init__(self, transport: Sender, drive: Drive, request: httpx.Request):
         call = drive.call
         assert isinstance(call, HedgedCall)
         self.call = call
@@ -333,7 +333,7 @@ class _SyncRound:
 
 
 def hedged_round(
-    transport: httpx.BaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    transport: Sender, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
     """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
     return _SyncRound(transport, drive, request).run(plan)
@@ -343,7 +343,7 @@ def hedged_round(
 
 
 async def _run_copy_async(
-    transport: httpx.AsyncBaseTransport,
+    transport: AsyncSender,
     copy: _Copy,
     outbox: MemoryObjectSendStream[_Result],
 ) -> None:
@@ -411,7 +411,7 @@ async def _conclude_async(drive: Drive, result: _Result) -> Step:
 
 
 async def hedged_round_async(
-    transport: httpx.AsyncBaseTransport, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    transport: AsyncSender, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
     """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
     call = drive.call

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -32,7 +32,26 @@ from retrysafe.shell_settings import ShellSettings
 if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
     from retrysafe.attempt_watchdog import AttemptWatchdog, Watch
 
-__all__ = ["AsyncSendLoop", "SendLoop"]
+__all__ = ["AsyncSendLoop", "AsyncSender", "SendLoop", "Sender"]
+
+
+class Sender(Protocol):
+    """What a sync shell needs of the transport it wraps: httpx's ``BaseTransport``, or
+    anything that sends and closes as it does (httpx itself asks no more)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncSender(Protocol):
+    """What an async shell needs of the transport it wraps: httpx's ``AsyncBaseTransport``,
+    or anything that sends and closes as it does."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
+
+    async def aclose(self) -> None: ...
+
 
 #: An attempt's hard end comes this much after its per-phase timeouts, so httpx's own
 #: timeouts, which know how far the request got (a connect timeout means it was never
@@ -120,7 +139,7 @@ class SendLoop:
     class that plain Python subclasses never clears its weak references (mypyc#1102).
     """
 
-    def __init__(self, settings: ShellSettings, transport: httpx.BaseTransport) -> None:
+    def __init__(self, settings: ShellSettings, transport: Sender) -> None:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
@@ -190,7 +209,7 @@ class AsyncSendLoop:
     """An async transport's requests: each driven through its attempts and waits (an
     :class:`~retrysafe.AsyncRetryTransport` holds one, as for :class:`SendLoop`)."""
 
-    def __init__(self, settings: ShellSettings, transport: httpx.AsyncBaseTransport) -> None:
+    def __init__(self, settings: ShellSettings, transport: AsyncSender) -> None:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport

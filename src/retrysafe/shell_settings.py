@@ -8,6 +8,7 @@ fix what they refuse; the drive trusts the value it is given.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -18,6 +19,9 @@ from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer
 
 __all__ = ["ShellSettings"]
+
+#: A header name: an HTTP token (RFC 9110, section 5.1).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class ShellSettings(NamedTuple):
@@ -70,11 +74,11 @@ class ShellSettings(NamedTuple):
                 f"e.g. hooks=[print]; got {hooks!r}"
             )
         if deadline_header is not None and (
-            not isinstance(deadline_header, str) or not deadline_header.strip()
+            not isinstance(deadline_header, str) or _HEADER_NAME.fullmatch(deadline_header) is None
         ):
             raise TypeError(
-                "deadline_header must be a header name (str), e.g. "
-                f"deadline_header='Request-Timeout'; got {deadline_header!r}"
+                "deadline_header must be a header name (letters, digits and !#$%&'*+-.^_`|~, "
+                f"no spaces), e.g. deadline_header='Request-Timeout'; got {deadline_header!r}"
             )
         clock = clock if clock is not None else SystemClock()
         return cls(

@@ -15,8 +15,7 @@ and a final transport failure re-raises httpx's own exception::
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import httpx
 
@@ -27,24 +26,43 @@ from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
 from retrysafe.request_facts import DependencyNamer
-from retrysafe.send_loop import AsyncSendLoop, SendLoop
+from retrysafe.send_loop import AsyncSender, AsyncSendLoop, Sender, SendLoop
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]
 
 
-def _not_a_transport(given: object, kind: str, example: str) -> str:
-    """The message for a ``transport=`` that is not an httpx transport of the right kind."""
-    hint = ""
-    if isinstance(given, (httpx.BaseTransport, httpx.AsyncBaseTransport)):
-        hint = " (a sync transport goes in RetryTransport, an async one in AsyncRetryTransport)"
-    return f"transport must be an {kind}, e.g. httpx.{example}(), got {type(given).__name__}{hint}"
+def _not_a_transport(given: object, *, sync: bool) -> str:
+    """The message for a ``transport=`` that cannot send a request the way its shell does."""
+    if sync:
+        needs, example, other = "handle_request()", "httpx.HTTPTransport()", "handle_async_request"
+    else:
+        needs, example, other = (
+            "handle_async_request()",
+            "httpx.AsyncHTTPTransport()",
+            "handle_request",
+        )
+    kind = "an async" if sync else "a sync"
+    hint = f" ({kind} transport: it has {other}() instead)" if hasattr(given, other) else ""
+    return (
+        f"transport must be an httpx transport with {needs}, e.g. {example}; "
+        f"got {type(given).__name__}{hint}"
+    )
 
 
 class _Shell:
-    """What both shells expose of their one frozen settings value."""
+    """What both shells expose of the send loop they hand each request to."""
 
-    settings: ShellSettings
+    _loop: SendLoop | AsyncSendLoop
+
+    @property
+    def settings(self) -> ShellSettings:
+        """Everything this transport was configured with (one frozen value)."""
+        return self._loop.settings
+
+    @settings.setter
+    def settings(self, settings: ShellSettings) -> None:
+        self._loop.settings = settings
 
     @property
     def policy(self) -> RetryPolicy:
@@ -95,7 +113,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         governor: Governor | None = None,
         deadline_header: str | None = None,
     ) -> None:
-        self.settings = ShellSettings.build(
+        settings = ShellSettings.build(
             policy=policy,
             clock=clock,
             governor=governor,
@@ -106,12 +124,19 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         )
         if transport is None:
             transport = httpx.HTTPTransport()
-        elif not isinstance(transport, httpx.BaseTransport):
-            raise TypeError(_not_a_transport(transport, "httpx.BaseTransport", "HTTPTransport"))
-        #: The transport that sends each attempt.
-        self.transport = transport
-        self._loop = SendLoop(self.settings, transport)
+        elif not callable(getattr(transport, "handle_request", None)):
+            raise TypeError(_not_a_transport(transport, sync=True))
+        self._loop: SendLoop = SendLoop(settings, transport)
         redact_httpx_logs()
+
+    @property
+    def transport(self) -> Sender:
+        """The transport that sends each attempt (set it to send through another)."""
+        return self._loop.transport
+
+    @transport.setter
+    def transport(self, transport: Sender) -> None:
+        self._loop = SendLoop(self.settings, transport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         return self._loop.send(request)
@@ -146,7 +171,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         governor: Governor | None = None,
         deadline_header: str | None = None,
     ) -> None:
-        self.settings = ShellSettings.build(
+        settings = ShellSettings.build(
             policy=policy,
             clock=clock,
             governor=governor,
@@ -157,19 +182,22 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         )
         if transport is None:
             transport = httpx.AsyncHTTPTransport()
-        elif not isinstance(transport, httpx.AsyncBaseTransport):
-            raise TypeError(
-                _not_a_transport(transport, "httpx.AsyncBaseTransport", "AsyncHTTPTransport")
-            )
-        #: The transport that sends each attempt.
-        self.transport = transport
-        self._loop = AsyncSendLoop(self.settings, transport)
+        elif not callable(getattr(transport, "handle_async_request", None)):
+            raise TypeError(_not_a_transport(transport, sync=False))
+        self._loop: AsyncSendLoop = AsyncSendLoop(settings, transport)
         redact_httpx_logs()
 
-    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
-        # The send loop's own coroutine, not one wrapped around it: each time the request
-        # waits on the network, every coroutine it awaits through is resumed in turn.
-        return self._loop.send(request)
+    @property
+    def transport(self) -> AsyncSender:
+        """The transport that sends each attempt (set it to send through another)."""
+        return self._loop.transport
+
+    @transport.setter
+    def transport(self, transport: AsyncSender) -> None:
+        self._loop = AsyncSendLoop(self.settings, transport)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._loop.send(request)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
