@@ -83,13 +83,12 @@ def with_call_options(
         and (idempotency == "off" or method.upper() not in _AUTO_KEYED_METHODS)
     ):
         return headers, extensions  # the usual call: nothing to add
-    if policy is not None and not isinstance(policy, RetryPolicy):
-        raise TypeError(f"policy must be a retrysafe.RetryPolicy, got {type(policy).__name__}")
-    if dependency is not None and not isinstance(dependency, str):
-        raise TypeError(
-            "dependency for one call must be a name (str), e.g. dependency='search'; "
-            f"got {type(dependency).__name__} (a callable naming requests goes on the client)"
-        )
+    # Made first: CallOptions checks the policy and dependency, before any key is made.
+    call_options = (
+        None
+        if policy is None and dependency is None
+        else CallOptions(policy=policy, dependency=dependency)
+    )
     if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
         idempotency_key = True
     if idempotency_key is True:
@@ -104,8 +103,8 @@ def with_call_options(
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
     options = dict(extensions or {})
-    if policy is not None or dependency is not None:
-        options[OPTIONS_EXTENSION] = CallOptions(policy=policy, dependency=dependency)
+    if call_options is not None:
+        options[OPTIONS_EXTENSION] = call_options
     return headers, options
 
 
