@@ -241,6 +241,18 @@ def test_no_event_loop_is_kept_after_its_run() -> None:
     assert all(ref() is None for ref in loops)
 
 
+async def _status_of_a_call_answered_in_50_ms() -> int:
+    """One call, with an attempt timeout of 0.5 s, to a server answering in 50 ms."""
+
+    async def answers_soon(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, content=b"ok")
+
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
+    async with _client(answers_soon, policy) as client:
+        return (await client.get("http://upstream.test/")).status_code
+
+
 def test_an_attempt_ends_on_the_loops_own_clock() -> None:
     """A loop whose clock is not time.monotonic() (virtual-time test loops): the limit
     is kept in the loop's time, the only time asyncio code there sees. Here the loop's
@@ -250,18 +262,9 @@ def test_an_attempt_ends_on_the_loops_own_clock() -> None:
         def time(self) -> float:
             return time.monotonic() + 3600.0
 
-    async def answers_soon(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(0.05)
-        return httpx.Response(200, content=b"ok")
-
-    async def call() -> int:
-        policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
-        async with _client(answers_soon, policy) as client:
-            return (await client.get("http://upstream.test/")).status_code
-
     loop = HourAheadLoop()
     try:
-        assert loop.run_until_complete(call()) == 200
+        assert loop.run_until_complete(_status_of_a_call_answered_in_50_ms()) == 200
     finally:
         loop.close()
 
@@ -269,18 +272,9 @@ def test_an_attempt_ends_on_the_loops_own_clock() -> None:
 def test_a_loop_whose_clock_is_patched_on_the_instance_keeps_its_time() -> None:
     """Virtual-time tools patch ``loop.time`` on the loop itself, not its class."""
 
-    async def answers_soon(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(0.05)
-        return httpx.Response(200, content=b"ok")
-
-    async def call() -> int:
-        policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
-        async with _client(answers_soon, policy) as client:
-            return (await client.get("http://upstream.test/")).status_code
-
     loop = asyncio.new_event_loop()
     loop.time = lambda: time.monotonic() + 3600.0  # type: ignore[method-assign]
     try:
-        assert loop.run_until_complete(call()) == 200
+        assert loop.run_until_complete(_status_of_a_call_answered_in_50_ms()) == 200
     finally:
         loop.close()

@@ -121,17 +121,20 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         from retrysafe import NoSuchName  # type: ignore[attr-defined]  # noqa: F401
 
 
+#: A process that makes one successful sync call, and nothing else.
+ONE_SUCCESSFUL_CALL = (
+    "import retrysafe\n"
+    "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+    "with retrysafe.Client(transport=mock) as client:\n"
+    "    client.get('http://127.0.0.1/')"
+)
+
 #: What only a hedging call needs: loaded on its first use.
 HEDGING_MODULES = ("retrysafe.hedged_call", "retrysafe.hedged_shell", "retrysafe.latency")
 
 
 def test_hedging_is_loaded_by_the_first_hedging_call_not_by_import() -> None:
-    _, plain = loaded_after(
-        "import retrysafe\n"
-        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
-        "with retrysafe.Client(transport=mock) as client:\n"
-        "    client.get('http://127.0.0.1/')"
-    )
+    _, plain = loaded_after(ONE_SUCCESSFUL_CALL)
     assert sorted(set(HEDGING_MODULES) & plain) == []
     _, hedging = loaded_after(
         "import retrysafe\n"
@@ -154,12 +157,7 @@ FAILURE_AND_ASYNC_MODULES = (
 
 
 def test_a_successful_sync_call_leaves_the_failure_and_async_pieces_unloaded() -> None:
-    _, plain = loaded_after(
-        "import retrysafe\n"
-        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
-        "with retrysafe.Client(transport=mock) as client:\n"
-        "    client.get('http://127.0.0.1/')"
-    )
+    _, plain = loaded_after(ONE_SUCCESSFUL_CALL)
     assert sorted(set(FAILURE_AND_ASYNC_MODULES) & plain) == []
     _, failing = loaded_after(
         "import retrysafe\n"
