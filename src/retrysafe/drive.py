@@ -42,7 +42,7 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
-from retrysafe.first_attempt import first_plan, first_success, settled_at_once
+from retrysafe.first_attempt import first_plan, first_success
 from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.explain import (
     explain_breaker,
@@ -51,6 +51,7 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
+from retrysafe.hints import announced_limit
 from retrysafe.observe import CallTrace, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency
@@ -127,6 +128,20 @@ class _Chain:
         self.last_request = last_request
 
 
+def _named(namer: Callable[[httpx.Request], object], request: httpx.Request) -> str:
+    """The dependency name a user's namer gives ``request``, checked to be a ``str``."""
+    # Called as returning any object: what a user's namer returns is checked here, not
+    # assumed (the compiled build would otherwise fail with its own message).
+    name = namer(request)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"the dependency namer {namer!r} returned {type(name).__name__}: "
+            "it must return the dependency's name (str)"
+        )
+    return name
+
+
+_tuple = tuple.__new__
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: Testing mode's wait: none at all.
 _INSTANT = Wait(0.0)
@@ -159,8 +174,6 @@ class Drive:
         "_deadline",
         "_first",
         "_guard",
-        "_max_attempts",
-        "_parent",
         "_retries_before",
         "_started",
         "_stream",
@@ -170,13 +183,14 @@ class Drive:
         "caller_timeouts",
         "dependency",
         "gave_up_inside",
-        "guards_nesting",
         "policy",
         "request",
         "settings",
     )
 
     def __init__(self, settings: ShellSettings, request: httpx.Request) -> None:
+        # Made for every request: it sets only what a fresh call needs, and leaves what
+        # only a retry asks (nesting, testing mode's attempts) to be worked out then.
         self.settings = settings
         self.request = request
         extensions = request.extensions
@@ -186,77 +200,75 @@ class Drive:
         #: The policy of this call: the call's own, else the shell's.
         self.policy = policy = options.policy or settings.policy
         dependency = options.dependency or settings.dependency or default_dependency(request.url)
-        if not isinstance(dependency, str):
-            # Called as returning any object: what a user's namer returns is checked here,
-            # not assumed (the compiled build would otherwise fail with its own message).
-            namer: Callable[[httpx.Request], object] = dependency
-            name = namer(request)
-            if not isinstance(name, str):
-                raise TypeError(
-                    f"the dependency namer {dependency!r} returned {type(name).__name__}: "
-                    "it must return the dependency's name (str)"
-                )
-            dependency = name
         #: The name this call's load protection is kept under.
-        self.dependency: str = dependency
+        self.dependency: str = (
+            dependency if isinstance(dependency, str) else _named(dependency, request)
+        )
         self._stream = options.stream
         governor = settings.governor
-        testing = testing_mode.active
         # Testing mode (retrysafe.testing.set_testing) leaves load protection out: its
         # cooldowns and paced slots would make a test suite wait.
-        protects = governor.protects and testing is None
-        self._guard = governor.guard(dependency) if protects else None
-        # The retrysafe call this one is made inside, if any: then this one is nested.
-        parent = current_call.get()
-        nested_attempts = governor.settings.nested_attempts
-        #: Whether this call takes part in the nesting guard (its governor's setting).
-        self.guards_nesting = nested_attempts is not None
-        if parent is None or not (
-            self.guards_nesting and isinstance(parent, Drive) and parent.guards_nesting
-        ):
-            self._parent = None
-            max_attempts = None
-        else:
-            self._parent = parent
-            max_attempts = nested_attempts
-        if testing is not None:
-            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
-        self._max_attempts = max_attempts
+        self._guard = (
+            governor.guard(self.dependency)
+            if governor.protects and testing_mode.active is None
+            else None
+        )
         #: Set by a call nested in this one's attempt that retried and gave up.
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
+        # This call is the running one in its context until it closes: a call made in
+        # its attempt is nested in it, and reads made for it are bounded by its attempt.
+        # (The token keeps the call it is made in, if any: see _enclosing.)
         self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
         self._started = settings.clock.monotonic()
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.
         self._first: _FirstAttempt | None = None
         self._trace: CallTrace | None = None
-        chain = extensions.get(_CHAIN_EXTENSION)
+        self._retries_before = 0
+        #: The per-phase timeouts the request came with, before any attempt bounded them.
+        self.caller_timeouts: Mapping[str, Any] = extensions.get("timeout") or {}
         #: The call's deadline when it is not simply the policy's from now: a redirect
         #: chain's, or one tightened by an enclosing deadline scope.
-        self._deadline: Deadline | None
-        if isinstance(chain, _Chain) and chain.last_request is not request:
-            # The next hop of a redirect chain: what the earlier hops left is this hop's.
-            self._retries_before = chain.retries_used
-            #: The per-phase timeouts the request came with, before any attempt bounded them.
-            self.caller_timeouts: Mapping[str, Any] = chain.timeouts
-            self._deadline = chain.deadline
-        else:
-            self._retries_before = 0
-            self.caller_timeouts = extensions.get("timeout") or {}
-            scope = current_deadline()
-            self._deadline = (
-                None
-                if scope is None
-                else Deadline(self._started + policy.deadline, settings.clock).tighter(scope)
-            )
+        self._deadline: Deadline | None = None
+        chain = extensions.get(_CHAIN_EXTENSION)
+        scope = current_deadline()
+        if chain is not None or scope is not None:
+            self._join_chain_or_scope(chain, scope)
         if (
             self._deadline is not None
             or policy.hedge_after is not None
             or settings.observer.listening
         ):
             self.call  # noqa: B018 - not a fresh call: its engine from the start
+
+    def _join_chain_or_scope(self, chain: object, scope: Deadline | None) -> None:
+        """Take the deadline and retries a redirect chain's earlier hops left, or the
+        deadline of the enclosing scope, if tighter than the policy's."""
+        if isinstance(chain, _Chain) and chain.last_request is not self.request:
+            # The next hop of a redirect chain: what the earlier hops left is this hop's.
+            self._retries_before = chain.retries_used
+            self.caller_timeouts = chain.timeouts
+            self._deadline = chain.deadline
+        elif scope is not None:
+            own = Deadline(self._started + self.policy.deadline, self.settings.clock)
+            self._deadline = own.tighter(scope)
+
+    @property
+    def guards_nesting(self) -> bool:
+        """Whether this call takes part in the nesting guard (its governor's setting)."""
+        return self.settings.governor.settings.nested_attempts is not None
+
+    def _enclosing(self) -> Drive | None:
+        """The retrysafe call this one is nested in: the one running in this context
+        when it started (kept by its context token), if both take part in the nesting
+        guard."""
+        token = self._token
+        parent = None if token is None else token.old_value
+        if isinstance(parent, Drive) and parent.guards_nesting and self.guards_nesting:
+            return parent
+        return None
 
     @property
     def call(self) -> Call:
@@ -277,6 +289,13 @@ class Drive:
             deadline = Deadline(self._started + policy.deadline, settings.clock)
         observer = settings.observer
         observed = observer.listening
+        # A nested call retries less; testing mode caps every call's attempts.
+        max_attempts = (
+            None if self._enclosing() is None else settings.governor.settings.nested_attempts
+        )
+        testing = testing_mode.active
+        if testing is not None:
+            max_attempts = min(max_attempts or testing.attempts, testing.attempts)
         call: Call
         if policy.hedge_after is not None:
             call = _hedged_call(
@@ -286,7 +305,7 @@ class Drive:
                 self.dependency,
                 deadline,
                 self._retries_before,
-                self._max_attempts,
+                max_attempts,
                 self._stream,
                 self._started,
             )
@@ -298,7 +317,7 @@ class Drive:
                 dependency=self.dependency,
                 deadline=deadline,
                 retries_used=self._retries_before,
-                max_attempts=self._max_attempts,
+                max_attempts=max_attempts,
                 stream=self._stream,
                 observed=observed,
                 started=self._started,
@@ -325,9 +344,9 @@ class Drive:
             if remaining > 0:  # (with no time left, the engine says how the call ends)
                 admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
                 if admission is not None:
-                    plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
+                    plan = first_plan(self.policy, self._stream, remaining)
                     replayable = isinstance(self.request.stream, httpx.ByteStream)
-                    self._first = _FirstAttempt(plan, admission.permit, replayable, now)
+                    self._first = _tuple(_FirstAttempt, (plan, admission.permit, replayable, now))
                     return plan
         call = self.call
         if guard is None:
@@ -353,24 +372,27 @@ class Drive:
         first = self._first
         # A fresh call's first attempt: the engine is needed only if this does not end it.
         if (
-            self._call is None
-            and first is not None
+            first is not None
             and first.plan is plan
-            and settled_at_once(self.policy, response)
+            and self._call is None
+            # A success with nothing else to do: below 400, no rules to consult, and no
+            # used-up rate limit announced (that starts a cooldown: the Call's to do).
+            and response.status_code < 400
+            and not self.policy.rules
+            and announced_limit(response) is None
         ):
             self._first = None
-            if first.permit is not None and self._guard is not None:
-                self._guard.healthy_call()  # (admitted while the breaker was closed)
-            now = self.settings.clock.monotonic()
-            attempt_started = first.started
+            guard = self._guard
+            if first.permit is not None and guard is not None:
+                guard.healthy_call()  # (admitted while the breaker was closed)
             return first_success(
                 self.request,
                 response,
                 plan,
-                dependency=self.dependency,
-                started=attempt_started - self._started,
-                elapsed=now - attempt_started,
-                call_elapsed=now - self._started,
+                self.dependency,
+                self._started,
+                first.started,
+                self.settings.clock.monotonic(),
             )
         if self.gave_up_inside:
             self._note_nested_give_up()
@@ -510,8 +532,10 @@ class Drive:
                 self._continue_chain()
             return response
         assert isinstance(step, Fail)
-        if step.retried and self._parent is not None:
-            self._parent.gave_up_inside = True
+        if step.retried:
+            parent = self._enclosing()
+            if parent is not None:
+                parent.gave_up_inside = True
         if step.response is not None:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.

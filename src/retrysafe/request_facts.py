@@ -6,7 +6,6 @@ by default (its origin), worked out cheaply: both are read for every call.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 
 import httpx
@@ -24,7 +23,6 @@ DependencyNamer = Callable[[httpx.Request], str]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
-_lowered_name = operator.itemgetter(1)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -56,11 +54,8 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
     # httpx's Headers.get first works out the encoding of every header of a new request;
     # its (raw, lower-cased, value) triples answer at a fraction of the cost. They are
     # private, but every httpx the package accepts (pyproject pins <0.29) keeps them.
-    triples = request.headers._list
-    if _KEY_NAME not in map(_lowered_name, triples):  # (the usual answer, found in C)
-        return None
-    for _, lowered, raw in triples:
-        if lowered == _KEY_NAME:
-            key = raw.decode("latin-1")
+    for triple in request.headers._list:
+        if triple[1] == _KEY_NAME:
+            key = triple[2].decode("latin-1")
             return key if key.strip() else None
     return None
