@@ -13,12 +13,10 @@ a wrong argument still gets retrysafe's own message.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -59,6 +57,7 @@ class AsyncSender(Protocol):
 #: its headers or body, whose every single read kept within time.
 _GRACE = 0.05
 _PHASES = ("connect", "read", "write", "pool")
+_INF = math.inf
 
 
 def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
@@ -68,27 +67,23 @@ def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
         value = given.get(phase)
         value = limit if value is None or value > limit else value
         # httpx spells "no timeout" as None, and sockets refuse an infinite one.
-        bounded[phase] = value if value != math.inf else None
+        bounded[phase] = value if value != _INF else None
     return bounded
-
-
-_PHASE_NAMES = frozenset(_PHASES)
 
 
 def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     """Bound each phase by the attempt's time and tell the server how long it has."""
     limit = plan.timeout
     given = drive.caller_timeouts
-    values = given.values()
-    if given.keys() == _PHASE_NAMES and None not in values:
-        longest = max(values)
-        if longest <= limit and longest != math.inf:
-            # Every phase already ends within the attempt's time (httpx's default 5 s
-            # against the default 10 s attempt): the caller's own timeouts stand (a
-            # copy: a transport that changes its request's must not change the caller's).
-            request.extensions["timeout"] = dict(given)
-        else:
-            request.extensions["timeout"] = _bound(given, limit)
+    try:  # (httpx's four phases; a missing one, or None for "no timeout", is not set)
+        longest = max(given["connect"], given["read"], given["write"], given["pool"])
+    except (KeyError, TypeError):
+        longest = _INF
+    if longest <= limit and longest != _INF and len(given) == 4:
+        # Every phase already ends within the attempt's time (httpx's default 5 s
+        # against the default 10 s attempt): the caller's own timeouts stand (a copy: a
+        # transport that changes its request's must not change the caller's).
+        request.extensions["timeout"] = dict(given)
     else:
         request.extensions["timeout"] = _bound(given, limit)
     header = drive.settings.deadline_header
@@ -96,8 +91,17 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         request.headers[header] = f"{limit:.3f}"
 
 
-#: An attempt with no time limit of its own (its reads are bounded, or it has no end).
-_NO_LIMIT: contextlib.nullcontext[None] = contextlib.nullcontext()
+async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
+    """The attempt ends with no outcome (cancelled): close what it got, shielded from
+    the cancel, and give back what it held."""
+    if response is not None:
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+    drive.abandoned()
+
+
 #: Whether this Python's asyncio can take a cancel back (Task.uncancel, 3.11+), which
 #: the attempt watchdog needs; None until an asyncio attempt first asks.
 _can_uncancel: bool | None = None
@@ -171,7 +175,7 @@ class SendLoop:
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
         ends_at = time.monotonic() + plan.timeout + _GRACE
-        drive.attempt_ends_at = ends_at if plan.timeout != math.inf else None
+        drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:
             try:
@@ -246,28 +250,63 @@ class AsyncSendLoop:
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
         response: httpx.Response | None = None
-        finite = plan.timeout != math.inf
+        finite = plan.timeout != _INF
         drive.attempt_ends_at = time.monotonic() + plan.timeout + _GRACE if finite else None
         # The network backend ends reads at the attempt's end (see attempt_deadline); a
         # time limit bounds the transports it cannot reach: the loop's watchdog on
-        # asyncio, anyio's cancel scope elsewhere.
+        # asyncio, anyio's cancel scope elsewhere (_attempt_in_scope).
         dog: AttemptWatchdog | None = None
         watch: Watch | None = None
-        scope: AbstractContextManager[object] = _NO_LIMIT
-        if drive.attempt_ends_at is not None and not self._bounded:
+        if finite and not self._bounded:
             dog = self._watchdog
-            loop = _running_asyncio_loop()
-            if dog is None or dog.loop is not loop:
-                dog = self._watchdog = _new_watchdog(loop)
-            if dog is not None:
-                # (on the loop's own clock: a test loop may keep virtual time)
-                watch = dog.watch(dog.loop.time() + plan.timeout + _GRACE)
-            else:
-                import anyio  # (not with the package: sync-only processes never need it)
-
-                scope = anyio.fail_after(plan.timeout + _GRACE)
+            if dog is None or dog.loop is not dog.running_loop():
+                dog = self._watchdog = _new_watchdog(_running_asyncio_loop())
+                if dog is None:
+                    return await self._attempt_in_scope(drive, request, plan)
+            # (on the loop's own clock: a test loop may keep virtual time)
+            watch = dog.watch(dog.time() + plan.timeout + _GRACE)
         try:
-            with scope:
+            response = await self.transport.handle_async_request(request)
+            if plan.read_body:
+                await response.aread()
+            step = drive.returned(plan, response)
+            if type(step) is ReadBody:
+                await response.aread()
+                step = drive.returned(plan, response)
+            return step
+        except AttemptDeadlineReached as reached:
+            failure: Exception = reached.as_outcome()
+        except TimeoutError:  # (a transport's own time limit)
+            failure = AttemptTimedOut("the attempt did not finish in its time")
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        except BaseException as exc:
+            if watch is not None and watch.caught(exc):
+                failure = AttemptTimedOut("the attempt did not finish in its time")
+            else:
+                if watch is not None and dog is not None:
+                    dog.forget(watch)  # before the shielded close: no cancel of its own
+                    watch = None
+                await _abandon(drive, response)
+                raise
+        finally:
+            if watch is not None and dog is not None:
+                dog.forget(watch)
+            drive.attempt_ends_at = None
+        if response is not None:
+            await response.aclose()
+        return drive.raised(plan, failure, during_body=response is not None)
+
+    async def _attempt_in_scope(
+        self, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    ) -> Step:
+        """:meth:`_attempt` where no asyncio watchdog can end it (trio; Python before
+        3.11): under anyio's cancel scope, which raises TimeoutError at its end."""
+        import anyio  # (not with the package: sync-only processes never need it)
+
+        response: httpx.Response | None = None
+        try:
+            with anyio.fail_after(plan.timeout + _GRACE):
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()
@@ -282,23 +321,10 @@ class AsyncSendLoop:
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
-        except BaseException as exc:
-            if watch is not None and watch.caught(exc):
-                failure = AttemptTimedOut("the attempt did not finish in its time")
-            else:
-                if watch is not None and dog is not None:
-                    dog.forget(watch)  # before the shielded close: no cancel of its own
-                    watch = None
-                if response is not None:
-                    import anyio
-
-                    with anyio.CancelScope(shield=True):
-                        await response.aclose()
-                drive.abandoned()
-                raise
+        except BaseException:
+            await _abandon(drive, response)
+            raise
         finally:
-            if watch is not None and dog is not None:
-                dog.forget(watch)
             drive.attempt_ends_at = None
         if response is not None:
             await response.aclose()
