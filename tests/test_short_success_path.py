@@ -4,9 +4,11 @@ cooldown, and the same report."""
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 
-from retrysafe import Call, RetryPolicy
+from retrysafe import Call, RetryPolicy, RetryTransport
 from retrysafe.decisions import Admission, EmitEvent, StartCooldown, Succeed
 from retrysafe.engine import HEALTHY_WHILE_CLOSED
 from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker
@@ -69,3 +71,32 @@ def test_the_breakers_short_count_equals_recording_a_healthy_call() -> None:
     assert short._tally(bucket) == general._tally(bucket) == (2, 1)
     assert not short._run  # the success ended the run
     assert not general._run
+
+
+def test_a_change_of_log_level_between_calls_is_heard_by_the_next_call() -> None:
+    # Whether anyone listens is read from the logger's own cache of answers, which
+    # logging empties on every change of level: the next call must hear of it.
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("retrysafe")
+    level = logger.level
+    logger.addHandler(handler)
+    transport = RetryTransport(httpx.MockTransport(lambda request: httpx.Response(200)))
+    try:
+        with httpx.Client(transport=transport) as client:
+            logger.setLevel(logging.INFO)
+            client.get("https://api.test/quiet")
+            assert records == []
+            logger.setLevel(logging.DEBUG)
+            client.get("https://api.test/heard")
+            assert records, "a call after the level went to DEBUG logs its events"
+            assert all(record.levelno == logging.DEBUG for record in records)
+            assert any("api.test/heard" in record.getMessage() for record in records)
+            records.clear()
+            logger.setLevel(logging.INFO)
+            client.get("https://api.test/quiet-again")
+            assert records == []
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
