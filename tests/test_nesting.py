@@ -138,3 +138,49 @@ async def test_a_usable_deadline_header_sets_the_scope_less_the_margin() -> None
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware)) as client:
         await client.get("http://service/", headers={"Request-Timeout": "2.5"})
     assert seen == [2.0]
+
+
+class _BrokenHook:
+    """A hook whose ``listening`` property raises while ``broken`` is set."""
+
+    def __init__(self) -> None:
+        self.broken = False
+
+    @property
+    def listening(self) -> bool:
+        if self.broken:
+            raise RuntimeError("the hook's own bug")
+        return False
+
+    def __call__(self, event: retrysafe.RetryEvent) -> None:
+        pass
+
+
+def test_a_call_that_fails_to_start_is_not_left_running_in_its_context() -> None:
+    # A call that fails as it starts (here a hook raises) must leave its context as it
+    # found it: otherwise every later call there would count as nested in it, and get
+    # the nested allowance of attempts instead of its policy's.
+    from retrysafe.attempt_deadline import current_call
+
+    sent: list[httpx.Request] = []
+
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    hook = _BrokenHook()
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(unavailable),
+        policy=RetryPolicy(attempts=4, backoff_base=0.0, backoff_cap=0.0),
+        clock=FakeClock(),
+        hooks=[hook],
+    )
+    with httpx.Client(transport=transport) as client:
+        hook.broken = True
+        with pytest.raises(RuntimeError, match="the hook's own bug"):
+            client.get("https://api.test/first")
+        hook.broken = False
+        assert current_call.get() is None
+        assert sent == []
+        assert client.get("https://api.test/second").status_code == 503
+    assert len(sent) == 4  # the policy's attempts, not a nested call's

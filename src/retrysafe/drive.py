@@ -217,10 +217,6 @@ class Drive:
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
-        # This call is the running one in its context until it closes: a call made in
-        # its attempt is nested in it, and reads made for it are bounded by its attempt.
-        # (The token keeps the call it is made in, if any: see _enclosing.)
-        self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
         self._started = settings.clock.monotonic()
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.
@@ -229,31 +225,45 @@ class Drive:
         self._retries_before = 0
         #: The per-phase timeouts the request came with, before any attempt bounded them.
         self.caller_timeouts: Mapping[str, Any] = extensions.get("timeout") or {}
-        #: The call's deadline when it is not simply the policy's from now: a redirect
-        #: chain's, or one tightened by an enclosing deadline scope.
-        self._deadline: Deadline | None = None
         chain = extensions.get(_CHAIN_EXTENSION)
         scope = current_deadline()
-        if chain is not None or scope is not None:
-            self._join_chain_or_scope(chain, scope)
-        if (
-            self._deadline is not None
-            or policy.hedge_after is not None
-            or settings.observer.listening
-        ):
-            self.call  # noqa: B018 - not a fresh call: its engine from the start
+        # (read back through a local: the compiled build takes an attribute just set to
+        # None as None until the next statement that is not a method call)
+        deadline = (
+            None if chain is None and scope is None else self._join_chain_or_scope(chain, scope)
+        )
+        #: The call's deadline when it is not simply the policy's from now: a redirect
+        #: chain's, or one tightened by an enclosing deadline scope.
+        self._deadline: Deadline | None = deadline
+        # This call is the running one in its context until it closes: a call made in
+        # its attempt is nested in it, and reads made for it are bounded by its attempt.
+        # (The token keeps the call it is made in, if any: see _enclosing.)
+        self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
+        try:
+            if (
+                deadline is not None
+                or policy.hedge_after is not None
+                or settings.observer.listening
+            ):
+                self.call  # noqa: B018 - not a fresh call: its engine from the start
+        except BaseException:
+            # (a hook's or an instrument's failure): the call never starts, and the
+            # context must not go on holding it as the running call
+            self.close()
+            raise
 
-    def _join_chain_or_scope(self, chain: object, scope: Deadline | None) -> None:
-        """Take the deadline and retries a redirect chain's earlier hops left, or the
-        deadline of the enclosing scope, if tighter than the policy's."""
+    def _join_chain_or_scope(self, chain: object, scope: Deadline | None) -> Deadline | None:
+        """The deadline a redirect chain's earlier hops left (taking their retries too),
+        or the enclosing scope's if tighter than the policy's; None if neither applies."""
         if isinstance(chain, _Chain) and chain.last_request is not self.request:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
             self._retries_before = chain.retries_used
             self.caller_timeouts = chain.timeouts
-            self._deadline = chain.deadline
-        elif scope is not None:
+            return chain.deadline
+        if scope is not None:
             own = Deadline(self._started + self.policy.deadline, self.settings.clock)
-            self._deadline = own.tighter(scope)
+            return own.tighter(scope)
+        return None
 
     @property
     def guards_nesting(self) -> bool:
