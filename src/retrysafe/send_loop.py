@@ -301,7 +301,11 @@ class AsyncSendLoop:
         self, drive: Drive, request: httpx.Request, plan: AttemptPlan
     ) -> Step:
         """:meth:`_attempt` where no asyncio watchdog can end it (trio; Python before
-        3.11): under anyio's cancel scope, which raises TimeoutError at its end."""
+        3.11): under anyio's cancel scope, which raises TimeoutError at its end.
+
+        Its body repeats :meth:`_attempt`'s on purpose (a change to one goes to the
+        other): sharing it would put a coroutine, or a null context, on every asyncio
+        attempt, which is what keeping this path apart saves."""
         import anyio  # (not with the package: sync-only processes never need it)
 
         response: httpx.Response | None = None
