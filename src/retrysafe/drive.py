@@ -174,6 +174,7 @@ class Drive:
         "_deadline",
         "_first",
         "_guard",
+        "_outer",
         "_retries_before",
         "_started",
         "_stream",
@@ -237,8 +238,11 @@ class Drive:
         self._deadline: Deadline | None = deadline
         # This call is the running one in its context until it closes: a call made in
         # its attempt is nested in it, and reads made for it are bounded by its attempt.
-        # (The token keeps the call it is made in, if any: see _enclosing.)
-        self._token: contextvars.Token[RunningCall | None] | None = current_call.set(self)
+        token = current_call.set(self)
+        self._token: contextvars.Token[RunningCall | None] | None = token
+        #: What ran in this context when this call started (the call it is nested in, if
+        #: any), kept for after close: some shells close before they finish.
+        self._outer: object = token.old_value
         try:
             if (
                 deadline is not None
@@ -272,10 +276,8 @@ class Drive:
 
     def _enclosing(self) -> Drive | None:
         """The retrysafe call this one is nested in: the one running in this context
-        when it started (kept by its context token), if both take part in the nesting
-        guard."""
-        token = self._token
-        parent = None if token is None else token.old_value
+        when it started, if both take part in the nesting guard."""
+        parent = self._outer
         if isinstance(parent, Drive) and parent.guards_nesting and self.guards_nesting:
             return parent
         return None

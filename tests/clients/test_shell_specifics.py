@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
+import httpx
 import pytest
 import requests
 
@@ -129,6 +130,55 @@ def test_a_429_seen_through_httpx_pauses_aiohttp_calls_on_the_same_governor(
     with pytest.raises(retrysafe.CooldownActive):
         asyncio.run(aiohttp_get(middleware, chaos.url("/echo")))
     assert [record.endpoint for record in chaos.log()] == ["status"]
+
+
+# -- nesting: a call made inside another call's attempt ----------------------------------
+
+
+def test_a_requests_call_nested_in_an_httpx_call_that_gives_up_is_not_retried_again(
+    chaos: KeyedChaos,
+) -> None:
+    # The nested call retries (twice, the nested allowance) and gives up; the enclosing
+    # call then does not send it all again: two requests reach the server, not 4 x 2.
+    with session_with(RetryAdapter(policy=FAST, governor=Governor())) as session:
+
+        def through_requests(request: httpx.Request) -> httpx.Response:
+            try:
+                session.get(chaos.url("/status/503"))
+            except retrysafe.ApiError:
+                return httpx.Response(503, text="the nested call gave up")
+            return httpx.Response(200)
+
+        outer = retrysafe.Client(
+            transport=httpx.MockTransport(through_requests), policy=FAST, governor=Governor()
+        )
+        with outer, pytest.raises(retrysafe.ServerError):
+            outer.get("https://outer.test/")
+    assert len(chaos.log()) == 2
+
+
+def test_an_aiohttp_call_nested_in_an_httpx_call_that_gives_up_is_not_retried_again(
+    chaos: KeyedChaos,
+) -> None:
+    async def main() -> None:
+        middleware = RetryMiddleware(policy=FAST, governor=Governor())
+
+        async def through_aiohttp(request: httpx.Request) -> httpx.Response:
+            try:
+                await aiohttp_get(middleware, chaos.url("/status/503"))
+            except retrysafe.ApiError:
+                return httpx.Response(503, text="the nested call gave up")
+            return httpx.Response(200)
+
+        outer = retrysafe.AsyncClient(
+            transport=httpx.MockTransport(through_aiohttp), policy=FAST, governor=Governor()
+        )
+        async with outer:
+            with pytest.raises(retrysafe.ServerError):
+                await outer.get("https://outer.test/")
+
+    asyncio.run(main())
+    assert len(chaos.log()) == 2
 
 
 # -- streaming: the body is the caller's, unread, after the headers -------------------------
