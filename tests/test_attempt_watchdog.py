@@ -278,3 +278,26 @@ def test_a_loop_whose_clock_is_patched_on_the_instance_keeps_its_time() -> None:
         assert loop.run_until_complete(_status_of_a_call_answered_in_50_ms()) == 200
     finally:
         loop.close()
+
+
+def test_a_clock_patched_between_calls_is_the_clock_of_the_next_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tools like freezegun patch ``time.monotonic`` itself, which the stock loop reads
+    on every ``time()``: a watchdog made before the patch must follow it, not keep the
+    clock it saw first (an hour ahead, every attempt would be long overdue)."""
+
+    async def answers_soon(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, content=b"ok")
+
+    async def main() -> list[int]:
+        policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=5.0)
+        async with _client(answers_soon, policy) as client:
+            statuses = [(await client.get("http://upstream.test/")).status_code]
+            real = time.monotonic
+            monkeypatch.setattr(time, "monotonic", lambda: real() + 3600.0)
+            statuses.append((await client.get("http://upstream.test/")).status_code)
+            return statuses
+
+    assert asyncio.run(main()) == [200, 200]

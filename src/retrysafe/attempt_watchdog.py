@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-import time
 from collections.abc import Callable
 
 __all__ = ["AttemptWatchdog", "Watch"]
@@ -77,7 +76,7 @@ class Watch:
 class AttemptWatchdog:
     """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    __slots__ = ("_armed_at", "_handle", "_watches", "loop", "running_loop", "time")
+    __slots__ = ("_armed_at", "_handle", "_watches", "loop", "running_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
@@ -87,11 +86,6 @@ class AttemptWatchdog:
         self.running_loop: Callable[[], asyncio.AbstractEventLoop | None] = (
             asyncio._get_running_loop
         )
-        #: The loop's clock (``loop.time()``): the monotonic clock itself, unless the
-        #: loop keeps a time of its own (a test loop's virtual time, uvloop's).
-        clock = loop.time
-        stock = getattr(clock, "__func__", None) is asyncio.BaseEventLoop.time
-        self.time: Callable[[], float] = time.monotonic if stock else clock
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf

@@ -263,8 +263,9 @@ class AsyncSendLoop:
                 dog = self._watchdog = _new_watchdog(_running_asyncio_loop())
                 if dog is None:
                     return await self._attempt_in_scope(drive, request, plan)
-            # (on the loop's own clock: a test loop may keep virtual time)
-            watch = dog.watch(dog.time() + plan.timeout + _GRACE)
+            # (on the loop's own clock, read now: a test loop may keep virtual time, and a
+            # test may patch the clock the loop reads)
+            watch = dog.watch(dog.loop.time() + plan.timeout + _GRACE)
         try:
             response = await self.transport.handle_async_request(request)
             if plan.read_body:
