@@ -100,3 +100,24 @@ def test_a_change_of_log_level_between_calls_is_heard_by_the_next_call() -> None
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def test_a_disabled_logger_is_not_listening_even_at_debug() -> None:
+    # logging.config.dictConfig disables existing loggers without changing a level, so
+    # logging's cached answer for DEBUG stays; the logger's own check reads `disabled`
+    # first, and so must the observer's.
+    from retrysafe.observe import Observer
+
+    logger = logging.getLogger("retrysafe")
+    level, disabled = logger.level, logger.disabled
+    observer = Observer(())
+    try:
+        logger.setLevel(logging.DEBUG)
+        assert observer.listening  # (and logging has cached its answer for DEBUG)
+        logger.disabled = True
+        assert not observer.listening
+        logger.disabled = False
+        assert observer.listening
+    finally:
+        logger.setLevel(level)
+        logger.disabled = disabled

@@ -244,9 +244,10 @@ class Observer:
         if self._always:
             return True
         # The logger's own answer, as logging caches it (cleared whenever a level
-        # changes); asked of the logger only when the cache has none.
+        # changes); asked of the logger when the cache has none, or when the logger is
+        # disabled (which logging checks before its cache, and which clears nothing).
         enabled = _debug_answers.get(logging.DEBUG)
-        if enabled is None:
+        if enabled is None or logger.disabled:
             enabled = logger.isEnabledFor(logging.DEBUG)
         if enabled:
             return True
