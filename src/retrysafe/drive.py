@@ -42,7 +42,7 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
-from retrysafe.first_attempt import first_plan, first_success
+from retrysafe.first_attempt import first_plan, first_success, settled_at_once
 from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.explain import (
     explain_breaker,
@@ -51,7 +51,6 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
-from retrysafe.hints import announced_limit
 from retrysafe.observe import CallTrace, RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency
@@ -356,8 +355,9 @@ class Drive:
             if remaining > 0:  # (with no time left, the engine says how the call ends)
                 admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
                 if admission is not None:
-                    plan = first_plan(self.policy, self._stream, remaining)
+                    plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
                     replayable = isinstance(self.request.stream, httpx.ByteStream)
+                    # (built as the tuple it is, as first_success builds its tuples)
                     self._first = _tuple(_FirstAttempt, (plan, admission.permit, replayable, now))
                     return plan
         call = self.call
@@ -387,11 +387,7 @@ class Drive:
             first is not None
             and first.plan is plan
             and self._call is None
-            # A success with nothing else to do: below 400, no rules to consult, and no
-            # used-up rate limit announced (that starts a cooldown: the Call's to do).
-            and response.status_code < 400
-            and not self.policy.rules
-            and announced_limit(response) is None
+            and settled_at_once(self.policy, response)
         ):
             self._first = None
             guard = self._guard
@@ -401,10 +397,10 @@ class Drive:
                 self.request,
                 response,
                 plan,
-                self.dependency,
-                self._started,
-                first.started,
-                self.settings.clock.monotonic(),
+                dependency=self.dependency,
+                call_started=self._started,
+                attempt_started=first.started,
+                now=self.settings.clock.monotonic(),
             )
         if self.gave_up_inside:
             self._note_nested_give_up()

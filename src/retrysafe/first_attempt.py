@@ -12,9 +12,8 @@ and the response alone:
   not announce a used-up rate limit, is a success at once;
 - the report: one attempt, no waits.
 
-:class:`~retrysafe.drive.Drive` plans with :func:`first_plan`, judges the response
-itself (the rule above) and ends with :func:`first_success`; it builds the ``Call``
-only when an answer is not one of these; the ``Call`` then adopts the attempt in flight
+:class:`~retrysafe.drive.Drive` asks here first and builds the ``Call`` only when
+an answer is not one of these; the ``Call`` then adopts the attempt in flight
 (:meth:`~retrysafe.engine.Call.adopt_attempt`) and decides from there, as if it
 had planned the attempt itself. That both give the same plan, the same success
 and the same report is a tested property (``tests/test_first_attempt.py``).
@@ -30,41 +29,38 @@ import httpx
 
 from retrysafe.decisions import AttemptPlan, CallReport, Succeed
 from retrysafe.errors import AttemptRecord
+from retrysafe.hints import announced_limit
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import idempotency_key_of
 
-__all__ = ["first_plan", "first_success"]
+__all__ = ["first_plan", "first_success", "settled_at_once"]
 
 _tuple = tuple.__new__
 
 
-#: The usual first plans (the policy's whole attempt timeout) of the policies in use, by
-#: ``id``: (policy, plan reading the body, plan leaving it to the caller). Plans are
-#: frozen in use (nothing changes one), so calls share them. Bounded: cleared when it
-#: grows past ``_PLANS_KEPT``.
-_usual_plans: dict[int, tuple[RetryPolicy, AttemptPlan, AttemptPlan]] = {}
-_PLANS_KEPT = 64
-
-
-def first_plan(policy: RetryPolicy, stream: bool, remaining: float) -> AttemptPlan:
+def first_plan(policy: RetryPolicy, *, stream: bool, remaining: float) -> AttemptPlan:
     """The plan of a fresh call's first attempt, ``remaining`` seconds (> 0) before its
     deadline: as :meth:`~retrysafe.engine.Call.start_attempt` plans it."""
     timeout = policy.attempt_timeout
     if remaining < timeout:
         return AttemptPlan(1, remaining, True, not stream)
-    usual = _usual_plans.get(id(policy))
-    if usual is None or usual[0] is not policy:
-        if len(_usual_plans) >= _PLANS_KEPT:
-            _usual_plans.clear()
-        read, streamed = AttemptPlan(1, timeout, False, True), AttemptPlan(1, timeout, False, False)
-        usual = _usual_plans[id(policy)] = (policy, read, streamed)
-    return usual[2] if stream else usual[1]
+    return AttemptPlan(1, timeout, False, not stream)
+
+
+def settled_at_once(policy: RetryPolicy, response: httpx.Response) -> bool:
+    """Whether ``response`` ends the call as a success with nothing else to do.
+
+    A status below 400 with no rules to consult is a success; a response that
+    announces a used-up rate limit also starts a cooldown, so it is left to the Call.
+    """
+    return response.status_code < 400 and not policy.rules and announced_limit(response) is None
 
 
 def first_success(
     request: httpx.Request,
     response: httpx.Response,
     plan: AttemptPlan,
+    *,
     dependency: str,
     call_started: float,
     attempt_started: float,
