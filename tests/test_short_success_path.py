@@ -74,8 +74,8 @@ def test_the_breakers_short_count_equals_recording_a_healthy_call() -> None:
 
 
 def test_a_change_of_log_level_between_calls_is_heard_by_the_next_call() -> None:
-    # Whether anyone listens is read from the logger's own cache of answers, which
-    # logging empties on every change of level: the next call must hear of it.
+    # Whether anyone listens is asked of the logger on each call: a level changed
+    # between calls is heard by the next one.
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
@@ -103,9 +103,9 @@ def test_a_change_of_log_level_between_calls_is_heard_by_the_next_call() -> None
 
 
 def test_a_disabled_logger_is_not_listening_even_at_debug() -> None:
-    # logging.config.dictConfig disables existing loggers without changing a level, so
-    # logging's cached answer for DEBUG stays; the logger's own check reads `disabled`
-    # first, and so must the observer's.
+    # logging.config.dictConfig disables existing loggers without changing a level (and
+    # so without clearing logging's cached answer for DEBUG): a disabled logger hears
+    # nothing, whatever its level.
     from retrysafe.observe import Observer
 
     logger = logging.getLogger("retrysafe")

@@ -49,11 +49,6 @@ logger = logging.getLogger("retrysafe")
 # A library never decides where its records go: without this, Python's last-resort
 # handler would print every final-failure WARNING to stderr of apps that log nothing.
 logger.addHandler(logging.NullHandler())
-#: What the logger has worked out of which levels it logs: the cache logging keeps per
-#: logger and empties on every change of level (``Logger._cache``; a fresh dict where
-#: a Python's logging keeps none, which only makes every answer the logger's own).
-_level_cache = getattr(logger, "_cache", None)
-_debug_answers: dict[int, bool] = _level_cache if isinstance(_level_cache, dict) else {}
 
 #: What a :class:`RetryEvent` is about.
 EventKind = Literal["attempt", "retry", "success", "failure", "circuit", "hedge"]
@@ -241,15 +236,7 @@ class Observer:
     def listening(self) -> bool:
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
-        if self._always:
-            return True
-        # The logger's own answer, as logging caches it (cleared whenever a level
-        # changes); asked of the logger when the cache has none, or when the logger is
-        # disabled (which logging checks before its cache, and which clears nothing).
-        enabled = _debug_answers.get(logging.DEBUG)
-        if enabled is None or logger.disabled:
-            enabled = logger.isEnabledFor(logging.DEBUG)
-        if enabled:
+        if self._always or logger.isEnabledFor(logging.DEBUG):
             return True
         for hook in self._sometimes:  # noqa: SIM110 - a loop, not any(): no generator per call
             if hook.listening:
