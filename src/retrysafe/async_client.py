@@ -31,18 +31,21 @@ from httpx._types import (
     TimeoutTypes,
 )
 
+from retrysafe.call_options import OPTIONS_EXTENSION
 from retrysafe.client_options import (
+    READ_OPTIONS,
+    STREAMED_OPTIONS,
     IdempotencyMode,
     begin_operation,
     check_idempotency_mode,
     finish_operation,
     mark_stream,
-    raise_if_failed,
     warn_per_request_cookies,
     with_call_options,
     wrap_transports,
 )
 from retrysafe.clock import Clock
+from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
@@ -156,16 +159,24 @@ class AsyncClient(httpx.AsyncClient):
 
         The journal is SQLite on local disk: its writes are brief and made inline.
         """
-        headers, extensions = with_call_options(
-            method,
-            headers,
-            extensions,
-            # An operation's key comes from the journal (begin_operation checks none is given).
-            idempotency_key=idempotency_key if operation is None else None,
-            idempotency=self.idempotency if operation is None else "off",
-            policy=policy,
-            dependency=dependency,
-        )
+        if not (
+            idempotency_key is None
+            and policy is None
+            and dependency is None
+            and operation is None
+            and self.idempotency == "off"
+        ):  # (the usual call has nothing to add: not even a function call, on every call)
+            headers, extensions = with_call_options(
+                method,
+                headers,
+                extensions,
+                # An operation's key comes from the journal (begin_operation checks none is
+                # given).
+                idempotency_key=idempotency_key if operation is None else None,
+                idempotency=self.idempotency if operation is None else "off",
+                policy=policy,
+                dependency=dependency,
+            )
         if cookies is not None:
             warn_per_request_cookies()
         request = self.build_request(
@@ -254,15 +265,21 @@ class AsyncClient(httpx.AsyncClient):
         follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
     ) -> httpx.Response:
         """httpx's ``send``; raises the call's ``ApiError`` if it failed for good."""
-        mark_stream(request, stream)
+        extensions = request.extensions
+        if OPTIONS_EXTENSION in extensions:
+            mark_stream(request, stream)  # options of the call's own
+        else:  # the usual call (inline: every call comes through here)
+            extensions[OPTIONS_EXTENSION] = STREAMED_OPTIONS if stream else READ_OPTIONS
         response = await super().send(
             request, stream=stream, auth=auth, follow_redirects=follow_redirects
         )
-        try:
-            return raise_if_failed(response)
-        except BaseException:
+        # The call's error, if it failed for good with a response (its report's, read
+        # here as report_of does, without its checks: every call comes through here).
+        report = response.extensions.get(OPTIONS_EXTENSION)
+        if type(report) is CallReport and report.error is not None:
             await response.aclose()
-            raise
+            raise report.error
+        return response
 
     async def get(
         self,

@@ -23,12 +23,13 @@ from retrysafe.request_facts import IDEMPOTENCY_HEADER
 from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
 
 __all__ = [
+    "READ_OPTIONS",
+    "STREAMED_OPTIONS",
     "IdempotencyMode",
     "begin_operation",
     "check_idempotency_mode",
     "finish_operation",
     "mark_stream",
-    "raise_if_failed",
     "report_of",
     "warn_per_request_cookies",
     "with_call_options",
@@ -112,14 +113,16 @@ def mark_stream(request: httpx.Request, stream: bool) -> None:
     """Tell the transport whether the caller reads the body itself (``stream=True``)."""
     options = request.extensions.get(OPTIONS_EXTENSION)
     if not isinstance(options, CallOptions):
-        options = _STREAMED if stream else _READ
+        options = STREAMED_OPTIONS if stream else READ_OPTIONS
     elif options.stream != stream:
         options = CallOptions(policy=options.policy, dependency=options.dependency, stream=stream)
     request.extensions[OPTIONS_EXTENSION] = options
 
 
-_STREAMED = CallOptions(stream=True)
-_READ = CallOptions()
+#: The options of a call with none of its own that streams its body, and of one that does
+#: not (the clients put one of these on every such request).
+STREAMED_OPTIONS = CallOptions(stream=True)
+READ_OPTIONS = CallOptions()
 
 
 def report_of(response: httpx.Response) -> CallReport | None:
@@ -136,14 +139,6 @@ def report_of(response: httpx.Response) -> CallReport | None:
         )
     report = response.extensions.get(OPTIONS_EXTENSION)
     return report if isinstance(report, CallReport) else None
-
-
-def raise_if_failed(response: httpx.Response) -> httpx.Response:
-    """Raise the call's error if its final response was a failure."""
-    report = response.extensions.get(OPTIONS_EXTENSION)  # (report_of, without its checks)
-    if type(report) is CallReport and report.error is not None:
-        raise report.error
-    return response
 
 
 def begin_operation(
