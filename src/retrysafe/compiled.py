@@ -3,7 +3,7 @@
 retrysafe is plain Python, and every module works as written. The compiled build
 compiles the modules every call runs through (:data:`COMPILED_MODULES`) with
 mypyc, which their strict typing allows. On a mock transport that cuts what a
-call adds over bare httpx by 30 to 40 %; over a socket it gains little
+call adds over bare httpx by 25 to 40 %; over a socket it gains little
 (``docs/cost.md`` has the figures and how to build it). What users make with
 their own arguments (the clients, the transports, ``Governor``, ``CallOptions``,
 the settings) stays plain Python, so a wrong argument still gets retrysafe's own
