@@ -42,6 +42,9 @@ __all__ = [
 JournalState = Literal["pending", "sent", "done", "failed", "ambiguous"]
 _UNRESOLVED: tuple[JournalState, ...] = ("pending", "sent", "ambiguous")
 
+#: Seconds to wait for another process's lock on the file before failing.
+_BUSY_TIMEOUT = 5.0
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS retrysafe_operations (
     name        TEXT PRIMARY KEY,
@@ -130,14 +133,22 @@ class Journal:
         self._on_ambiguous = on_ambiguous
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
-        import sqlite3  # here, not at the top: `import retrysafe` stays light
+        # Here, not at the top: `import retrysafe` stays light.
+        import sqlite3
 
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        from retrysafe.idempotency.sqlite_wal import enter_wal_mode
+
+        self._db = sqlite3.connect(
+            self.path, timeout=_BUSY_TIMEOUT, check_same_thread=False, isolation_level=None
+        )
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.execute(_SCHEMA)
+        try:
+            enter_wal_mode(self._db, within=_BUSY_TIMEOUT)
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def begin(self, name: str, request: httpx.Request) -> Operation:
         """Record ``name`` for ``request`` before it is sent, or find it again after a restart.

@@ -27,6 +27,7 @@ from retrysafe.idempotency.sql import (
     check_purge_limit,
     check_table_name,
 )
+from retrysafe.idempotency.sqlite_wal import enter_wal_mode
 from retrysafe.idempotency.store import StoreUnavailable, new_token
 
 __all__ = ["SQLiteStore"]
@@ -219,7 +220,7 @@ class SQLiteStore:
             check_same_thread=False,
         )
         try:
-            connection.execute("PRAGMA journal_mode = WAL")
+            enter_wal_mode(connection, within=self._busy_timeout)
             connection.execute(f"PRAGMA synchronous = {self._synchronous}")
             connection.execute(
                 f"CREATE TABLE IF NOT EXISTS {self._table} ("
