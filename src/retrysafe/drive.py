@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 
 from retrysafe.attempt_deadline import RunningCall, current_call
+from retrysafe.bounded_timeouts import BoundedTimeouts
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
@@ -224,7 +225,12 @@ class Drive:
         self._trace: CallTrace | None = None
         self._retries_before = 0
         #: The per-phase timeouts the request came with, before any attempt bounded them.
-        self.caller_timeouts: Mapping[str, Any] = extensions.get("timeout") or {}
+        timeouts = extensions.get("timeout")
+        # (a request sent before carries its last attempt's bounded timeouts: the
+        # caller's own are kept with them)
+        self.caller_timeouts: Mapping[str, Any] = (
+            timeouts.caller if type(timeouts) is BoundedTimeouts else timeouts or {}
+        )
         chain = extensions.get(_CHAIN_EXTENSION)
         scope = current_deadline()
         # (read back through a local: the compiled build takes an attribute just set to

@@ -293,6 +293,16 @@ class DeadlineExceeded(ApiError):
 
     advice = "out of time: raise the deadline or make the call cheaper"
 
+    def _advice(self) -> str:
+        if self.attempts == 0:
+            # Nothing was sent: what was left of the deadline (an enclosing
+            # retrysafe.deadline scope's, a redirect chain's) was already too short.
+            return (
+                "no attempt started: less than the policy's min_attempt_time was left of"
+                " the deadline; raise the deadline or lower RetryPolicy(min_attempt_time=...)"
+            )
+        return super()._advice()
+
 
 class RetryAfterTooLong(ApiError):
     """The server asked for a wait (``retry_after``) longer than the time or limit left."""

@@ -1,0 +1,109 @@
+"""A request sent twice: the second call starts from the caller's own timeouts.
+
+Each attempt's phases are bounded, on the caller's request, by the time the attempt has
+left. A caller (or an SDK retrying on its own) may send that same ``httpx.Request``
+again; that call must see the timeouts the caller gave, not the shrunken ones the
+first call's last attempt was sent with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+
+pytestmark = pytest.mark.anyio
+
+URL = "http://api.test/items"
+CALLERS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
+class Recorder:
+    """A mock server that notes the timeouts each attempt was sent with."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+
+def test_a_request_sent_again_by_the_client_gets_the_callers_timeouts() -> None:
+    server = Recorder()
+    with retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client:
+        request = client.build_request("GET", URL)
+        with retrysafe.deadline(1):
+            client.send(request)
+        client.send(request)
+
+    first, second = server.sent
+    assert all(0 < value <= 1.0 for value in first.values()), first
+    assert second == CALLERS
+
+
+async def test_a_request_sent_again_by_the_async_client_gets_the_callers_timeouts() -> None:
+    server = Recorder()
+    async with retrysafe.AsyncClient(transport=httpx.MockTransport(server), timeout=5.0) as client:
+        request = client.build_request("GET", URL)
+        async with retrysafe.deadline(1):
+            await client.send(request)
+        await client.send(request)
+
+    first, second = server.sent
+    assert all(0 < value <= 1.0 for value in first.values()), first
+    assert second == CALLERS
+
+
+def test_a_request_sent_again_through_the_transport_gets_the_callers_timeouts() -> None:
+    server = Recorder()
+    short = retrysafe.RetryTransport(
+        httpx.MockTransport(server), policy=retrysafe.RetryPolicy(deadline=1)
+    )
+    roomy = retrysafe.RetryTransport(httpx.MockTransport(server))
+    with (
+        httpx.Client(transport=short, timeout=5.0) as tight,
+        httpx.Client(transport=roomy, timeout=5.0) as loose,
+    ):
+        request = tight.build_request("GET", URL)
+        tight.send(request)
+        loose.send(request)  # e.g. an SDK handing its request to another client
+
+    first, second = server.sent
+    assert all(0 < value <= 1.0 for value in first.values()), first
+    assert second == CALLERS
+
+
+def test_the_bounded_timeouts_stay_on_the_request_the_attempt_was_sent_with() -> None:
+    # httpcore reads the request's timeouts while the body streams in, after the call
+    # returns: they must stay bounded there, and read as the plain mapping httpx made.
+    server = Recorder()
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client,
+        retrysafe.deadline(1),
+    ):
+        response = client.get(URL)
+
+    sent = response.request.extensions["timeout"]
+    assert dict(sent) == server.sent[0]
+    assert set(sent) == set(CALLERS)
+    assert all(0 < value <= 1.0 for value in sent.values())
+
+
+def test_a_deadline_too_short_for_any_attempt_says_which_setting_to_change() -> None:
+    server = Recorder()
+    policy = retrysafe.RetryPolicy(min_attempt_time=0.5)
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(server), policy=policy) as client,
+        retrysafe.deadline(0.2),
+        pytest.raises(retrysafe.DeadlineExceeded) as caught,
+    ):
+        client.get(URL)
+
+    assert server.sent == []
+    assert caught.value.attempts == 0
+    assert "no attempt started" in str(caught.value)
+    assert "min_attempt_time" in str(caught.value)
