@@ -68,6 +68,15 @@ def test_invalid_fields_name_the_field_and_the_rule(
         RetryPolicy(**fields)  # type: ignore[arg-type]
 
 
+def test_a_deadline_shorter_than_min_attempt_time_suggests_a_policy_that_works() -> None:
+    with pytest.raises(ValueError, match="min_attempt_time must be <= deadline") as caught:
+        RetryPolicy(deadline=0.3)
+    suggested = str(caught.value).split("e.g. ", 1)[1]
+    assert suggested == "RetryPolicy(deadline=0.3, min_attempt_time=0.15)"
+    policy = RetryPolicy(deadline=0.3, min_attempt_time=0.15)  # as suggested: accepted
+    assert policy.min_attempt_time < policy.deadline
+
+
 def test_attempt_timeout_longer_than_deadline_is_allowed() -> None:
     policy = RetryPolicy(attempt_timeout=60, deadline=5)
     assert policy.attempt_timeout > policy.deadline

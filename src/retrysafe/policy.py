@@ -100,7 +100,8 @@ class RetryPolicy:
             self.min_attempt_time <= self.deadline,
             "min_attempt_time",
             f"must be <= deadline ({self.min_attempt_time!r} > {self.deadline!r}), "
-            "or no attempt could ever start",
+            "or no attempt could ever start; for a short deadline lower it too, e.g. "
+            f"RetryPolicy(deadline={self.deadline!r}, min_attempt_time={self.deadline / 2:g})",
         )
         statuses = _frozen(self.retry_statuses, "retry_statuses")
         for status in statuses:
