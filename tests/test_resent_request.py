@@ -77,6 +77,39 @@ def test_a_request_sent_again_through_the_transport_gets_the_callers_timeouts() 
     assert second == CALLERS
 
 
+def test_a_retrysafe_layer_inside_another_keeps_the_outer_attempts_bounds() -> None:
+    # Not a request sent again: the inner layer sends the outer attempt's request while
+    # that attempt runs, and the outer attempt's time is all it has.
+    server = Recorder()
+    inner = retrysafe.RetryTransport(httpx.MockTransport(server))
+    outer = retrysafe.RetryTransport(inner, policy=retrysafe.RetryPolicy(deadline=1))
+    with httpx.Client(transport=outer, timeout=5.0) as client:
+        request = client.build_request("GET", URL)
+        client.send(request)
+        client.send(request)  # and again: each time within the outer's 1 s
+
+    assert len(server.sent) == 2
+    for sent in server.sent:
+        assert all(0 < value <= 1.0 for value in sent.values()), sent
+
+
+def test_timeouts_the_caller_changed_before_sending_again_are_used() -> None:
+    server = Recorder()
+    with retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client:
+        request = client.build_request("GET", URL)
+        with retrysafe.deadline(1):
+            client.send(request)
+        left = request.extensions["timeout"]
+        left["read"] = 8.0  # edited in place: the mapping as it now stands is the caller's
+        client.send(request)
+        request.extensions["timeout"] = {**CALLERS, "connect": 2.0}  # or replaced
+        client.send(request)
+
+    assert server.sent[1] == left
+    assert server.sent[1]["read"] == 8.0
+    assert server.sent[2] == {**CALLERS, "connect": 2.0}
+
+
 def test_the_bounded_timeouts_stay_on_the_request_the_attempt_was_sent_with() -> None:
     # httpcore reads the request's timeouts while the body streams in, after the call
     # returns: they must stay bounded there, and read as the plain mapping httpx made.

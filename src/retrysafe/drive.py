@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 
 from retrysafe.attempt_deadline import RunningCall, current_call
-from retrysafe.bounded_timeouts import BoundedTimeouts
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
@@ -66,6 +65,14 @@ __all__ = ["Drive", "Step"]
 
 #: Request extension key of the redirect chain a request belongs to.
 _CHAIN_EXTENSION = "retrysafe.chain"
+#: Each attempt bounds the phase timeouts of the caller's own request, and the body may
+#: still be read with them after the call returns, so they stay. A call leaves, beside
+#: them, what they were when it ended and the caller's timeouts they came from: a call
+#: that sends the same request again, and finds them unchanged, starts from the
+#: caller's. (Only an ended call leaves them: a retrysafe layer inside another's
+#: attempt finds the outer attempt's bounded timeouts, and they are its caller's.)
+_LEFT_TIMEOUTS_EXTENSION = "retrysafe.left_timeouts"
+_CALLER_TIMEOUTS_EXTENSION = "retrysafe.caller_timeouts"
 
 #: What a shell is told to do next: send, read the body, sleep, or end the call (or,
 #: when hedging, wait for another copy in flight).
@@ -226,11 +233,12 @@ class Drive:
         self._retries_before = 0
         #: The per-phase timeouts the request came with, before any attempt bounded them.
         timeouts = extensions.get("timeout")
-        # (a request sent before carries its last attempt's bounded timeouts: the
-        # caller's own are kept with them)
-        self.caller_timeouts: Mapping[str, Any] = (
-            timeouts.caller if type(timeouts) is BoundedTimeouts else timeouts or {}
-        )
+        left = extensions.get(_LEFT_TIMEOUTS_EXTENSION)
+        if left is not None and timeouts == left:
+            # A request sent again after an earlier call ended: these are that call's
+            # bounded timeouts, not the caller's (see close).
+            timeouts = extensions[_CALLER_TIMEOUTS_EXTENSION]
+        self.caller_timeouts: Mapping[str, Any] = timeouts or {}
         chain = extensions.get(_CHAIN_EXTENSION)
         scope = current_deadline()
         # (read back through a local: the compiled build takes an attribute just set to
@@ -582,3 +590,8 @@ class Drive:
         if self._token is not None:
             current_call.reset(self._token)
             self._token = None
+            extensions = self.request.extensions
+            left = extensions.get("timeout")
+            if left is not None:
+                extensions[_LEFT_TIMEOUTS_EXTENSION] = dict(left)
+                extensions[_CALLER_TIMEOUTS_EXTENSION] = self.caller_timeouts

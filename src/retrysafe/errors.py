@@ -298,8 +298,10 @@ class DeadlineExceeded(ApiError):
             # Nothing was sent: what was left of the deadline (an enclosing
             # retrysafe.deadline scope's, a redirect chain's) was already too short.
             return (
-                "no attempt started: less than the policy's min_attempt_time was left of"
-                " the deadline; raise the deadline or lower RetryPolicy(min_attempt_time=...)"
+                "no attempt started: the deadline had no room left for one (less than the"
+                " policy's min_attempt_time; an enclosing retrysafe.deadline, a redirect's"
+                " earlier hops or a wait may have used it up); raise the deadline, or lower"
+                " RetryPolicy(min_attempt_time=...) if it is above 0"
             )
         return super()._advice()
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from retrysafe.attempt_deadline import AttemptDeadlineReached, bound_transport
-from retrysafe.bounded_timeouts import BoundedTimeouts
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
@@ -61,9 +60,9 @@ _PHASES = ("connect", "read", "write", "pool")
 _INF = math.inf
 
 
-def _bound(given: Mapping[str, Any], limit: float) -> BoundedTimeouts:
+def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
     """httpx's per-phase timeouts ``given``, none of them longer than ``limit``."""
-    bounded = BoundedTimeouts()
+    bounded: dict[str, float | None] = {}
     for phase in _PHASES:
         value = given.get(phase)
         value = limit if value is None or value > limit else value
@@ -84,12 +83,9 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
         # Every phase already ends within the attempt's time (httpx's default 5 s
         # against the default 10 s attempt): the caller's own timeouts stand (a copy: a
         # transport that changes its request's must not change the caller's).
-        bounded = BoundedTimeouts(given)
+        request.extensions["timeout"] = dict(given)
     else:
-        bounded = _bound(given, limit)
-    # Kept with them: a later call sending this same request starts from the caller's.
-    bounded.caller = given
-    request.extensions["timeout"] = bounded
+        request.extensions["timeout"] = _bound(given, limit)
     header = drive.settings.deadline_header
     if header is not None and math.isfinite(limit):
         request.headers[header] = f"{limit:.3f}"
