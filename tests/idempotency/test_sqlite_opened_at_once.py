@@ -9,17 +9,20 @@ in two OS processes released by one barrier, on a fresh file each time.
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import sqlite3
 import tempfile
 from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from retrysafe.idempotency import SQLiteStore, StoreUnavailable
 from retrysafe.idempotency.journal import Journal
+from retrysafe.idempotency.sqlite_wal import enter_wal_mode
 
 #: New files each process opens; before the fix about one open in seven failed.
 FILES = 60
@@ -50,13 +53,18 @@ def open_each_together(
     failures: multiprocessing.Queue[str],
 ) -> None:
     """Open each new file right after the other process is ready to open it too."""
-    for number in range(FILES):
-        barrier.wait(timeout=30)
-        try:
-            opener(directory / f"{number}.sqlite3")
-        except (StoreUnavailable, sqlite3.Error) as exc:
-            failures.put(f"file {number}: {exc}")
-    failures.put("done")
+    try:
+        for number in range(FILES):
+            barrier.wait(timeout=20)
+            try:
+                opener(directory / f"{number}.sqlite3")
+            except (StoreUnavailable, sqlite3.Error) as exc:
+                failures.put(f"file {number}: {exc}")
+    except BaseException as exc:  # e.g. the other process died: say so, do not hang
+        failures.put(f"worker stopped: {exc!r}")
+        raise
+    finally:
+        failures.put("done")
 
 
 @pytest.mark.parametrize("opener", [claim_in_store, open_journal], ids=["store", "journal"])
@@ -79,8 +87,91 @@ def test_two_processes_opening_new_files_together_both_succeed(
             worker.start()
         reports: list[str] = []
         while reports.count("done") < len(workers):
-            reports.append(failures.get(timeout=60))
+            reports.append(failures.get(timeout=40))
         for worker in workers:
             worker.join(timeout=10)
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert [report for report in reports if report != "done"] == []
+
+
+class Contended:
+    """A connection whose WAL switch finds the file locked ``locked_for`` times first."""
+
+    def __init__(self, locked_for: int, error: str = "database is locked") -> None:
+        self.locked_for = locked_for
+        self.error = error
+        self.tries = 0
+
+    def execute(self, statement: str) -> None:
+        assert statement == "PRAGMA journal_mode = WAL"
+        self.tries += 1
+        if self.tries <= self.locked_for:
+            raise sqlite3.OperationalError(self.error)
+
+
+class Clock:
+    """Monotonic seconds that move only when slept."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def switch(connection: Contended, clock: Clock, within: float) -> None:
+    enter_wal_mode(
+        connection,  # type: ignore[arg-type]
+        within=within,
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+    )
+
+
+def test_a_locked_switch_is_tried_again_after_short_pauses_until_it_succeeds() -> None:
+    connection, clock = Contended(locked_for=3), Clock()
+    switch(connection, clock, within=5.0)
+    assert connection.tries == 4
+    assert len(clock.slept) == 3
+    assert all(0 < pause <= 0.01 for pause in clock.slept)
+
+
+def test_a_lock_held_past_the_busy_timeout_fails_after_it() -> None:
+    connection, clock = Contended(locked_for=10**6), Clock()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        switch(connection, clock, within=0.5)
+    assert 0.5 <= clock.now - 100.0 < 0.5 + 0.01
+
+
+def test_any_other_error_is_raised_at_once() -> None:
+    connection, clock = Contended(locked_for=1, error="disk I/O error"), Clock()
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        switch(connection, clock, within=5.0)
+    assert connection.tries == 1
+    assert clock.slept == []
+
+
+def test_no_time_to_wait_means_one_try() -> None:
+    connection, clock = Contended(locked_for=1), Clock()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        switch(connection, clock, within=0.0)
+    assert connection.tries == 1
+
+
+@pytest.mark.parametrize("busy_timeout", [math.nan, math.inf, -1.0])
+def test_a_busy_timeout_that_is_no_finite_wait_is_refused(
+    busy_timeout: float, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="busy_timeout must be a finite number of seconds"):
+        SQLiteStore(tmp_path / "store.sqlite3", busy_timeout=busy_timeout)
+
+
+@pytest.mark.parametrize("busy_timeout", ["5", True, None])
+def test_a_busy_timeout_that_is_no_number_is_refused(busy_timeout: Any, tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="busy_timeout is a number of seconds"):
+        SQLiteStore(tmp_path / "store.sqlite3", busy_timeout=busy_timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -70,6 +71,13 @@ class SQLiteStore:
         purge_interval: float | None = DEFAULT_PURGE_INTERVAL,
         purge_limit: int = DEFAULT_PURGE_LIMIT,
     ) -> None:
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
+            raise TypeError(f"busy_timeout is a number of seconds, e.g. 5.0; got {busy_timeout!r}")
+        if not 0 <= busy_timeout < math.inf:
+            raise ValueError(
+                f"busy_timeout must be a finite number of seconds >= 0, e.g. 5.0;"
+                f" got {busy_timeout!r}"
+            )
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         self._purges = PurgeSchedule(every=purge_every, interval=purge_interval, limit=purge_limit)
