@@ -110,6 +110,30 @@ async def test_a_deadline_sent_in_a_header_bounds_the_nested_call(chaos: Any) ->
     assert inner_errors == ["DeadlineExceeded"]
 
 
+def test_a_layer_under_a_call_ends_when_the_calls_attempt_must(chaos: Any) -> None:
+    # A retrying transport under a retrysafe client: its own policy would retry a read
+    # timeout, but the outer attempt, the only time the caller gave, is over by then.
+    under = retrysafe.RetryTransport(httpx.HTTPTransport())
+    started = time.monotonic()
+    with (
+        retrysafe.Client(transport=under, policy=RetryPolicy(deadline=1, attempts=1)) as client,
+        pytest.raises(retrysafe.DeadlineExceeded),
+    ):
+        client.get(chaos.url("/hang"))
+    assert time.monotonic() - started < 1.7  # (a second attempt under it took it past 2 s)
+
+
+async def test_a_layer_under_an_async_call_ends_when_the_calls_attempt_must(chaos: Any) -> None:
+    under = retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport())
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(
+        transport=under, policy=RetryPolicy(deadline=1, attempts=1)
+    ) as client:
+        with pytest.raises(retrysafe.ApiError):
+            await client.get(chaos.url("/hang"))
+    assert time.monotonic() - started < 1.7
+
+
 @pytest.mark.parametrize("value", [b"soon", b"-1", b"inf", b"nan"])
 async def test_an_unusable_deadline_header_leaves_no_scope(value: bytes) -> None:
     seen: list[object] = []

@@ -23,6 +23,7 @@ import httpx
 
 from retrysafe.attempt_deadline import RunningCall, current_call
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
+from retrysafe.clock import SystemClock
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
@@ -65,6 +66,8 @@ __all__ = ["Drive", "Step"]
 
 #: Request extension key of the redirect chain a request belongs to.
 _CHAIN_EXTENSION = "retrysafe.chain"
+#: The clock attempts' ends are read on (``Drive.attempt_ends_at``: ``time.monotonic``).
+_MONOTONIC_CLOCK = SystemClock()
 #: Each attempt bounds the phase timeouts of the caller's own request, and the body may
 #: still be read with them after the call returns, so they stay. A call leaves, beside
 #: them, what they were when it ended and the caller's timeouts they came from: a call
@@ -255,7 +258,12 @@ class Drive:
         self._token: contextvars.Token[RunningCall | None] | None = token
         #: What ran in this context when this call started (the call it is nested in, if
         #: any), kept for after close: some shells close before they finish.
-        self._outer: object = token.old_value
+        outer = token.old_value
+        self._outer: object = outer
+        if type(outer) is Drive and outer.attempt_ends_at is not None:
+            # Made inside another call's attempt (a layer under it, or code its transport
+            # runs): whatever this call's own policy says, it ends when that attempt must.
+            deadline = self._deadline = self._within(outer.attempt_ends_at, deadline)
         try:
             if (
                 deadline is not None
@@ -268,6 +276,13 @@ class Drive:
             # context must not go on holding it as the running call
             self.close()
             raise
+
+    def _within(self, ends_at: float, deadline: Deadline | None) -> Deadline:
+        """``deadline`` (None: the policy's from the call's start), or ``ends_at`` (an
+        enclosing attempt's end, on ``time.monotonic``) if that comes sooner."""
+        if deadline is None:
+            deadline = Deadline(self._started + self.policy.deadline, self.settings.clock)
+        return deadline.tighter(Deadline(ends_at, _MONOTONIC_CLOCK))
 
     def _join_chain_or_scope(self, chain: object, scope: Deadline | None) -> Deadline | None:
         """The deadline a redirect chain's earlier hops left (taking their retries too),
