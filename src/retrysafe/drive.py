@@ -598,7 +598,9 @@ class Drive:
         )
 
     def close(self) -> None:
-        """Leave the call's nesting context (always, however the call ended)."""
+        """Leave the call's nesting context (always, however the call ended), and leave on
+        the request the marks a later call sending it again reads (see
+        ``_LEFT_TIMEOUTS_EXTENSION``)."""
         if self._trace is not None:
             trace, self._trace = self._trace, None
             trace.close()  # (the observer's trace logs and swallows an instrument's failure)
