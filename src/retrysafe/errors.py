@@ -294,9 +294,7 @@ class DeadlineExceeded(ApiError):
     advice = "out of time: raise the deadline or make the call cheaper"
 
     def _advice(self) -> str:
-        if self.attempts == 0:
-            # Nothing was sent: what was left of the deadline (an enclosing
-            # retrysafe.deadline scope's, a redirect chain's) was already too short.
+        if self.attempts == 0:  # (nothing was sent: "make the call cheaper" cannot apply)
             return (
                 "no attempt started: the deadline had no room left for one (less than the"
                 " policy's min_attempt_time; an enclosing retrysafe.deadline, a redirect's"

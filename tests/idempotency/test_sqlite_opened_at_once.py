@@ -2,8 +2,9 @@
 
 Switching a new file to WAL mode takes a lock two processes can deadlock on, and SQLite
 then fails one of them at once, busy timeout or not. Worker processes of one server
-start together, so their first requests meet exactly there: every open below happens
-in two OS processes released by one barrier, on a fresh file each time.
+start together, so their first requests meet exactly there. The first tests open in two
+OS processes released by one barrier, on a fresh file each time; the rest specify the
+retry itself on a connection and a clock of their own.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import asyncio
 import math
 import multiprocessing
 import sqlite3
-import tempfile
 from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -69,27 +69,24 @@ def open_each_together(
 
 @pytest.mark.parametrize("opener", [claim_in_store, open_journal], ids=["store", "journal"])
 def test_two_processes_opening_new_files_together_both_succeed(
-    opener: Callable[[Path], None],
+    opener: Callable[[Path], None], tmp_path: Path
 ) -> None:
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("needs the fork start method to share the barrier cheaply")
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(2)
     failures: multiprocessing.Queue[str] = context.Queue()
-    with tempfile.TemporaryDirectory() as directory:
-        workers = [
-            context.Process(
-                target=open_each_together, args=(opener, Path(directory), barrier, failures)
-            )
-            for _ in range(2)
-        ]
-        for worker in workers:
-            worker.start()
-        reports: list[str] = []
-        while reports.count("done") < len(workers):
-            reports.append(failures.get(timeout=40))
-        for worker in workers:
-            worker.join(timeout=10)
+    workers = [
+        context.Process(target=open_each_together, args=(opener, tmp_path, barrier, failures))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    reports: list[str] = []
+    while reports.count("done") < len(workers):
+        reports.append(failures.get(timeout=40))
+    for worker in workers:
+        worker.join(timeout=10)
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert [report for report in reports if report != "done"] == []
 
