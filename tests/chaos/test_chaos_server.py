@@ -53,6 +53,29 @@ def test_addresses_need_a_running_server() -> None:
         _ = server.url
 
 
+def test_a_test_that_fakes_the_clock_does_not_hold_up_the_servers_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A test may patch ``time.monotonic`` (freezegun does) while a session's server runs
+    on its thread: the server keeps its own clock, so it answers meanwhile, and its
+    stop afterwards is as quick as ever (on the patched clock its idle tick would lie
+    an hour away, and the stop would give up waiting for it after 10 s)."""
+    real = time.monotonic
+    server = ChaosServer().start()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(time, "monotonic", lambda: real() + 3600.0)
+            time.sleep(0.3)  # (the server's loop sets its idle tick every 0.1 s)
+            assert httpx.get(server.url + "/delay?ms=50").status_code == 200
+        started = real()
+        server.stop()
+        elapsed = real() - started
+    finally:
+        server.stop()
+
+    assert elapsed < 2.0
+
+
 def test_stop_is_quick_even_with_hanging_connections() -> None:
     server = ChaosServer().start()
     held = [

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import socket
 import threading
+import time
 from types import TracebackType
 
 import uvicorn
@@ -28,6 +29,8 @@ _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 5.0
 # Whole seconds (uvicorn's type): how long a stop waits for requests that ignore it.
 _GRACEFUL_SHUTDOWN = 1
+#: The server loop's clock, taken when this module loads (see ``_serve``).
+_monotonic = time.monotonic
 
 
 @dataclasses.dataclass
@@ -182,6 +185,11 @@ class ChaosServer:
     async def _serve(
         server: uvicorn.Server, http_socket: socket.socket, faults: FaultServers
     ) -> None:
+        # The loop keeps its own clock. The stock loop reads ``time.monotonic`` afresh on
+        # every turn, so a test patching it while the server runs (as freezegun does)
+        # would set the server's timers by the fake clock; after the patch its idle
+        # tick would lie an hour away, and a stop would wait for it.
+        asyncio.get_running_loop().time = _monotonic  # type: ignore[method-assign]
         await faults.serve()
         try:
             await server.serve(sockets=[http_socket])
