@@ -6,7 +6,9 @@ asyncio and trio; integration tests get an ``api`` for each client mode.
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -72,3 +74,30 @@ class Api:
 def api(request: pytest.FixtureRequest) -> Api:
     """retrysafe's client in each of its modes: sync, async on asyncio, async on trio."""
     return Api(str(request.param))
+
+
+#: The docs examples' tallies of the pytest-xdist workers (``scripts/test`` runs two), each
+#: as a dict (see tests/docs/conftest.py): the controller prints their sum.
+_workers_docs_tallies: list[dict[str, Any]] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A pytest-xdist worker finished: keep the docs tally it sent, if it ran any page."""
+    tally = getattr(node, "workeroutput", {}).get("docs_tally")
+    if tally is not None:
+        _workers_docs_tallies.append(tally)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Under pytest-xdist, say what the workers' docs examples ran, summed."""
+    if not _workers_docs_tallies:
+        return  # (run in this process, tests/docs/conftest.py says it)
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "docs"))
+    from doc_examples import Tally
+
+    total = Tally()
+    for tally in _workers_docs_tallies:
+        total.add(tally)
+    for line in total.summary():
+        terminalreporter.write_line(line)

@@ -6,6 +6,7 @@ first time a page that mentions it asks, and keeps it for the session.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -31,14 +32,14 @@ def docs_redis_url() -> Iterator[str]:
         pytest.skip(str(exc))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker prints nothing: it sends its tally to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["docs_tally"] = dataclasses.asdict(TALLY)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how many documentation examples ran, and which did not and why."""
-    if TALLY.pages == 0 and not TALLY.pages_skipped:
-        return
-    write = terminalreporter.write_line
-    write(
-        f"docs examples: {TALLY.examples_run} ran on {TALLY.pages} pages; "
-        f"{len(TALLY.not_run)} marked not run; {len(TALLY.pages_skipped)} pages skipped"
-    )
-    for line in TALLY.not_run + TALLY.pages_skipped:
-        write(f"  {line}")
+    for line in TALLY.summary():
+        terminalreporter.write_line(line)

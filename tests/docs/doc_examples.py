@@ -21,6 +21,7 @@ import dataclasses
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DOCS",
@@ -180,6 +181,24 @@ class Tally:
     not_run: list[str] = dataclasses.field(default_factory=list)
     pages_skipped: list[str] = dataclasses.field(default_factory=list)
 
+    def add(self, other: dict[str, Any]) -> None:
+        """Count in another process's tally (a pytest-xdist worker's, as a plain dict)."""
+        self.pages += other["pages"]
+        self.examples_run += other["examples_run"]
+        self.not_run += other["not_run"]
+        self.pages_skipped += other["pages_skipped"]
 
-#: Filled in by the tests, printed by tests/docs/conftest.py at the end of the session.
+    def summary(self) -> list[str]:
+        """The lines printed at the end of the session (none if no page was tried)."""
+        if self.pages == 0 and not self.pages_skipped:
+            return []
+        head = (
+            f"docs examples: {self.examples_run} ran on {self.pages} pages; "
+            f"{len(self.not_run)} marked not run; {len(self.pages_skipped)} pages skipped"
+        )
+        return [head] + [f"  {line}" for line in sorted(self.not_run + self.pages_skipped)]
+
+
+#: Filled in by the tests, printed by tests/docs/conftest.py at the end of the session (or,
+#: under pytest-xdist, sent to the controller, which prints the sum: tests/conftest.py).
 TALLY = Tally()
