@@ -33,7 +33,7 @@ One run of each measurement, against a ``ChaosServer`` started in this process o
 
 Measurements 2-5 run side by side, every peer in its own thread (each with its own keys on
 the server), so the whole run takes about as long as its slowest part. ``--quick`` scales
-it down (a 0.5 s budget, a 1 s Retry-After, fewer calls) to about ten seconds, most of it
+it down (a 1 s budget, a 2 s Retry-After, fewer calls) to about ten seconds, most of it
 requests + urllib3 retrying the hanging server; CI runs it from a test.
 
     .venv/bin/python benchmarks/peers.py [--quick]
@@ -80,7 +80,7 @@ FULL = Scale(
     budget=2.0, retry_after=4, happy_calls=1500, outage_calls=200, flaky_calls=500, happy_rounds=15
 )
 QUICK = Scale(
-    budget=0.5, retry_after=1, happy_calls=100, outage_calls=20, flaky_calls=100, happy_rounds=5
+    budget=1.0, retry_after=2, happy_calls=100, outage_calls=20, flaky_calls=100, happy_rounds=5
 )
 
 

@@ -25,7 +25,8 @@ def _events(body: str) -> list[str]:
 def test_sse_sends_the_first_event_at_once_and_the_rest_over_time(
     chaos: KeyedChaos, client: httpx.Client
 ) -> None:
-    """4 events 100 ms apart: the first within ~0.1 s, all of them after ~0.3 s."""
+    """4 events 100 ms apart: the first at once, not held back for the rest, which
+    arrive over ~0.3 s."""
     started = time.monotonic()
     arrivals: list[float] = []
     received = ""
@@ -35,8 +36,10 @@ def test_sse_sends_the_first_event_at_once_and_the_rest_over_time(
             arrivals.append(time.monotonic() - started)
             received += text
 
-    assert arrivals[0] < 0.1
     assert arrivals[-1] >= 0.28
+    # (measured against the last, not the clock: a busy machine may delay the request,
+    # but a server that held the first event back would send all four together)
+    assert arrivals[-1] - arrivals[0] >= 0.2
     assert _events(received) == [
         f'id: {n}\nevent: tick\ndata: {{"n":{n},"of":4}}' for n in range(1, 5)
     ]

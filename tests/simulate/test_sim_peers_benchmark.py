@@ -50,5 +50,5 @@ def test_retrysafe_keeps_its_budget_and_does_not_wait_past_it(
 ) -> None:
     outage, hang, retry_after = table["retrysafe"][1], table["retrysafe"][3], table["retrysafe"][4]
     assert float(outage) < 4.0  # the retry budget and breaker held retries back
-    assert float(hang.split(" s")[0]) < 0.5 + 0.5  # a 0.5 s budget, a loaded machine
+    assert float(hang.split(" s")[0]) < 1.0 + 0.5  # a 1 s budget, a loaded machine
     assert retry_after.startswith("gave up at once: RetryAfterTooLong")
