@@ -15,8 +15,7 @@ and a final transport failure re-raises httpx's own exception::
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import httpx
 
@@ -197,10 +196,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
     def transport(self, transport: AsyncSender) -> None:
         self._loop = AsyncSendLoop(self.settings, transport)
 
-    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
-        # The send loop's own coroutine, for httpx to await: an `async def` here would
-        # wrap it in one more, which every suspension of the request passes through.
-        return self._loop.send(request)
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._loop.send(request)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
