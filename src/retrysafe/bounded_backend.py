@@ -36,6 +36,10 @@ class BoundedStream(httpcore.NetworkStream):
             raise AttemptDeadlineReached(stalled=True) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            # (httpcore writes a GET's empty body and end this way: nothing is sent, so
+            # there is nothing to bound; two of every GET's three writes)
+            return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
@@ -122,6 +126,8 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             raise AttemptDeadlineReached(stalled=True) from None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:  # (nothing is sent: see BoundedStream.write)
+            return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
