@@ -23,6 +23,7 @@ COMPILED_MODULES = (
     "retrysafe.send_loop",
     "retrysafe.drive",
     "retrysafe.first_attempt",
+    "retrysafe.attempt_plan",
     "retrysafe.engine",
     "retrysafe.hedged_call",
     "retrysafe.attempt_watchdog",

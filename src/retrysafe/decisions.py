@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import httpx
 
+from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.errors import ApiError, AttemptRecord
 
 if TYPE_CHECKING:
@@ -71,27 +72,6 @@ class CallReport(NamedTuple):
 
 
 # -- actions: what the shell does next -------------------------------------------------
-
-
-class AttemptPlan:
-    """Send attempt ``number`` (1-based) with at most ``timeout`` seconds for it.
-
-    ``read_body``: read the whole body inside the attempt (a call that does not
-    stream); otherwise only the headers are the attempt's, and the engine asks for
-    the body (:class:`ReadBody`) when it needs it. ``cut_by_deadline``: the
-    timeout is the deadline's remainder, not the policy's per-attempt limit.
-    """
-
-    __slots__ = ("cut_by_deadline", "number", "read_body", "timeout")
-
-    def __init__(self, number: int, timeout: float, cut_by_deadline: bool, read_body: bool) -> None:
-        self.number = number
-        self.timeout = timeout
-        self.cut_by_deadline = cut_by_deadline
-        self.read_body = read_body
-
-    def __repr__(self) -> str:
-        return f"AttemptPlan(number={self.number}, timeout={self.timeout!r})"
 
 
 class ReadBody(NamedTuple):
