@@ -11,13 +11,14 @@ They travel in the request's extensions, so a plain ``httpx.Client`` over a
 from __future__ import annotations
 
 import dataclasses
+from typing import Final
 
 from retrysafe.policy import RetryPolicy
 
 __all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions"]
 
 #: Request extension key under which per-call options travel (and, on the response, the report).
-OPTIONS_EXTENSION = "retrysafe"
+OPTIONS_EXTENSION: Final = "retrysafe"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,4 +51,4 @@ class CallOptions:
 #: A request without options came through a plain httpx client, which reads a success's
 #: body only after the transport returns: the transport cannot know whether it will, so it
 #: hands the body over as it arrives (retrysafe.Client always says which it is).
-DROP_IN_OPTIONS = CallOptions(stream=True)
+DROP_IN_OPTIONS: Final = CallOptions(stream=True)

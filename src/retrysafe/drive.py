@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
@@ -65,24 +65,24 @@ if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retr
 __all__ = ["Drive", "Step"]
 
 #: Request extension key of the redirect chain a request belongs to.
-_CHAIN_EXTENSION = "retrysafe.chain"
+_CHAIN_EXTENSION: Final = "retrysafe.chain"
 #: The clock attempts' ends are read on (``Drive.attempt_ends_at``: ``time.monotonic``).
-_MONOTONIC_CLOCK = SystemClock()
+_MONOTONIC_CLOCK: Final = SystemClock()
 #: Each attempt bounds the phase timeouts of the caller's own request, and the body may
 #: still be read with them after the call returns, so they stay. A call leaves, beside
 #: them, what they were when it ended and the caller's timeouts they came from: a call
 #: that sends the same request again, and finds them unchanged, starts from the
 #: caller's. (Only an ended call leaves them: a retrysafe layer inside another's
 #: attempt finds the outer attempt's bounded timeouts, and they are its caller's.)
-_LEFT_TIMEOUTS_EXTENSION = "retrysafe.left_timeouts"
-_CALLER_TIMEOUTS_EXTENSION = "retrysafe.caller_timeouts"
+_LEFT_TIMEOUTS_EXTENSION: Final = "retrysafe.left_timeouts"
+_CALLER_TIMEOUTS_EXTENSION: Final = "retrysafe.caller_timeouts"
 
 #: What a shell is told to do next: send, read the body, sleep, or end the call (or,
 #: when hedging, wait for another copy in flight).
 Step = AttemptPlan | ReadBody | Wait | Succeed | Fail | AwaitOthers
 
 
-_HEDGE_GRANTED = HedgeAnswer()
+_HEDGE_GRANTED: Final = HedgeAnswer()
 
 
 def _hedged_call(
@@ -151,23 +151,30 @@ def _named(namer: Callable[[httpx.Request], object], request: httpx.Request) -> 
     return name
 
 
-_tuple = tuple.__new__
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: Testing mode's wait: none at all.
-_INSTANT = Wait(0.0)
+_INSTANT: Final = Wait(0.0)
 
 
-class _FirstAttempt(NamedTuple):
-    """A fresh call's first attempt, planned and sent without a Call (first_attempt.py)."""
+class _FirstAttempt:
+    """A fresh call's first attempt, planned and sent without a Call (first_attempt.py).
 
-    plan: AttemptPlan
-    #: The breaker's permit it went with (None: no breaker).
-    permit: Permit | None
-    #: Whether the request's body could be sent again, read before it was sent (sending
-    #: a one-shot stream may leave it held as bytes).
-    replayable: bool
-    #: When it started (the clock's monotonic seconds).
-    started: float
+    (A class, not a named tuple: the compiled build reads its fields directly.)
+    """
+
+    __slots__ = ("permit", "plan", "replayable", "started")
+
+    def __init__(
+        self, plan: AttemptPlan, permit: Permit | None, replayable: bool, started: float
+    ) -> None:
+        self.plan = plan
+        #: The breaker's permit it went with (None: no breaker).
+        self.permit = permit
+        #: Whether the request's body could be sent again, read before it was sent
+        #: (sending a one-shot stream may leave it held as bytes).
+        self.replayable = replayable
+        #: When it started (the clock's monotonic seconds).
+        self.started = started
 
 
 class Drive:
@@ -386,8 +393,7 @@ class Drive:
                 if admission is not None:
                     plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
                     replayable = isinstance(self.request.stream, httpx.ByteStream)
-                    # (built as the tuple it is, as first_success builds its tuples)
-                    self._first = _tuple(_FirstAttempt, (plan, admission.permit, replayable, now))
+                    self._first = _FirstAttempt(plan, admission.permit, replayable, now)
                     return plan
         call = self.call
         if guard is None:

@@ -26,7 +26,7 @@ the errors are built by :func:`retrysafe.failures.give_up_error`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import httpx
 
@@ -75,12 +75,12 @@ if TYPE_CHECKING:  # loaded by the first call that gives up (see _stop)
 __all__ = ["HEALTHY_WHILE_CLOSED", "Call"]
 
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
-_RATE_LIMIT_REASONS = frozenset({"rate_limited", "idempotency_key_in_use"})
+_RATE_LIMIT_REASONS: Final = frozenset({"rate_limited", "idempotency_key_in_use"})
 #: Give-up reasons that mean this call, or one nested in it, already retried.
-_RETRIED_REASONS = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
+_RETRIED_REASONS: Final = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
 #: The effect of a call that succeeded at once while the breaker was closed: shells may
 #: apply it by identity, on a short path (see ``Drive.returned``).
-HEALTHY_WHILE_CLOSED = RecordHealth(CLOSED_PERMIT, "healthy", None)
+HEALTHY_WHILE_CLOSED: Final = RecordHealth(CLOSED_PERMIT, "healthy", None)
 
 
 class Call:

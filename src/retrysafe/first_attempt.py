@@ -25,6 +25,8 @@ start, the attempt's, and its end).
 
 from __future__ import annotations
 
+from typing import Final
+
 import httpx
 
 from retrysafe.decisions import AttemptPlan, CallReport, Succeed
@@ -35,7 +37,7 @@ from retrysafe.request_facts import idempotency_key_of
 
 __all__ = ["first_plan", "first_success", "settled_at_once"]
 
-_tuple = tuple.__new__
+_tuple: Final = tuple.__new__
 
 
 def first_plan(policy: RetryPolicy, *, stream: bool, remaining: float) -> AttemptPlan:

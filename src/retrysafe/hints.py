@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Final
 
 import httpx
 
@@ -40,17 +41,17 @@ __all__ = [
     "server_says_retry",
 ]
 
-_WHITESPACE = " \t\r\n"
+_WHITESPACE: Final = " \t\r\n"
 #: A non-negative decimal: digits with an optional fraction, or a bare fraction.
 _DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 #: More integer digits than this is past the cap whatever the unit (1e15 s).
-_MAX_DIGITS = 16
+_MAX_DIGITS: Final = 16
 #: A reset at or above this reads as a Unix timestamp in seconds (2001-09-09), below it
 #: as delta-seconds: no rate-limit window lasts 31 years, and no API resets before 2001.
-EPOCH_SECONDS_FROM = 1e9
+EPOCH_SECONDS_FROM: Final = 1e9
 #: A reset at or above this reads as a Unix timestamp in milliseconds (as seconds it
 #: would be the year 33658).
-EPOCH_MILLISECONDS_FROM = 1e12
+EPOCH_MILLISECONDS_FROM: Final = 1e12
 
 
 def _text(value: str | bytes | None) -> str | None:
@@ -172,14 +173,14 @@ def parse_reset(value: str | bytes | None, now: float) -> float | None:
 
 # -- rate-limit announcements ----------------------------------------------------------
 
-_IETF = b"ratelimit"
-_IETF_POLICY = b"ratelimit-policy"
-_DRAFT_REMAINING = b"ratelimit-remaining"
-_DRAFT_RESET = b"ratelimit-reset"
-_X_REMAINING = b"x-ratelimit-remaining"
-_X_RESET = b"x-ratelimit-reset"
+_IETF: Final = b"ratelimit"
+_IETF_POLICY: Final = b"ratelimit-policy"
+_DRAFT_REMAINING: Final = b"ratelimit-remaining"
+_DRAFT_RESET: Final = b"ratelimit-reset"
+_X_REMAINING: Final = b"x-ratelimit-remaining"
+_X_RESET: Final = b"x-ratelimit-reset"
 #: Header names (lower-cased bytes, as httpx keeps them) that may announce a limit.
-RATE_LIMIT_HEADERS = frozenset(
+RATE_LIMIT_HEADERS: Final = frozenset(
     {_IETF, _IETF_POLICY, _DRAFT_REMAINING, _DRAFT_RESET, _X_REMAINING, _X_RESET}
 )
 _INTEGER = re.compile(r"[0-9]{1,15}", re.ASCII)

@@ -7,6 +7,7 @@ by default (its origin), worked out cheaply: both are read for every call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import httpx
 
@@ -21,16 +22,16 @@ __all__ = [
 #: cooldowns) is kept per name. A plain string names every request the same.
 DependencyNamer = Callable[[httpx.Request], str]
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-_KEY_NAME = IDEMPOTENCY_HEADER.lower().encode("ascii")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+_KEY_NAME: Final = IDEMPOTENCY_HEADER.lower().encode("ascii")
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
 #: Origin names already worked out, by the URL's raw (scheme, host, port): a client
 #: calls few origins, and httpx's URL properties (IDNA, port defaults) cost more than
 #: a lookup. Bounded: cleared when it grows past ``_ORIGINS_KEPT``.
 _origins: dict[tuple[str, str, int | None], str] = {}
-_ORIGINS_KEPT = 256
+_ORIGINS_KEPT: Final = 256
 
 
 def default_dependency(url: httpx.URL) -> str:

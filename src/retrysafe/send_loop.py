@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpx
 
@@ -55,9 +55,9 @@ class AsyncSender(Protocol):
 #: timeouts, which know how far the request got (a connect timeout means it was never
 #: sent), fire first; the hard end only bounds an attempt, such as a server trickling
 #: its headers or body, whose every single read kept within time.
-_GRACE = 0.05
-_PHASES = ("connect", "read", "write", "pool")
-_INF = math.inf
+_GRACE: Final = 0.05
+_PHASES: Final = ("connect", "read", "write", "pool")
+_INF: Final = math.inf
 
 
 def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from retrysafe.clock import Clock
 from retrysafe.governor.settings import BreakerSettings
@@ -65,9 +65,9 @@ class Permit(NamedTuple):
 
 
 #: The permit of every attempt sent while the breaker is closed (permits are values).
-CLOSED_PERMIT = Permit(allowed=True)
+CLOSED_PERMIT: Final = Permit(allowed=True)
 #: How many time buckets the ratio window is counted in.
-WINDOW_BUCKETS = 10
+WINDOW_BUCKETS: Final = 10
 
 
 class CircuitBreaker:

@@ -10,7 +10,7 @@ compiles (see ``retrysafe.compiled``); the Governor, which users make, is not.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Final, Protocol
 
 from retrysafe.compiled import mypyc_attr
 from retrysafe.decisions import (
@@ -214,14 +214,14 @@ def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
 
 
 #: How long a probe's lease outlives its attempt: time to report the outcome.
-PROBE_GRACE = 1.0
-GRANTED = RetryAnswer()
-_CLOSED_PERMIT = CLOSED_PERMIT
-_ADMITTED_CLOSED = Admission(permit=CLOSED_PERMIT)
-_CIRCUIT_OPEN = RetryAnswer("circuit_open")
-_BUDGET_EXHAUSTED = RetryAnswer("budget_exhausted")
-_HEDGE_GRANTED = HedgeAnswer()
-_HEDGE_CIRCUIT = HedgeAnswer("circuit_not_closed")
-_HEDGE_COOLDOWN = HedgeAnswer("cooldown")
-_HEDGE_PACING = HedgeAnswer("pacing")
-_HEDGE_BUDGET = HedgeAnswer("budget_exhausted")
+PROBE_GRACE: Final = 1.0
+GRANTED: Final = RetryAnswer()
+_CLOSED_PERMIT: Final = CLOSED_PERMIT
+_ADMITTED_CLOSED: Final = Admission(permit=CLOSED_PERMIT)
+_CIRCUIT_OPEN: Final = RetryAnswer("circuit_open")
+_BUDGET_EXHAUSTED: Final = RetryAnswer("budget_exhausted")
+_HEDGE_GRANTED: Final = HedgeAnswer()
+_HEDGE_CIRCUIT: Final = HedgeAnswer("circuit_not_closed")
+_HEDGE_COOLDOWN: Final = HedgeAnswer("cooldown")
+_HEDGE_PACING: Final = HedgeAnswer("pacing")
+_HEDGE_BUDGET: Final = HedgeAnswer("budget_exhausted")
