@@ -140,3 +140,105 @@ def test_a_deadline_too_short_for_any_attempt_says_which_setting_to_change() -> 
     assert caught.value.attempts == 0
     assert "no attempt started" in str(caught.value)
     assert "min_attempt_time" in str(caught.value)
+
+
+# -- the deadline header ------------------------------------------------------------------
+
+
+class HeaderRecorder:
+    """A mock server that notes the ``Request-Timeout`` header each attempt carried."""
+
+    def __init__(self) -> None:
+        self.sent: list[str | None] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request.headers.get("Request-Timeout"))
+        return httpx.Response(200)
+
+
+def test_a_request_sent_again_without_a_deadline_header_carries_no_stale_one() -> None:
+    # The header said how long the first call's attempt had; sent again by a client that
+    # does not send the header, it would tell the server a time nobody gave it.
+    server = HeaderRecorder()
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(server),
+            policy=retrysafe.RetryPolicy(deadline=1),
+            deadline_header="Request-Timeout",
+        ) as sharing,
+        retrysafe.Client(transport=httpx.MockTransport(server)) as silent,
+    ):
+        request = sharing.build_request("GET", URL)
+        sharing.send(request)
+        silent.send(request)
+
+    first, second = server.sent
+    assert first is not None
+    assert 0 < float(first) <= 1.0
+    assert second is None
+    assert "Request-Timeout" not in request.headers
+
+
+async def test_an_async_request_sent_again_without_a_deadline_header_carries_no_stale_one() -> None:
+    server = HeaderRecorder()
+    async with (
+        retrysafe.AsyncClient(
+            transport=httpx.MockTransport(server),
+            policy=retrysafe.RetryPolicy(deadline=1),
+            deadline_header="Request-Timeout",
+        ) as sharing,
+        retrysafe.AsyncClient(transport=httpx.MockTransport(server)) as silent,
+    ):
+        request = sharing.build_request("GET", URL)
+        await sharing.send(request)
+        await silent.send(request)
+
+    assert server.sent[0] is not None
+    assert server.sent[1] is None
+
+
+def test_a_request_sent_again_by_a_client_that_shares_its_deadline_gets_a_fresh_value() -> None:
+    server = HeaderRecorder()
+    with retrysafe.Client(
+        transport=httpx.MockTransport(server), deadline_header="Request-Timeout"
+    ) as client:
+        request = client.build_request("GET", URL)
+        with retrysafe.deadline(1):
+            client.send(request)
+        client.send(request)
+
+    first, second = server.sent
+    assert first is not None
+    assert second is not None
+    assert 0 < float(first) <= 1.0
+    assert float(second) == 10.0  # the attempt's own time, no longer the scope's second
+
+
+def test_a_deadline_header_the_caller_set_before_sending_again_is_kept() -> None:
+    server = HeaderRecorder()
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(server), deadline_header="Request-Timeout"
+        ) as sharing,
+        retrysafe.Client(transport=httpx.MockTransport(server)) as silent,
+    ):
+        request = sharing.build_request("GET", URL)
+        sharing.send(request)
+        request.headers["Request-Timeout"] = "3"  # the caller's own, after the first call
+        silent.send(request)
+
+    assert server.sent[1] == "3"
+
+
+def test_a_layer_without_the_header_inside_one_with_it_keeps_the_outer_value() -> None:
+    # Not a request sent again: the inner layer sends the outer attempt's request, whose
+    # header the outer attempt has just set.
+    server = HeaderRecorder()
+    inner = retrysafe.RetryTransport(httpx.MockTransport(server))
+    outer = retrysafe.RetryTransport(inner, deadline_header="Request-Timeout")
+    with httpx.Client(transport=outer) as client:
+        request = client.build_request("GET", URL)
+        client.send(request)
+        client.send(request)
+
+    assert server.sent == ["10.000", "10.000"]

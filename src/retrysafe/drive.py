@@ -76,6 +76,11 @@ _MONOTONIC_CLOCK: Final = SystemClock()
 #: attempt finds the outer attempt's bounded timeouts, and they are its caller's.)
 _LEFT_TIMEOUTS_EXTENSION: Final = "retrysafe.left_timeouts"
 _CALLER_TIMEOUTS_EXTENSION: Final = "retrysafe.caller_timeouts"
+#: Likewise the deadline header a call's last attempt carried, as (name, value), left by a
+#: shell that sends one (``deadline_header``): a call that sends the same request again,
+#: and finds the header unchanged, takes it off, since it tells of a time long gone (its
+#: own shell, if it shares deadlines too, sets a fresh one on each attempt).
+_LEFT_DEADLINE_HEADER_EXTENSION: Final = "retrysafe.left_deadline_header"
 
 #: What a shell is told to do next: send, read the body, sleep, or end the call (or,
 #: when hedging, wait for another copy in flight).
@@ -149,6 +154,15 @@ def _named(namer: Callable[[httpx.Request], object], request: httpx.Request) -> 
             "it must return the dependency's name (str)"
         )
     return name
+
+
+def _take_off_stale(request: httpx.Request, left: object) -> None:
+    """Take the deadline header an earlier call left (``left``: its name and value) off
+    ``request``, unless the caller has set the header again since."""
+    if isinstance(left, tuple) and len(left) == 2:
+        name, value = left
+        if isinstance(name, str) and request.headers.get(name) == value:
+            del request.headers[name]
 
 
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
@@ -244,10 +258,14 @@ class Drive:
         #: The per-phase timeouts the request came with, before any attempt bounded them.
         timeouts = extensions.get("timeout")
         left = extensions.get(_LEFT_TIMEOUTS_EXTENSION)
-        if left is not None and timeouts == left:
-            # A request sent again after an earlier call ended: these are that call's
-            # bounded timeouts, not the caller's (see close).
-            timeouts = extensions[_CALLER_TIMEOUTS_EXTENSION]
+        if left is not None:
+            # A request sent again after an earlier call ended (see close).
+            if timeouts == left:
+                # these are that call's bounded timeouts, not the caller's
+                timeouts = extensions[_CALLER_TIMEOUTS_EXTENSION]
+            header = extensions.pop(_LEFT_DEADLINE_HEADER_EXTENSION, None)
+            if header is not None:
+                _take_off_stale(request, header)
         self.caller_timeouts: Mapping[str, Any] = timeouts or {}
         chain = extensions.get(_CHAIN_EXTENSION)
         scope = current_deadline()
@@ -615,6 +633,12 @@ class Drive:
             self._token = None
             extensions = self.request.extensions
             left = extensions.get("timeout")
+            # (every request httpx builds carries its timeouts, so every one gets the marks)
             if left is not None:
                 extensions[_LEFT_TIMEOUTS_EXTENSION] = dict(left)
                 extensions[_CALLER_TIMEOUTS_EXTENSION] = self.caller_timeouts
+                header = self.settings.deadline_header
+                if header is not None:
+                    value = self.request.headers.get(header)
+                    if value is not None:
+                        extensions[_LEFT_DEADLINE_HEADER_EXTENSION] = (header, value)
