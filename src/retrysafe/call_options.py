@@ -10,9 +10,9 @@ They travel in the request's extensions, so a plain ``httpx.Client`` over a
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final
 
+from retrysafe.frozen_value import frozen_value
 from retrysafe.policy import RetryPolicy
 
 __all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions"]
@@ -21,7 +21,7 @@ __all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions"]
 OPTIONS_EXTENSION: Final = "retrysafe"
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_value
 class CallOptions:
     """Per-call overrides carried in ``request.extensions["retrysafe"]``.
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 import httpx
 
+from retrysafe.frozen_value import frozen_value
 from retrysafe.governor.breaker import Health
 from retrysafe.hints import exhausted_until, retry_after_hint, server_says_retry
 from retrysafe.policy import RetryPolicy
@@ -37,7 +38,7 @@ Processed = Literal["no", "maybe"]
 _REFUSED_BEFORE_WORK = frozenset({408, 429, 503})
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_value
 class Verdict:
     """The meaning of one outcome.
 

@@ -17,11 +17,11 @@ Every URL here is already redacted, and control characters in a message are esca
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from retrysafe.frozen_value import frozen_value
 from retrysafe.lazy_names import lazy_module_functions
 from retrysafe.redact import printable
 
@@ -54,7 +54,7 @@ logger.addHandler(logging.NullHandler())
 EventKind = Literal["attempt", "retry", "success", "failure", "circuit", "hedge"]
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_value
 class RetryEvent:
     """One thing that happened to a call; each field means one thing for every kind.
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ForwardRef
 
 import httpx
 
+from retrysafe.frozen_value import frozen_value
 from retrysafe.validation import check, check_number
 
 __all__ = ["DEFAULT_IDEMPOTENT_METHODS", "DEFAULT_RETRY_STATUSES", "RetryPolicy", "Rule"]
@@ -28,7 +28,7 @@ DEFAULT_IDEMPOTENT_METHODS: frozenset[str] = frozenset(
 )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@frozen_value(kw_only=True)
 class RetryPolicy:
     """How a call is retried. Frozen: derive variants with ``dataclasses.replace``.
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-
+from retrysafe.frozen_value import frozen_value
 from retrysafe.validation import check, check_number
 
 __all__ = ["BreakerSettings", "BudgetSettings", "GovernorSettings", "LimiterSettings"]
@@ -13,7 +12,7 @@ def _positive(owner: str, field: str, value: float, *, allow_zero: bool = False)
     check_number(owner, field, value, positive=not allow_zero, infinite_ok=False)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@frozen_value(kw_only=True)
 class BudgetSettings:
     """A retry budget: a token bucket shared by every call to one dependency.
 
@@ -58,7 +57,7 @@ class BudgetSettings:
         _positive("BudgetSettings", "min_per_second", self.min_per_second, allow_zero=True)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@frozen_value(kw_only=True)
 class BreakerSettings:
     """A circuit breaker: stop sending to a dependency that is clearly down.
 
@@ -122,7 +121,7 @@ class BreakerSettings:
         )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@frozen_value(kw_only=True)
 class LimiterSettings:
     """Pacing and cooldowns for one dependency.
 
@@ -147,7 +146,7 @@ class LimiterSettings:
         check(self.burst >= 1, "LimiterSettings", "burst", f"must be >= 1, got {self.burst!r}")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@frozen_value(kw_only=True)
 class GovernorSettings:
     """Load protection per dependency. Set a piece to ``None`` to switch it off.
 

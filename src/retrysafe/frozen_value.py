@@ -1,0 +1,225 @@
+"""``@frozen_value``: a frozen dataclass that costs little to define.
+
+``@dataclasses.dataclass(frozen=True)`` writes the source of six methods for each class
+(``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``)
+and compiles each one with ``exec`` when the class is defined: about half a millisecond a
+class. ``import retrysafe`` defines eight value classes a client needs (the policy, the
+load-protection settings, ``CallOptions``, ``Verdict``, ``RetryEvent``), and compiling
+their methods was about a third of what the import added to httpx's. ``@frozen_value``
+makes the same class out of methods written once, here:
+
+- it is a dataclass (``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass``
+  work; type checkers read it as a frozen dataclass);
+- ``__init__`` takes the fields by name (and in order, unless ``kw_only=True``), fills in
+  the defaults, sets the fields and calls ``__post_init__``; a wrong call is the same
+  ``TypeError`` the dataclass would raise, and ``inspect.signature`` and
+  ``typing.get_type_hints`` see the same parameters;
+- instances are equal when their classes and fields are, hash by their fields, print as
+  ``Name(field=value, ...)``, and refuse assignment with ``FrozenInstanceError``.
+
+It covers what those classes use: fields with plain defaults, and ``__post_init__``. A
+class that needs ``field(...)``, ``InitVar`` or ordering, or that ``import retrysafe``
+does not define, uses ``dataclasses.dataclass``. Constructing a frozen value costs a
+little more than a dataclass (about 0.5 µs); a successful call builds one only when it
+passes its own ``policy=`` or ``dependency=`` (its ``CallOptions``).
+The API reference learns the constructor from ``scripts/griffe_frozen_values.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import operator
+import sys
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+__all__ = ["frozen_value"]
+
+_T = TypeVar("_T")
+_MISSING: Any = dataclasses.MISSING
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+elif sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # pragma: no cover - Python 3.10: the marker is for type checkers only
+
+    def dataclass_transform(**_: object) -> Callable[[_T], _T]:
+        return lambda decorated: decorated
+
+
+@overload
+def frozen_value(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def frozen_value(*, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(frozen_default=True)
+def frozen_value(
+    cls: type[_T] | None = None, /, *, kw_only: bool = False
+) -> type[_T] | Callable[[type[_T]], type[_T]]:
+    """Make ``cls`` a frozen dataclass (``kw_only``: its fields are passed by name only)."""
+
+    def make(cls: type[_T]) -> type[_T]:
+        return _make_frozen_value(cls, kw_only=kw_only)
+
+    return make if cls is None else make(cls)
+
+
+def _make_frozen_value(cls: type[_T], *, kw_only: bool) -> type[_T]:
+    for name in ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__"):
+        if name in vars(cls):
+            raise TypeError(f"@frozen_value writes {cls.__name__}.{name}; do not define it")
+    # Only what needs no exec: the fields, __match_args__, and the docstring's signature.
+    dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    for field in fields:
+        if field.default_factory is not _MISSING or not (field.init and field.repr):
+            raise TypeError(f"@frozen_value supports plain defaults only ({field.name})")
+    names = tuple(field.name for field in fields)
+    defaults = tuple(field.default for field in fields)
+    module_globals = sys.modules[cls.__module__].__dict__
+    init = _function_in(module_globals, _init_for(cls, names, defaults, kw_only))
+    init.__annotations__ = {field.name: field.type for field in fields} | {"return": None}
+    kind = inspect.Parameter.KEYWORD_ONLY if kw_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+    init.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [
+            inspect.Parameter(
+                field.name,
+                kind,
+                default=inspect.Parameter.empty if field.default is _MISSING else field.default,
+                annotation=field.type,
+            )
+            for field in fields
+        ],
+        return_annotation=None,
+    )
+    made: dict[str, Any] = {
+        "__init__": init,
+        "__repr__": _repr_for(names),
+        "__eq__": _eq_for(names),
+        "__hash__": _hash_for(names),
+    }
+    for name, method in made.items():
+        method.__name__ = name
+        method.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, method)
+    # (shared by every frozen value, like dataclasses.FrozenInstanceError itself)
+    cls.__setattr__ = _refuse_setattr  # type: ignore[method-assign]
+    cls.__delattr__ = _refuse_delattr  # type: ignore[method-assign]
+    return cls
+
+
+def _function_in(module_globals: dict[str, Any], function: Any) -> Any:
+    """A copy of ``function`` whose globals are the class's module, so that
+    ``typing.get_type_hints`` resolves its annotations where the class's resolve."""
+    return types.FunctionType(
+        function.__code__, module_globals, "__init__", None, function.__closure__
+    )
+
+
+def _init_for(
+    cls: type, names: tuple[str, ...], defaults: tuple[object, ...], kw_only: bool
+) -> Callable[..., None]:
+    positional = () if kw_only else names
+    known = frozenset(names)
+    required = tuple(
+        name for name, default in zip(names, defaults, strict=True) if default is _MISSING
+    )
+    set_field = object.__setattr__
+    # (worded as Python words it for a function: self counts, defaults make a range)
+    fewest = 1 + sum(1 for name in positional if name in required)
+    most = 1 + len(positional)
+    takes = (
+        f"{most} positional argument{'s' if most > 1 else ''}"
+        if fewest == most
+        else f"from {fewest} to {most} positional arguments"
+    )
+    post_init = getattr(cls, "__post_init__", None)
+    required_names = frozenset(required)
+    fields = tuple(zip(names, defaults, strict=True))
+
+    def init(self: object, *args: object, **kwargs: object) -> None:
+        if args:
+            if len(args) > len(positional):
+                raise TypeError(
+                    f"{type(self).__qualname__}.__init__() takes {takes} but "
+                    f"{len(args) + 1} were given"
+                )
+            for name, value in zip(positional, args, strict=False):
+                if name in kwargs:
+                    raise TypeError(
+                        f"{type(self).__qualname__}.__init__() got multiple values for "
+                        f"argument {name!r}"
+                    )
+                kwargs[name] = value
+        if not known.issuperset(kwargs):
+            unknown = next(name for name in kwargs if name not in known)
+            raise TypeError(
+                f"{type(self).__qualname__}.__init__() got an unexpected keyword "
+                f"argument {unknown!r}"
+            )
+        if not required_names <= kwargs.keys():
+            absent = [name for name in required if name not in kwargs]
+            listed = " and ".join(", ".join(map(repr, absent)).rsplit(", ", 1))
+            kind = "keyword-only argument" if kw_only else "positional argument"
+            raise TypeError(
+                f"{type(self).__qualname__}.__init__() missing {len(absent)} required "
+                f"{kind}{'s' if len(absent) > 1 else ''}: {listed}"
+            )
+        # (every field without a default is in kwargs by now)
+        for name, default in fields:
+            set_field(self, name, kwargs.get(name, default))
+        if post_init is not None:
+            post_init(self)
+
+    return init
+
+
+def _repr_for(names: tuple[str, ...]) -> Callable[[object], str]:
+    def represent(self: object) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
+        return f"{type(self).__qualname__}({shown})"
+
+    return represent
+
+
+def _values_of(names: tuple[str, ...]) -> Callable[[object], tuple[object, ...]]:
+    """The fields' values of an instance, as a tuple (as the dataclass compares them)."""
+    if len(names) == 1:
+        (name,) = names
+        return lambda instance: (getattr(instance, name),)
+    return operator.attrgetter(*names)
+
+
+def _eq_for(names: tuple[str, ...]) -> Callable[[object, object], object]:
+    values = _values_of(names)
+
+    def equal(self: object, other: object) -> object:  # (bool, or NotImplemented)
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return bool(values(self) == values(other))
+
+    return equal
+
+
+def _hash_for(names: tuple[str, ...]) -> Callable[[object], int]:
+    values = _values_of(names)
+
+    def hash_fields(self: object) -> int:
+        return hash(values(self))
+
+    return hash_fields
+
+
+def _refuse_setattr(self: object, name: str, value: object) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _refuse_delattr(self: object, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
