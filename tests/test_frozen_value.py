@@ -111,6 +111,23 @@ def test_post_init_runs_after_the_fields_are_set() -> None:
         Point(-1)
 
 
+def test_a_subclass_s_post_init_is_the_one_called() -> None:
+    class Checked(Point):
+        def __post_init__(self) -> None:
+            raise ValueError("checked")
+
+    with pytest.raises(ValueError, match="checked"):
+        Checked(1)
+
+
+def test_a_field_with_options_is_refused_rather_than_ignored() -> None:
+    with pytest.raises(TypeError, match=r"Odd\.x: use dataclasses\.dataclass"):
+
+        @frozen_value
+        class Odd:
+            x: int = dataclasses.field(default=1, compare=False)
+
+
 def test_equal_by_class_and_fields_and_hashed_by_fields() -> None:
     assert Point(1, 2) == Point(1, 2)
     assert Point(1, 2) != Point(1, 3)

@@ -78,8 +78,20 @@ def _make_frozen_value(cls: type[_T], *, kw_only: bool) -> type[_T]:
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     for field in fields:
-        if field.default_factory is not _MISSING or not (field.init and field.repr):
-            raise TypeError(f"@frozen_value supports plain defaults only ({field.name})")
+        plain = (
+            field.default_factory is _MISSING
+            and field.init
+            and field.repr
+            and field.compare
+            and field.hash is None
+            and not field.metadata
+            and field.kw_only == kw_only
+        )
+        if not plain:
+            raise TypeError(
+                f"@frozen_value takes fields with plain defaults only, not "
+                f"{cls.__name__}.{field.name}: use dataclasses.dataclass for field(...)"
+            )
     names = tuple(field.name for field in fields)
     defaults = tuple(field.default for field in fields)
     module_globals = sys.modules[cls.__module__].__dict__
@@ -140,7 +152,7 @@ def _init_for(
         if fewest == most
         else f"from {fewest} to {most} positional arguments"
     )
-    post_init = getattr(cls, "__post_init__", None)
+    has_post_init = hasattr(cls, "__post_init__")
     required_names = frozenset(required)
     fields = tuple(zip(names, defaults, strict=True))
 
@@ -175,8 +187,8 @@ def _init_for(
         # (every field without a default is in kwargs by now)
         for name, default in fields:
             set_field(self, name, kwargs.get(name, default))
-        if post_init is not None:
-            post_init(self)
+        if has_post_init:
+            self.__post_init__()  # type: ignore[attr-defined]  # (a subclass's, if it has one)
 
     return init
 
