@@ -173,6 +173,100 @@ def test_signature_and_type_hints_are_the_dataclass_ones(ours: type, theirs: typ
     assert ours.__init__.__qualname__ == f"{ours.__qualname__}.__init__"
 
 
+def test_a_frozen_dataclass_can_subclass_it_and_a_mutable_one_cannot() -> None:
+    assert Point.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+    @dataclasses.dataclass(frozen=True)
+    class Tagged(Point):
+        tag: str = ""
+
+    tagged = Tagged(1, 2, None, "t")
+    assert (tagged.x, tagged.y, tagged.tag) == (1, 2, "t")
+    assert repr(tagged).endswith("Tagged(x=1, y=2, label=None, tag='t')")
+    with pytest.raises(ValueError, match="x must be >= 0"):
+        Tagged(-1)
+    with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+
+        @dataclasses.dataclass
+        class Mutable(Point):
+            tag: str = ""
+
+
+def test_a_plain_subclass_may_set_its_own_attributes_but_not_the_fields() -> None:
+    class WithExtra(Point):
+        pass
+
+    class DataWithExtra(DataPoint):
+        pass
+
+    for cls in (WithExtra, DataWithExtra):
+        value = cls(1)
+        value.extra = 5  # type: ignore[attr-defined]
+        del value.extra  # type: ignore[attr-defined]
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'x'"):
+            value.x = 2  # type: ignore[misc]
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'y'"):
+            del value.y  # type: ignore[misc]
+
+
+@frozen_value
+class Triple:
+    a: int
+    b: int
+    c: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DataTriple:
+    a: int
+    b: int
+    c: int
+
+
+def test_missing_arguments_are_listed_as_python_lists_them() -> None:
+    assert _error_of(lambda: Triple()).replace("Triple", "C") == _error_of(  # type: ignore[call-arg]
+        lambda: DataTriple()  # type: ignore[call-arg]
+    ).replace("DataTriple", "C")
+
+    class SubTriple(Triple):
+        pass
+
+    class DataSubTriple(DataTriple):
+        pass
+
+    # (the message names the class that defines __init__, not the subclass)
+    assert _error_of(lambda: SubTriple(1)).replace("Triple", "C") == _error_of(  # type: ignore[call-arg]
+        lambda: DataSubTriple(1)  # type: ignore[call-arg]
+    ).replace("DataTriple", "C")
+
+
+@frozen_value
+class Holder:
+    items: list[object]
+
+
+def test_a_value_that_contains_itself_prints_as_a_dataclass_does() -> None:
+    items: list[object] = []
+    holder = Holder(items)
+    items.append(holder)
+    assert repr(holder) == "Holder(items=[...])"
+
+
+def test_a_class_without_fields_or_docstring_is_made_as_a_dataclass_would_be() -> None:
+    @frozen_value
+    class Empty:
+        pass
+
+    @frozen_value
+    class Undocumented:
+        x: int
+
+    assert Empty() == Empty()
+    assert hash(Empty()) == hash(())
+    assert repr(Empty()).endswith("Empty()")
+    assert Undocumented.__doc__ == "Undocumented(x: 'int')"
+
+
 def test_a_class_that_writes_its_own_methods_is_refused() -> None:
     with pytest.raises(TypeError, match=r"writes Bad\.__eq__"):
 
