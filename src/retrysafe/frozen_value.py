@@ -117,13 +117,14 @@ def _make_frozen_value(cls: type[_T], *, kw_only: bool) -> type[_T]:
         ],
         return_annotation=None,
     )
+    refuse_setattr, refuse_delattr = _frozen_guards(cls, names)
     made: dict[str, Any] = {
         "__init__": init,
         "__repr__": _repr_for(names),
         "__eq__": _eq_for(names),
         "__hash__": _hash_for(names),
-        "__setattr__": _setattr_for(cls, names),
-        "__delattr__": _delattr_for(cls, names),
+        "__setattr__": refuse_setattr,
+        "__delattr__": refuse_delattr,
     }
     for name, method in made.items():
         method.__name__ = name
@@ -243,24 +244,24 @@ def _hash_for(names: tuple[str, ...]) -> Callable[[object], int]:
     return hash_fields
 
 
-def _setattr_for(cls: type, names: tuple[str, ...]) -> Callable[[object, str, object], None]:
-    """Refuses every attribute on the class itself, and its fields on a subclass."""
+def _frozen_guards(
+    cls: type, names: tuple[str, ...]
+) -> tuple[Callable[[object, str, object], None], Callable[[object, str], None]]:
+    """``__setattr__`` and ``__delattr__``: every attribute is refused on the class itself,
+    and only its fields on a subclass (as the dataclass refuses them)."""
     field_names = frozenset(names)
 
+    def refused(self: object, name: str) -> bool:
+        return type(self) is cls or name in field_names
+
     def refuse_setattr(self: object, name: str, value: object) -> None:
-        if type(self) is cls or name in field_names:
+        if refused(self, name):
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
         super(cls, self).__setattr__(name, value)  # type: ignore[arg-type]
 
-    return refuse_setattr
-
-
-def _delattr_for(cls: type, names: tuple[str, ...]) -> Callable[[object, str], None]:
-    field_names = frozenset(names)
-
     def refuse_delattr(self: object, name: str) -> None:
-        if type(self) is cls or name in field_names:
+        if refused(self, name):
             raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)  # type: ignore[arg-type]
 
-    return refuse_delattr
+    return refuse_setattr, refuse_delattr
