@@ -134,6 +134,93 @@ async def test_a_layer_under_an_async_call_ends_when_the_calls_attempt_must(chao
     assert time.monotonic() - started < 1.7
 
 
+_QUICK = {"backoff_base": 0.001, "backoff_cap": 0.002}
+
+
+def _layers_under_hedging(settings: GovernorSettings) -> tuple[int, int]:
+    """A hedging transport over a retrying one over an API that always answers 503:
+    (requests the API got, the final status)."""
+    sent: list[httpx.Request] = []
+
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    inner = retrysafe.RetryTransport(
+        httpx.MockTransport(unavailable),
+        policy=RetryPolicy(attempts=4, **_QUICK),
+        governor=Governor(settings),
+    )
+    outer = retrysafe.RetryTransport(
+        inner,
+        policy=RetryPolicy(attempts=3, hedge_after=5.0, **_QUICK),
+        governor=Governor(settings),
+    )
+    with httpx.Client(transport=outer) as client:
+        status = client.get("https://api.test/").status_code
+    return len(sent), status
+
+
+def test_layers_under_a_hedging_call_do_not_multiply() -> None:
+    # The layer under it runs inside a hedged copy's attempt (on the copy's thread): it
+    # is nested in the hedging call as it would be in a plain one.
+    assert _layers_under_hedging(GovernorSettings()) == (2, 503)
+    assert _layers_under_hedging(GovernorSettings.off()) == (12, 503)
+
+
+async def _async_layers_under_hedging(settings: GovernorSettings) -> int:
+    sent: list[httpx.Request] = []
+
+    async def unavailable(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    inner = retrysafe.AsyncRetryTransport(
+        httpx.MockTransport(unavailable),
+        policy=RetryPolicy(attempts=4, **_QUICK),
+        governor=Governor(settings),
+    )
+    outer = retrysafe.AsyncRetryTransport(
+        inner,
+        policy=RetryPolicy(attempts=3, hedge_after=5.0, **_QUICK),
+        governor=Governor(settings),
+    )
+    async with httpx.AsyncClient(transport=outer) as client:
+        assert (await client.get("https://api.test/")).status_code == 503
+    return len(sent)
+
+
+async def test_layers_under_an_async_hedging_call_do_not_multiply() -> None:
+    # (the copy runs as a task of its own)
+    assert await _async_layers_under_hedging(GovernorSettings()) == 2
+    assert await _async_layers_under_hedging(GovernorSettings.off()) == 12
+
+
+def test_a_layer_under_a_hedging_call_ends_when_the_copys_attempt_must(chaos: Any) -> None:
+    under = retrysafe.RetryTransport(httpx.HTTPTransport())
+    started = time.monotonic()
+    policy = RetryPolicy(deadline=1, attempts=2, hedge_after=5.0)
+    with (
+        retrysafe.Client(transport=under, policy=policy) as client,
+        pytest.raises(retrysafe.DeadlineExceeded),
+    ):
+        client.get(chaos.url("/hang"))
+    assert time.monotonic() - started < 1.7  # (a second attempt under it took it past 2 s)
+
+
+async def test_a_layer_under_an_async_hedging_call_ends_when_the_copys_attempt_must(
+    chaos: Any,
+) -> None:
+    under = retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport())
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(
+        transport=under, policy=RetryPolicy(deadline=1, attempts=2, hedge_after=5.0)
+    ) as client:
+        with pytest.raises(retrysafe.ApiError):
+            await client.get(chaos.url("/hang"))
+    assert time.monotonic() - started < 1.7
+
+
 @pytest.mark.parametrize("value", [b"soon", b"-1", b"inf", b"nan"])
 async def test_an_unusable_deadline_header_leaves_no_scope(value: bytes) -> None:
     seen: list[object] = []

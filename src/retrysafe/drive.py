@@ -284,10 +284,13 @@ class Drive:
         #: What ran in this context when this call started (the call it is nested in, if
         #: any), kept for after close: some shells close before they finish.
         outer = token.old_value
+        if outer is contextvars.Token.MISSING:  # (nothing ever ran in this context)
+            outer = None
         self._outer: object = outer
-        if type(outer) is Drive and outer.attempt_ends_at is not None:
+        if outer is not None and outer.attempt_ends_at is not None:
             # Made inside another call's attempt (a layer under it, or code its transport
-            # runs): whatever this call's own policy says, it ends when that attempt must.
+            # runs), or a hedged copy's: whatever this call's own policy says, it ends
+            # when that attempt must.
             deadline = self._deadline = self._within(outer.attempt_ends_at, deadline)
         try:
             if (
@@ -329,8 +332,11 @@ class Drive:
 
     def _enclosing(self) -> Drive | None:
         """The retrysafe call this one is nested in: the one running in this context
-        when it started, if both take part in the nesting guard."""
+        when it started (or, in a hedged copy's attempt, the call it is a copy of), if
+        both take part in the nesting guard."""
         parent = self._outer
+        if parent is not None and not isinstance(parent, Drive):
+            parent = getattr(parent, "drive", None)  # (hedged_shell's copy)
         if isinstance(parent, Drive) and parent.guards_nesting and self.guards_nesting:
             return parent
         return None

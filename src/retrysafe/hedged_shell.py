@@ -78,9 +78,12 @@ class _Copy:
     """One copy in flight: its plan and request, when its time ends, and (sync) the
     connections it wrote to, which are cut if it loses."""
 
-    def __init__(self, plan: AttemptPlan, request: httpx.Request) -> None:
+    def __init__(self, plan: AttemptPlan, request: httpx.Request, drive: Drive) -> None:
         self.plan = plan
         self.request = request
+        #: The hedging call this is a copy of: a retrysafe call made inside the copy's
+        #: attempt is nested in it (see Drive._enclosing).
+        self.drive = drive
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
         self.lock = threading.Lock()
@@ -262,7 +265,7 @@ class _SyncRound:
 
     def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
-        copy = _Copy(plan, copy_request)
+        copy = _Copy(plan, copy_request, self.drive)
         self.copies[plan] = copy
         run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 
@@ -288,7 +291,7 @@ class _SyncRound:
         if call.next_hedge() is None:
             # No copy can follow this one (a request not safe to send twice, hedges used
             # up...): send it from here, with no thread, as a call without hedging does.
-            return _conclude(drive, _send(self.transport, _Copy(plan, first_request)))
+            return _conclude(drive, _send(self.transport, _Copy(plan, first_request, drive)))
         self.launch(plan, first_request)
         try:
             while True:
@@ -424,7 +427,7 @@ async def hedged_round_async(
     async with anyio.create_task_group() as group:
 
         def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
-            copy = _Copy(plan, copy_request)
+            copy = _Copy(plan, copy_request, drive)
             copy.scope = anyio.CancelScope()
             copies[plan] = copy
             group.start_soon(_run_copy_async, transport, copy, send)
