@@ -393,5 +393,7 @@ def test_the_not_replayable_409_is_final(api: Any, not_replayable: _NotReplayabl
     assert caught.value.status == 409
     assert caught.value.retryable is False
     assert caught.value.attempts == 1
+    # The key's work ran there (only its result is gone): not a write that surely failed.
+    assert caught.value.processed == "maybe"
     assert not_replayable.requests[key] == 2
     assert api.seconds < 1

@@ -9,7 +9,7 @@ might the server already have acted?"; whether a retry actually happens
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Final, Literal
 
 import httpx
 
@@ -311,13 +311,18 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
     return Verdict.permanent("transport_error")
 
 
+#: Reasons of a keyed 409 by which the server says an attempt under the key ran there.
+_KEY_ALREADY_USED: Final = frozenset({"idempotency_key_in_use", "result_not_replayable"})
+
+
 def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     """Whether the server may have acted on this attempt.
 
     A 4xx says it did not, except a 409 to a keyed request: our own earlier
-    attempt under that key is still running there.
+    attempt under that key is still running there, or it ran and its result was
+    not kept (``result_not_replayable``: the work is done, whatever it returned).
     """
-    if verdict.reason == "idempotency_key_in_use":
+    if verdict.reason in _KEY_ALREADY_USED:
         return True
     if response is not None and 400 <= response.status_code < 500:
         return False

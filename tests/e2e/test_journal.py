@@ -27,6 +27,7 @@ from retrysafe import RetryPolicy
 from retrysafe.chaos import ChaosServer
 from retrysafe.chaos.connection import reset
 from retrysafe.idempotency import (
+    PROBLEM_TYPE_PREFIX,
     IdempotencyMiddleware,
     Journal,
     JournalConflict,
@@ -131,6 +132,30 @@ def test_a_failure_the_server_refused_is_failed_not_ambiguous(chaos: Any, journa
     assert operation is not None
     assert (operation.state, operation.last_status) == ("failed", 422)
     assert journal.unresolved() == []
+
+
+def test_a_result_the_server_could_not_keep_is_ambiguous(journal: Journal) -> None:
+    # The write ran on the server, but its response was not kept for replay (the
+    # middleware's 409 "result not replayable", e.g. after a crash before the client
+    # recorded the outcome): the journal must not file it as a write that surely failed.
+    problem = {"type": PROBLEM_TYPE_PREFIX + "result-not-replayable", "status": 409}
+
+    def ran_already(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "application/problem+json"}
+        return httpx.Response(409, json=problem, headers=headers)
+
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(ran_already), journal=journal, policy=FAST
+        ) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://api.test/payouts", json=PAYMENT, operation="payout-9")
+    assert caught.value.processed == "maybe"
+    operation = journal.get("payout-9")
+    assert operation is not None
+    assert (operation.state, operation.last_status) == ("ambiguous", 409)
+    assert [op.name for op in journal.unresolved()] == ["payout-9"]
 
 
 def test_operation_needs_a_journal(chaos: Any) -> None:
