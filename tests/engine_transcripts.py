@@ -1294,8 +1294,13 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
     assert isinstance(last, OutcomeRec)
     if last.verdict.kind == "permanent":
         return by_outcome, False, "a final outcome"
-    if isinstance(last.exc, httpx.TimeoutException) and last.plan.cut_by_deadline:
-        # Out of time; retryable only if the work may be repeated blindly.
+    if (
+        isinstance(last.exc, httpx.TimeoutException)
+        and last.plan.cut_by_deadline
+        and run.deadline_at - last.at < min_time
+    ):
+        # Out of time; retryable only if the work may be repeated blindly. (A timeout
+        # that fires with time to spare for another attempt is an ordinary failure.)
         safe = not _unsafe_to_repeat(run, last)
         return DeadlineExceeded, safe, "an attempt cut short by the deadline timed out"
     if _unsafe_to_repeat(run, last):

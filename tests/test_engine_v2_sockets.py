@@ -33,7 +33,12 @@ from retrysafe.chaos.connection import listening_socket
 pytestmark = pytest.mark.anyio
 
 # Small waits so the suite stays fast.
-FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
+FAST_WAITS: dict[str, Any] = {
+    "backoff_base": 0.01,
+    "backoff_cap": 0.05,
+    "retry_after_jitter": 0.01,
+}
+FAST = RetryPolicy(**FAST_WAITS)
 # How far past its deadline a call may end: scheduling, closing sockets, a slow CI.
 SLACK = 0.3
 
@@ -57,6 +62,22 @@ def test_trickled_headers_end_at_the_deadline_for_a_post(api: Any, chaos: KeyedC
         api.request("POST", chaos.fault_url("trickle_headers"), policy=policy, json={"n": 1})
     assert api.seconds < 1 + SLACK
     assert caught.value.attempts == 1
+
+
+@pytest.mark.parametrize("hedge_after", [None, 0.1])
+def test_a_read_timeout_with_time_to_spare_is_retried(
+    api: Any, chaos: KeyedChaos, hedge_after: float | None
+) -> None:
+    """The deadline (5 s) cuts the attempt's own limit (10 s), but httpx's 0.3 s read
+    timeout fires long before either: an attempt's failure, retried as usual, not the
+    deadline."""
+    policy = RetryPolicy(
+        deadline=5, attempt_timeout=10, attempts=3, hedge_after=hedge_after, **FAST_WAITS
+    )
+    with pytest.raises(retrysafe.TransportError) as caught:
+        api.request("GET", chaos.url("/hang"), policy=policy, client_options={"timeout": 0.3})
+    assert (caught.value.reason, caught.value.attempts) == ("attempts_exhausted", 3)
+    assert api.seconds < 5
 
 
 def test_trickled_headers_within_the_attempt_timeout_still_succeed(

@@ -315,23 +315,28 @@ def test_a_deadline_equal_to_min_attempt_time_still_sends_on_a_real_clock(
     assert bool(events) == (path == "engine")
 
 
-def test_a_deadline_equal_to_the_attempt_timeout_cuts_the_attempt_on_either_path() -> None:
-    """Both paths plan the first attempt of attempts=3, attempt_timeout=5, deadline=5 as
-    cut by the deadline: a timeout then ends the call, it is not retried."""
+def test_a_timeout_at_the_deadline_ends_the_call_on_either_path() -> None:
+    """An attempt cut by the deadline (attempt_timeout=5, deadline=4) that times out at
+    its end ends the call; one whose timeout fires with time to spare is retried like
+    any other failure. The short path (no hooks) and the engine's agree."""
     import retrysafe
 
     def times_out(request: httpx.Request) -> httpx.Response:
         seen.append(request)
+        clock.advance(took)
         raise httpx.ConnectTimeout("slow", request=request)
 
     seen: list[httpx.Request] = []
-    for hooks in ([], [lambda event: None]):
-        seen.clear()
-        client = retrysafe.Client(
-            transport=httpx.MockTransport(times_out),
-            policy=RetryPolicy(attempts=3, attempt_timeout=5.0, deadline=5.0),
-            hooks=hooks,
-        )
-        with client, pytest.raises(retrysafe.ApiError) as caught:
-            client.get("http://upstream.test/")
-        assert (len(seen), caught.value.reason) == (1, "deadline_exceeded"), hooks
+    for took, expected in ((4.0, (1, "deadline_exceeded")), (0.1, (3, "attempts_exhausted"))):
+        for hooks in ([], [lambda event: None]):
+            seen.clear()
+            clock = FakeClock()
+            client = retrysafe.Client(
+                transport=httpx.MockTransport(times_out),
+                policy=RetryPolicy(attempts=3, attempt_timeout=5.0, deadline=4.0),
+                hooks=hooks,
+                clock=clock,
+            )
+            with client, pytest.raises(retrysafe.ApiError) as caught:
+                client.get("http://upstream.test/")
+            assert (len(seen), caught.value.reason) == expected, (took, hooks)

@@ -399,8 +399,14 @@ class Call:
             responded=response is not None,
             policy=self.policy,
         )
-        if isinstance(cause, httpx.TimeoutException) and self._plan.cut_by_deadline:
-            # Out of time; and a write the server may have done is not for blind resending.
+        if (
+            isinstance(cause, httpx.TimeoutException)
+            and self._plan.cut_by_deadline
+            and not self.deadline.allows(0.0, self.policy.min_attempt_time)
+        ):
+            # Out of time (a shorter phase timeout that fired with time to spare is an
+            # attempt's failure like any other); and a write the server may have done is
+            # not for blind resending.
             return self._stop("deadline", "deadline_exceeded", retryable=safe)
         if not safe:
             return self._stop("outcome", "unsafe_to_repeat", retryable=False)
