@@ -232,8 +232,8 @@ def view_headers(
     httpx normalises each name and value through two function calls and type checks;
     the usual pairs of text are encoded here in one loop instead, to the same
     (name, lower-cased name, value) bytes. Any other pair (bytes, a non-ASCII text)
-    goes through ``httpx.Headers`` itself: same result, or the same error (so
-    ``pairs`` must be iterable twice, as a mapping's ``items()`` is).
+    takes a slower loop (so ``pairs`` must be iterable twice, as a mapping's
+    ``items()`` is).
     """
     triples: list[tuple[bytes, bytes, bytes]] = []
     try:
@@ -250,10 +250,35 @@ def view_headers(
 
 
 def _slow_headers(pairs: Iterable[tuple[str, str]], dropping: bytes | None) -> httpx.Headers:
-    if dropping is None:
-        return httpx.Headers(pairs)  # type: ignore[arg-type]  # pairs of str or bytes
-    name = dropping.decode("ascii")
-    return httpx.Headers([pair for pair in pairs if pair[0].lower() != name])
+    """The view of pairs the fast loop could not encode: bytes, or text beyond ASCII.
+
+    The view is only read (to classify, to find a key), never sent: the other client
+    sends its own headers. So a text value is kept as the bytes it most likely came
+    from or goes out as: latin-1 (http.client's reading of a response, and how it
+    sends a request header), else UTF-8 (aiohttp keeps undecodable bytes as
+    surrogates).
+    """
+    triples: list[tuple[bytes, bytes, bytes]] = []
+    for name, value in pairs:
+        raw = _header_bytes(name)
+        lowered = raw.lower()
+        if lowered != dropping:
+            triples.append((raw, lowered, _header_bytes(value)))
+    headers = httpx.Headers()
+    headers._list = triples
+    return headers
+
+
+def _header_bytes(text: str | bytes) -> bytes:
+    """A header name or value as bytes (see _slow_headers)."""
+    if isinstance(text, bytes):
+        return text
+    if not isinstance(text, str):  # (as httpx.Headers refuses it)
+        raise TypeError(f"Header value must be str or bytes, not {type(text)}")
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
 
 
 def in_place_of(original: BaseException, failure: Exception) -> Exception:

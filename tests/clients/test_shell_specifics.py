@@ -9,8 +9,10 @@ chaos server.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import logging
 import socket
+import threading
 import time
 import traceback
 from typing import Any
@@ -417,3 +419,60 @@ def test_urllib3s_own_debug_log_shows_no_secret_query_value(
     pool_lines = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
     assert any("api_key=[REDACTED]" in line for line in pool_lines), pool_lines
     assert not any(SECRET_QUERY_VALUE in line for line in pool_lines)
+
+
+# -- headers beyond ASCII -------------------------------------------------------------------
+
+
+class _Utf8HeaderHandler(http.server.BaseHTTPRequestHandler):
+    """Answers ``/<status>`` with that status and a Content-Disposition in raw UTF-8, as
+    real servers send a file name; echoes the request's X-User-Name back, as bytes."""
+
+    def do_GET(self) -> None:
+        status = int(self.path.strip("/") or 200)
+        name = 'attachment; filename="caf\u00e9.txt"'.encode()
+        echoed = self.headers.get("X-User-Name", "").encode("latin-1")
+        self.wfile.write(
+            b"HTTP/1.1 %d X\r\nContent-Disposition: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, name, len(echoed), echoed)
+        )
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def utf8_server() -> Any:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Utf8HeaderHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_requests_takes_header_values_beyond_ascii(utf8_server: str) -> None:
+    # (both ways: a response's UTF-8 file name, a request's latin-1 text; the
+    # adapter only reads them, and requests sends and decodes them as it always does)
+    with session_with(RetryAdapter(policy=FAST)) as session:
+        answer = session.get(f"{utf8_server}/200", headers={"X-User-Name": "Jos\u00e9"})
+        assert (answer.status_code, answer.content) == (200, "Jos\u00e9".encode("latin-1"))
+        assert "caf" in answer.headers["Content-Disposition"]
+        with pytest.raises(retrysafe.ClientError) as caught:
+            session.get(f"{utf8_server}/404")
+    assert caught.value.status == 404
+
+
+def test_aiohttp_takes_header_values_beyond_ascii(utf8_server: str) -> None:
+    async def run() -> None:
+        middleware = RetryMiddleware(policy=FAST)
+        status, body = await aiohttp_get(
+            middleware, f"{utf8_server}/200", headers={"X-User-Name": "Jos\u00e9"}
+        )
+        assert status == 200
+        assert body.decode("utf-8", "replace").startswith("Jos")
+        with pytest.raises(retrysafe.ClientError) as caught:
+            await aiohttp_get(middleware, f"{utf8_server}/404")
+        assert caught.value.status == 404
+
+    asyncio.run(run())
