@@ -259,6 +259,37 @@ def test_aiohttp_idempotency_auto_keys_a_post(chaos: KeyedChaos) -> None:
     assert None not in keys
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_idempotency_auto_keys_a_post_whose_key_header_is_blank(
+    chaos: KeyedChaos, blank: str
+) -> None:
+    # A blank header is no key (as on httpx): "auto" makes one, and the 502s are retried.
+    # (requests refuses a value with leading whitespace itself, so it gets "" only.)
+    if not blank:
+        adapter = RetryAdapter(policy=FAST, idempotency="auto")
+        url = chaos.url("/fail/{key}", key=f"{chaos.key}-r", times=2, status=502)
+        with session_with(adapter) as session:
+            answer = session.post(url, json={"n": 1}, headers={"Idempotency-Key": blank})
+        assert answer.status_code == 200
+    middleware = RetryMiddleware(policy=FAST, idempotency="auto")
+    url = chaos.url("/fail/{key}", key=f"{chaos.key}-a", times=2, status=502)
+
+    async def run() -> int:
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.post(url, json={"n": 1}, headers={"Idempotency-Key": blank}) as r,
+        ):
+            return r.status
+
+    assert asyncio.run(run()) == 200
+    for shell in ("r", "a") if not blank else ("a",):
+        records = chaos.server.log(f"{chaos.key}-{shell}")
+        assert len(records) == 3, shell
+        keys = {record.idempotency_key for record in records}
+        assert len(keys) == 1, shell
+        assert all(key and key.strip() for key in keys), shell
+
+
 def test_raise_on_status_false_returns_the_last_response_with_its_error(
     chaos: KeyedChaos,
 ) -> None:

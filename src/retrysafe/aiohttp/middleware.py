@@ -143,7 +143,7 @@ class RetryMiddleware:
         if (
             self.idempotency == "auto"
             and method in _AUTO_KEYED_METHODS
-            and IDEMPOTENCY_HEADER not in headers
+            and not (headers.get(IDEMPOTENCY_HEADER) or "").strip()  # (a blank one is no key)
         ):
             headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
         url = str(request.url)
