@@ -290,6 +290,42 @@ def test_idempotency_auto_keys_a_post_whose_key_header_is_blank(
         assert all(key and key.strip() for key in keys), shell
 
 
+def test_an_error_raised_further_down_the_aiohttp_chain_reaches_the_caller_as_it_is(
+    chaos: KeyedChaos,
+) -> None:
+    # A raise_for_status() inside the chain is the caller's own decision about a
+    # response, not a broken exchange: the 400 is sent once and its error is untouched.
+    async def raising(request: Any, handler: Any) -> Any:
+        response = await handler(request)
+        response.raise_for_status()
+        return response
+
+    async def run() -> None:
+        middlewares = (RetryMiddleware(policy=FAST), raising)
+        async with aiohttp.ClientSession(middlewares=middlewares) as session:
+            with pytest.raises(aiohttp.ClientResponseError) as caught:
+                await session.get(chaos.url("/status/400"))
+        assert caught.value.status == 400
+        assert not isinstance(caught.value, retrysafe.ApiError)
+
+    asyncio.run(run())
+    assert len(chaos.log()) == 1
+
+
+def test_two_retrying_aiohttp_middlewares_give_the_inner_ones_error(chaos: KeyedChaos) -> None:
+    # The inner layer retries (nested: twice) and gives up with its ServerError; the
+    # outer does not take it for a broken exchange, nor retry it again.
+    async def run() -> None:
+        middlewares = (RetryMiddleware(policy=FAST), RetryMiddleware(policy=FAST))
+        async with aiohttp.ClientSession(middlewares=middlewares) as session:
+            with pytest.raises(retrysafe.ServerError) as caught:
+                await session.get(chaos.url("/status/503"))
+        assert caught.value.status == 503
+
+    asyncio.run(run())
+    assert len(chaos.log()) == 2
+
+
 def test_raise_on_status_false_returns_the_last_response_with_its_error(
     chaos: KeyedChaos,
 ) -> None:

@@ -12,10 +12,22 @@ from __future__ import annotations
 
 import aiohttp
 import httpx
+from aiohttp.http_exceptions import HttpProcessingError
 
 from retrysafe.foreign_shell import in_place_of
 
-__all__ = ["attempt_failure"]
+__all__ = ["attempt_failure", "raised_downstream"]
+
+
+def raised_downstream(exc: aiohttp.ClientError) -> bool:
+    """Whether ``exc`` is a decision made further down the middleware chain about a
+    response that came back, not a broken exchange: a ``raise_for_status()``, an inner
+    ``RetryMiddleware``'s final error, too many redirects. It goes to the caller as it
+    is. (aiohttp's own parse failures are ClientResponseErrors too, raised from an
+    ``HttpProcessingError``.)"""
+    return isinstance(exc, aiohttp.ClientResponseError) and not isinstance(
+        exc.__cause__, HttpProcessingError
+    )
 
 
 def attempt_failure(exc: BaseException) -> Exception:

@@ -32,7 +32,7 @@ from aiohttp.payload import BytesPayload
 from yarl import URL
 
 from retrysafe.aiohttp.errors import as_aiohttp_error
-from retrysafe.aiohttp.failures import attempt_failure
+from retrysafe.aiohttp.failures import attempt_failure, raised_downstream
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step
@@ -260,6 +260,8 @@ class _Attempt:
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:
+                if raised_downstream(exc):
+                    raise
                 failure = attempt_failure(exc)
             except TimeoutError as exc:
                 # The attempt's own time ran out: before a connection, nothing was sent.
