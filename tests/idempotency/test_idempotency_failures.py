@@ -252,3 +252,31 @@ async def test_the_longest_key_and_every_printable_character_are_accepted(
         symbols = await client.post("/orders", json={}, headers=headers(printable))
 
     assert longest.status_code == symbols.status_code == 201
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:pa%ss-hunter2@127.0.0.1:9/app",  # a '%' not percent-encoded
+        "postgresql//app:hunter2@127.0.0.1:9/app",  # a typo psycopg quotes back
+        "host=127.0.0.1 port=9 password='hunter2",  # an unterminated quote
+        "host=127.0.0.1 port=9 password=hunter2 sslmode=bogus",
+    ],
+)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_dsn_the_driver_cannot_parse_keeps_its_password_out_of_the_error(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # psycopg quotes the part of a DSN it cannot parse; the store's error, which the
+    # middleware logs on every keyed request, must not carry the password with it.
+    from retrysafe.idempotency import PostgresStore, StoreUnavailable
+
+    store = PostgresStore(dsn, timeout=2)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.claim("scope", "key", "fp", now=1.0, lease=10)
+    finally:
+        await store.close()
+    assert "hunter2" not in str(caught.value)
+    assert "hunter2" not in repr(caught.value)
+    assert "PostgresStore is unavailable" in str(caught.value)

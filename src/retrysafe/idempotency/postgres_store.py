@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import unquote
 
 import anyio
 
@@ -81,6 +83,9 @@ class PostgresStore:
             ) from exc
         self._table = check_table_name(table)
         self._timeout = timeout
+        #: What the DSN holds that must not reach a message (psycopg quotes a DSN it
+        #: cannot parse): its passwords.
+        self._secrets = _passwords_in(dsn)
         self._pool = ConnectionPool(
             dsn, size=pool_size, connect_timeout=timeout, prepare=self._create_table
         )
@@ -221,7 +226,7 @@ class PostgresStore:
                 async with self._pool.connection() as connection:
                     return await work(connection)
         except (psycopg.Error, OSError, TimeoutError) as exc:
-            reason = str(exc).strip() or "no answer in time"
+            reason = _without(str(exc).strip(), self._secrets) or "no answer in time"
             raise StoreUnavailable("PostgresStore", f"{type(exc).__name__}: {reason}") from exc
 
     async def _create_table(self, connection: AsyncConnection[tuple[Any, ...]]) -> None:
@@ -248,3 +253,26 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore(table={self._table!r})"
+
+
+#: A password in a DSN: a URL's ``user:password@`` (even a malformed URL's), or a
+#: ``password=`` keyword, quoted or not.
+_URL_PASSWORD: Final = re.compile(r":([^:@/\s]+)@")
+_KEYWORD_PASSWORD: Final = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+
+
+def _passwords_in(dsn: str) -> tuple[str, ...]:
+    """The passwords ``dsn`` holds, as written and percent-decoded, longest first."""
+    found = set(_URL_PASSWORD.findall(dsn))
+    for value in _KEYWORD_PASSWORD.findall(dsn):
+        found.add(value)
+        found.add(value.strip("'"))
+    found |= {unquote(value) for value in found}
+    return tuple(sorted((value for value in found if value), key=len, reverse=True))
+
+
+def _without(message: str, secrets: tuple[str, ...]) -> str:
+    """``message`` with every one of ``secrets`` in it replaced."""
+    for secret in secrets:
+        message = message.replace(secret, "[REDACTED]")
+    return message
