@@ -216,6 +216,15 @@ def _conclude(drive: Drive, result: _Result) -> Step:
             response.close()
         return drive.raised(plan, result.failure, during_body=response is not None)
     assert response is not None
+    try:
+        return _conclude_response(drive, copy, response)
+    except BaseException:
+        response.close()  # (a rule raised, or a cancel): the connection goes back
+        raise
+
+
+def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> Step:
+    plan = copy.plan
     step = drive.returned(plan, response)
     if type(step) is ReadBody:
         drive.attempt_ends_at = copy.attempt_ends_at
@@ -388,6 +397,16 @@ async def _conclude_async(drive: Drive, result: _Result) -> Step:
             await response.aclose()
         return drive.raised(plan, result.failure, during_body=response is not None)
     assert response is not None
+    try:
+        return await _conclude_response_async(drive, copy, response)
+    except BaseException:
+        with anyio.CancelScope(shield=True):  # (a rule raised, or a cancel)
+            await response.aclose()
+        raise
+
+
+async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Response) -> Step:
+    plan = copy.plan
     step = drive.returned(plan, response)
     if type(step) is ReadBody:
         drive.attempt_ends_at = copy.attempt_ends_at
@@ -424,51 +443,60 @@ async def hedged_round_async(
     winner: _Copy | None = None
     step: Step | None = None
     error: Exception | None = None
-    async with anyio.create_task_group() as group:
+    cancelled = False
+    try:
+        async with anyio.create_task_group() as group:
 
-        def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
-            copy = _Copy(plan, copy_request, drive)
-            copy.scope = anyio.CancelScope()
-            copies[plan] = copy
-            group.start_soon(_run_copy_async, transport, copy, send)
+            def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
+                copy = _Copy(plan, copy_request, drive)
+                copy.scope = anyio.CancelScope()
+                copies[plan] = copy
+                group.start_soon(_run_copy_async, transport, copy, send)
 
-        first_request = _copy_of(request)
-        _prepare(first_request, drive, plan)
-        launch(plan, first_request)
-        try:
-            while step is None:
-                result: _Result | None = None
-                with anyio.move_on_after(_wait_for(drive, call, copies)):
-                    result = await receive.receive()
-                if result is None:
-                    due = _hedge_if_due(drive, call, request)
-                    if due is not None:
-                        launch(*due)
-                    step = _give_up_overdue(drive, copies)
-                    continue
-                if result.fatal is not None:
-                    raise result.fatal
-                if not call.in_flight(result.copy.plan):  # given up as overdue already
-                    if result.response is not None:
-                        await result.response.aclose()
-                    continue
-                concluded = await _conclude_async(drive, result)
-                if type(concluded) is not AwaitOthers:
-                    winner, step = result.copy, concluded
-        except Exception as exc:  # raised after the copies are cancelled (no exception group)
-            error = exc
-        finally:
-            for copy in copies.values():
-                if copy is not winner:
-                    copy.cancel()
-    with anyio.CancelScope(shield=True):
-        while True:  # answers that came in too late: close them
+            first_request = _copy_of(request)
+            _prepare(first_request, drive, plan)
+            launch(plan, first_request)
             try:
-                late = receive.receive_nowait()
-            except anyio.WouldBlock:
-                break
-            if late.copy is not winner and late.response is not None:
-                await late.response.aclose()
+                while step is None:
+                    result: _Result | None = None
+                    with anyio.move_on_after(_wait_for(drive, call, copies)):
+                        result = await receive.receive()
+                    if result is None:
+                        due = _hedge_if_due(drive, call, request)
+                        if due is not None:
+                            launch(*due)
+                        step = _give_up_overdue(drive, copies)
+                        continue
+                    if result.fatal is not None:
+                        raise result.fatal
+                    if not call.in_flight(result.copy.plan):  # given up as overdue already
+                        if result.response is not None:
+                            await result.response.aclose()
+                        continue
+                    concluded = await _conclude_async(drive, result)
+                    if type(concluded) is not AwaitOthers:
+                        winner, step = result.copy, concluded
+            except Exception as exc:  # raised after the copies are cancelled (no exception group)
+                error = exc
+            except BaseException:
+                # A cancel from outside: the task group ends the copies itself (cancelling
+                # their scopes here too would make anyio take the caller's cancel back).
+                cancelled = True
+                raise
+            finally:
+                if not cancelled:
+                    for copy in copies.values():
+                        if copy is not winner:
+                            copy.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            while True:  # answers that came in too late (or not taken): close them
+                try:
+                    late = receive.receive_nowait()
+                except anyio.WouldBlock:
+                    break
+                if late.copy is not winner and late.response is not None:
+                    await late.response.aclose()
     send.close()
     receive.close()
     if error is not None:

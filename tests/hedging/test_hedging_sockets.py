@@ -272,3 +272,98 @@ def test_a_copy_stuck_past_its_time_on_an_unbounded_transport_does_not_hold_the_
         "success",
     ]
     assert elapsed < 2.5  # not the 3 s the stuck copy takes
+
+
+# -- what an abandoned hedged call leaves behind ------------------------------------------
+
+
+class _RuleBug(Exception):
+    pass
+
+
+def _raising_rule(response: httpx.Response) -> None:
+    raise _RuleBug("a bug in the caller's rule")
+
+
+_ONE_CONNECTION = httpx.Limits(max_connections=1)
+_POOL_WAIT = httpx.Timeout(5.0, pool=1.0)
+
+
+def test_a_rule_that_raises_on_a_streamed_hedged_call_gives_its_connection_back(
+    chaos: KeyedChaos,
+) -> None:
+    policy = RetryPolicy(hedge_after=1.0, deadline=5, rules=[_raising_rule])
+    with retrysafe.Client(limits=_ONE_CONNECTION, timeout=_POOL_WAIT) as client:
+        with (
+            pytest.raises(_RuleBug),
+            client.stream("GET", chaos.url("/status/200"), policy=policy),
+        ):
+            pass
+        # the pool's one connection is free again: the next call gets it at once
+        assert client.get(chaos.url("/status/200")).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_rule_that_raises_on_an_async_streamed_hedged_call_gives_its_connection_back(
+    chaos: KeyedChaos,
+) -> None:
+    policy = RetryPolicy(hedge_after=1.0, deadline=5, rules=[_raising_rule])
+    async with retrysafe.AsyncClient(limits=_ONE_CONNECTION, timeout=_POOL_WAIT) as client:
+        with pytest.raises(_RuleBug):
+            async with client.stream("GET", chaos.url("/status/200"), policy=policy):
+                pass
+        assert (await client.get(chaos.url("/status/200"))).status_code == 200
+
+
+class _CancelsAsItAnswers(httpx.AsyncBaseTransport):
+    """Cancels the caller's scope as a copy's response comes back: the cancel lands
+    while the answer is on its way to the hedging call, before it is taken."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.scope: anyio.CancelScope | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.scope is not None:
+            self.scope.cancel()
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_answer_not_taken_before_a_cancel_gives_its_connection_back(
+    chaos: KeyedChaos,
+) -> None:
+    cancelling = _CancelsAsItAnswers(httpx.AsyncHTTPTransport(limits=_ONE_CONNECTION))
+    transport = retrysafe.AsyncRetryTransport(
+        cancelling, policy=RetryPolicy(deadline=5, hedge_after=2.0)
+    )
+    async with httpx.AsyncClient(transport=transport, timeout=_POOL_WAIT) as client:
+        with anyio.CancelScope() as scope:
+            cancelling.scope = scope
+            await client.send(client.build_request("GET", chaos.url("/status/200")), stream=True)
+        cancelling.scope = None
+        assert scope.cancelled_caught
+        assert (await client.get(chaos.url("/status/200"))).status_code == 200
+
+
+def test_a_cancel_from_outside_is_not_taken_back_by_a_hedged_call(chaos: KeyedChaos) -> None:
+    # asyncio counts the cancels a task was asked for (Task.cancelling): a hedged call
+    # that ends its copies must leave the caller's cancel counted, or an enclosing
+    # asyncio.timeout takes the cancel for its own and the task runs on.
+    import asyncio
+
+    async def run() -> int:
+        policy = RetryPolicy(deadline=5, hedge_after=0.05)
+        async with retrysafe.AsyncClient(policy=policy) as client:
+            task = asyncio.create_task(client.get(chaos.url("/hang")))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return task.cancelling()
+
+    assert asyncio.run(run()) == 1
