@@ -543,3 +543,36 @@ def test_aiohttp_takes_header_values_beyond_ascii(utf8_server: str) -> None:
         assert caught.value.status == 404
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "/next",
+        "/next step",
+        "/next?q=%7E",
+        "/NEXT/%7euser",
+        "next/../other",
+        "//other.test/path",
+        "http://other.test/a b?x=%41",
+        "/caf\u00e9",
+        "/with#fragment",
+    ],
+)
+def test_the_adapter_expects_the_next_hop_where_requests_sends_it(location: str) -> None:
+    # The chain carries over only to a request for exactly the redirect's target: it
+    # must be the URL requests itself builds for the next hop (re-quoting included).
+    from retrysafe.requests.adapter import _redirect_target
+
+    response = requests.Response()
+    response.status_code = 302
+    response.url = "http://api.test/start/here?x=1"
+    response.headers["Location"] = location.encode().decode("latin-1")  # as http.client reads it
+    response._content = b""
+    request = requests.Request("GET", response.url).prepare()
+    response.request = request
+    session = requests.Session()
+    hop = next(iter(session.resolve_redirects(response, request, yield_requests=True)))
+    target = _redirect_target(response)
+    assert target is not None
+    assert target.split("#")[0] == hop.url.split("#")[0]

@@ -22,12 +22,14 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlparse
 
 import requests
 from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
+from requests.sessions import SessionRedirectMixin
 from requests.structures import CaseInsensitiveDict
+from requests.utils import requote_uri
 from urllib3.poolmanager import ProxyManager
 from urllib3.util import Timeout as Urllib3Timeout
 
@@ -229,14 +231,31 @@ class RetryAdapter(HTTPAdapter):
         return f"RetryAdapter(policy={self.policy!r})"
 
 
+#: requests' own reading of a redirect's Location (a method that uses no session state).
+_REDIRECTS = SessionRedirectMixin()
+
+
 def _redirect_target(response: requests.Response) -> str | None:
-    """Where a redirect response points, resolved against its URL (None: not one)."""
+    """The URL requests sends a redirect's next hop to (None: not a redirect).
+
+    Worked out as ``Session.resolve_redirects`` does, re-quoting included (a Location
+    of ``/next step`` is followed to ``/next%20step``): the next hop continues the
+    chain only if its URL is exactly this one.
+    """
     # The status first: ``is_redirect`` looks for a Location header first, and on
     # requests' headers a name that is missing costs a KeyError raised and caught.
-    if response.status_code not in REDIRECT_STATI or not response.is_redirect:
+    if response.status_code not in REDIRECT_STATI:
         return None
-    location = response.headers.get("location")
-    return urljoin(response.url, location) if location else None
+    location = _REDIRECTS.get_redirect_target(response)
+    if not location:
+        return None
+    if location.startswith("//"):  # scheme-relative
+        location = f"{urlparse(response.url).scheme}:{location}"
+    parsed = urlparse(location)
+    location = parsed.geturl()
+    if not parsed.netloc:
+        return urljoin(response.url, requote_uri(location))
+    return requote_uri(location)
 
 
 class _CutShort(Exception):
