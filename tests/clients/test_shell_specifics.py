@@ -576,3 +576,21 @@ def test_the_adapter_expects_the_next_hop_where_requests_sends_it(location: str)
     target = _redirect_target(response)
     assert target is not None
     assert target.split("#")[0] == hop.url.split("#")[0]
+
+
+def test_waiting_for_a_connection_of_a_full_blocking_pool_ends_at_the_deadline(
+    chaos: KeyedChaos,
+) -> None:
+    # requests passes urllib3 no pool timeout: with pool_block=True and the pool's one
+    # connection held by a streamed body, a call would wait for as long as it is held.
+    policy = RetryPolicy(deadline=1.0, backoff_base=0.01)
+    adapter = RetryAdapter(policy=policy, pool_maxsize=1, pool_block=True)
+    with session_with(adapter) as session:
+        held = session.get(chaos.url("/sse", events=10, interval_ms=400), stream=True)
+        try:
+            started = time.monotonic()
+            with pytest.raises(retrysafe.DeadlineExceeded):
+                session.get(chaos.url("/echo"))
+            assert time.monotonic() - started < 2.0
+        finally:
+            held.close()

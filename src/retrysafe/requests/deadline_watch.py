@@ -152,11 +152,24 @@ class BoundedHTTPSConnection(_Bounded, HTTPSConnection):
     """urllib3's HTTPS connection, reporting itself to the attempt's watch."""
 
 
-class _BoundedHTTPPool(HTTPConnectionPool):
+class _BoundedPool:
+    """Mixed into urllib3's pools: waiting for a free connection (a full pool with
+    ``pool_block=True``) ends with the running attempt's time. requests passes no
+    pool timeout, and urllib3 would otherwise wait for as long as it takes."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        watch = current_watch.get()
+        if watch is not None:
+            left = max(0.0, watch.ends_at - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        return super()._get_conn(timeout)  # type: ignore[misc]
+
+
+class _BoundedHTTPPool(_BoundedPool, HTTPConnectionPool):
     ConnectionCls = BoundedHTTPConnection
 
 
-class _BoundedHTTPSPool(HTTPSConnectionPool):
+class _BoundedHTTPSPool(_BoundedPool, HTTPSConnectionPool):
     ConnectionCls = BoundedHTTPSConnection
 
 
