@@ -40,6 +40,7 @@ from retrysafe.client_options import (
     check_idempotency_mode,
     finish_operation,
     mark_stream,
+    operation_headers,
     warn_per_request_cookies,
     with_call_options,
     wrap_transports,
@@ -179,6 +180,8 @@ class AsyncClient(httpx.AsyncClient):
             )
         if cookies is not None:
             warn_per_request_cookies()
+        if operation is not None:
+            headers = operation_headers(headers, operation, files)
         request = self.build_request(
             method,
             url,

@@ -50,6 +50,7 @@ from retrysafe.client_options import (
     check_idempotency_mode,
     finish_operation,
     mark_stream,
+    operation_headers,
     report_of,
     warn_per_request_cookies,
     with_call_options,
@@ -198,6 +199,8 @@ class Client(httpx.Client):
             )
         if cookies is not None:
             warn_per_request_cookies()
+        if operation is not None:
+            headers = operation_headers(headers, operation, files)
         request = self.build_request(
             method,
             url,

@@ -7,6 +7,7 @@ in the client's journal around its one send.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 import warnings
 from collections.abc import Callable
@@ -27,6 +28,7 @@ __all__ = [
     "STREAMED_OPTIONS",
     "IdempotencyMode",
     "begin_operation",
+    "operation_headers",
     "check_idempotency_mode",
     "finish_operation",
     "mark_stream",
@@ -139,6 +141,27 @@ def report_of(response: httpx.Response) -> CallReport | None:
         )
     report = response.extensions.get(OPTIONS_EXTENSION)
     return report if isinstance(report, CallReport) else None
+
+
+def operation_headers(
+    headers: HeaderTypes | None, operation: str, files: object | None
+) -> HeaderTypes | None:
+    """The headers of a named operation's request: for a multipart body (``files=``),
+    with a boundary of the operation's own.
+
+    httpx draws a random boundary for each multipart request, so the same upload would
+    come out as other bytes when the operation is run again after a crash: the journal
+    would take it for a different request, and the server's idempotency check for a
+    different body. A boundary derived from the operation's name makes the same call
+    give the same bytes. A Content-Type the caller set stays as it is.
+    """
+    if files is None:
+        return headers
+    merged = httpx.Headers(headers)
+    if "content-type" not in merged:
+        digest = hashlib.sha256(operation.encode("utf-8")).hexdigest()[:32]
+        merged["Content-Type"] = f"multipart/form-data; boundary=retrysafe-{digest}"
+    return merged
 
 
 def begin_operation(

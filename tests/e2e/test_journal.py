@@ -325,3 +325,72 @@ def test_a_lost_reply_then_a_refusal_is_still_ambiguous(chaos: Any, journal: Jou
     assert operation is not None
     assert operation.state == "ambiguous"
     assert reconcile == ["pay-close-429"]
+
+
+def test_a_multipart_upload_resumes_with_the_same_key_and_bytes(journal: Journal) -> None:
+    # httpx draws a random multipart boundary per request: without one of the
+    # operation's own, the re-run would be other bytes, refused as another request.
+    sent: list[httpx.Request] = []
+
+    def lost_reply(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        raise httpx.ReadTimeout("the reply was lost", request=request)
+
+    def answers(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201)
+
+    upload = {"pdf": ("invoice.pdf", b"%PDF-1.4 the invoice")}
+    policy = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(lost_reply), journal=journal) as client,
+        pytest.raises(retrysafe.TransportError),
+    ):
+        client.post("https://api.test/invoices", files=upload, operation="up-1", policy=policy)
+    with retrysafe.Client(transport=httpx.MockTransport(answers), journal=journal) as client:
+        response = client.post("https://api.test/invoices", files=upload, operation="up-1")
+    assert response.status_code == 201
+    assert len(sent) == 3
+    assert len({request.headers["idempotency-key"] for request in sent}) == 1
+    assert len({request.content for request in sent}) == 1
+    assert b"invoice.pdf" in sent[0].content
+
+
+def test_an_operations_own_content_type_stays_as_the_caller_set_it(journal: Journal) -> None:
+    sent: list[httpx.Request] = []
+
+    def answers(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201)
+
+    mine = "multipart/form-data; boundary=my-own-boundary"
+    with retrysafe.Client(transport=httpx.MockTransport(answers), journal=journal) as client:
+        client.post(
+            "https://api.test/invoices",
+            files={"pdf": ("a.pdf", b"x")},
+            headers={"Content-Type": mine},
+            operation="up-2",
+        )
+    assert sent[0].headers["content-type"] == mine
+    assert b"--my-own-boundary" in sent[0].content
+
+
+async def test_an_async_multipart_upload_resumes_with_the_same_bytes(journal: Journal) -> None:
+    sent: list[httpx.Request] = []
+
+    async def lost_then_answered(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if len(sent) == 1:
+            raise httpx.ReadTimeout("the reply was lost", request=request)
+        return httpx.Response(201)
+
+    upload = {"pdf": ("invoice.pdf", b"%PDF-1.4 the invoice")}
+    transport = httpx.MockTransport(lost_then_answered)
+    policy = RetryPolicy(attempts=1)
+    async with retrysafe.AsyncClient(transport=transport, journal=journal) as client:
+        with pytest.raises(retrysafe.TransportError):
+            await client.post("https://api.test/i", files=upload, operation="up-3", policy=policy)
+        response = await client.post("https://api.test/i", files=upload, operation="up-3")
+    assert response.status_code == 201
+    assert len({request.content for request in sent}) == 1
+    assert len({request.headers["idempotency-key"] for request in sent}) == 1
