@@ -34,8 +34,9 @@ class IdempotentRequest:
         """Record that the side effect happened, so the outcome is kept whatever it is.
 
         Afterwards a 5xx response is stored for replay instead of releasing the key, and
-        an exception leaves the key not replayable (repeats get 409) instead of free to
-        run again.
+        an exception that reaches the middleware leaves the key not replayable (repeats
+        get 409) instead of free to run again. (Under Starlette and FastAPI an exception
+        usually reaches it as their 500 response, which is then stored and replayed.)
         """
         self.committed = True
 
