@@ -1297,7 +1297,7 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
     if (
         isinstance(last.exc, httpx.TimeoutException)
         and last.plan.cut_by_deadline
-        and run.deadline_at - last.at < min_time
+        and (run.deadline_at - last.at <= 0 or run.deadline_at - last.at < min_time)
     ):
         # Out of time; retryable only if the work may be repeated blindly. (A timeout
         # that fires with time to spare for another attempt is an ordinary failure.)

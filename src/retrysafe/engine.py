@@ -402,7 +402,7 @@ class Call:
         if (
             isinstance(cause, httpx.TimeoutException)
             and self._plan.cut_by_deadline
-            and not self.deadline.allows(0.0, self.policy.min_attempt_time)
+            and self._too_late_for_another()
         ):
             # Out of time (a shorter phase timeout that fired with time to spare is an
             # attempt's failure like any other); and a write the server may have done is
@@ -425,6 +425,12 @@ class Call:
                 return self._stop("outcome", "deadline_insufficient")
         self.state = "asking"
         return AskRetry(wait, spends_budget=verdict.reason not in _RATE_LIMIT_REASONS)
+
+    def _too_late_for_another(self) -> bool:
+        """Whether the deadline leaves no time for a worthwhile attempt (as
+        ``start_attempt`` would find)."""
+        remaining = self.deadline.remaining()
+        return remaining <= 0 or remaining < self.policy.min_attempt_time
 
     def nested_call_gave_up(self) -> None:
         """Fact: a retrying call nested in this attempt already retried and gave up, so
