@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.fleet import scripts
 from retrysafe.fleet.availability import Availability
@@ -86,7 +88,15 @@ class RedisFleet:
         self.settings = settings if settings is not None else FleetSettings()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.namespace = namespace
-        self._where = redact_url(url)
+        try:
+            self._where = redact_url(url)
+        except httpx.InvalidURL:
+            # (not chained: the parser's message quotes the part it could not read,
+            # which may be the password)
+            raise ValueError(
+                "RedisFleet(url): the URL cannot be parsed; percent-encode special "
+                "characters in the password (e.g. '#' as %23, '@' as %40, '/' as %2F)"
+            ) from None
         self._keys = FleetKeys(namespace)
         no_retries = Retry(NoBackoff(), 0)
         timeout = self.settings.timeout

@@ -395,7 +395,7 @@ def explain_fleet_open(seconds: float) -> str:
     """The fleet breaker is open."""
     return (
         f"the fleet's circuit breaker is open for {seconds:.1f} s more (a quorum of "
-        "processes saw this dependency fail: RedisFleet(quorum=..., quorum_share=...))"
+        "processes saw this dependency fail: FleetSettings(quorum=..., quorum_share=...))"
     )
 
 
