@@ -158,7 +158,81 @@ def test_open_fails_fast_until_the_period_ends_then_lets_exactly_one_probe() -> 
     )
     assert not circuit.acquire(probe_lease=10).allowed
     assert circuit.record(probe, "healthy") == Transition("half_open", "closed")
-    assert circuit.acquire(probe_lease=10) == Permit(allowed=True)
+    # (a permit of the new closed period: outcomes of calls from before it opened are old)
+    assert circuit.acquire(probe_lease=10) == Permit(allowed=True, period=1)
+
+
+def test_failures_of_calls_that_started_before_it_opened_do_not_open_it_again() -> None:
+    # Slow calls admitted while closed report their failures only after an outage opened
+    # the breaker and a probe closed it: they tell of the outage, not of the dependency now.
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5)
+    slow = [circuit.acquire(probe_lease=10) for _ in range(5)]
+    for _ in range(5):
+        circuit.record(circuit.acquire(probe_lease=10), "unhealthy")
+    assert circuit.state == "open"
+    clock.advance(5)
+    assert circuit.record(circuit.acquire(probe_lease=10), "healthy") is not None
+    for permit in slow:
+        assert circuit.record(permit, "unhealthy") is None
+    assert circuit.state == "closed"
+    # nor does an old call's retry that succeeds take back a failure of the new period
+    for _ in range(4):
+        circuit.record(circuit.acquire(probe_lease=10), "unhealthy")
+    for permit in slow:
+        circuit.record(permit, "healthy", repeat=True)
+    # the new period's own failures count: one more makes five in a row
+    assert circuit.record(circuit.acquire(probe_lease=10), "unhealthy") is not None
+    assert circuit.state == "open"
+
+
+def test_a_client_keeps_a_closed_breaker_closed_when_old_calls_fail_late() -> None:
+    # The same through a client, on real threads: three slow calls are out when three
+    # fast ones open the breaker; the dependency recovers and a probe closes it; then
+    # the slow calls' 503s land.
+    import threading
+    import time
+
+    recovered = threading.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slow":
+            time.sleep(0.6)
+            return httpx.Response(503)
+        return httpx.Response(200 if recovered.is_set() else 503)
+
+    governor = Governor(
+        GovernorSettings(breaker=BreakerSettings(consecutive_failures=3, open_for=0.2))
+    )
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(answer),
+        governor=governor,
+        dependency="api",
+        policy=RetryPolicy(attempts=1, deadline=3),
+    )
+
+    def get(path: str) -> int | str:
+        try:
+            return client.get("http://api.test" + path).status_code
+        except retrysafe.ApiError as error:
+            return type(error).__name__
+
+    with client:
+        slow = [threading.Thread(target=get, args=("/slow",)) for _ in range(3)]
+        for thread in slow:
+            thread.start()
+        time.sleep(0.05)
+        assert [get("/fast") for _ in range(3)] == ["ServerError"] * 3
+        breaker = governor.guard("api").breaker
+        assert breaker is not None
+        assert breaker.state == "open"
+        time.sleep(0.25)
+        recovered.set()
+        assert get("/fast") == 200  # the probe
+        for thread in slow:
+            thread.join()
+        assert breaker.state == "closed"
+        assert get("/fast") == 200
 
 
 def test_a_failed_probe_opens_again() -> None:

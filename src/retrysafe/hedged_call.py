@@ -185,7 +185,10 @@ class HedgedCall(Call):
         plan = AttemptPlan(number, timeout, timeout < self.policy.attempt_timeout, not self._stream)
         first = next(iter(self._flights.values()), None)
         # Copies go only while the breaker is closed: a closed permit (None: no breaker).
-        permit = None if first is not None and first.permit is None else CLOSED_PERMIT
+        # (the first copy's: a permit of the breaker's current closed period)
+        permit = CLOSED_PERMIT if first is None else first.permit
+        if permit is not None and permit.probe:
+            permit = CLOSED_PERMIT
         now = self._clock.monotonic()
         self._flights[plan] = _Flight(plan, now, permit, plan.read_body)
         self._hedges += 1

@@ -62,9 +62,14 @@ class Permit(NamedTuple):
     probe_token: int = 0
     transition: Transition | None = None
     lease_token: str = ""
+    #: Which closed period of its breaker an allowed, non-probe permit was given in:
+    #: a failure reported with an earlier period's permit started before the breaker
+    #: last opened, and is not evidence about the dependency now.
+    period: int = 0
 
 
-#: The permit of every attempt sent while the breaker is closed (permits are values).
+#: The permit of every attempt sent while the breaker is closed, until it first opens
+#: (permits are values; each later closed period has one of its own).
 CLOSED_PERMIT: Final = Permit(allowed=True)
 #: How many time buckets the ratio window is counted in.
 WINDOW_BUCKETS: Final = 10
@@ -75,8 +80,9 @@ class CircuitBreaker:
 
     It trips on ``consecutive_failures`` failing calls in a row within
     ``failure_window``, or on a failure ratio over ``ratio_window`` once
-    ``ratio_min_calls`` calls were seen. Outcomes of calls that started before
-    it opened are ignored.
+    ``ratio_min_calls`` calls were seen. Failures of calls that started before
+    it last opened are ignored, even when they arrive after it closed again (each
+    closed period gives permits of its own); a success counts whenever it comes.
 
     **Evidence is counted per call, not per attempt** (as resilience4j and Polly
     count calls for their minimum throughput, while a retry budget, as in gRPC's
@@ -120,6 +126,8 @@ class CircuitBreaker:
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
         self._probe_token = 0
         self._probe_expires: float | None = None
+        #: The permit of the current closed period (a new one each time it closes).
+        self.closed_permit = CLOSED_PERMIT
 
     @property
     def state(self) -> BreakerState:
@@ -142,12 +150,12 @@ class CircuitBreaker:
     def acquire(self, probe_lease: float) -> Permit:
         """May one attempt be sent? An unreported probe frees its slot after ``probe_lease``."""
         if self._state == "closed":  # one attribute read: the healthy path takes no lock
-            return CLOSED_PERMIT
+            return self.closed_permit
         with self._lock:
             now = self._clock.monotonic()
             # Looked at again under the lock: another thread may have closed it since.
             if self._state == "closed":  # type: ignore[comparison-overlap]
-                return CLOSED_PERMIT
+                return self.closed_permit
             transition = None
             if self._state == "open":
                 if now < self._open_until:
@@ -191,6 +199,10 @@ class CircuitBreaker:
                 self._close()
                 return Transition("half_open", "closed")
             if self._state != "closed" or health == "neutral":
+                return None
+            if permit.period != self.closed_permit.period and (health == "unhealthy" or repeat):
+                # A call that started before the breaker last opened: its failure (or
+                # the failure its retry's success would take back) belongs to then.
                 return None
             # One counter in the bucket of now; a stale bucket is reused for it.
             bucket = int(now // self._bucket_width)
@@ -293,6 +305,7 @@ class CircuitBreaker:
 
     def _close(self) -> None:
         self._state = "closed"
+        self.closed_permit = Permit(allowed=True, period=self.closed_permit.period + 1)
         self._forget()
 
     def _forget(self) -> None:

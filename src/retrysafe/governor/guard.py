@@ -98,7 +98,7 @@ class DependencyGuard:
         if self.breaker is not None:
             breaker = self.breaker
             if breaker.closed:  # the healthy path: no lock, no lease to work out
-                permit = CLOSED_PERMIT
+                permit = breaker.closed_permit
             else:
                 permit = breaker.acquire(probe_lease=lease_for_probe(call.probe_lease(), breaker))
             if reserved and not permit.allowed and limiter is not None:
@@ -124,7 +124,10 @@ class DependencyGuard:
             return None
         if self.budget is not None:
             self.budget.record_first_attempt()
-        return OPEN_ADMISSION if breaker is None else _ADMITTED_CLOSED
+        if breaker is None:
+            return OPEN_ADMISSION
+        permit = breaker.closed_permit
+        return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
 
     def healthy_call(self) -> None:
         """Count a call that succeeded at once while the breaker was closed: the effect
