@@ -125,6 +125,33 @@ def test_urls_show_ordinary_parameters_and_hide_presigned_ones() -> None:
         assert secret not in shown
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # ";" separates pairs too (servers read it so): the URL as sent, its secret hidden
+        (
+            "https://api.test/v1?page=1;api_key=SEMISECRET",
+            "https://api.test/v1?page=1;api_key=[REDACTED]",
+        ),
+        # a fragment is never sent, but an OAuth reply carries its token there
+        (
+            "https://api.test/cb#access_token=FRAGSECRET&state=s1",
+            "https://api.test/cb#access_token=[REDACTED]&state=s1",
+        ),
+        # what is not a secret stays as written, encoding included
+        ("https://api.test/s?q=a%20b&page=2", "https://api.test/s?q=a%20b&page=2"),
+        (
+            "https://api.test/s?token=T%2B1&q=x",
+            "https://api.test/s?token=[REDACTED]&q=x",
+        ),
+    ],
+)
+def test_urls_hide_secrets_in_every_form_of_query_and_keep_the_rest_as_sent(
+    url: str, shown: str
+) -> None:
+    assert redact_url(url) == shown
+
+
 def test_users_can_register_their_own_secret_names() -> None:
     assert not is_secret_name("X-Acme-Ticket")
     redact.add_secret_names("ticket", "acme-seal")

@@ -134,14 +134,21 @@ def redact_url(url: httpx.URL | str) -> str:
     elif parsed.username:
         # A lone username is usually a token ("https://ghp_...@host"): hide it.
         parsed = parsed.copy_with(username=REDACTED)
-    if parsed.query:
-        params = [
-            (name, REDACTED if is_secret_name(name) else value)
-            for name, value in parsed.params.multi_items()
-        ]
-        parsed = parsed.copy_with(params=params)
     # httpx percent-encodes the marker's brackets; show it as written.
-    return str(parsed).replace("%5BREDACTED%5D", REDACTED)
+    text = str(parsed).replace("%5BREDACTED%5D", REDACTED)
+    if not parsed.query and not parsed.fragment:
+        return text
+    # The query's (and a fragment's) pairs as written, whichever separator they use
+    # ("&" or ";"): re-encoding them through httpx's params would read "a=1;key=s" as
+    # one value, and print a URL other than the one sent.
+    return _url_parts()[1].sub(_redacted_pair, text)
+
+
+def _redacted_pair(match: re.Match[str]) -> str:
+    """A ``name=value`` pair of a URL's query or fragment, its value hidden if the name
+    is a secret's."""
+    name = urllib.parse.unquote_plus(match.group("name"))
+    return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
 
 
 #: Control and invisible formatting characters: C0, DEL, C1, soft hyphen, bidi overrides
@@ -226,7 +233,7 @@ def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """A typed URL's userinfo, and its query pairs (compiled on first use)."""
     return (
         re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^?#]*)@"),
-        re.compile(r"(?P<start>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
+        re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
     )
 
 
@@ -236,11 +243,7 @@ def redact_url_text(text: str) -> str:
     userinfo, query_pair = _url_parts()
     text = userinfo.sub(lambda match: match.group("start") + REDACTED + "@", text, count=1)
 
-    def pair(match: re.Match[str]) -> str:
-        name = urllib.parse.unquote_plus(match.group("name"))
-        return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
-
-    return query_pair.sub(pair, text)
+    return query_pair.sub(_redacted_pair, text)
 
 
 class Redactor:
