@@ -220,6 +220,8 @@ def test_headers_and_a_data_file_reach_the_server(
         # Never the header's text: the rest may be a secret typed without its colon.
         (["-H", "NoColonHere"], "bad header: expected 'Name: value'"),
         (["-H", "Bad Name: x"], "bad header 'Bad ...': expected 'Name: value'"),
+        (["-H", ":x"], "bad header: expected 'Name: value'"),
+        (["-H", "X-Note: caf\u00e9"], "bad header 'X-Note': its value must be ASCII text"),
         (["--attempts", "0"], "RetryPolicy.attempts must be >= 1, got 0"),
         (["--timeout", "-1"], "RetryPolicy.attempt_timeout must be > 0 seconds, got -1.0"),
         (["--backoff-base", "5", "--backoff-cap", "1"], "RetryPolicy.backoff_base must be <="),
@@ -238,11 +240,22 @@ def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(
     assert chaos.log() == []
 
 
-@pytest.mark.parametrize("url", ["example.com/path", "ftp://example.com/", "http://exa mple/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "example.com/path",
+        "ftp://example.com/",
+        "http://exa mple/",
+        "http://127.0.0.1:99999/",  # (a socket would wrap it round to port 34463)
+        "http://[bad/",
+        "http://xn--/",  # a malformed IDNA label
+    ],
+)
 def test_an_invalid_url_is_exit_2(capsys: pytest.CaptureFixture[str], url: str) -> None:
     code, _, err = run(capsys, "get", url)
     assert code == EXIT_USAGE
     assert err.startswith(f"retrysafe get: invalid URL {url!r}")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_an_invalid_method_is_exit_2(capsys: pytest.CaptureFixture[str], chaos: Any) -> None:

@@ -113,10 +113,15 @@ def parse_url(text: str) -> str:
         raise UsageError(f"invalid URL {shown!r}: percent-encode spaces and control characters")
     try:
         url = httpx.URL(text)
-    except httpx.InvalidURL as exc:
+        host = url.host
+    except (httpx.InvalidURL, ValueError) as exc:  # (ValueError: idna's, for a bad A-label)
         raise UsageError(f"invalid URL {shown!r}: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
+    if url.scheme not in ("http", "https") or not host:
         raise UsageError(f"invalid URL {shown!r}: it needs http:// or https:// and a host")
+    if "%" in host:  # httpx quotes what cannot be in a host, e.g. a '[' left unclosed
+        raise UsageError(f"invalid URL {shown!r}: the host is not a name or an IP address")
+    if url.port is not None and not 0 < url.port <= 65535:
+        raise UsageError(f"invalid URL {shown!r}: the port must be 1 to 65535")
     return text
 
 
@@ -137,7 +142,7 @@ def parse_header(text: str) -> tuple[str, str]:
     name, value = name.strip(), value.strip()
     if not colon or not _TOKEN.match(name):
         words = (name if colon else text).split()
-        first = words[0] if len(words) > 1 or colon else ""
+        first = words[0] if words and (len(words) > 1 or colon) else ""
         shown = f" {first + ' ...'!r}" if first and _TOKEN.match(first) else ""
         raise UsageError(
             f"bad header{shown}: expected 'Name: value' (a token name, then a colon); "
@@ -145,10 +150,11 @@ def parse_header(text: str) -> tuple[str, str]:
         )
     if _FORBIDDEN_IN_VALUE.search(value):
         raise UsageError(f"bad header {name!r}: its value may not contain line breaks")
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        raise UsageError(f"bad header {name!r}: its value must be Latin-1 text") from None
+    if not value.isascii():  # (httpx sends header text as ASCII, as the HTTP RFCs advise)
+        raise UsageError(
+            f"bad header {name!r}: its value must be ASCII text (percent-encode the rest, "
+            "or use the RFC 8187 form the API documents)"
+        )
     return name, value
 
 
