@@ -140,6 +140,10 @@ def test_outage_and_layers_print_tables(
         (["simulate", "brownout", "--policy", "nowhere"], "must be given as module:NAME"),
         (["simulate", "brownout", "--policy", "no_such_module_x:P"], "cannot import"),
         (["simulate", "contention", "--workers", "0"], "--workers must be >= 1"),
+        (["simulate", "contention", "--strategies", ","], "expected at least one strategy"),
+        # a plot path is checked before the run, not after it
+        (["simulate", "layers", "--plot", "/no/such/folder/x.png"], "no folder '/no/such/folder'"),
+        (["simulate", "layers", "--plot", "layers.txt"], "name a file ending in one of .png"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_code_2(
@@ -184,3 +188,24 @@ def test_settings_are_read_from_module_and_name(settings_module: str) -> None:
         load_policy(f"{settings_module}:NOT_A_POLICY")
     with pytest.raises(SettingsNotFound, match="has no 'MISSING'"):
         load_governor(f"{settings_module}:MISSING")
+
+
+def _job(seconds: float) -> float:
+    if seconds < 0:
+        raise RuntimeError("this job fails")
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_failing_parallel_job_stops_the_rest_at_once() -> None:
+    # (as Ctrl-C does: the workers are stopped, not waited for job after job)
+    import time
+
+    from retrysafe.simulate.parallel import run_jobs
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="this job fails"):
+        run_jobs(_job, [-1.0, 3.0, 3.0, 3.0, 3.0], workers=2)
+    assert time.monotonic() - started < 2.5

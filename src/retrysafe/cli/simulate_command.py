@@ -89,7 +89,10 @@ def _stack(text: str) -> tuple[int, ...]:
 
 
 def _strategies(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected at least one strategy name; got {text!r}")
+    return names
 
 
 def add_simulate_command(commands: Any) -> None:
@@ -176,7 +179,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         try:
             simulate.require_plot_extra()
-        except simulate.PlotExtraMissing as exc:
+            simulate.check_plot_path(args.plot)
+        except (simulate.PlotExtraMissing, ValueError) as exc:
             raise UsageError(f"--plot: {exc}") from None
     common: dict[str, Any] = {
         "seed": args.seed,

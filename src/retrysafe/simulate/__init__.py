@@ -34,7 +34,7 @@ from retrysafe.simulate.formulas import STRATEGIES, Strategy
 from retrysafe.simulate.layers import LayersResult, LayersRow, run_layers
 from retrysafe.simulate.loading import SettingsNotFound, load_governor, load_policy
 from retrysafe.simulate.outage import OutageResult, OutageRow, run_outage
-from retrysafe.simulate.plot import PlotExtraMissing, plot, require_plot_extra
+from retrysafe.simulate.plot import PlotExtraMissing, check_plot_path, plot, require_plot_extra
 from retrysafe.simulate.tables import SimulationResult, render
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "SettingsNotFound",
     "SimulationResult",
     "Strategy",
+    "check_plot_path",
     "load_governor",
     "load_policy",
     "plot",

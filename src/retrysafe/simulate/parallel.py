@@ -38,5 +38,16 @@ def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -
     except (pickle.PicklingError, AttributeError, TypeError):
         return [work(job) for job in jobs]
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(work, jobs))
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+    try:
+        results = list(pool.map(work, jobs))
+    except BaseException:
+        # Ctrl-C (or a job's failure): the jobs not started yet are dropped and the
+        # workers stopped now, rather than waited for job after job.
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    pool.shutdown()
+    return results

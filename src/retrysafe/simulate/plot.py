@@ -12,7 +12,7 @@ from retrysafe.simulate.contention import ContentionResult
 from retrysafe.simulate.outage import OutageResult
 from retrysafe.simulate.tables import SimulationResult
 
-__all__ = ["PlotExtraMissing", "plot", "require_plot_extra"]
+__all__ = ["PlotExtraMissing", "check_plot_path", "plot", "require_plot_extra"]
 
 
 class PlotExtraMissing(ImportError):
@@ -25,6 +25,26 @@ def require_plot_extra() -> None:
         raise PlotExtraMissing(
             "plots need the plot extra (matplotlib is missing): pip install 'retrysafe[plot]'"
         )
+
+
+#: The file kinds matplotlib's Agg backend writes, by extension.
+PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def check_plot_path(path: str | Path) -> None:
+    """Raise ValueError, saying what to do, unless a plot can be written to ``path``:
+    checked before a simulation runs, so a typo does not cost the whole run."""
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_FORMATS:
+        raise ValueError(
+            f"cannot write a plot to {str(path)!r}: name a file ending in one of "
+            + ", ".join(PLOT_FORMATS)
+        )
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot write a plot to {str(path)!r}: no folder {str(folder)!r}")
+    if target.is_dir():
+        raise ValueError(f"cannot write a plot to {str(path)!r}: it is a folder")
 
 
 def _pyplot() -> Any:
