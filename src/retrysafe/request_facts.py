@@ -43,7 +43,10 @@ def default_dependency(url: httpx.URL) -> str:
     name = _origins.get(raw)
     if name is None:
         scheme = url.scheme
-        name = f"{scheme}://{url.host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
+        host = url.host
+        if ":" in host:  # an IPv6 address, bracketed as in a URL
+            host = f"[{host}]"
+        name = f"{scheme}://{host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
         if len(_origins) >= _ORIGINS_KEPT:
             _origins.clear()
         _origins[raw] = name
