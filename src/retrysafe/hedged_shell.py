@@ -224,6 +224,7 @@ def _conclude(drive: Drive, result: _Result) -> Step:
 
 
 def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> Step:
+    """:func:`_conclude` for a copy that got a response (the caller closes it if this raises)."""
     plan = copy.plan
     step = drive.returned(plan, response)
     if type(step) is ReadBody:
@@ -406,6 +407,8 @@ async def _conclude_async(drive: Drive, result: _Result) -> Step:
 
 
 async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Response) -> Step:
+    """:func:`_conclude_async` for a copy that got a response (the caller closes it if
+    this raises)."""
     plan = copy.plan
     step = drive.returned(plan, response)
     if type(step) is ReadBody:
