@@ -25,7 +25,7 @@ from retrysafe.decisions import (
     RetryAnswer,
     StartCooldown,
 )
-from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Transition
+from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
 
@@ -55,7 +55,7 @@ class DependencyGuard:
     defines it, and a frozen dataclass costs ten times as much to define.)
     """
 
-    __slots__ = ("born", "breaker", "budget", "dependency", "limiter")
+    __slots__ = ("_admitted_closed", "born", "breaker", "budget", "dependency", "limiter")
 
     def __init__(
         self,
@@ -71,6 +71,9 @@ class DependencyGuard:
         self.limiter = limiter
         #: When the governor made it (monotonic seconds): a young guard is never swept.
         self.born = born
+        #: The admission of an attempt while the breaker is closed, for its current
+        #: closed period's permit (made again only when the breaker closes again).
+        self._admitted_closed = _ADMITTED_CLOSED
 
     def __repr__(self) -> str:
         return (
@@ -107,7 +110,7 @@ class DependencyGuard:
             self.budget.record_first_attempt()
         if permit is None:
             return OPEN_ADMISSION
-        return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
+        return self._admission_for(permit)
 
     def admit_at_once(self) -> Admission | None:
         """The admission :meth:`admit` gives a call's first attempt when nothing holds it
@@ -124,10 +127,18 @@ class DependencyGuard:
             return None
         if self.budget is not None:
             self.budget.record_first_attempt()
-        if breaker is None:
-            return OPEN_ADMISSION
-        permit = breaker.closed_permit
-        return _ADMITTED_CLOSED if permit is _CLOSED_PERMIT else Admission(permit=permit)
+        return OPEN_ADMISSION if breaker is None else self._admission_for(breaker.closed_permit)
+
+    def _admission_for(self, permit: Permit) -> Admission:
+        """The admission carrying ``permit``: the closed period's one, kept, when it is
+        the breaker's closed permit (the healthy path makes nothing)."""
+        admitted = self._admitted_closed
+        if admitted.permit is permit:
+            return admitted
+        if self.breaker is not None and permit is self.breaker.closed_permit:
+            admitted = self._admitted_closed = Admission(permit=permit)
+            return admitted
+        return Admission(permit=permit)
 
     def healthy_call(self) -> None:
         """Count a call that succeeded at once while the breaker was closed: the effect
@@ -219,7 +230,6 @@ def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:
 #: How long a probe's lease outlives its attempt: time to report the outcome.
 PROBE_GRACE: Final = 1.0
 GRANTED: Final = RetryAnswer()
-_CLOSED_PERMIT: Final = CLOSED_PERMIT
 _ADMITTED_CLOSED: Final = Admission(permit=CLOSED_PERMIT)
 _CIRCUIT_OPEN: Final = RetryAnswer("circuit_open")
 _BUDGET_EXHAUSTED: Final = RetryAnswer("budget_exhausted")
