@@ -267,10 +267,11 @@ OK = Outcome()
 @dataclasses.dataclass(frozen=True)
 class AdmissionSpec:
     """The governor's answer to one ``start_attempt``: ``open`` (a permit if a breaker
-    is on, ``probe`` for a half-open probe), ``cooldown``/``pacing`` for ``seconds``, or
-    ``denied`` (retry ``seconds`` from now, or unknown when 0)."""
+    is on, ``probe`` for a half-open probe), ``cooldown``/``pacing`` for ``seconds``,
+    ``full`` (the pacing queue has no room, for ``seconds``), or ``denied`` (retry
+    ``seconds`` from now, or unknown when 0)."""
 
-    kind: Literal["open", "cooldown", "pacing", "denied"] = "open"
+    kind: Literal["open", "cooldown", "pacing", "full", "denied"] = "open"
     seconds: float = 0.0
     probe: bool = False
 
@@ -445,6 +446,8 @@ def _gen_admission(rng: random.Random, breaker: bool) -> AdmissionSpec:
         return AdmissionSpec("cooldown", rng.choice((rng.uniform(0, 0.01), rng.uniform(0, 10))))
     if roll < 0.14:
         return AdmissionSpec("pacing", rng.uniform(0.001, 3))
+    if roll < 0.16:
+        return AdmissionSpec("full", rng.uniform(0.001, 1))
     if roll < 0.20 and breaker:
         return AdmissionSpec("denied", 0.0 if _chance(rng, 0.3) else rng.uniform(0, 30))
     return AdmissionSpec("open", probe=breaker and _chance(rng, 0.3))
@@ -695,6 +698,8 @@ def _admission(
         return Admission(cooldown=spec.seconds)
     if spec.kind == "pacing" and not call.pacing_held:
         return Admission(pacing=spec.seconds)
+    if spec.kind == "full" and not call.pacing_held:
+        return Admission(pacing=spec.seconds, queue_full=True)
     if not breaker:
         return OPEN_ADMISSION
     if spec.kind == "denied":
@@ -1463,7 +1468,13 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         expected_cooldowns: list[float] = []
         if isinstance(rec, StartRec):
             permit = rec.admission.permit
-            if rec.admission.pacing > 0:
+            if rec.admission.queue_full:
+                expect(
+                    type(rec.result) is Fail,
+                    "a full pacing queue gave %r, not a refusal",
+                    rec.result,
+                )
+            elif rec.admission.pacing > 0:
                 held += 1
                 expect(held <= 1, "the call holds %d paced slots at once", held)
             if type(rec.result) is AttemptPlan:

@@ -149,6 +149,9 @@ class Admission(NamedTuple):
     ``cooldown``: seconds a dependency-wide cooldown still runs (nothing reserved).
     ``pacing``: seconds until the paced slot reserved for this call comes up.
     ``permit``: the breaker's answer (None when there is no breaker).
+    ``queue_full``: the pacing queue already reaches ``max_cooldown`` ahead, so no slot
+    was reserved and the attempt must not go; ``pacing`` is then the time until the
+    queue has room for one more.
     """
 
     cooldown: float = 0.0
@@ -156,6 +159,7 @@ class Admission(NamedTuple):
     permit: Permit | None = None
     #: When the answer holds the call back: the setting behind it, with its numbers.
     detail: str = ""
+    queue_full: bool = False
 
 
 #: The answer when no governor stands in the way.

@@ -212,6 +212,10 @@ class Call:
             self._promised = True
             return Wait(wait)
         if admission.pacing > 0:
+            if admission.queue_full:  # no slot reserved: none to wait for, none to give back
+                return self._stop(
+                    "pacing", "pacing", retry_after=admission.pacing, detail=admission.detail
+                )
             self._pacing_held = True
             if not self.deadline.allows(admission.pacing, self.policy.min_attempt_time):
                 self._return_admission(admission)

@@ -282,7 +282,8 @@ class CooldownActive(Refused):
 
 class PacingDelayed(Refused):
     """The dependency's pacing (``LimiterSettings.requests_per_second``) has no slot
-    for this call before its deadline."""
+    for this call before its deadline, or its queue of waiting callers is full (it
+    already reaches ``LimiterSettings.max_cooldown`` ahead)."""
 
     protection = "pacing"
     advice = "lower the rate of calls or raise the deadline (LimiterSettings tunes this)"

@@ -8,6 +8,7 @@ processes; ``test_fleet_processes.py`` runs real ones.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 
@@ -27,6 +28,7 @@ from retrysafe.governor import (
     LimiterSettings,
 )
 from retrysafe.governor.fleet_guard import FleetGuard
+from retrysafe.governor.limiter import QUEUE_FULL
 
 ONE_ATTEMPT = retrysafe.RetryPolicy(attempts=1, deadline=2.0)
 #: The fleet breaker opens on votes alone here: no local breaker trips before it.
@@ -164,12 +166,61 @@ def test_a_slot_beyond_the_longest_wait_is_not_reserved(make_fleet: FleetMaker) 
     fleet = make_fleet()
     started = time.monotonic()
     assert fleet.reserve("far", 1.0, 1, 0.5) == 0.0
-    # Refused (the next slot is 1 s after the first, past the longest wait of 0.5 s), and
-    # not queued: the next ask is told of the same slot, not of one after it.
-    for _ in range(2):
-        wait = fleet.reserve("far", 1.0, 1, 0.5)
-        assert wait is not None
-        assert 1.0 - (time.monotonic() - started) - 0.02 <= wait <= 1.0 + 0.02
+    # Refused (the next slot is 1 s after the first, past the longest wait of 0.5 s): the
+    # queue is full, and nothing is queued, however often it is asked.
+    for _ in range(3):
+        assert fleet.reserve("far", 1.0, 1, 0.5) == QUEUE_FULL
+    # Nothing was queued: the slot after the first is still the one 1 s after it.
+    time.sleep(0.55)
+    wait = fleet.reserve("far", 1.0, 1, 0.5)
+    assert wait is not None
+    assert 1.0 - (time.monotonic() - started) - 0.02 <= wait <= 1.0 - 0.55 + 0.02
+
+
+def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_together(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    # 5/s for the whole fleet, a queue at most 0.4 s deep: three slots (0, 0.2, 0.4 s).
+    settings = GovernorSettings(
+        budget=None,
+        breaker=None,
+        limiter=LimiterSettings(requests_per_second=5, burst=1, max_cooldown=0.4),
+    )
+    policy = retrysafe.RetryPolicy(attempts=1, deadline=5.0)
+    members = [client(make_fleet(timeout=0.2), settings, policy) for _ in range(2)]
+    url = chaos.url("/status/200")
+    for member in members:
+        member.get(url)  # each process has seen the dependency
+    time.sleep(0.6)  # the two warm-up slots are past, and the burst token is back
+    lock = threading.Lock()
+    sent: list[float] = []
+    refused: list[retrysafe.ApiError] = []
+    start = threading.Barrier(8)
+
+    def call(member: retrysafe.Client) -> None:
+        start.wait()
+        try:
+            member.get(url)
+        except retrysafe.ApiError as error:
+            with lock:
+                refused.append(error)
+        else:
+            with lock:
+                sent.append(time.monotonic())
+
+    threads = [threading.Thread(target=call, args=(members[i % 2],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(sent) == 3, sent
+    assert len(refused) == 5
+    for error in refused:
+        assert isinstance(error, retrysafe.PacingDelayed), error
+        assert error.attempts == 0
+        assert "fleet's pacing queue is full" in str(error)
+    sent.sort()
+    assert min(later - earlier for earlier, later in itertools.pairwise(sent)) >= 0.15
 
 
 def test_processes_sharing_a_pace_stay_under_the_servers_limit(

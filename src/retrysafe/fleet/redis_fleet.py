@@ -20,6 +20,7 @@ from retrysafe.fleet.refresher import Refresher
 from retrysafe.fleet.settings import FleetSettings
 from retrysafe.fleet.writer import Writer
 from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
+from retrysafe.governor.limiter import QUEUE_FULL
 from retrysafe.redact import redact_url
 
 if TYPE_CHECKING:
@@ -171,10 +172,15 @@ class RedisFleet:
     # -- pacing ----------------------------------------------------------------------------
 
     def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
-        """Reserve the next paced slot in the fleet: seconds until it, None if no answer."""
+        """Reserve the next paced slot in the fleet: seconds until it, None if no answer,
+        :data:`~retrysafe.governor.limiter.QUEUE_FULL` (nothing reserved) if it would be
+        more than ``max_wait`` away."""
         pace = self._keys.of(dependency)[0]
         reply = self._run("PACE", [pace], [repr(1000.0 / rate), burst, repr(max_wait * 1000.0)])
-        return None if reply is None else int(reply) / 1_000_000
+        if reply is None:
+            return None
+        micros = int(reply)
+        return QUEUE_FULL if micros < 0 else micros / 1_000_000
 
     def release(self, dependency: str, rate: float) -> bool:
         """Give a reserved slot back (sent in the background); False if Redis is away."""

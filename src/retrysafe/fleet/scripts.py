@@ -33,8 +33,8 @@ local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
 """
 
 #: Reserve a paced slot (GCRA with reservations). KEYS: pace. ARGV: interval ms, burst,
-#: longest wait ms. Returns the wait in microseconds; a slot further than the longest wait
-#: is not reserved (the caller cannot wait that long and gives up).
+#: longest wait ms. Returns the wait in microseconds, or -1 when the queue is full: a slot
+#: further than the longest wait is not reserved (the caller must not send).
 PACE = (
     _NOW
     + """
@@ -45,7 +45,7 @@ if tat < now then tat = now end
 local next_tat = tat + interval
 local wait = next_tat - burst * interval - now
 if wait < 0 then wait = 0 end
-if wait > tonumber(ARGV[3]) then return math.floor(wait * 1000) end
+if wait > tonumber(ARGV[3]) then return -1 end
 redis.call('SET', KEYS[1], tostring(next_tat), 'PX', math.ceil(next_tat - now) + 1000)
 return math.floor(wait * 1000)
 """

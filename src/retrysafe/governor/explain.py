@@ -10,8 +10,15 @@ from __future__ import annotations
 from retrysafe.governor.breaker import CircuitBreaker
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
+from retrysafe.governor.settings import LimiterSettings
 
-__all__ = ["explain_breaker", "explain_budget", "explain_cooldown", "explain_pacing"]
+__all__ = [
+    "explain_breaker",
+    "explain_budget",
+    "explain_cooldown",
+    "explain_full_queue",
+    "explain_pacing",
+]
 
 
 def explain_budget(budget: RetryBudget) -> tuple[str, float | None]:
@@ -51,6 +58,17 @@ def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
     return (
         f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more "
         f"(LimiterSettings(cooldown_on_429=True, max_cooldown={settings.max_cooldown:g}))"
+    )
+
+
+def explain_full_queue(rate: float, settings: LimiterSettings, *, fleet: bool) -> str:
+    """The pacing queue that has no room for one more slot."""
+    whose = "the fleet's" if fleet else "its"
+    shared = ", shared by RedisFleet" if fleet else ""
+    return (
+        f"{whose} pacing queue is full: its slots already reach {settings.max_cooldown:g} s"
+        f" ahead, and one more would wait longer (LimiterSettings(requests_per_second="
+        f"{rate:g}, burst={settings.burst}, max_cooldown={settings.max_cooldown:g}){shared})"
     )
 
 

@@ -38,8 +38,8 @@ from retrysafe.decisions import (
 from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
-from retrysafe.governor.guard import CallFacts, DependencyGuard, lease_for_probe
-from retrysafe.governor.limiter import Limiter
+from retrysafe.governor.guard import CallFacts, DependencyGuard, lease_for_probe, queue_full
+from retrysafe.governor.limiter import QUEUE_FULL, Limiter
 
 __all__ = ["FleetGuard", "FleetPermit"]
 
@@ -154,6 +154,9 @@ class FleetGuard(DependencyGuard):
             return DependencyGuard.admit(self, call)
         wait = self._reserve(self.rate)
         if wait > 0:
+            if wait == QUEUE_FULL:
+                assert self.limiter is not None  # (a rate comes from its settings)
+                return queue_full(self.limiter.settings, rate=self.rate, fleet=True)
             return Admission(pacing=wait, detail=explain_fleet_pacing(self.rate, wait))
         admission = DependencyGuard.admit(self, _HoldingSlot(call))
         permit = admission.permit
@@ -221,8 +224,10 @@ class FleetGuard(DependencyGuard):
             return _HEDGE_CIRCUIT
         if self.limiter is not None and self.limiter.cooldown_remaining() > 0:
             return _HEDGE_COOLDOWN
-        if self._reserve(rate) > 0:
-            self._release(rate)
+        wait = self._reserve(rate)
+        if wait > 0:
+            if wait != QUEUE_FULL:  # (a full queue reserved nothing)
+                self._release(rate)
             return _HEDGE_PACING
         if self.budget is not None and not self.budget.try_spend():
             self._release(rate)

@@ -99,7 +99,8 @@ class FleetLink(Protocol):
     def live_processes(self) -> int: ...
 
     def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
-        """Reserve a paced slot in the fleet; seconds to wait for it, None if no answer."""
+        """Reserve a paced slot in the fleet; seconds to wait for it, None if no answer,
+        ``QUEUE_FULL`` (nothing reserved) if it would be more than ``max_wait`` away."""
         ...
 
     def release(self, dependency: str, rate: float) -> bool:

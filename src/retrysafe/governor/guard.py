@@ -27,9 +27,18 @@ from retrysafe.decisions import (
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
-from retrysafe.governor.limiter import Limiter
+from retrysafe.governor.explain import explain_full_queue
+from retrysafe.governor.limiter import QUEUE_FULL, Limiter
+from retrysafe.governor.settings import LimiterSettings
 
-__all__ = ["GRANTED", "PROBE_GRACE", "CallFacts", "DependencyGuard", "lease_for_probe"]
+__all__ = [
+    "GRANTED",
+    "PROBE_GRACE",
+    "CallFacts",
+    "DependencyGuard",
+    "lease_for_probe",
+    "queue_full",
+]
 
 
 class CallFacts(Protocol):
@@ -95,6 +104,8 @@ class DependencyGuard:
             if limiter.paced and not call.pacing_held:
                 pacing = limiter.reserve()
                 if pacing > 0:
+                    if pacing == QUEUE_FULL:
+                        return queue_full(limiter.settings)
                     return Admission(pacing=pacing)
                 reserved = True
         permit = None
@@ -173,8 +184,10 @@ class DependencyGuard:
                 return _HEDGE_COOLDOWN
             if limiter.paced:
                 reserved = True
-                if limiter.reserve() > 0:
-                    limiter.release()
+                wait = limiter.reserve()
+                if wait > 0:
+                    if wait != QUEUE_FULL:  # (a full queue reserved nothing)
+                        limiter.release()
                     return _HEDGE_PACING
         if self.budget is not None and not self.budget.try_spend():
             if reserved and limiter is not None:
@@ -208,6 +221,22 @@ class DependencyGuard:
         if budget is not None and budget.tokens < budget.settings.max_tokens:
             return False
         return self.limiter is None or self.limiter.at_rest()
+
+
+def queue_full(
+    settings: LimiterSettings, *, rate: float | None = None, fleet: bool = False
+) -> Admission:
+    """The answer when the pacing queue has no room (see :data:`QUEUE_FULL`): no slot,
+    and the attempt must not go; the queue has room again within one interval of
+    ``rate`` (the settings' ``requests_per_second`` unless given)."""
+    rate = settings.requests_per_second if rate is None else rate
+    if rate is None:
+        raise ValueError("queue_full() needs a rate: these LimiterSettings do not pace")
+    return Admission(
+        pacing=1.0 / rate,
+        queue_full=True,
+        detail=explain_full_queue(rate, settings, fleet=fleet),
+    )
 
 
 def lease_for_probe(attempt: float, breaker: CircuitBreaker) -> float:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import threading
+from typing import Final
 
 from retrysafe.clock import Clock
 from retrysafe.governor.settings import LimiterSettings
 
-__all__ = ["Limiter"]
+__all__ = ["QUEUE_FULL", "Limiter"]
+
+#: What :meth:`Limiter.reserve` answers when the queue already reaches ``max_cooldown``
+#: ahead: no slot was reserved, there is none to wait for, and the attempt must not go.
+QUEUE_FULL: Final = math.inf
 
 
 class Limiter:
@@ -20,11 +26,12 @@ class Limiter:
     The bucket may go negative: each token below zero is a reservation in the
     queue, a caller sleeping until its slot comes up. A caller whose slot is too
     far away for its deadline gives its slot back (:meth:`release`) at once, so
-    the queue holds only callers that wait. Bounded debt by design: however many
-    reservations are never returned (a caller that vanished), no slot is ever
-    placed more than ``max_cooldown`` seconds ahead, so the queue is at most
-    ``requests_per_second * max_cooldown`` slots and a lost slot is repaid by
-    time within ``max_cooldown``.
+    the queue holds only callers that wait. The queue is bounded: no slot is ever
+    placed more than ``max_cooldown`` seconds ahead, and a caller who finds it
+    full gets no slot (:data:`QUEUE_FULL`) and must not send. So the queue is at
+    most ``requests_per_second * max_cooldown`` slots, and however many
+    reservations are never returned (a caller that vanished), a lost slot is
+    repaid by time within ``max_cooldown``.
     """
 
     def __init__(self, settings: LimiterSettings, clock: Clock) -> None:
@@ -65,9 +72,9 @@ class Limiter:
     def reserve(self) -> float:
         """Reserve a paced slot; returns how long to wait for it (0.0 without pacing).
 
-        Never more than ``max_cooldown``: at that depth the queue is full and the
-        reservation is not added to it (the caller, who cannot wait that long
-        unless its deadline allows it, gives it back anyway).
+        Never more than ``max_cooldown``: a slot further away would overrun the
+        queue, so none is reserved and the answer is :data:`QUEUE_FULL` (nothing
+        to give back). Room comes within ``1 / requests_per_second`` seconds.
         """
         rate = self.settings.requests_per_second
         if rate is None:
@@ -75,7 +82,7 @@ class Limiter:
         with self._lock:
             tokens = self._refill(rate) - 1.0  # below zero: a reservation in the queue
             if tokens < self._floor:
-                tokens = self._floor
+                return QUEUE_FULL
             self._tokens = tokens
             return 0.0 if tokens >= 0 else -tokens / rate
 

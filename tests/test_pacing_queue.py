@@ -1,0 +1,151 @@
+"""Pacing's queue is bounded by ``max_cooldown``, and a full queue lets nobody through.
+
+A paced slot is never placed more than ``LimiterSettings.max_cooldown`` ahead. A
+caller who finds the queue that deep gets no slot: it fails at once with
+``PacingDelayed`` (nothing sent, nothing to give back) and is told when the queue
+has room. It must not wait and send anyway: callers turned away like that would
+all send together, in a burst the pacing exists to prevent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.decisions import HedgeAnswer
+from retrysafe.governor import Governor, GovernorSettings, Limiter, LimiterSettings
+from retrysafe.governor.limiter import QUEUE_FULL
+from retrysafe.testing import FakeClock
+
+#: 5 a second, one at once, and a queue at most 0.4 s deep: three slots (0, 0.2, 0.4 s).
+PACED = GovernorSettings(
+    budget=None,
+    breaker=None,
+    limiter=LimiterSettings(requests_per_second=5, burst=1, max_cooldown=0.4),
+)
+CALLERS = 8
+
+
+class _Facts:
+    """A fresh call's facts, as the governor reads them."""
+
+    attempts = 0
+    pacing_held = False
+
+    def probe_lease(self) -> float:
+        return 1.0
+
+
+def test_a_full_queue_reserves_nothing_and_has_room_again_one_interval_later() -> None:
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=10, max_cooldown=0.3), clock)
+    waits = [limiter.reserve() for _ in range(6)]
+    assert waits[:4] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert waits[4:] == [QUEUE_FULL, QUEUE_FULL]
+    assert limiter.queued() == pytest.approx(3.0)  # the refused asks queued nothing
+    clock.advance(0.1)
+    assert limiter.reserve() == pytest.approx(0.3)  # room for one, at the queue's end
+    assert limiter.reserve() == QUEUE_FULL
+
+
+def test_the_governor_refuses_an_attempt_when_the_queue_is_full() -> None:
+    governor = Governor(PACED, clock=FakeClock())
+    guard = governor.guard("api")
+    admissions = [guard.admit(_Facts()) for _ in range(4)]
+    assert [a.pacing for a in admissions[:3]] == pytest.approx([0.0, 0.2, 0.4])
+    assert not any(a.queue_full for a in admissions[:3])
+    full = admissions[3]
+    assert full.queue_full
+    assert full.pacing == pytest.approx(0.2)  # room again within one interval
+    assert "pacing queue is full" in full.detail
+    assert "max_cooldown=0.4" in full.detail
+
+
+def test_a_hedge_refused_by_a_full_queue_gives_back_nothing_it_did_not_take() -> None:
+    governor = Governor(PACED, clock=FakeClock())
+    guard = governor.guard("api")
+    limiter = guard.limiter
+    assert limiter is not None
+    for _ in range(3):
+        limiter.reserve()  # the slot now, and two queued behind it
+    assert guard.answer_hedge() == HedgeAnswer("pacing")
+    # The queued callers keep their slots: giving one back here would let a caller in early.
+    assert limiter.queued() == pytest.approx(2.0)
+
+
+def _paced_handler(sent: list[float], lock: threading.Lock) -> httpx.MockTransport:
+    def handler(request: httpx.Request) -> httpx.Response:
+        with lock:
+            sent.append(time.monotonic())
+        return httpx.Response(200)
+
+    return httpx.MockTransport(handler)
+
+
+def _check(sent: list[float], errors: list[Exception]) -> None:
+    # Three slots: 0, 0.2 and 0.4 s. The other five callers are turned away, not sent.
+    assert len(sent) == 3, sent
+    assert len(errors) == CALLERS - 3
+    for error in errors:
+        assert isinstance(error, retrysafe.PacingDelayed), error
+        assert error.attempts == 0
+        assert error.retry_after == pytest.approx(0.2)
+        assert "pacing queue is full" in str(error)
+    sent.sort()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
+    assert min(gaps) >= 0.15, gaps  # spaced by the pacing, never together
+
+
+def test_callers_beyond_the_queue_fail_at_once_instead_of_sending_together() -> None:
+    sent: list[float] = []
+    errors: list[Exception] = []
+    lock = threading.Lock()
+    client = retrysafe.Client(
+        transport=_paced_handler(sent, lock),
+        governor=Governor(PACED),
+        policy=RetryPolicy(attempts=1, deadline=5.0),
+    )
+    start = threading.Barrier(CALLERS)
+
+    def call() -> None:
+        start.wait()
+        try:
+            client.get("http://api.test/")
+        except retrysafe.ApiError as error:
+            with lock:
+                errors.append(error)
+
+    threads = [threading.Thread(target=call) for _ in range(CALLERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    client.close()
+    _check(sent, errors)
+
+
+def test_async_callers_beyond_the_queue_fail_at_once_instead_of_sending_together() -> None:
+    sent: list[float] = []
+    lock = threading.Lock()
+
+    async def main() -> list[Exception]:
+        async with retrysafe.AsyncClient(
+            transport=_paced_handler(sent, lock),
+            governor=Governor(PACED),
+            policy=RetryPolicy(attempts=1, deadline=5.0),
+        ) as client:
+            results = await asyncio.gather(
+                *(client.get("http://api.test/") for _ in range(CALLERS)),
+                return_exceptions=True,
+            )
+        return [result for result in results if isinstance(result, Exception)]
+
+    errors = asyncio.run(main())
+    _check(sent, errors)
