@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 import retrysafe
-from retrysafe import RetryPolicy
-from retrysafe.decisions import HedgeAnswer
+from retrysafe import Call, RetryPolicy
+from retrysafe.decisions import Fail, HedgeAnswer, ReleasePacing
 from retrysafe.governor import Governor, GovernorSettings, Limiter, LimiterSettings
+from retrysafe.governor.guard import queue_full
 from retrysafe.governor.limiter import QUEUE_FULL
 from retrysafe.testing import FakeClock
 
@@ -78,6 +79,22 @@ def test_a_hedge_refused_by_a_full_queue_gives_back_nothing_it_did_not_take() ->
     assert guard.answer_hedge() == HedgeAnswer("pacing")
     # The queued callers keep their slots: giving one back here would let a caller in early.
     assert limiter.queued() == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("time_left", [5.0, 0.0])
+def test_a_call_refused_by_a_full_queue_gives_back_no_slot(time_left: float) -> None:
+    # Whether the call still has time (refused for the queue) or none (refused for its
+    # deadline), the full queue reserved nothing, so nothing goes back.
+    clock = FakeClock()
+    request = httpx.Request("GET", "https://api.test/")
+    call = Call(request, policy=RetryPolicy(deadline=5.0), clock=clock, observed=False)
+    clock.advance(5.0 - time_left)
+    full = queue_full(LimiterSettings(requests_per_second=5, max_cooldown=0.4))
+    step = call.start_attempt(full)
+    assert isinstance(step, Fail)
+    expected = retrysafe.PacingDelayed if time_left else retrysafe.DeadlineExceeded
+    assert type(step.error) is expected
+    assert not any(isinstance(effect, ReleasePacing) for effect in call.take_effects())
 
 
 def _paced_handler(sent: list[float], lock: threading.Lock) -> httpx.MockTransport:

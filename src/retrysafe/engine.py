@@ -265,7 +265,7 @@ class Call:
 
     def _return_admission(self, admission: Admission) -> None:
         """Give back what the governor reserved for an attempt that will not start."""
-        if self._pacing_held or admission.pacing > 0:
+        if self._pacing_held or (admission.pacing > 0 and not admission.queue_full):
             self._pacing_held = False
             self.effects.append(ReleasePacing())
         if admission.permit is not None and admission.permit.allowed:
