@@ -73,6 +73,47 @@ def test_the_breakers_short_count_equals_recording_a_healthy_call() -> None:
     assert not general._run
 
 
+def _reopened_and_closed(clock: FakeClock) -> CircuitBreaker:
+    """A breaker that opened, let a probe through, and closed again: a new closed period."""
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=2, open_for=1.0), clock)
+    for _ in range(2):
+        breaker.record(breaker.acquire(probe_lease=1.0), "unhealthy")
+    clock.advance(1.0)
+    probe = breaker.acquire(probe_lease=1.0)
+    assert probe.probe
+    breaker.record(probe, "healthy")
+    assert breaker.closed
+    return breaker
+
+
+def test_a_success_in_a_later_closed_period_takes_the_short_path_too() -> None:
+    # Each closed period has a permit of its own; a call admitted under a later one
+    # is as healthy a first-try success as one admitted before the breaker ever opened.
+    clock = FakeClock()
+    breaker = _reopened_and_closed(clock)
+    assert breaker.closed_permit is not CLOSED_PERMIT
+    request = httpx.Request("GET", "https://api.test/")
+    call = Call(request, policy=RetryPolicy(), clock=clock, observed=False)
+    plan = call.start_attempt(Admission(permit=breaker.closed_permit))
+    step = call.attempt_returned(plan, httpx.Response(200))  # type: ignore[arg-type]
+    assert isinstance(step, Succeed)
+    assert call.take_effects() == [HEALTHY_WHILE_CLOSED]
+
+
+def test_the_short_count_equals_recording_a_later_periods_healthy_call() -> None:
+    clock = FakeClock()
+    short, general = _reopened_and_closed(clock), _reopened_and_closed(FakeClock())
+    for breaker in (short, general):
+        breaker.record(breaker.closed_permit, "unhealthy")  # a failing run in progress
+    bucket = int(clock.monotonic() // short._bucket_width)
+    calls, failures = short._tally(bucket)
+    short.record_healthy_call()
+    general.record(general.closed_permit, "healthy")
+    assert short._tally(bucket) == general._tally(bucket) == (calls + 1, failures)
+    assert not short._run  # the success ended the run
+    assert not general._run
+
+
 def test_a_change_of_log_level_between_calls_is_heard_by_the_next_call() -> None:
     # Whether anyone listens is asked of the logger on each call: a level changed
     # between calls is heard by the next one.

@@ -290,9 +290,10 @@ class Call:
         else:
             verdict = self._classify(response)
         permit = self._permit
+        # (an attempt's permit is an allowed one: a probe, or a closed period's permit)
         if (
             verdict is SUCCESS
-            and (permit is None or permit is CLOSED_PERMIT)
+            and (permit is None or permit is CLOSED_PERMIT or not permit.probe)
             and not self._failed_before
         ):
             return self._succeed(plan, response)
@@ -473,8 +474,10 @@ class Call:
         """
         permit = self._permit
         if permit is not None:
-            if verdict is SUCCESS and permit is CLOSED_PERMIT and not self._failed_before:
-                self.effects.append(HEALTHY_WHILE_CLOSED)  # the common case, made once
+            if verdict is SUCCESS and not permit.probe and not self._failed_before:
+                # The common case, made once: a healthy call admitted while closed counts
+                # the same whichever closed period admitted it.
+                self.effects.append(HEALTHY_WHILE_CLOSED)
             else:
                 open_for = verdict.after if status == 503 else None
                 # A repeat: this call already told the breaker of a failure, so another
