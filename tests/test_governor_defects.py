@@ -302,6 +302,39 @@ def test_an_evicted_dependency_gets_a_fresh_guard_that_works() -> None:
     assert again.breaker.state == "closed"
 
 
+@pytest.mark.parametrize(
+    "settings", [GovernorSettings(), GovernorSettings(breaker=None)], ids=["default", "no-breaker"]
+)
+def test_a_guard_a_call_has_just_asked_for_is_not_swept(settings: GovernorSettings) -> None:
+    """Made a minute ago, then asked for by a call now in flight (or called a moment
+    ago): a sweep keeps it, so what that call reports (a 429's cooldown) is seen."""
+    clock = FakeClock()
+    governor = Governor(settings, clock=clock)
+    first = governor.guard("http://a.test:80")
+    clock.advance(61)
+    assert governor.guard("http://a.test:80") is first  # a call starts: asked for now
+    governor.guard("http://b.test:80")  # a new dependency, a minute since the last sweep
+    assert governor.guard("http://a.test:80") is first
+    assert first.limiter is not None
+    first.limiter.start_cooldown(30)  # the call in flight got a 429
+    assert governor.guard("http://a.test:80").limiter is first.limiter
+
+
+def test_a_guard_is_swept_a_minute_after_the_sweep_that_saw_its_last_call() -> None:
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    first = governor.guard("http://a.test:80")
+    clock.advance(61)
+    governor.guard("http://a.test:80")  # its last call
+    governor.guard("http://b.test:80")  # sweep: a.test seen now
+    clock.advance(59)
+    governor.guard("http://c.test:80")  # (no sweep yet: less than a minute since the last)
+    clock.advance(2)
+    governor.guard("http://d.test:80")  # sweep: 61 s since a.test was seen, nobody asked
+    assert "http://a.test:80" not in governor.dependencies()
+    assert governor.guard("http://a.test:80") is not first
+
+
 def test_a_young_guard_is_never_swept() -> None:
     """A guard just made (its first call may still be in flight) stays, at rest or not."""
     clock = FakeClock()

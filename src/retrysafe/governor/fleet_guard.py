@@ -86,13 +86,13 @@ class FleetGuard(DependencyGuard):
         budget: RetryBudget | None,
         breaker: CircuitBreaker | None,
         limiter: Limiter | None,
-        born: float = 0.0,
+        seen: float = 0.0,
         *,
         fleet: FleetLink,
         view: FleetView,
         rate: float | None = None,
     ) -> None:
-        super().__init__(dependency, budget, breaker, limiter, born)
+        super().__init__(dependency, budget, breaker, limiter, seen)
         self.fleet = fleet
         self.view = view
         #: The fleet-wide pace (requests per second), or None when attempts are not paced.
@@ -109,7 +109,7 @@ class FleetGuard(DependencyGuard):
             budget=guard.budget,
             breaker=guard.breaker,
             limiter=limiter,
-            born=guard.born,
+            seen=guard.seen,
             fleet=fleet,
             view=view,
             rate=rate,

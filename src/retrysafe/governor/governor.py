@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # made when a hedging call first needs it, not with `import r
 __all__ = ["Governor"]
 
 
-#: A guard younger than this is never swept (its first call may still be in flight).
+#: A guard nobody has asked for in this long (seconds) may be swept, if at rest.
 IDLE_AFTER = 60.0
 #: Sweep at least this often (seconds) when new dependencies keep coming.
 SWEEP_EVERY = 60.0
@@ -37,13 +37,16 @@ class Governor:
     Guards of dependencies no longer called are dropped, so calling many hosts
     keeps a bounded number of guards: when a new guard is made and either the
     count has doubled since the last sweep (at least :data:`SWEEP_AT_LEAST`) or
-    :data:`SWEEP_EVERY` seconds have passed, every guard older than
+    :data:`SWEEP_EVERY` seconds have passed, every guard no call has asked for in
     :data:`IDLE_AFTER` seconds that is at rest (:meth:`DependencyGuard.at_rest`:
     what it holds equals a fresh guard, and with a breaker, no call ended within
-    its ratio window) is dropped; the next call to it makes a fresh one. Finding
-    a guard stays one dict lookup; sweeps are paid for by new guards, amortised
-    O(1) each. A call in flight on a dropped guard reports to it harmlessly (its
-    one outcome is not seen by the fresh guard).
+    its ratio window) is dropped; the next call to it makes a fresh one. Each call
+    marks its guard asked (a flag, not a clock read), and a sweep turns the mark
+    into "seen now", so a guard is dropped only a minute after the sweep following
+    its last call: a call in flight on it started at least that long ago. (A call
+    in flight longer than that, with no other call to its dependency, reports its
+    outcome to the dropped guard, where nobody sees it.) Finding a guard stays one
+    dict lookup; sweeps are paid for by new guards, amortised O(1) each.
 
     ``fleet`` (such as ``retrysafe.fleet.RedisFleet(url)``) shares cooldowns, pacing
     and a quorum breaker with the other processes using it; each guard is then a
@@ -92,6 +95,7 @@ class Governor:
         """The guard for ``dependency``, made on first use."""
         guard = self._guards.get(dependency)  # a dict read needs no lock; a miss takes it
         if guard is not None:
+            guard.asked = True
             return guard
         with self._lock:
             guard = self._guards.get(dependency)
@@ -107,7 +111,10 @@ class Governor:
         """Drop the guards that are old enough and at rest (under the lock)."""
         guards = self._guards
         for dependency, guard in list(guards.items()):
-            if now - guard.born >= IDLE_AFTER and guard.at_rest():
+            if guard.asked:  # called since the last sweep: in use as of now
+                guard.asked = False
+                guard.seen = now
+            elif now - guard.seen >= IDLE_AFTER and guard.at_rest():
                 del guards[dependency]
         self._swept_at = now
         self._sweep_at = max(SWEEP_AT_LEAST, 2 * len(guards))
@@ -119,7 +126,7 @@ class Governor:
             budget=RetryBudget(settings.budget, self.clock) if settings.budget else None,
             breaker=CircuitBreaker(settings.breaker, self.clock) if settings.breaker else None,
             limiter=Limiter(settings.limiter, self.clock) if settings.limiter else None,
-            born=now,
+            seen=now,
         )
         return guard if self.fleet is None else self._join_fleet(guard, self.fleet)
 

@@ -64,7 +64,15 @@ class DependencyGuard:
     defines it, and a frozen dataclass costs ten times as much to define.)
     """
 
-    __slots__ = ("_admitted_closed", "born", "breaker", "budget", "dependency", "limiter")
+    __slots__ = (
+        "_admitted_closed",
+        "asked",
+        "breaker",
+        "budget",
+        "dependency",
+        "limiter",
+        "seen",
+    )
 
     def __init__(
         self,
@@ -72,14 +80,18 @@ class DependencyGuard:
         budget: RetryBudget | None,
         breaker: CircuitBreaker | None,
         limiter: Limiter | None,
-        born: float = 0.0,
+        seen: float = 0.0,
     ) -> None:
         self.dependency = dependency
         self.budget = budget
         self.breaker = breaker
         self.limiter = limiter
-        #: When the governor made it (monotonic seconds): a young guard is never swept.
-        self.born = born
+        #: When it was last known to be in use (monotonic seconds): when the governor
+        #: made it, or the sweep after a call last asked for it. It is swept only once
+        #: that is a minute ago (see ``Governor``).
+        self.seen = seen
+        #: A call asked the governor for it since the last sweep (set on every call).
+        self.asked = False
         #: The admission of an attempt while the breaker is closed, for its current
         #: closed period's permit (made again only when the breaker closes again).
         self._admitted_closed = _ADMITTED_CLOSED
