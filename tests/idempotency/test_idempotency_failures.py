@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import uuid
 from typing import Any
 
 import anyio
@@ -280,3 +281,58 @@ async def test_a_dsn_the_driver_cannot_parse_keeps_its_password_out_of_the_error
     assert "hunter2" not in str(caught.value)
     assert "hunter2" not in repr(caught.value)
     assert "PostgresStore is unavailable" in str(caught.value)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_pooled_connections_the_server_ended_are_replaced_not_reported_down(
+    postgres_dsn: str,
+) -> None:
+    # The server ends every idle session (a restart, a failover, idle_session_timeout):
+    # the store is up, so no request may get 503 for connections that died while idle.
+    import psycopg
+
+    from retrysafe.idempotency import Claimed, PostgresStore
+
+    # (its sessions are named, so only they are ended: other tests share the server)
+    name = f"stale-pool-{uuid.uuid4().hex[:8]}"
+    dsn = f"{postgres_dsn}?application_name={name}"
+    store = PostgresStore(dsn, table="stale_pool", purge_every=None, purge_interval=None)
+    try:
+        warm = [store.claim("s", f"warm-{i}", "fp", now=1e9, lease=60) for i in range(6)]
+        await asyncio.gather(*warm)  # six connections opened, now idle in the pool
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (name,),
+            ).fetchone()
+        assert ended == (6,)
+        claims = [await store.claim("s", f"after-{i}", "fp", now=1e9, lease=60) for i in range(8)]
+        first = claims[0]
+        assert isinstance(first, Claimed)
+        assert all(isinstance(claim, Claimed) for claim in claims)
+        assert await store.complete("s", "after-0", first.token, None, now=1e9, ttl=60)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_claim_run_again_after_its_answer_was_lost_takes_its_own_row(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool runs a claim once more when its connection broke: if the first insert
+    # did reach the server, the row is this claim's own (same token), not another's.
+    from retrysafe.idempotency import Claimed, IdempotencyRecord, PostgresStore, postgres_store
+
+    store = PostgresStore(postgres_dsn, table="claim_again", purge_every=None, purge_interval=None)
+    try:
+        monkeypatch.setattr(postgres_store, "new_token", lambda: "the-same-claim")
+        first = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        again = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        assert first == again == Claimed("the-same-claim")
+        monkeypatch.setattr(postgres_store, "new_token", lambda: "another-request")
+        other = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        assert isinstance(other, IdempotencyRecord)
+        assert other.state == "in_flight"
+    finally:
+        await store.close()

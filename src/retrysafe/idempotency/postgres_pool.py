@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 __all__ = ["ConnectionPool"]
+
+_T = TypeVar("_T")
 
 
 class ConnectionPool:
@@ -19,6 +21,12 @@ class ConnectionPool:
     A connection that saw any error is closed rather than reused, since its state is
     unknown; the next task opens a fresh one. ``prepare`` runs once on each new
     connection (the store creates its table there).
+
+    An idle connection can die without anyone noticing (the server restarted, failed
+    over, or ended idle sessions): psycopg only finds out when it is next used. So
+    when work on a reused connection fails and leaves it broken, the other idle
+    connections are taken to have died with it and are closed, and the work runs
+    once more on a fresh connection (see :meth:`run`).
     """
 
     def __init__(
@@ -37,17 +45,39 @@ class ConnectionPool:
         self._slots = asyncio.Semaphore(size)
         self._idle: list[AsyncConnection[tuple[Any, ...]]] = []
 
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection[tuple[Any, ...]]]:
-        """Borrow a connection for one unit of work."""
+    async def run(self, work: Callable[[AsyncConnection[tuple[Any, ...]]], Awaitable[_T]]) -> _T:
+        """Run one unit of ``work`` on a borrowed connection.
+
+        If it fails on a reused connection and leaves it broken, that connection most
+        likely died while idle, before the work began: the other idle ones are taken
+        to have died with it and closed, and ``work`` runs once more on a fresh
+        connection. (So ``work`` must be safe to run twice, in case it did reach the
+        server: every statement of the store is.)
+        """
         async with self._slots:
-            connection = await self._take()
+            connection, fresh = await self._take()
             try:
-                yield connection
+                return self._give_back(connection, await work(connection))
+            except Exception:
+                dead = connection.closed or connection.broken
+                await _close_quietly(connection)
+                if fresh or not dead:
+                    raise
             except BaseException:
                 await _close_quietly(connection)
                 raise
-            self._idle.append(connection)
+            await self.close()
+            connection, _ = await self._take()
+            try:
+                return self._give_back(connection, await work(connection))
+            except BaseException:
+                await _close_quietly(connection)
+                raise
+
+    def _give_back(self, connection: AsyncConnection[tuple[Any, ...]], result: _T) -> _T:
+        """Keep ``connection`` for the next task; returns ``result``."""
+        self._idle.append(connection)
+        return result
 
     async def close(self) -> None:
         """Close the idle connections (borrowed ones are closed when given back broken)."""
@@ -55,11 +85,12 @@ class ConnectionPool:
         for connection in idle:
             await _close_quietly(connection)
 
-    async def _take(self) -> AsyncConnection[tuple[Any, ...]]:
+    async def _take(self) -> tuple[AsyncConnection[tuple[Any, ...]], bool]:
+        """An idle connection, or a new one; and whether it is new."""
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed and not connection.broken:
-                return connection
+                return connection, False
         import psycopg
 
         connection = await psycopg.AsyncConnection.connect(
@@ -72,7 +103,7 @@ class ConnectionPool:
         except BaseException:
             await _close_quietly(connection)
             raise
-        return connection
+        return connection, True
 
 
 async def _close_quietly(connection: AsyncConnection[tuple[Any, ...]]) -> None:

@@ -102,14 +102,16 @@ class PostgresStore:
             " ON CONFLICT (scope, key) DO UPDATE SET state = 'in_flight',"
             " fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token,"
             " expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL"
-            " WHERE held.expires_at <= %s"
+            " WHERE held.expires_at <= %s OR held.token = EXCLUDED.token"
             " RETURNING held.token"
         )
         look = f"SELECT {RECORD_COLUMNS} FROM {self._table} WHERE scope = %s AND key = %s"
 
         async def work(connection: AsyncConnection[tuple[Any, ...]]) -> Claimed | IdempotencyRecord:
             # A live record blocks the insert; it is read next, unless it was released in
-            # between, in which case the insert is tried again.
+            # between, in which case the insert is tried again. A record with this claim's
+            # own token is its own (the insert reached the server, its answer was lost,
+            # and the pool ran it again): taken again, not read as someone else's.
             while True:
                 cursor = await connection.execute(
                     take, (scope, key, fingerprint, token, now + lease, now), prepare=True
@@ -223,8 +225,7 @@ class PostgresStore:
 
         try:
             with anyio.fail_after(self._timeout):
-                async with self._pool.connection() as connection:
-                    return await work(connection)
+                return await self._pool.run(work)
         except (psycopg.Error, OSError, TimeoutError) as exc:
             reason = _without(str(exc).strip(), self._secrets) or "no answer in time"
             raise StoreUnavailable("PostgresStore", f"{type(exc).__name__}: {reason}") from exc
