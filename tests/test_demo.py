@@ -110,6 +110,18 @@ def test_the_installed_console_script_runs_the_demo() -> None:
     assert "Traceback" not in completed.stderr
 
 
+def test_a_proxy_in_the_environment_does_not_take_the_demos_requests_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A corporate or CI machine's proxy (here a closed port) cannot reach the demo's own
+    # loopback server: the demo must not send its requests there.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    by_name = {case.name: case for case in CASES}
+    report = run_demo([by_name["no API key"], by_name["out of credits (429)"]])
+    assert [result.ok for result in report.results] == [True, True]
+
+
 # -- judging and rendering, on a few fast cases ---------------------------------------------------
 
 

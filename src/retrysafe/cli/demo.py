@@ -334,7 +334,9 @@ def _happened_from_error(error: ApiError) -> Happened:
 def _call(case: DemoCase, url: str, hooks: Sequence[EventHook]) -> Happened:
     """Send the case's request through retrysafe and describe what came of it."""
     # timeout=None: the policy's attempt_timeout alone bounds each attempt.
-    with Client(policy=case.policy, hooks=hooks, timeout=None) as client:
+    # trust_env=False: its own loopback server is reached directly, whatever proxy the
+    # environment names (HTTP_PROXY and the like would send these requests away).
+    with Client(policy=case.policy, hooks=hooks, timeout=None, trust_env=False) as client:
         try:
             response = client.request(
                 case.method,
