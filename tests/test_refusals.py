@@ -135,6 +135,28 @@ def test_a_cooldown_longer_than_the_deadline_fails_at_once_with_the_wait_it_need
     no_attribute_names(message)
 
 
+def test_a_cooldown_the_server_announced_is_not_explained_as_a_429() -> None:
+    # No 429 ever came: a 200 announced the limit used up, so the message names the
+    # announcement and the setting that acts on it, with that setting's real value.
+    clock = FakeClock()
+    settings = GovernorSettings(limiter=LimiterSettings(cooldown_on_429=False))
+    used_up = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "120"}
+    seen: list[httpx.Request] = []
+    client = client_against(
+        lambda _: httpx.Response(200, headers=used_up), Governor(settings, clock=clock), clock, seen
+    )
+    assert client.get(URL).status_code == 200
+    with pytest.raises(retrysafe.CooldownActive) as caught:
+        client.get(URL)
+    message = str(caught.value)
+    assert len(seen) == 1
+    assert "announced its rate limit used up" in message
+    assert "LimiterSettings(pace_on_rate_limit_headers=True, max_cooldown=300)" in message
+    assert "429" not in message
+    assert "cooldown_on_429" not in message
+    no_attribute_names(message)
+
+
 def test_a_paced_slot_beyond_the_deadline_is_a_pacing_refusal() -> None:
     clock = FakeClock()
     settings = GovernorSettings(

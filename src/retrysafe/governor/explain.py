@@ -55,6 +55,13 @@ def explain_breaker(breaker: CircuitBreaker, now: float) -> tuple[str, float | N
 def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
     """The cooldown in force."""
     settings = limiter.settings
+    if limiter.cooldown_announced:
+        return (
+            "the server announced its rate limit used up (a RateLimit or X-RateLimit-*"
+            f" header): every caller of this dependency waits {cooldown:.1f} s more for its"
+            " reset (LimiterSettings(pace_on_rate_limit_headers=True,"
+            f" max_cooldown={settings.max_cooldown:g}))"
+        )
     return (
         f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more "
         f"(LimiterSettings(cooldown_on_429=True, max_cooldown={settings.max_cooldown:g}))"

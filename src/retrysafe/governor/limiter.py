@@ -39,6 +39,9 @@ class Limiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._cooldown_until = 0.0
+        #: Whether the cooldown in force (the latest to end) is a limit the server
+        #: announced used up, rather than a 429's wait: what an error explains it as.
+        self.cooldown_announced = False
         #: Whether attempts are paced at all (``requests_per_second`` is set).
         self.paced = settings.requests_per_second is not None
         self._tokens = float(settings.burst)
@@ -67,7 +70,10 @@ class Limiter:
             return
         seconds = min(seconds, self.settings.max_cooldown)
         with self._lock:
-            self._cooldown_until = max(self._cooldown_until, self._clock.monotonic() + seconds)
+            until = self._clock.monotonic() + seconds
+            if until > self._cooldown_until:
+                self._cooldown_until = until
+                self.cooldown_announced = announced
 
     def reserve(self) -> float:
         """Reserve a paced slot; returns how long to wait for it (0.0 without pacing).
