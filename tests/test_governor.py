@@ -47,6 +47,19 @@ def test_first_attempts_earn_ratio_tokens() -> None:
     assert not budget.try_spend()
 
 
+@pytest.mark.parametrize(("ratio", "calls"), [(0.1, 10), (0.2, 5), (1 / 3, 3), (0.01, 100)])
+def test_calls_that_earn_a_whole_token_in_fractions_earn_a_retry(ratio: float, calls: int) -> None:
+    # Ten tenths sum to 0.9999999999999999 in floats: still the token ten calls earned.
+    budget = RetryBudget(BudgetSettings(ratio=ratio, max_tokens=1, min_per_second=0), FakeClock())
+    assert budget.try_spend()
+    for _ in range(calls - 1):
+        budget.record_first_attempt()
+    assert not budget.try_spend()
+    budget.record_first_attempt()
+    assert budget.try_spend()
+    assert budget.tokens == 0.0
+
+
 def test_budget_refills_at_the_floor_rate_up_to_the_cap() -> None:
     clock = FakeClock()
     budget = RetryBudget(BudgetSettings(max_tokens=2, min_per_second=0.5), clock)

@@ -9,6 +9,9 @@ from retrysafe.governor.settings import BudgetSettings
 
 __all__ = ["RetryBudget"]
 
+#: How far below a whole token float sums of ``ratio`` may land (ten 0.1s are not 1.0).
+_ROUNDING = 1e-9
+
 
 class RetryBudget:
     """A token bucket: first attempts earn ``ratio`` tokens, a retry spends one.
@@ -44,9 +47,10 @@ class RetryBudget:
         """Spend one token for a retry; False (and nothing spent) if there is none."""
         with self._lock:
             self._refill()
-            if self._tokens < 1.0:
+            # (a token earned in tenths is 0.9999999999999999 of one: counted as one)
+            if self._tokens < 1.0 - _ROUNDING:
                 return False
-            self._tokens -= 1.0
+            self._tokens = max(0.0, self._tokens - 1.0)
             return True
 
     def _refill(self) -> None:
