@@ -53,6 +53,8 @@ def test_trickled_headers_end_at_the_deadline(api: Any, chaos: KeyedChaos) -> No
         api.request("GET", chaos.fault_url("trickle_headers"), policy=policy)
     assert api.seconds < 1 + SLACK
     assert caught.value.elapsed < 1 + SLACK
+    # Bytes kept coming, too slowly: the attempt's time ran out, not a silent read's.
+    assert caught.value.outcome == "attempt_timeout"
 
 
 def test_trickled_headers_end_at_the_deadline_for_a_post(api: Any, chaos: KeyedChaos) -> None:
@@ -174,6 +176,19 @@ def h2(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
     httpx speaks HTTP/2 with prior knowledge on ``http://`` with ``http1=False,
     http2=True``; hypercorn accepts that preface on a cleartext port.
     """
+    with _h2_server(chaos_server) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def h2_three_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
+    """As ``h2``, with a server that allows three concurrent streams per connection."""
+    with _h2_server(chaos_server, max_streams=3) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _h2_server(chaos_server: ChaosServer, max_streams: int = 100) -> Iterator[H2Chaos]:
     hypercorn_asyncio = pytest.importorskip("hypercorn.asyncio")
     hypercorn_config = pytest.importorskip("hypercorn.config")
     pytest.importorskip("h2")
@@ -183,6 +198,7 @@ def h2(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
     config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns (and closes) the copy
     config.graceful_timeout = 0.5
     config.errorlog = None
+    config.h2_max_concurrent_streams = max_streams
     started = threading.Event()
     control: dict[str, Any] = {}
 
@@ -217,6 +233,8 @@ def h2(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
 H2_OPTIONS: dict[str, Any] = {"http1": False, "http2": True}
 HANG_POLICY = RetryPolicy(deadline=0.5, attempt_timeout=10, min_attempt_time=0.1)
 POST_POLICY = RetryPolicy(deadline=3, attempt_timeout=3)
+SHORT_ATTEMPT = RetryPolicy(attempts=1, attempt_timeout=0.5)
+TINY_ATTEMPT = RetryPolicy(attempts=1, attempt_timeout=0.1)
 
 
 def _post_records(chaos: KeyedChaos) -> list[Any]:
@@ -302,6 +320,109 @@ async def test_h2_a_timed_out_request_spares_a_concurrent_post_async(
     assert isinstance(results["post"], httpx.Response), results["post"]
     assert results["post"].status_code == 200
     assert len(_post_records(chaos)) == 1
+
+
+def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_sync(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Sync, one HTTP/2 connection: a slow GET reads for everyone, with its own long time;
+    a GET with half a second waits its turn no longer than that half second."""
+    results: dict[str, Any] = {}
+    with retrysafe.Client(**H2_OPTIONS) as client:
+        client.get(h2.url(chaos, "/status/200"))
+
+        def slow() -> None:
+            url = h2.url(chaos, "/delay", ms=2500)
+            results["slow"] = client.get(url, policy=RetryPolicy(attempt_timeout=10))
+
+        def hang() -> None:
+            started = time.monotonic()
+            try:
+                client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
+            except Exception as error:
+                results["hang"] = error
+            results["hang_seconds"] = time.monotonic() - started
+
+        threads = [threading.Thread(target=slow), threading.Thread(target=hang)]
+        threads[0].start()
+        time.sleep(0.2)  # the slow GET is the one reading when the second one arrives
+        threads[1].start()
+        for thread in threads:
+            thread.join(10)
+
+    assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
+    assert results["hang"].outcome == "attempt_timeout"
+    assert results["hang_seconds"] < SHORT_ATTEMPT.attempt_timeout + SLACK
+    assert results["slow"].status_code == 200
+
+
+async def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_async(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The same for tasks: the wait for the connection's read lock ends on time."""
+    results: dict[str, Any] = {}
+    async with retrysafe.AsyncClient(**H2_OPTIONS) as client:
+        await client.get(h2.url(chaos, "/status/200"))
+
+        async def slow() -> None:
+            url = h2.url(chaos, "/delay", ms=2500)
+            results["slow"] = await client.get(url, policy=RetryPolicy(attempt_timeout=10))
+
+        async def hang() -> None:
+            await anyio.sleep(0.2)
+            started = time.monotonic()
+            try:
+                await client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
+            except Exception as error:
+                results["hang"] = error
+            results["hang_seconds"] = time.monotonic() - started
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            group.start_soon(hang)
+
+    assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
+    assert results["hang_seconds"] < SHORT_ATTEMPT.attempt_timeout + SLACK
+    assert results["slow"].status_code == 200
+
+
+#: More timed-out requests than the server allows streams on one connection.
+TIMEOUTS_PAST_THE_STREAM_LIMIT = 4
+
+
+def unprotected() -> retrysafe.Governor:
+    """No load protection: the breaker would refuse the calls the tests are about."""
+    return retrysafe.Governor(retrysafe.GovernorSettings.off())
+
+
+def test_h2_timed_out_requests_never_use_up_the_connections_streams_sync(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """A cut request's stream is not reset by httpcore; its connection is retired, so
+    timeouts past the server's stream limit leave later requests working."""
+    with retrysafe.Client(
+        governor=retrysafe.Governor(retrysafe.GovernorSettings.off()), **H2_OPTIONS
+    ) as client:
+        for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
+            with pytest.raises(retrysafe.TransportError):
+                client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
+        response = client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+    assert response.status_code == 200
+    assert response.http_version == "HTTP/2"
+
+
+async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The same for the async client."""
+    async with retrysafe.AsyncClient(
+        governor=retrysafe.Governor(retrysafe.GovernorSettings.off()), **H2_OPTIONS
+    ) as client:
+        for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
+            with pytest.raises(retrysafe.TransportError):
+                await client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
+        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+    assert response.status_code == 200
 
 
 # -- keys: a blank header is no key ----------------------------------------------------------

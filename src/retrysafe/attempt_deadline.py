@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -32,6 +32,9 @@ __all__ = [
     "bound_transport",
     "current_call",
     "current_copy",
+    "retire",
+    "retire_shared_stream_in_use",
+    "shared_stream_in_use",
     "time_left",
 ]
 
@@ -69,6 +72,53 @@ class CopyWatcher(Protocol):
 current_copy: contextvars.ContextVar[CopyWatcher | None] = contextvars.ContextVar(
     "retrysafe_current_copy", default=None
 )
+
+
+class SharedStream(Protocol):
+    """A network stream that knows whether it carries HTTP/2, and (weakly) its pool."""
+
+    #: It carries HTTP/2: several requests at once on one connection.
+    shared: bool
+    #: A weak reference to the httpcore pool its connection is in, if known.
+    pool: Any
+
+
+#: The HTTP/2 stream the request in this context last wrote to: the shell retires its
+#: connection when it cuts an attempt from outside (a time limit, a cancellation).
+shared_stream_in_use: contextvars.ContextVar[SharedStream | None] = contextvars.ContextVar(
+    "retrysafe_shared_stream_in_use", default=None
+)
+
+
+def retire(stream: SharedStream) -> None:
+    """Let no new request onto the HTTP/2 connection ``stream`` carries.
+
+    An attempt cut on it left its HTTP/2 stream open (httpcore does not reset the
+    stream of a request it abandons), and the server's limit of concurrent streams
+    would fill up with such streams. So the connection is marked the way httpcore
+    marks one that failed: the requests on it go on, new ones open another
+    connection, and the pool closes it once it is idle. (This reads httpcore's
+    private ``_connection``, ``_network_stream`` and ``_connection_error``; where they
+    are missing, nothing is done.)
+    """
+    pool = stream.pool() if stream.pool is not None else None
+    if pool is None:
+        return
+    for connection in pool.connections:
+        inner: Any = getattr(connection, "_connection", None)
+        if getattr(inner, "_network_stream", None) is stream and hasattr(
+            inner, "_connection_error"
+        ):
+            inner._connection_error = True
+
+
+def retire_shared_stream_in_use() -> None:
+    """Retire the HTTP/2 connection the request in this context last wrote to, if any:
+    its attempt was cut from outside the network stream (see :func:`retire`)."""
+    stream = shared_stream_in_use.get()
+    if stream is not None:
+        shared_stream_in_use.set(None)
+        retire(stream)
 
 
 class AttemptDeadlineReached(BaseException):
@@ -127,9 +177,9 @@ def bound_transport(transport: object) -> bool:
     if isinstance(backend, (BoundedBackend, AsyncBoundedBackend)):
         return True
     if isinstance(backend, httpcore.NetworkBackend):
-        pool._network_backend = BoundedBackend(backend)
+        pool._network_backend = BoundedBackend(backend, pool)
         return True
     if isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = AsyncBoundedBackend(backend)
+        pool._network_backend = AsyncBoundedBackend(backend, pool)
         return True
     return False

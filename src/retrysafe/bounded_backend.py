@@ -2,43 +2,84 @@
 
 See :mod:`retrysafe.attempt_deadline` for why; this module is loaded only once
 a transport with an httpcore pool is wrapped, since httpx itself defers httpcore.
+
+A stream that carries HTTP/2 (it is told by the connection preface it writes) is
+shared by every request on its connection, so two things change there. Its writes
+carry frames of other requests too, and are never cut by one attempt's end (a
+frame cut in half would break the connection for all of them). And when an
+attempt is cut, httpcore forgets the request's stream without resetting it: the
+server's limit of concurrent streams would fill up with forgotten ones, after
+which every request on the connection fails. So the connection is retired
+(:func:`~retrysafe.attempt_deadline.retire`): the requests on it finish, and new
+ones get a fresh connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import typing
+import weakref
 from collections.abc import Iterable
+from typing import Final
 
 import httpcore
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached, current_copy, time_left
+from retrysafe.attempt_deadline import (
+    AttemptDeadlineReached,
+    current_copy,
+    retire,
+    shared_stream_in_use,
+    time_left,
+)
 
 __all__ = ["AsyncBoundedBackend", "AsyncBoundedStream", "BoundedBackend", "BoundedStream"]
+
+#: What an HTTP/2 client writes first on a connection (RFC 9113, 3.4).
+_H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+_Pool: typing.TypeAlias = "httpcore.ConnectionPool | httpcore.AsyncConnectionPool"
+_PoolRef: typing.TypeAlias = "weakref.ref[_Pool] | None"
 
 
 class BoundedStream(httpcore.NetworkStream):
     """A network stream whose every operation ends by the current attempt's deadline."""
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, pool: _PoolRef = None) -> None:
         self._inner = inner
+        #: The pool its connection is in (to retire an HTTP/2 connection; see retire).
+        self.pool = pool
+        #: It carries HTTP/2: several requests at once (seen from its preface).
+        self.shared = False
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
+            if self.shared:
+                retire(self)
             raise AttemptDeadlineReached(stalled=False)
         try:
             return self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
             if not in_attempt:
                 raise  # outside an attempt (a streamed body the caller reads): httpx's own
-            raise AttemptDeadlineReached(stalled=True) from None
+            if self.shared:
+                retire(self)
+            # (stalled: the read's own timeout ran out; else the attempt's time did)
+            raise AttemptDeadlineReached(stalled=not binds) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             # (httpcore writes a GET's empty body and end this way: nothing is sent, so
             # there is nothing to bound; two of every GET's three writes)
+            return self._inner.write(buffer, timeout)
+        if self.shared or buffer.startswith(_H2_PREFACE):
+            # HTTP/2: frames of every request on the connection, never cut by one attempt
+            if not self.shared:
+                self.shared = True
+                _bound_turns_to_read(self)
+            shared_stream_in_use.set(self)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
@@ -53,7 +94,7 @@ class BoundedStream(httpcore.NetworkStream):
         the server sees the disconnect. Not done over HTTP/2, where other requests share
         the connection (the copy's reads then end at its attempt's end instead)."""
         ssl_object = self._inner.get_extra_info("ssl_object")
-        if ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+        if self.shared or (ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"):
             return
         sock = self._inner.get_extra_info("socket")
         if sock is None:
@@ -71,17 +112,67 @@ class BoundedStream(httpcore.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
         bounded, _, _ = time_left(timeout)
-        return BoundedStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
+        inner = self._inner.start_tls(ssl_context, server_hostname, bounded)
+        return BoundedStream(inner, self.pool)
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
 
 
-class BoundedBackend(httpcore.NetworkBackend):
-    """A network backend whose connections are :class:`BoundedStream`."""
+class _TurnToRead:
+    """The lock an HTTP/2 connection's requests take turns to read under, whose wait
+    ends by the waiting request's attempt deadline.
 
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+    httpcore's sync HTTP/2 connection reads for all its requests under one lock: a
+    request waits there for as long as another one's read runs, which its own time
+    does not bound (a thread cannot be interrupted). This lock's wait is bounded: a
+    request whose time runs out while it waits is cut like one whose read ran out
+    (its connection retired; see :func:`~retrysafe.attempt_deadline.retire`).
+    """
+
+    def __init__(self, stream: BoundedStream) -> None:
+        self._lock = threading.Lock()
+        self._stream = stream
+
+    def __enter__(self) -> _TurnToRead:
+        left, _, _ = time_left(None)
+        if left is None:  # no attempt in flight in this thread: wait as httpcore would
+            self._lock.acquire()
+        elif not self._lock.acquire(timeout=left):  # (left >= 0; 0: no wait at all)
+            retire(self._stream)
+            raise AttemptDeadlineReached(stalled=False)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def _bound_turns_to_read(stream: BoundedStream) -> None:
+    """Give the sync HTTP/2 connection ``stream`` carries a :class:`_TurnToRead` lock.
+
+    Called as the connection writes its preface, before any request reads. It
+    replaces httpcore's private ``_read_lock``, only where it finds one unlocked;
+    otherwise the connection is left as it is.
+    """
+    pool = stream.pool() if stream.pool is not None else None
+    if pool is None:
+        return
+    for connection in pool.connections:
+        inner: typing.Any = getattr(connection, "_connection", None)
+        if getattr(inner, "_network_stream", None) is not stream:
+            continue
+        lock = getattr(getattr(inner, "_read_lock", None), "_lock", None)
+        if isinstance(lock, type(threading.Lock())) and not lock.locked():
+            inner._read_lock = _TurnToRead(stream)
+        return
+
+
+class BoundedBackend(httpcore.NetworkBackend):
+    """A network backend whose connections are :class:`BoundedStream`, for ``pool``."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, pool: _Pool | None = None) -> None:
         self.inner = inner
+        self._pool: _PoolRef = weakref.ref(pool) if pool is not None else None
 
     def connect_tcp(
         self,
@@ -93,7 +184,7 @@ class BoundedBackend(httpcore.NetworkBackend):
     ) -> httpcore.NetworkStream:
         bounded, _, _ = time_left(timeout)
         stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        return BoundedStream(stream)
+        return BoundedStream(stream, self._pool)
 
     def connect_unix_socket(
         self,
@@ -102,7 +193,8 @@ class BoundedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
         bounded, _, _ = time_left(timeout)
-        return BoundedStream(self.inner.connect_unix_socket(path, bounded, socket_options))
+        stream = self.inner.connect_unix_socket(path, bounded, socket_options)
+        return BoundedStream(stream, self._pool)
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
@@ -111,22 +203,33 @@ class BoundedBackend(httpcore.NetworkBackend):
 class AsyncBoundedStream(httpcore.AsyncNetworkStream):
     """The async twin of :class:`BoundedStream` (asyncio and trio alike)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkStream, pool: _PoolRef = None) -> None:
         self._inner = inner
+        #: See :class:`BoundedStream`.
+        self.pool = pool
+        self.shared = False
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
+            if self.shared:
+                retire(self)
             raise AttemptDeadlineReached(stalled=False)
         try:
             return await self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
             if not in_attempt:
                 raise
-            raise AttemptDeadlineReached(stalled=True) from None
+            if self.shared:
+                retire(self)
+            raise AttemptDeadlineReached(stalled=not binds) from None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:  # (nothing is sent: see BoundedStream.write)
+            return await self._inner.write(buffer, timeout)
+        if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
+            self.shared = True
+            shared_stream_in_use.set(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
@@ -144,7 +247,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
     ) -> httpcore.AsyncNetworkStream:
         bounded, _, _ = time_left(timeout)
         inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
-        return AsyncBoundedStream(inner)
+        return AsyncBoundedStream(inner, self.pool)
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
@@ -153,8 +256,9 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
 class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
     """An async network backend whose connections are :class:`AsyncBoundedStream`."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, pool: _Pool | None = None) -> None:
         self.inner = inner
+        self._pool: _PoolRef = weakref.ref(pool) if pool is not None else None
 
     async def connect_tcp(
         self,
@@ -166,7 +270,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         bounded, _, _ = time_left(timeout)
         stream = await self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        return AsyncBoundedStream(stream)
+        return AsyncBoundedStream(stream, self._pool)
 
     async def connect_unix_socket(
         self,
@@ -176,7 +280,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         bounded, _, _ = time_left(timeout)
         stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
-        return AsyncBoundedStream(stream)
+        return AsyncBoundedStream(stream, self._pool)
 
     async def sleep(self, seconds: float) -> None:
         await self.inner.sleep(seconds)

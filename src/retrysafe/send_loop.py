@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpx
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached, bound_transport
+from retrysafe.attempt_deadline import (
+    AttemptDeadlineReached,
+    bound_transport,
+    retire_shared_stream_in_use,
+)
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
@@ -93,13 +97,20 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
 
 async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
     """The attempt ends with no outcome (cancelled): close what it got, shielded from
-    the cancel, and give back what it held."""
+    the cancel, and give back what it held (an HTTP/2 connection it may have left a
+    stream open on is retired: see attempt_deadline.retire)."""
+    retire_shared_stream_in_use()
     if response is not None:
         import anyio
 
         with anyio.CancelScope(shield=True):
             await response.aclose()
     drive.abandoned()
+
+
+def _may_speak_http2(transport: object) -> bool:
+    """Whether ``transport``'s httpcore pool may open HTTP/2 connections (``http2=True``)."""
+    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
 
 
 #: Whether this Python's asyncio can take a cancel back (Task.uncancel, 3.11+), which
@@ -217,9 +228,11 @@ class AsyncSendLoop:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
-        #: Whether the network backend ends every read at the attempt's end; if not, a
-        #: time limit does (asyncio's own timeout; anyio's cancel scope on trio).
-        self._bounded = bound_transport(transport)
+        #: Whether the network backend ends every wait of an attempt at its end; if not,
+        #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
+        #: HTTP/2 it cannot: a request also waits for its turn to read the connection
+        #: another request holds (httpcore's lock), for as long as that one's reads.
+        self._bounded = bound_transport(transport) and not _may_speak_http2(transport)
         #: The watchdog of the loop this transport's attempts last ran on (asyncio): made
         #: per transport, so it lives no longer than the transport keeps it.
         self._watchdog: AttemptWatchdog | None = None
@@ -278,11 +291,13 @@ class AsyncSendLoop:
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()
         except TimeoutError:  # (a transport's own time limit)
+            retire_shared_stream_in_use()
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException as exc:
             if watch is not None and watch.caught(exc):
+                retire_shared_stream_in_use()  # (cut from outside: see attempt_deadline)
                 failure = AttemptTimedOut("the attempt did not finish in its time")
             else:
                 if watch is not None and dog is not None:
@@ -323,6 +338,7 @@ class AsyncSendLoop:
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()
         except TimeoutError:
+            retire_shared_stream_in_use()  # (cut from outside: see attempt_deadline)
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
