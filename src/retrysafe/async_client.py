@@ -198,6 +198,10 @@ class AsyncClient(httpx.AsyncClient):
         if operation is None:
             # (built and sent here, as httpx's own request() does: one call level fewer)
             return await self.send(request, auth=auth, follow_redirects=follow_redirects)
+        if self.journal is not None and not isinstance(request.stream, httpx.ByteStream):
+            # The journal fingerprints the body it will resume: an async stream is read
+            # here, as the sync client's generator is read by the journal itself.
+            await request.aread()
         journal = begin_operation(self.journal, operation, request, idempotency_key)
         try:
             response = await self.send(request, auth=auth, follow_redirects=follow_redirects)
