@@ -569,7 +569,8 @@ class Drive:
                 if self._trace is not None:
                     self._trace.event(effect.event)
             elif type(effect) is RecordLatency:
-                self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
+                if isinstance(self.policy.hedge_after, str):  # (only a percentile reads it)
+                    self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
             elif guard is not None:
                 transition = guard.apply(effect)
                 if transition is not None:

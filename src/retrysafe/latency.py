@@ -29,6 +29,7 @@ import threading
 
 __all__ = [
     "FLOOR",
+    "MAX_WINDOWS",
     "MIN_SAMPLES",
     "WARMUP_DELAY",
     "WINDOW",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: Recent attempts kept per dependency.
 WINDOW = 1000
+#: Dependencies a book keeps windows for at most.
+MAX_WINDOWS = 1024
 #: Attempts seen before a percentile is trusted.
 MIN_SAMPLES = 20
 #: The hedge delay until then (seconds): slow for nearly any HTTP API.
@@ -126,7 +129,11 @@ class LatencyWindow:
 
 class LatencyBook:
     """One :class:`LatencyWindow` per dependency, made on first use (kept on the Governor,
-    so clients sharing a governor share what they learned)."""
+    so clients sharing a governor share what they learned).
+
+    Bounded: the governor forgets the window of a dependency it forgets, and the book
+    keeps at most :data:`MAX_WINDOWS`, dropping the longest-kept first (that
+    dependency's percentile then warms up again)."""
 
     def __init__(self) -> None:
         self._windows: dict[str, LatencyWindow] = {}
@@ -137,8 +144,20 @@ class LatencyBook:
         window = self._windows.get(dependency)
         if window is None:
             with self._lock:
-                window = self._windows.setdefault(dependency, LatencyWindow())
+                window = self._windows.get(dependency)
+                if window is None:
+                    if len(self._windows) >= MAX_WINDOWS:
+                        del self._windows[next(iter(self._windows))]
+                    window = self._windows[dependency] = LatencyWindow()
         return window
+
+    def forget(self, dependency: str) -> None:
+        """Drop what was learned of ``dependency`` (the governor no longer keeps it)."""
+        with self._lock:
+            self._windows.pop(dependency, None)
+
+    def __len__(self) -> int:
+        return len(self._windows)
 
     def record(self, dependency: str, seconds: float) -> None:
         """One attempt of ``dependency`` took ``seconds`` (or at least that, if cancelled)."""

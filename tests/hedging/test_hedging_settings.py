@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import pytest
 
+import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.decisions import HedgeAnswer
 from retrysafe.governor import (
@@ -15,7 +17,14 @@ from retrysafe.governor import (
     GovernorSettings,
     LimiterSettings,
 )
-from retrysafe.latency import FLOOR, MIN_SAMPLES, WARMUP_DELAY, LatencyBook, LatencyWindow
+from retrysafe.latency import (
+    FLOOR,
+    MAX_WINDOWS,
+    MIN_SAMPLES,
+    WARMUP_DELAY,
+    LatencyBook,
+    LatencyWindow,
+)
 from retrysafe.testing import FakeClock
 
 
@@ -148,3 +157,40 @@ def test_hedging_with_one_attempt_is_refused_since_no_copy_could_go() -> None:
         RetryPolicy(hedge_after=0.05, attempts=1)
     assert RetryPolicy(hedge_after=0.05, attempts=2).hedge_after == 0.05
     assert RetryPolicy(attempts=1).hedge_after is None  # no hedging: one attempt is fine
+
+
+# -- bounded memory: what is learned of dependencies no longer called is forgotten ----------
+
+
+def test_a_latency_book_keeps_a_bounded_number_of_dependencies() -> None:
+    book = LatencyBook()
+    for i in range(MAX_WINDOWS + 500):
+        book.record(f"http://host{i}.test:80", 0.01)
+    assert len(book) == MAX_WINDOWS
+    book.forget(f"http://host{MAX_WINDOWS + 499}.test:80")
+    assert len(book) == MAX_WINDOWS - 1
+
+
+def test_the_governor_forgets_the_latencies_of_a_dependency_it_forgets() -> None:
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    governor.guard("http://a.test:80")
+    governor.latencies.record("http://a.test:80", 0.01)
+    clock.advance(3600)
+    governor.guard("http://b.test:80")  # a sweep: a.test has been idle for an hour
+    assert "http://a.test:80" not in governor.dependencies()
+    assert len(governor.latencies) == 0
+
+
+def test_a_fixed_hedge_delay_learns_no_latencies() -> None:
+    # Only a percentile (hedge_after="p95") reads them; a fixed delay keeps none.
+    governor = Governor()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    policy = RetryPolicy(hedge_after=1.0)
+    with retrysafe.Client(transport=transport, governor=governor, policy=policy) as client:
+        for i in range(5):
+            client.get(f"http://host{i}.test/")
+    assert len(governor.latencies) == 0
+    with retrysafe.Client(transport=transport, governor=governor) as client:
+        client.get("http://p95.test/", policy=RetryPolicy(hedge_after="p95"))
+    assert len(governor.latencies) == 1

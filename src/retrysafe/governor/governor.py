@@ -116,6 +116,8 @@ class Governor:
                 guard.seen = now
             elif now - guard.seen >= IDLE_AFTER and guard.at_rest():
                 del guards[dependency]
+                if self._latencies is not None:
+                    self._latencies.forget(dependency)
         self._swept_at = now
         self._sweep_at = max(SWEEP_AT_LEAST, 2 * len(guards))
 
