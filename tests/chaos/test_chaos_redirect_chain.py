@@ -105,3 +105,14 @@ def test_bad_parameters_are_refused(
     assert response.status_code == 400
     assert response.json()["parameter"] == parameter
     assert chaos.log() == []
+
+
+@pytest.mark.parametrize("odd", ["pct%41", "q?x", "h#1 sp"])
+def test_every_hop_stays_on_a_key_with_characters_urls_quote(
+    chaos: KeyedChaos, client: httpx.Client, odd: str
+) -> None:
+    """The next hop's Location keeps the key quoted: ``%41`` must not become ``A``."""
+    keyed = chaos.server.for_key(f"{chaos.key}-{odd}")
+    response = client.get(keyed.url("/redirect-chain/{key}", hops=2))
+    assert response.status_code == 200
+    assert [r.endpoint for r in keyed.log()] == [f"redirect-chain/{hop}" for hop in range(3)]

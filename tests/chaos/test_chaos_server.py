@@ -217,3 +217,22 @@ async def test_without_the_chaos_protocol_socket_faults_answer_501() -> None:
     assert reset.status_code == 501
     assert after.status_code == 200
     assert [record.action for record in state.log()] == ["status:501", "status:200"]
+
+
+@pytest.mark.parametrize("key", ["", "team/a"])
+def test_a_key_that_is_not_one_path_segment_is_refused(chaos_server: ChaosServer, key: str) -> None:
+    with pytest.raises(ValueError, match="no '/'"):
+        chaos_server.for_key(key)
+
+
+def test_a_reset_forgets_the_fake_stripes_stored_replies() -> None:
+    with ChaosServer() as server:  # (its own: a reset forgets every key's state)
+        url = f"{server.url}/stripe/k/0/503/v1/customers"
+        headers = {"Idempotency-Key": "idem-1"}
+        first = httpx.post(url, data={"email": "a@example.com"}, headers=headers)
+        assert first.headers.get("idempotent-replayed") is None
+        assert httpx.post(url, data={}, headers=headers).headers["idempotent-replayed"] == "true"
+        server.reset()
+        again = httpx.post(url, data={"email": "b@example.com"}, headers=headers)
+        assert again.headers.get("idempotent-replayed") is None
+        assert again.json()["email"] == "b@example.com"

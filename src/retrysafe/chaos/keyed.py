@@ -30,6 +30,9 @@ class KeyedChaos:
     """URLs and state of a :class:`ChaosServer` for a single ``key``."""
 
     def __init__(self, server: ChaosServer, key: str) -> None:
+        if not key or "/" in key:
+            # (a key is one path segment of the {key} endpoints: a '/' would split it)
+            raise ValueError(f"a chaos state key must be non-empty and have no '/', got {key!r}")
         self.server = server
         self.key = key
 

@@ -14,7 +14,7 @@ are JSON ``{"status", "attempt", "key", "hop"}``.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,7 +40,11 @@ def _next_hop_location(request: Request, hop: int) -> str:
     """This request's path and query with ``hop`` set to ``hop`` (other parameters kept)."""
     query = [(name, value) for name, value in request.query_params.multi_items() if name != "hop"]
     query.append(("hop", str(hop)))
-    return f"{request.url.path}?{urlencode(query)}"
+    # The path as it was sent (ASGI's raw_path): a decoded one would turn a key's "%41"
+    # into "A" on the next hop. (A server without raw_path: the path quoted again.)
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(request.url.path, safe="/")
+    return f"{path}?{urlencode(query)}"
 
 
 def routes(state: ChaosState) -> list[Route]:

@@ -30,8 +30,6 @@ __all__ = ["routes"]
 
 def routes(state: ChaosState) -> list[Route]:
     """The fake Stripe endpoints, bound to ``state``."""
-    # Replies already given per (state key, Idempotency-Key): Stripe's replay store.
-    answered: dict[tuple[str, str], dict[str, object]] = {}
 
     async def create_customer(request: Request) -> Response:
         fail_times = parse_int(
@@ -48,7 +46,8 @@ def routes(state: ChaosState) -> list[Route]:
             }
             return reply_json(arrival, failure, error)
         key = arrival.idempotency_key
-        stored = answered.get((arrival.key, key)) if key else None
+        with state.lock:
+            stored = state.stripe_replies.get((arrival.key, key)) if key else None
         if stored is not None:
             return reply_json(
                 arrival, 200, stored, headers={"Idempotent-Replayed": "true"}, detail="replayed"
@@ -62,7 +61,8 @@ def routes(state: ChaosState) -> list[Route]:
             "name": fields.get("name"),
         }
         if key:
-            answered[(arrival.key, key)] = customer
+            with state.lock:
+                state.stripe_replies[(arrival.key, key)] = customer
         return reply_json(arrival, 200, customer, detail="created")
 
     return [
