@@ -14,6 +14,7 @@ import aiohttp
 import httpx
 from aiohttp.http_exceptions import HttpProcessingError
 
+from retrysafe.classify import AttemptTimedOut
 from retrysafe.foreign_shell import in_place_of
 
 __all__ = ["attempt_failure", "raised_downstream"]
@@ -44,8 +45,10 @@ def _match(exc: BaseException) -> Exception:
         return httpx.ProxyError("the proxy failed")
     if isinstance(exc, aiohttp.ClientConnectorError):  # refused, unreachable, DNS, TLS
         return httpx.ConnectError("connecting failed")
-    if isinstance(exc, (aiohttp.ServerTimeoutError, TimeoutError)):
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # one read waited out sock_read
         return httpx.ReadTimeout("the server sent nothing for the read timeout")
+    if isinstance(exc, TimeoutError):  # the attempt's whole time (bytes may have trickled)
+        return AttemptTimedOut("the response did not arrive within the attempt's time")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return httpx.RemoteProtocolError("the server closed the connection without answering")
     if isinstance(exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)):
