@@ -697,7 +697,7 @@ def _admission(
     if spec.kind == "cooldown":
         return Admission(cooldown=spec.seconds)
     if spec.kind == "pacing" and not call.pacing_held:
-        return Admission(pacing=spec.seconds)
+        return Admission(pacing=spec.seconds, slot=float(next(scripts.tokens)))
     if spec.kind == "full" and not call.pacing_held:
         return Admission(pacing=spec.seconds, queue_full=True)
     if not breaker:
@@ -1445,6 +1445,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     ends, before the others."""
     in_flight: Permit | None = None
     held = 0
+    held_slot: float | None = None  # the slot the call holds, as the governor named it
     failed_before = False  # the call already told the breaker of a failure
     attempts = 0
     for rec in run.records:
@@ -1476,6 +1477,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 )
             elif rec.admission.pacing > 0:
                 held += 1
+                held_slot = rec.admission.slot
                 expect(held <= 1, "the call holds %d paced slots at once", held)
             if type(rec.result) is AttemptPlan:
                 attempts += 1
@@ -1553,6 +1555,12 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             expected_pacing,
             _fmt(getattr(rec, "admission", None)),
             _fmt(rec.result),
+        )
+        expect(
+            all(release.slot == held_slot for release in pacings),
+            "released paced slots %r, but the call held slot %r",
+            [release.slot for release in pacings],
+            held_slot,
         )
         expect(
             [c.seconds for c in cooldowns] == expected_cooldowns,

@@ -166,3 +166,47 @@ def test_async_callers_beyond_the_queue_fail_at_once_instead_of_sending_together
 
     errors = asyncio.run(main())
     _check(sent, errors)
+
+
+# -- a slot given back from the middle of the queue ------------------------------------------
+
+
+def test_only_the_last_slot_of_the_queue_is_given_back() -> None:
+    """A slot with others queued behind it stays a gap: given back, the next caller would
+    get the last one's slot and both would send at once."""
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=10), clock)
+    slots = [limiter.reserve_slot() for _ in range(4)]
+    assert [wait for wait, _ in slots] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    limiter.release(slots[1][1])  # from the middle: kept as a gap
+    wait, last = limiter.reserve_slot()
+    assert wait == pytest.approx(0.4)  # after the last one, not on it
+    limiter.release(last)  # the last one: the queue ends one interval sooner
+    assert limiter.reserve_slot()[0] == pytest.approx(0.4)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_caller_that_gives_up_mid_queue_never_makes_two_send_at_once() -> None:
+    sent: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(time.monotonic())
+        return httpx.Response(200)
+
+    paced = GovernorSettings(limiter=LimiterSettings(requests_per_second=10))
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler), governor=Governor(paced)
+    ) as client:
+        tasks = []
+        for _ in range(4):  # one sends now; three queue for 0.1, 0.2 and 0.3 s
+            tasks.append(asyncio.create_task(client.get("http://svc.test/")))
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)
+        tasks[1].cancel()  # the first in the queue gives up
+        await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(client.get("http://svc.test/")))
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert len(sent) == 4
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(sent))]
+    assert min(gaps) >= 0.07, gaps  # 0.1 s apart, give or take the event loop's timing

@@ -152,6 +152,8 @@ class Admission(NamedTuple):
     ``queue_full``: the pacing queue already reaches ``max_cooldown`` ahead, so no slot
     was reserved and the attempt must not go; ``pacing`` is then the time until the
     queue has room for one more.
+    ``slot``: which paced slot was reserved, as the governor tells them apart (handed
+    back in :class:`ReleasePacing` if the call does not use it).
     """
 
     cooldown: float = 0.0
@@ -160,6 +162,7 @@ class Admission(NamedTuple):
     #: When the answer holds the call back: the setting behind it, with its numbers.
     detail: str = ""
     queue_full: bool = False
+    slot: float = 0.0
 
 
 #: The answer when no governor stands in the way.
@@ -211,9 +214,10 @@ class StartCooldown(NamedTuple):
 
 
 class ReleasePacing(NamedTuple):
-    """Give back a paced slot the call reserved but will not use."""
+    """Give back the paced slot the call reserved but will not use: ``slot``, as the
+    governor's :class:`Admission` named it (None: the last one reserved)."""
 
-    slots: int = 1
+    slot: float | None = None
 
 
 class ReleaseProbe(NamedTuple):

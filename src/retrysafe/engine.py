@@ -97,6 +97,8 @@ class Call:
     _plan: AttemptPlan | None = None
     _permit: Permit | None = None
     _pacing_held = False
+    #: The paced slot held (Admission.slot), to name it if it is given back.
+    _pacing_slot = 0.0
     _attempt_started = 0.0
     _body_read = False
     #: A wait was granted for the next attempt: it may start with less than
@@ -217,6 +219,7 @@ class Call:
                     "pacing", "pacing", retry_after=admission.pacing, detail=admission.detail
                 )
             self._pacing_held = True
+            self._pacing_slot = admission.slot
             if not self.deadline.allows(admission.pacing, self.policy.min_attempt_time):
                 self._return_admission(admission)
                 return self._stop(
@@ -266,8 +269,9 @@ class Call:
     def _return_admission(self, admission: Admission) -> None:
         """Give back what the governor reserved for an attempt that will not start."""
         if self._pacing_held or (admission.pacing > 0 and not admission.queue_full):
+            slot = self._pacing_slot if self._pacing_held else admission.slot
             self._pacing_held = False
-            self.effects.append(ReleasePacing())
+            self.effects.append(ReleasePacing(slot))
         if admission.permit is not None and admission.permit.allowed:
             self.effects.append(ReleaseProbe(admission.permit))
 
@@ -369,7 +373,7 @@ class Call:
             self._permit = None
         if self._pacing_held:
             self._pacing_held = False
-            self.effects.append(ReleasePacing())
+            self.effects.append(ReleasePacing(self._pacing_slot))
 
     # -- deciding ------------------------------------------------------------------------
 

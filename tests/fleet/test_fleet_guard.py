@@ -42,11 +42,17 @@ class RecordingFleet:
         return self.alive
 
     def reserve(self, dependency: str, rate: float, burst: int, max_wait: float) -> float | None:
-        self.told.append(("reserve", rate, burst))
-        return self.pacing_wait if self.answering else None
+        slot = self.reserve_slot(dependency, rate, burst, max_wait)
+        return None if slot is None else slot[0]
 
-    def release(self, dependency: str, rate: float) -> bool:
-        self.told.append(("release", rate))
+    def reserve_slot(
+        self, dependency: str, rate: float, burst: int, max_wait: float
+    ) -> tuple[float, float] | None:
+        self.told.append(("reserve", rate, burst))
+        return (self.pacing_wait, 1000.0 + self.pacing_wait) if self.answering else None
+
+    def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
+        self.told.append(("release", rate, slot))
         return self.answering
 
     def share_cooldown(self, dependency: str, seconds: float) -> None:
@@ -239,8 +245,8 @@ def test_a_paced_attempt_reserves_its_slot_in_the_fleet() -> None:
     admission = guard.admit(FirstAttempt())
     assert admission.pacing == 0.25
     assert fleet.told == [("reserve", 50, 5)]
-    guard.apply(ReleasePacing())
-    assert fleet.told[-1] == ("release", 50)
+    guard.apply(ReleasePacing(admission.slot))
+    assert fleet.told[-1] == ("release", 50, 1000.25)  # the slot the fleet named
 
 
 def test_with_the_fleet_away_pacing_is_this_process_share_of_the_rate() -> None:
@@ -270,4 +276,4 @@ def test_a_paced_hedged_copy_takes_a_free_fleet_slot_or_none() -> None:
     assert fleet.told == [("reserve", 50, 1)]
     fleet.pacing_wait = 0.3
     assert guard.answer_hedge().refusal == "pacing"
-    assert fleet.told[-1] == ("release", 50)  # the slot it would have waited for goes back
+    assert fleet.told[-1] == ("release", 50, 1000.3)  # the slot it would have waited for

@@ -177,6 +177,27 @@ def test_a_slot_beyond_the_longest_wait_is_not_reserved(make_fleet: FleetMaker) 
     assert 1.0 - (time.monotonic() - started) - 0.02 <= wait <= 1.0 - 0.55 + 0.02
 
 
+def test_only_the_last_slot_of_the_fleets_schedule_is_given_back(make_fleet: FleetMaker) -> None:
+    # A slot given back from the middle would put the next caller on the last one's slot.
+    fleet = make_fleet()
+    started = time.monotonic()
+    slots = [fleet.reserve_slot("gaps", 10.0, 1, 60.0) for _ in range(3)]
+    assert all(slot is not None for slot in slots)
+    middle = slots[1]
+    assert middle is not None
+    assert fleet.release("gaps", 10.0, middle[1])
+    assert fleet.flush()
+    after = fleet.reserve_slot("gaps", 10.0, 1, 60.0)
+    assert after is not None
+    elapsed = time.monotonic() - started
+    assert 0.3 - elapsed - 0.03 <= after[0] <= 0.3 + 0.03  # after the last slot, not on it
+    assert fleet.release("gaps", 10.0, after[1])  # the last one: it goes back
+    assert fleet.flush()
+    again = fleet.reserve_slot("gaps", 10.0, 1, 60.0)
+    assert again is not None
+    assert again[1] == pytest.approx(after[1])
+
+
 def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_together(
     make_fleet: FleetMaker, chaos: KeyedChaos
 ) -> None:

@@ -175,17 +175,29 @@ class RedisFleet:
         """Reserve the next paced slot in the fleet: seconds until it, None if no answer,
         :data:`~retrysafe.governor.limiter.QUEUE_FULL` (nothing reserved) if it would be
         more than ``max_wait`` away."""
+        slot = self.reserve_slot(dependency, rate, burst, max_wait)
+        return None if slot is None else slot[0]
+
+    def reserve_slot(
+        self, dependency: str, rate: float, burst: int, max_wait: float
+    ) -> tuple[float, float] | None:
+        """As :meth:`reserve`, and which slot it is (for :meth:`release`)."""
         pace = self._keys.of(dependency)[0]
         reply = self._run("PACE", [pace], [repr(1000.0 / rate), burst, repr(max_wait * 1000.0)])
         if reply is None:
             return None
-        micros = int(reply)
-        return QUEUE_FULL if micros < 0 else micros / 1_000_000
+        micros, name = int(reply[0]), reply[1]
+        if micros < 0:
+            return QUEUE_FULL, 0.0
+        return micros / 1_000_000, float(name)
 
-    def release(self, dependency: str, rate: float) -> bool:
-        """Give a reserved slot back (sent in the background); False if Redis is away."""
+    def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
+        """Give a reserved slot back (sent in the background); False if Redis is away.
+        Only the last slot of the schedule goes back (see ``Limiter.release``); without
+        ``slot``, whichever is last."""
         pace = self._keys.of(dependency)[0]
-        return self._later("RELEASE_PACE", [pace], [repr(1000.0 / rate)])
+        name = "" if slot is None else repr(slot)
+        return self._later("RELEASE_PACE", [pace], [repr(1000.0 / rate), name])
 
     # -- cooldowns -------------------------------------------------------------------------
 

@@ -33,8 +33,10 @@ local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
 """
 
 #: Reserve a paced slot (GCRA with reservations). KEYS: pace. ARGV: interval ms, burst,
-#: longest wait ms. Returns the wait in microseconds, or -1 when the queue is full: a slot
-#: further than the longest wait is not reserved (the caller must not send).
+#: longest wait ms. Returns {wait in microseconds, the slot's name}, or {-1, ""} when the
+#: queue is full: a slot further than the longest wait is not reserved (the caller must
+#: not send). The slot's name is the schedule's end it set (ms, as a number's text):
+#: RELEASE_PACE gives it back only while it is still the end.
 PACE = (
     _NOW
     + """
@@ -45,18 +47,23 @@ if tat < now then tat = now end
 local next_tat = tat + interval
 local wait = next_tat - burst * interval - now
 if wait < 0 then wait = 0 end
-if wait > tonumber(ARGV[3]) then return -1 end
-redis.call('SET', KEYS[1], tostring(next_tat), 'PX', math.ceil(next_tat - now) + 1000)
-return math.floor(wait * 1000)
+if wait > tonumber(ARGV[3]) then return {-1, ''} end
+local name = tostring(next_tat)
+redis.call('SET', KEYS[1], name, 'PX', math.ceil(next_tat - now) + 1000)
+return {math.floor(wait * 1000), name}
 """
 )
 
-#: Give a reserved slot back. KEYS: pace. ARGV: interval ms.
+#: Give a reserved slot back. KEYS: pace. ARGV: interval ms, the slot's name as a number
+#: ("": the last one). Only the schedule's last slot goes back: one with others reserved behind
+#: it stays a gap that time closes (giving it back would put the next caller on the
+#: last one's slot).
 RELEASE_PACE = (
     _NOW
     + """
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat <= now then return 0 end
+if ARGV[2] ~= '' and math.abs(tat - tonumber(ARGV[2])) > 0.000001 then return 0 end
 local back = tat - tonumber(ARGV[1])
 if back < now then back = now end
 redis.call('SET', KEYS[1], tostring(back), 'PX', math.ceil(back - now) + 1000)

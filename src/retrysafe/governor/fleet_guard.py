@@ -152,16 +152,17 @@ class FleetGuard(DependencyGuard):
                 return probe
         if self.rate is None or call.pacing_held:
             return DependencyGuard.admit(self, call)
-        wait = self._reserve(self.rate)
+        wait, slot = self._reserve(self.rate)
         if wait > 0:
             if wait == QUEUE_FULL:
                 assert self.limiter is not None  # (a rate comes from its settings)
                 return queue_full(self.limiter.settings, rate=self.rate, fleet=True)
-            return Admission(pacing=wait, detail=explain_fleet_pacing(self.rate, wait))
+            detail = explain_fleet_pacing(self.rate, wait)
+            return Admission(pacing=wait, detail=detail, slot=slot)
         admission = DependencyGuard.admit(self, _HoldingSlot(call))
         permit = admission.permit
         if admission.cooldown > 0 or (permit is not None and not permit.allowed):
-            self._release(self.rate)  # the slot taken for this attempt goes back
+            self._release(self.rate, slot)  # the slot taken for this attempt goes back
         return admission
 
     def _fleet_probe(self, call: CallFacts, now: float) -> Admission | None:
@@ -224,13 +225,13 @@ class FleetGuard(DependencyGuard):
             return _HEDGE_CIRCUIT
         if self.limiter is not None and self.limiter.cooldown_remaining() > 0:
             return _HEDGE_COOLDOWN
-        wait = self._reserve(rate)
+        wait, slot = self._reserve(rate)
         if wait > 0:
             if wait != QUEUE_FULL:  # (a full queue reserved nothing)
-                self._release(rate)
+                self._release(rate, slot)
             return _HEDGE_PACING
         if self.budget is not None and not self.budget.try_spend():
-            self._release(rate)
+            self._release(rate, slot)
             return _HEDGE_BUDGET
         return _HEDGE_GRANTED
 
@@ -265,7 +266,8 @@ class FleetGuard(DependencyGuard):
             self._share_cooldown(effect.seconds, announced=effect.announced)
             return None
         if kind is ReleasePacing and self.rate is not None:
-            self._release(self.rate)
+            assert isinstance(effect, ReleasePacing)
+            self._release(self.rate, effect.slot)
             return None
         if kind is ReleaseProbe:
             assert isinstance(effect, ReleaseProbe)
@@ -336,17 +338,21 @@ class FleetGuard(DependencyGuard):
 
     # -- pacing --------------------------------------------------------------------------
 
-    def _reserve(self, rate: float) -> float:
+    def _reserve(self, rate: float) -> tuple[float, float]:
+        """A paced slot in the fleet (or, while it is away, the fallback limiter): the
+        wait for it, and which slot it is."""
         assert self.limiter is not None
         settings = self.limiter.settings
-        wait = self.fleet.reserve(self.dependency, rate, settings.burst, settings.max_cooldown)
-        if wait is not None:
-            return wait
-        return self._fallback_limiter(rate).reserve()
+        dependency, burst, longest = self.dependency, settings.burst, settings.max_cooldown
+        slot = self.fleet.reserve_slot(dependency, rate, burst, longest)
+        if slot is not None:
+            return slot
+        return self._fallback_limiter(rate).reserve_slot()
 
-    def _release(self, rate: float) -> None:
-        if not self.fleet.release(self.dependency, rate):
-            self._fallback_limiter(rate).release()
+    def _release(self, rate: float, slot: float | None) -> None:
+        # (a slot of the other schedule is not its last one, and is not given back)
+        if not self.fleet.release(self.dependency, rate, slot):
+            self._fallback_limiter(rate).release(slot)
 
     def _fallback_limiter(self, rate: float) -> Limiter:
         """The local limiter used while the fleet is away: this process's share of the

@@ -103,8 +103,15 @@ class FleetLink(Protocol):
         ``QUEUE_FULL`` (nothing reserved) if it would be more than ``max_wait`` away."""
         ...
 
-    def release(self, dependency: str, rate: float) -> bool:
-        """Give a reserved slot back; False if the fleet is away (give it back locally)."""
+    def reserve_slot(
+        self, dependency: str, rate: float, burst: int, max_wait: float
+    ) -> tuple[float, float] | None:
+        """As :meth:`reserve`, and which slot it is (for :meth:`release`)."""
+        ...
+
+    def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
+        """Give a reserved slot back (only the last one of the schedule goes back); False
+        if the fleet is away (give it back locally)."""
         ...
 
     def share_cooldown(self, dependency: str, seconds: float) -> None: ...

@@ -108,17 +108,18 @@ class DependencyGuard:
         the breaker is asked. A first attempt earns the retry budget its share."""
         limiter = self.limiter
         reserved = False
+        slot = 0.0
         if limiter is not None:
             # (cooldown_remaining() would answer the same; one float read says "none")
             cooldown = limiter.cooldown_remaining() if limiter._cooldown_until else 0.0
             if cooldown > 0:
                 return Admission(cooldown=cooldown)
             if limiter.paced and not call.pacing_held:
-                pacing = limiter.reserve()
+                pacing, slot = limiter.reserve_slot()
                 if pacing > 0:
                     if pacing == QUEUE_FULL:
                         return queue_full(limiter.settings)
-                    return Admission(pacing=pacing)
+                    return Admission(pacing=pacing, slot=slot)
                 reserved = True
         permit = None
         if self.breaker is not None:
@@ -128,7 +129,7 @@ class DependencyGuard:
             else:
                 permit = breaker.acquire(probe_lease=lease_for_probe(call.probe_lease(), breaker))
             if reserved and not permit.allowed and limiter is not None:
-                limiter.release()  # the slot taken for this attempt goes back
+                limiter.release(slot)  # the slot taken for this attempt goes back
         if self.budget is not None and call.attempts == 0 and (permit is None or permit.allowed):
             self.budget.record_first_attempt()
         if permit is None:
@@ -191,19 +192,20 @@ class DependencyGuard:
             return _HEDGE_CIRCUIT
         limiter = self.limiter
         reserved = False
+        slot = 0.0
         if limiter is not None:
             if limiter.cooldown_remaining() > 0:
                 return _HEDGE_COOLDOWN
             if limiter.paced:
                 reserved = True
-                wait = limiter.reserve()
+                wait, slot = limiter.reserve_slot()
                 if wait > 0:
                     if wait != QUEUE_FULL:  # (a full queue reserved nothing)
-                        limiter.release()
+                        limiter.release(slot)
                     return _HEDGE_PACING
         if self.budget is not None and not self.budget.try_spend():
             if reserved and limiter is not None:
-                limiter.release()
+                limiter.release(slot)
             return _HEDGE_BUDGET
         return _HEDGE_GRANTED
 
@@ -221,7 +223,7 @@ class DependencyGuard:
             if self.breaker is not None:
                 self.breaker.release(effect.permit)
         elif isinstance(effect, ReleasePacing) and self.limiter is not None:
-            self.limiter.release()
+            self.limiter.release(effect.slot)
         return None
 
     def at_rest(self) -> bool:

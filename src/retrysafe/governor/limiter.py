@@ -11,6 +11,9 @@ from retrysafe.governor.settings import LimiterSettings
 
 __all__ = ["QUEUE_FULL", "Limiter"]
 
+#: How close (seconds) two slot times must be to be the same slot (float arithmetic).
+_SAME_SLOT: Final = 1e-6
+
 #: What :meth:`Limiter.reserve` answers when the queue already reaches ``max_cooldown``
 #: ahead: no slot was reserved, there is none to wait for, and the attempt must not go.
 QUEUE_FULL: Final = math.inf
@@ -82,23 +85,41 @@ class Limiter:
         queue, so none is reserved and the answer is :data:`QUEUE_FULL` (nothing
         to give back). Room comes within ``1 / requests_per_second`` seconds.
         """
+        return self.reserve_slot()[0]
+
+    def reserve_slot(self) -> tuple[float, float]:
+        """As :meth:`reserve`, and when the slot comes up (the clock's monotonic
+        seconds): what :meth:`release` is given back, to tell which slot it was."""
         rate = self.settings.requests_per_second
         if rate is None:
-            return 0.0
+            return 0.0, 0.0
         with self._lock:
             tokens = self._refill(rate) - 1.0  # below zero: a reservation in the queue
             if tokens < self._floor:
-                return QUEUE_FULL
+                return QUEUE_FULL, 0.0
             self._tokens = tokens
-            return 0.0 if tokens >= 0 else -tokens / rate
+            wait = 0.0 if tokens >= 0 else -tokens / rate
+            return wait, self._refilled_at + wait
 
-    def release(self) -> None:
-        """Give back a reserved slot that will not be used (its caller gave up)."""
+    def release(self, slot: float | None = None) -> None:
+        """Give back a reserved slot that will not be used (its caller gave up).
+
+        ``slot`` (from :meth:`reserve_slot`) says which. Only the last slot of the
+        queue is given back: the queue then ends one interval sooner. A slot with
+        others queued behind it stays a gap that time closes, since giving it back
+        would put the next caller on the last one's slot, both sending at once.
+        Without ``slot``, the last one is given back.
+        """
         rate = self.settings.requests_per_second
         if rate is None:
             return
         with self._lock:
-            self._tokens = min(float(self.settings.burst), self._refill(rate) + 1.0)
+            tokens = self._refill(rate)
+            # (the last slot comes up when the bucket is back at zero: -tokens/rate away)
+            last = self._refilled_at - tokens / rate
+            if slot is not None and tokens < 0 and slot < last - _SAME_SLOT:
+                return
+            self._tokens = min(float(self.settings.burst), tokens + 1.0)
 
     def queued(self) -> float:
         """Slots reserved ahead of now (0.0 when the bucket holds tokens)."""
