@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -230,6 +230,24 @@ def _h2_server(chaos_server: ChaosServer, max_streams: int = 100) -> Iterator[H2
     sock.close()
 
 
+def raised_by(call: Callable[[], object]) -> Exception | None:
+    """What ``call()`` raised (None if it returned)."""
+    try:
+        call()
+    except Exception as error:
+        return error
+    return None
+
+
+async def raised_by_async(call: Awaitable[object]) -> Exception | None:
+    """What awaiting ``call`` raised (None if it returned)."""
+    try:
+        await call
+    except Exception as error:
+        return error
+    return None
+
+
 H2_OPTIONS: dict[str, Any] = {"http1": False, "http2": True}
 HANG_POLICY = RetryPolicy(deadline=0.5, attempt_timeout=10, min_attempt_time=0.1)
 POST_POLICY = RetryPolicy(deadline=3, attempt_timeout=3)
@@ -259,10 +277,9 @@ def test_h2_a_timed_out_request_spares_a_concurrent_post_sync(
 
         def hang() -> None:
             started = time.monotonic()
-            try:
-                client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
-            except Exception as error:
-                results["hang"] = error
+            results["hang"] = raised_by(
+                lambda: client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
+            )
             results["hang_seconds"] = time.monotonic() - started
 
         def post() -> None:
@@ -297,10 +314,9 @@ async def test_h2_a_timed_out_request_spares_a_concurrent_post_async(
 
         async def hang() -> None:
             started = time.monotonic()
-            try:
-                await client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
-            except Exception as error:
-                results["hang"] = error
+            results["hang"] = await raised_by_async(
+                client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
+            )
             results["hang_seconds"] = time.monotonic() - started
 
         async def post() -> None:
@@ -337,10 +353,9 @@ def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_sync(
 
         def hang() -> None:
             started = time.monotonic()
-            try:
-                client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
-            except Exception as error:
-                results["hang"] = error
+            results["hang"] = raised_by(
+                lambda: client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
+            )
             results["hang_seconds"] = time.monotonic() - started
 
         threads = [threading.Thread(target=slow), threading.Thread(target=hang)]
@@ -371,10 +386,9 @@ async def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_async(
         async def hang() -> None:
             await anyio.sleep(0.2)
             started = time.monotonic()
-            try:
-                await client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
-            except Exception as error:
-                results["hang"] = error
+            results["hang"] = await raised_by_async(
+                client.get(h2.url(chaos, "/hang"), policy=SHORT_ATTEMPT)
+            )
             results["hang_seconds"] = time.monotonic() - started
 
         async with anyio.create_task_group() as group:
