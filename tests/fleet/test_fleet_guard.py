@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from retrysafe.decisions import AskRetry, RecordHealth, ReleasePacing, ReleaseProbe, StartCooldown
 from retrysafe.governor import (
     BreakerSettings,
@@ -247,6 +249,18 @@ def test_a_paced_attempt_reserves_its_slot_in_the_fleet() -> None:
     assert fleet.told == [("reserve", 50, 5)]
     guard.apply(ReleasePacing(admission.slot))
     assert fleet.told[-1] == ("release", 50, 1000.25)  # the slot the fleet named
+
+
+def test_a_fleet_slot_given_back_while_the_fleet_is_away_is_not_given_to_the_fallback() -> None:
+    # The fallback limiter never held the fleet's slot: taking it as its own would put
+    # the next caller on a slot a queued caller already holds.
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=40, burst=8))
+    guard, fleet, _ = guard_with(settings, pacing_wait=0.25)
+    fleet_slot = guard.admit(FirstAttempt()).slot
+    fleet.answering = False  # Redis goes away
+    waits = [guard.admit(FirstAttempt()).pacing for _ in range(3)]  # the fallback's queue
+    guard.apply(ReleasePacing(fleet_slot))
+    assert guard.admit(FirstAttempt()).pacing == pytest.approx(waits[-1] + 0.1)
 
 
 def test_with_the_fleet_away_pacing_is_this_process_share_of_the_rate() -> None:

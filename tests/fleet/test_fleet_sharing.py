@@ -13,6 +13,7 @@ import threading
 import time
 
 import anyio
+import httpx
 import pytest
 import redis
 from fleet_servers import FleetMaker
@@ -196,6 +197,47 @@ def test_only_the_last_slot_of_the_fleets_schedule_is_given_back(make_fleet: Fle
     again = fleet.reserve_slot("gaps", 10.0, 1, 60.0)
     assert again is not None
     assert again[1] == pytest.approx(after[1])
+
+
+def test_the_fleets_half_open_probe_is_paced_like_any_attempt(make_fleet: FleetMaker) -> None:
+    # 10/s, burst 1: the probe takes a paced slot, so the call after it waits its turn.
+    settings = GovernorSettings(
+        budget=None,
+        breaker=BreakerSettings(consecutive_failures=1, open_for=0.5, max_open_for=5),
+        limiter=LimiterSettings(requests_per_second=10, burst=1, max_cooldown=2),
+    )
+    sent: list[float] = []
+    failing = [True]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(time.monotonic())
+        return httpx.Response(500 if failing[0] else 200)
+
+    members = [make_fleet(quorum=2, vote_after=1) for _ in range(2)]
+    clients = [
+        retrysafe.Client(
+            transport=httpx.MockTransport(handler),
+            governor=Governor(settings, fleet=member),
+            dependency="api",
+            policy=retrysafe.RetryPolicy(attempts=1, deadline=3, min_attempt_time=0.01),
+        )
+        for member in members
+    ]
+    for each in clients:
+        with pytest.raises(retrysafe.ServerError):
+            each.get("http://api.test/")
+    for member in members:
+        assert member.flush()
+    wait_for(lambda: members[0].view("api").open_until is not None)
+    time.sleep(0.6)  # the fleet breaker's open period is over: half-open
+    failing[0] = False
+    sent.clear()
+    for _ in range(3):
+        assert clients[0].get("http://api.test/").status_code == 200
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
+    assert min(gaps) >= 0.08, gaps
+    for each in clients:
+        each.close()
 
 
 def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_together(

@@ -132,6 +132,9 @@ class FleetGuard(DependencyGuard):
         return None
 
     def _admit_with_fleet(self, call: CallFacts) -> Admission:
+        """The fleet's cooldown, then its breaker if open; then a paced slot in the fleet
+        (before a half-open probe too: a probe is an attempt, paced like any other);
+        then the fleet's probe, or the local pieces."""
         view = self.view
         now = self.fleet.clock.monotonic()
         cooldown = view.cooldown_until - now
@@ -140,6 +143,7 @@ class FleetGuard(DependencyGuard):
         if cooldown > 0:
             return Admission(cooldown=cooldown, detail=explain_fleet_cooldown(cooldown))
         open_until = view.open_until
+        half_open = False
         if open_until is not None and self.breaker is not None:
             if now < open_until:
                 retry_at = open_until
@@ -147,21 +151,26 @@ class FleetGuard(DependencyGuard):
                     permit=Permit(allowed=False, retry_at=retry_at),
                     detail=explain_fleet_open(retry_at - now),
                 )
-            probe = self._fleet_probe(call, now)
-            if probe is not None:
-                return probe
-        if self.rate is None or call.pacing_held:
-            return DependencyGuard.admit(self, call)
-        wait, slot = self._reserve(self.rate)
-        if wait > 0:
-            if wait == QUEUE_FULL:
-                assert self.limiter is not None  # (a rate comes from its settings)
-                return queue_full(self.limiter.settings, rate=self.rate, fleet=True)
-            detail = explain_fleet_pacing(self.rate, wait)
-            return Admission(pacing=wait, detail=detail, slot=slot)
-        admission = DependencyGuard.admit(self, _HoldingSlot(call))
+            half_open = True
+        slot: float | None = None
+        if self.rate is not None and not call.pacing_held:
+            wait, reserved = self._reserve(self.rate)
+            if wait > 0:
+                if wait == QUEUE_FULL:
+                    assert self.limiter is not None  # (a rate comes from its settings)
+                    return queue_full(self.limiter.settings, rate=self.rate, fleet=True)
+                detail = explain_fleet_pacing(self.rate, wait)
+                return Admission(pacing=wait, detail=detail, slot=reserved)
+            slot = reserved
+            call = _HoldingSlot(call)  # (the local limiter reserves nothing more)
+        admission: Admission | None = None
+        if half_open:
+            admission = self._fleet_probe(call, now)
+        if admission is None:
+            admission = DependencyGuard.admit(self, call)
         permit = admission.permit
-        if admission.cooldown > 0 or (permit is not None and not permit.allowed):
+        refused = admission.cooldown > 0 or (permit is not None and not permit.allowed)
+        if slot is not None and refused and self.rate is not None:
             self._release(self.rate, slot)  # the slot taken for this attempt goes back
         return admission
 
@@ -350,9 +359,10 @@ class FleetGuard(DependencyGuard):
         return self._fallback_limiter(rate).reserve_slot()
 
     def _release(self, rate: float, slot: float | None) -> None:
-        # (a slot of the other schedule is not its last one, and is not given back)
-        if not self.fleet.release(self.dependency, rate, slot):
-            self._fallback_limiter(rate).release(slot)
+        """Give ``slot`` back to the fleet's schedule. While Redis is away it stays a gap
+        that time closes: it may be the fleet's, which the fallback limiter never held
+        (given back there, the next caller would send on a queued caller's slot)."""
+        self.fleet.release(self.dependency, rate, slot)
 
     def _fallback_limiter(self, rate: float) -> Limiter:
         """The local limiter used while the fleet is away: this process's share of the
