@@ -439,6 +439,34 @@ async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
     assert response.status_code == 200
 
 
+async def test_h2_cancelled_requests_never_use_up_the_connections_streams(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The caller gives up on requests past the server's stream limit: later ones work."""
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
+        for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
+            with anyio.move_on_after(0.1):
+                await client.get(h2_three_streams.url(chaos, "/hang"))
+        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+    assert response.status_code == 200
+
+
+async def test_h2_a_call_cancelled_on_another_client_leaves_this_connection_in_use(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Only the connection a cut request was on is retired, whatever ran before it in
+    the same task."""
+    async with (
+        retrysafe.AsyncClient(**H2_OPTIONS) as multiplexed,
+        retrysafe.AsyncClient() as other,
+    ):
+        first = await multiplexed.get(h2.url(chaos, "/status/200"))
+        with anyio.move_on_after(0.2):  # the caller gives up on a call over HTTP/1.1
+            await other.get(chaos.url("/hang"), policy=RetryPolicy(attempts=1))
+        second = await multiplexed.get(h2.url(chaos, "/status/200"))
+    assert second.extensions["network_stream"] is first.extensions["network_stream"]
+
+
 # -- keys: a blank header is no key ----------------------------------------------------------
 
 

@@ -29,12 +29,12 @@ __all__ = [
     "AttemptDeadlineReached",
     "CopyWatcher",
     "RunningCall",
+    "SharedStream",
     "bound_transport",
     "current_call",
     "current_copy",
     "retire",
-    "retire_shared_stream_in_use",
-    "shared_stream_in_use",
+    "retire_stream_of",
     "time_left",
 ]
 
@@ -45,6 +45,9 @@ class RunningCall(Protocol):
     #: The monotonic time (``time.monotonic()``) by which its attempt in flight must
     #: end, or None between attempts (a streamed body the caller reads is not bounded).
     attempt_ends_at: float | None
+    #: The HTTP/2 stream its attempts last wrote to (set by the network stream), to
+    #: retire its connection when an attempt is cut from outside (retire_stream_of).
+    shared_stream: SharedStream | None
 
 
 #: The retrysafe call running in this context. One variable serves two needs: a call
@@ -83,13 +86,6 @@ class SharedStream(Protocol):
     pool: Any
 
 
-#: The HTTP/2 stream the request in this context last wrote to: the shell retires its
-#: connection when it cuts an attempt from outside (a time limit, a cancellation).
-shared_stream_in_use: contextvars.ContextVar[SharedStream | None] = contextvars.ContextVar(
-    "retrysafe_shared_stream_in_use", default=None
-)
-
-
 def retire(stream: SharedStream) -> None:
     """Let no new request onto the HTTP/2 connection ``stream`` carries.
 
@@ -112,12 +108,13 @@ def retire(stream: SharedStream) -> None:
             inner._connection_error = True
 
 
-def retire_shared_stream_in_use() -> None:
-    """Retire the HTTP/2 connection the request in this context last wrote to, if any:
-    its attempt was cut from outside the network stream (see :func:`retire`)."""
-    stream = shared_stream_in_use.get()
+def retire_stream_of(call: RunningCall) -> None:
+    """Retire the HTTP/2 connection ``call``'s attempt last wrote to, if any: the
+    attempt was cut from outside the network stream (a time limit, a cancellation), so
+    its stream was left open too (see :func:`retire`)."""
+    stream = call.shared_stream
     if stream is not None:
-        shared_stream_in_use.set(None)
+        call.shared_stream = None
         retire(stream)
 
 

@@ -28,9 +28,9 @@ import httpcore
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    current_call,
     current_copy,
     retire,
-    shared_stream_in_use,
     time_left,
 )
 
@@ -79,7 +79,7 @@ class BoundedStream(httpcore.NetworkStream):
             if not self.shared:
                 self.shared = True
                 _bound_turns_to_read(self)
-            shared_stream_in_use.set(self)
+            _written_by_call(self)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
@@ -117,6 +117,14 @@ class BoundedStream(httpcore.NetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
+
+
+def _written_by_call(stream: BoundedStream | AsyncBoundedStream) -> None:
+    """The call running in this context wrote to the HTTP/2 ``stream``: it is the one to
+    retire if that call's attempt is cut from outside (see retire_stream_of)."""
+    call = current_call.get()
+    if call is not None:
+        call.shared_stream = stream
 
 
 class _TurnToRead:
@@ -229,7 +237,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             return await self._inner.write(buffer, timeout)
         if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
             self.shared = True
-            shared_stream_in_use.set(self)
+            _written_by_call(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:

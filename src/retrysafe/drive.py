@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from retrysafe.attempt_deadline import RunningCall, current_call
+from retrysafe.attempt_deadline import RunningCall, SharedStream, current_call
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.clock import SystemClock
 from retrysafe.deadline_scope import current_deadline
@@ -218,6 +218,7 @@ class Drive:
         "policy",
         "request",
         "settings",
+        "shared_stream",
     )
 
     def __init__(self, settings: ShellSettings, request: httpx.Request) -> None:
@@ -249,6 +250,8 @@ class Drive:
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
+        #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
+        self.shared_stream: SharedStream | None = None
         self._started = settings.clock.monotonic()
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.

@@ -42,8 +42,10 @@ from anyio.streams.memory import MemoryObjectSendStream
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     Severable,
+    SharedStream,
     current_call,
     current_copy,
+    retire_stream_of,
 )
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
@@ -86,6 +88,8 @@ class _Copy:
         self.drive = drive
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
+        #: The RunningCall field an HTTP/2 stream the copy writes to is kept in.
+        self.shared_stream: SharedStream | None = None
         self.lock = threading.Lock()
         self.connections: list[Severable] = []
         self.cancelled = False
@@ -375,10 +379,12 @@ async def _run_copy_async(
         except AttemptDeadlineReached as reached:
             result = _Result(copy, response, reached.as_outcome())
         except TimeoutError:
+            retire_stream_of(copy)  # (cut from outside: see attempt_deadline.retire)
             result = _Result(copy, response, AttemptTimedOut("the copy did not finish in its time"))
         except (httpx.TransportError, httpx.DecodingError) as exc:
             result = _Result(copy, response, exc)
         except anyio.get_cancelled_exc_class():
+            retire_stream_of(copy)  # (a losing copy, or the call, cancelled)
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()

@@ -24,7 +24,7 @@ import httpx
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     bound_transport,
-    retire_shared_stream_in_use,
+    retire_stream_of,
 )
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
@@ -99,7 +99,7 @@ async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
     """The attempt ends with no outcome (cancelled): close what it got, shielded from
     the cancel, and give back what it held (an HTTP/2 connection it may have left a
     stream open on is retired: see attempt_deadline.retire)."""
-    retire_shared_stream_in_use()
+    retire_stream_of(drive)
     if response is not None:
         import anyio
 
@@ -291,13 +291,13 @@ class AsyncSendLoop:
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()
         except TimeoutError:  # (a transport's own time limit)
-            retire_shared_stream_in_use()
+            retire_stream_of(drive)
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException as exc:
             if watch is not None and watch.caught(exc):
-                retire_shared_stream_in_use()  # (cut from outside: see attempt_deadline)
+                retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
                 failure = AttemptTimedOut("the attempt did not finish in its time")
             else:
                 if watch is not None and dog is not None:
@@ -338,7 +338,7 @@ class AsyncSendLoop:
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()
         except TimeoutError:
-            retire_shared_stream_in_use()  # (cut from outside: see attempt_deadline)
+            retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
             failure = AttemptTimedOut("the attempt did not finish in its time")
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
