@@ -9,8 +9,9 @@ context gets at most the time left.
 When the attempt's time runs out during a read, :class:`AttemptDeadlineReached`
 is raised. It is a ``BaseException`` on purpose, like a cancellation: httpcore
 then treats it as this request being cancelled, so over HTTP/2 only this
-request's stream is reset and the shared connection stays usable for the other
-requests on it; an ``Exception`` would mark the whole connection broken. The
+request ends and the other requests on the shared connection carry on; an
+``Exception`` would fail them all. (httpcore leaves the cancelled request's
+stream open, so the connection is then retired: see :func:`retire`.) The
 shell turns it into an ordinary timeout outcome at once. Connects and writes
 that run out of time raise httpcore's own timeouts (nothing half-read is left).
 """
