@@ -222,6 +222,8 @@ def test_headers_and_a_data_file_reach_the_server(
         (["-H", "Bad Name: x"], "bad header 'Bad ...': expected 'Name: value'"),
         (["-H", ":x"], "bad header: expected 'Name: value'"),
         (["-H", "X-Note: caf\u00e9"], "bad header 'X-Note': its value must be ASCII text"),
+        (["-H", "X-Note: a\x01b"], "bad header 'X-Note': its value may not contain line breaks"),
+        (["-H", "X-Note: a\nb"], "bad header 'X-Note': its value may not contain line breaks"),
         (["--attempts", "0"], "RetryPolicy.attempts must be >= 1, got 0"),
         (["--timeout", "-1"], "RetryPolicy.attempt_timeout must be > 0 seconds, got -1.0"),
         (["--backoff-base", "5", "--backoff-cap", "1"], "RetryPolicy.backoff_base must be <="),

@@ -34,7 +34,8 @@ __all__ = [
 
 # RFC 9110 token characters: what a header name or a method may be made of.
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_FORBIDDEN_IN_VALUE = re.compile(r"[\r\n\x00]")
+#: Control characters, which RFC 9110 does not allow in a field value (a tab is allowed).
+_FORBIDDEN_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 #: Command-line flag -> RetryPolicy field, for the flags that set the policy.
 _POLICY_FLAGS = {
@@ -149,7 +150,10 @@ def parse_header(text: str) -> tuple[str, str]:
             "the rest is not shown, in case it is a secret"
         )
     if _FORBIDDEN_IN_VALUE.search(value):
-        raise UsageError(f"bad header {name!r}: its value may not contain line breaks")
+        raise UsageError(
+            f"bad header {name!r}: its value may not contain line breaks or other control "
+            "characters (a tab is fine)"
+        )
     if not value.isascii():  # (httpx sends header text as ASCII, as the HTTP RFCs advise)
         raise UsageError(
             f"bad header {name!r}: its value must be ASCII text (percent-encode the rest, "
