@@ -263,6 +263,15 @@ def test_a_fleet_slot_given_back_while_the_fleet_is_away_is_not_given_to_the_fal
     assert guard.admit(FirstAttempt()).pacing == pytest.approx(waits[-1] + 0.1)
 
 
+def test_a_slot_of_the_fallback_limiter_goes_back_to_it() -> None:
+    # With the fleet away, slots come from the local fallback; one given back returns there.
+    settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=40, burst=8))
+    guard, _, _ = guard_with(settings, answering=False, alive=4)
+    admissions = [guard.admit(FirstAttempt()) for _ in range(3)]  # waits 0, 0, 0.1
+    guard.apply(ReleasePacing(admissions[-1].slot))  # the last one queued gives up
+    assert guard.admit(FirstAttempt()).pacing == pytest.approx(0.1)  # its slot again
+
+
 def test_with_the_fleet_away_pacing_is_this_process_share_of_the_rate() -> None:
     settings = GovernorSettings(limiter=LimiterSettings(requests_per_second=40, burst=8))
     guard, fleet, _ = guard_with(settings, answering=False, alive=4)

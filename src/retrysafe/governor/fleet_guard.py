@@ -349,20 +349,26 @@ class FleetGuard(DependencyGuard):
 
     def _reserve(self, rate: float) -> tuple[float, float]:
         """A paced slot in the fleet (or, while it is away, the fallback limiter): the
-        wait for it, and which slot it is."""
+        wait for it, and which slot it is. The fleet names its slots in Redis's
+        milliseconds, above zero; a fallback slot's name is kept below zero
+        (:func:`_fallback_name`), so a slot goes back to the schedule it came from."""
         assert self.limiter is not None
         settings = self.limiter.settings
         dependency, burst, longest = self.dependency, settings.burst, settings.max_cooldown
         slot = self.fleet.reserve_slot(dependency, rate, burst, longest)
         if slot is not None:
             return slot
-        return self._fallback_limiter(rate).reserve_slot()
+        wait, name = self._fallback_limiter(rate).reserve_slot()
+        return wait, _fallback_name(name)
 
     def _release(self, rate: float, slot: float | None) -> None:
-        """Give ``slot`` back to the fleet's schedule. While Redis is away it stays a gap
-        that time closes: it may be the fleet's, which the fallback limiter never held
-        (given back there, the next caller would send on a queued caller's slot)."""
-        self.fleet.release(self.dependency, rate, slot)
+        """Give ``slot`` back to the schedule it came from. A fleet slot given back while
+        Redis is away stays a gap that time closes (the fallback limiter never held it:
+        taken there, the next caller would send on a queued caller's slot)."""
+        if slot is not None and slot < 0:
+            self._fallback_limiter(rate).release(_fallback_name(slot))
+        elif not self.fleet.release(self.dependency, rate, slot) and slot is None:
+            self._fallback_limiter(rate).release()
 
     def _fallback_limiter(self, rate: float) -> Limiter:
         """The local limiter used while the fleet is away: this process's share of the
@@ -434,3 +440,9 @@ def explain_fleet_pacing(rate: float, wait: float) -> str:
         f"the fleet's next paced slot is {wait:.2f} s away (LimiterSettings("
         f"requests_per_second={rate:g}) paces the whole fleet, shared by RedisFleet)"
     )
+
+
+def _fallback_name(name: float) -> float:
+    """A fallback limiter's slot name as the fleet guard hands it out (below zero, where
+    no fleet slot is named), and back again: the mapping is its own inverse."""
+    return -name - 1.0
