@@ -467,6 +467,19 @@ async def test_h2_a_call_cancelled_on_another_client_leaves_this_connection_in_u
     assert second.extensions["network_stream"] is first.extensions["network_stream"]
 
 
+async def test_h2_hedged_calls_keep_their_connection(h2: H2Chaos, chaos: KeyedChaos) -> None:
+    """A losing copy's stream ends when the server answers it: no reason to give up the
+    connection the winner (and every other request) is using."""
+    policy = RetryPolicy(hedge_after=0.05, attempts=2, deadline=5)
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
+        streams: list[object] = []
+        for _ in range(6):
+            response = await client.get(h2.url(chaos, "/delay", ms=120), policy=policy)
+            assert response.status_code == 200
+            streams.append(response.extensions["network_stream"])
+    assert all(stream is streams[0] for stream in streams)
+
+
 # -- keys: a blank header is no key ----------------------------------------------------------
 
 

@@ -88,15 +88,18 @@ class SharedStream(Protocol):
 
 
 def retire(stream: SharedStream) -> None:
-    """Let no new request onto the HTTP/2 connection ``stream`` carries.
+    """Let no new request onto the HTTP/2 connection ``stream`` carries, once the
+    streams its cut requests left open fill half of what the server allows.
 
-    An attempt cut on it left its HTTP/2 stream open (httpcore does not reset the
-    stream of a request it abandons), and the server's limit of concurrent streams
-    would fill up with such streams. So the connection is marked the way httpcore
+    A cut request's HTTP/2 stream stays open (httpcore does not reset the stream of
+    a request it abandons) until the server ends it, which a server that hangs never
+    does; at the server's limit of concurrent streams, every request on the
+    connection would fail. So before that, the connection is marked the way httpcore
     marks one that failed: the requests on it go on, new ones open another
-    connection, and the pool closes it once it is idle. (This reads httpcore's
-    private ``_connection``, ``_network_stream`` and ``_connection_error``; where they
-    are missing, nothing is done.)
+    connection, and the pool closes it once it is idle. (A losing hedged copy's
+    stream usually ends soon after, when the server answers: the connection is kept.)
+    This reads httpcore's and h2's private state; where it is missing or cannot be
+    read, the connection is retired at once.
     """
     pool = stream.pool() if stream.pool is not None else None
     if pool is None:
@@ -106,7 +109,28 @@ def retire(stream: SharedStream) -> None:
         if getattr(inner, "_network_stream", None) is stream and hasattr(
             inner, "_connection_error"
         ):
-            inner._connection_error = True
+            if _abandoned_streams_fill_half(inner):
+                inner._connection_error = True
+            return
+
+
+def _abandoned_streams_fill_half(connection: Any) -> bool:
+    """Whether ``connection``'s streams that no request waits on any more (this cut's
+    own included) fill half the server's limit; True when that cannot be told."""
+    try:
+        state = connection._h2_state
+        waited_on = connection._events
+        # (a snapshot: another thread may be moving the connection's state along)
+        streams = list(state.streams.items())
+        abandoned = sum(
+            1
+            for number, each in streams
+            if number % 2 == 1 and each.open and number not in waited_on
+        )
+        limit = int(state.remote_settings.max_concurrent_streams)
+    except Exception:  # httpcore's or h2's insides changed: retire, to be safe
+        return True
+    return (abandoned + 1) * 2 >= limit
 
 
 def retire_stream_of(call: RunningCall) -> None:
