@@ -32,6 +32,7 @@ __all__ = [
     "RunningCall",
     "SharedStream",
     "bound_transport",
+    "connection_carrying",
     "current_call",
     "current_copy",
     "retire",
@@ -101,17 +102,22 @@ def retire(stream: SharedStream) -> None:
     This reads httpcore's and h2's private state; where it is missing or cannot be
     read, the connection is retired at once.
     """
+    connection = connection_carrying(stream)
+    if hasattr(connection, "_connection_error") and _abandoned_streams_fill_half(connection):
+        connection._connection_error = True
+
+
+def connection_carrying(stream: SharedStream) -> Any:
+    """The httpcore HTTP connection (HTTP/1.1 or HTTP/2) whose network stream is
+    ``stream``, found in its pool; None if there is none (closed, or not known)."""
     pool = stream.pool() if stream.pool is not None else None
     if pool is None:
-        return
+        return None
     for connection in pool.connections:
         inner: Any = getattr(connection, "_connection", None)
-        if getattr(inner, "_network_stream", None) is stream and hasattr(
-            inner, "_connection_error"
-        ):
-            if _abandoned_streams_fill_half(inner):
-                inner._connection_error = True
-            return
+        if getattr(inner, "_network_stream", None) is stream:
+            return inner
+    return None
 
 
 def _abandoned_streams_fill_half(connection: Any) -> bool:

@@ -28,6 +28,7 @@ import httpcore
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    connection_carrying,
     current_call,
     current_copy,
     retire,
@@ -162,17 +163,10 @@ def _bound_turns_to_read(stream: BoundedStream) -> None:
     replaces httpcore's private ``_read_lock``, only where it finds one unlocked;
     otherwise the connection is left as it is.
     """
-    pool = stream.pool() if stream.pool is not None else None
-    if pool is None:
-        return
-    for connection in pool.connections:
-        inner: typing.Any = getattr(connection, "_connection", None)
-        if getattr(inner, "_network_stream", None) is not stream:
-            continue
-        lock = getattr(getattr(inner, "_read_lock", None), "_lock", None)
-        if isinstance(lock, type(threading.Lock())) and not lock.locked():
-            inner._read_lock = _TurnToRead(stream)
-        return
+    connection = connection_carrying(stream)
+    lock = getattr(getattr(connection, "_read_lock", None), "_lock", None)
+    if isinstance(lock, type(threading.Lock())) and not lock.locked():
+        connection._read_lock = _TurnToRead(stream)
 
 
 class BoundedBackend(httpcore.NetworkBackend):
