@@ -23,10 +23,8 @@ class ConnectionPool:
     connection (the store creates its table there).
 
     An idle connection can die without anyone noticing (the server restarted, failed
-    over, or ended idle sessions): psycopg only finds out when it is next used. So
-    when work on a reused connection fails and leaves it broken, the other idle
-    connections are taken to have died with it and are closed, and the work runs
-    once more on a fresh connection (see :meth:`run`).
+    over, or ended idle sessions): psycopg only finds out when it is next used; what
+    :meth:`run` does then is told there.
     """
 
     def __init__(
