@@ -455,11 +455,11 @@ class Call:
             return self._stop(
                 stop, answer.refusal, retry_after=answer.retry_after, detail=answer.detail
             )
-        self._history[-1] = self._history[-1]._replace(wait=ask.wait)
+        last = self._history[-1] = self._history[-1]._replace(wait=ask.wait)
         verdict = self._verdict
         assert verdict is not None
         status = self._last_response.status_code if self._last_response is not None else None
-        self._emit("retry", verdict.reason, status, wait=ask.wait)
+        self._emit("retry", verdict.reason, status, wait=ask.wait, exception=last.exception)
         self._promised = True
         self.state = "ready"
         return Wait(ask.wait)

@@ -62,12 +62,14 @@ def test_an_attempt_without_a_response_names_its_exception(
     caplog.set_level(logging.DEBUG, logger="retrysafe")
     with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.TransportError):
         client.get(chaos.closed_port_url())
-    attempt, _, _, failure = records_of(caplog)
+    attempt, retry, _, failure = records_of(caplog)
     assert (attempt["status"], attempt["outcome"], attempt["exception"]) == (
         None,
         "connect_error",
         "ConnectError",
     )
+    # The retry it led to names the same exception: one meaning for the field, every kind.
+    assert (retry["kind"], retry["attempt"], retry["exception"]) == ("retry", 1, "ConnectError")
     assert (failure["reason"], failure["error"], failure["exception"]) == (
         "attempts_exhausted",
         "TransportError",
