@@ -463,6 +463,34 @@ def test_circuit_changes_are_events() -> None:
     assert [e.transition for e in events if e.kind == "circuit"] == ["closed->open"]
 
 
+def test_every_circuit_change_is_an_event_the_half_open_probe_too() -> None:
+    clock = FakeClock()
+    events: list[retrysafe.RetryEvent] = []
+    statuses = iter([503] * 5 + [503, 200])
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(next(statuses))),
+        clock=clock,
+        governor=pinned_governor(clock),
+        policy=RetryPolicy(attempts=1),
+        hooks=[events.append],
+    )
+    for _ in range(5):  # five failing calls in a row open it
+        with pytest.raises(retrysafe.ApiError):
+            client.get("http://api.test/")
+    clock.advance(PINNED_BREAKER.open_for)
+    with pytest.raises(retrysafe.ServerError):
+        client.get("http://api.test/")  # the probe fails: open again
+    clock.advance(PINNED_BREAKER.open_for)
+    client.get("http://api.test/")  # this probe succeeds: closed
+    assert [e.transition for e in events if e.kind == "circuit"] == [
+        "closed->open",
+        "open->half_open",
+        "half_open->open",
+        "open->half_open",
+        "half_open->closed",
+    ]
+
+
 def test_governor_off_means_every_call_is_on_its_own() -> None:
     clock = FakeClock()
     seen: list[httpx.Request] = []

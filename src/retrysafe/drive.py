@@ -427,6 +427,9 @@ class Drive:
             step = call.start_attempt(OPEN_ADMISSION)
         else:
             admission = guard.admit(call)
+            permit = admission.permit
+            if permit is not None and permit.transition is not None:
+                self._emit_transition(permit.transition)  # (open -> half_open, for a probe)
             if (
                 admission.cooldown > 0
                 or admission.pacing > 0
