@@ -202,7 +202,9 @@ class _Traces:
                 logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
     def event(self, event: RetryEvent) -> None:
-        for trace in self._traces:
+        # In reverse, as close: an attempt's end leaves the context its start entered, and
+        # the trace that entered last must leave first (or it restores another's attempt).
+        for trace in reversed(self._traces):
             try:
                 trace.event(event)
             except Exception:

@@ -10,11 +10,15 @@ import httpx
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from telemetry_support import Otel
 
 import retrysafe
 from retrysafe.observe import CallInstrument, RetryEvent
+from retrysafe.telemetry.otel import OpenTelemetry
 
 FAST = retrysafe.RetryPolicy(backoff_base=0.01, backoff_cap=0.02)
 
@@ -93,6 +97,21 @@ def test_an_instrument_that_will_not_start_leaves_the_call_alone(chaos: Any) -> 
     with retrysafe.Client(policy=FAST, hooks=[refusing]) as client:
         assert client.get(chaos.url("/status/200")).status_code == 200
     assert refusing.seen == ["hook attempt", "hook success"]
+
+
+def test_two_tracing_instruments_leave_the_callers_context_as_it_was(chaos: Any) -> None:
+    exporters = [InMemorySpanExporter(), InMemorySpanExporter()]
+    hooks = []
+    for exporter in exporters:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        hooks.append(OpenTelemetry(tracer_provider=provider))
+    with retrysafe.Client(policy=FAST, hooks=hooks) as client:
+        client.get(chaos.url("/fail/{key}", times=1, status=503))
+    # Each instrument followed the whole call (the call and its two attempts) ...
+    assert [len(exporter.get_finished_spans()) for exporter in exporters] == [3, 3]
+    # ... and the caller is back in the context it called from, not in an ended attempt.
+    assert trace.get_current_span() is trace.INVALID_SPAN
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
