@@ -329,6 +329,12 @@ class Drive:
         return None
 
     @property
+    def traced(self) -> bool:
+        """Whether a call instrument follows this call (it may then write its trace's
+        context, such as ``traceparent``, on each attempt's request)."""
+        return self._trace is not None
+
+    @property
     def guards_nesting(self) -> bool:
         """Whether this call takes part in the nesting guard (its governor's setting)."""
         return self.settings.governor.settings.nested_attempts is not None

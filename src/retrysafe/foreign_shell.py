@@ -43,6 +43,7 @@ from retrysafe.policy import RetryPolicy
 
 __all__ = [
     "RedirectTrail",
+    "TraceHeaders",
     "adopt_error",
     "request_view",
     "response_view",
@@ -126,6 +127,27 @@ def request_view(
     view.extensions = extensions
     view.stream = _REPLAYABLE if replayable else _ONE_SHOT
     return view
+
+
+class TraceHeaders:
+    """The headers a call instrument writes on a stand-in request for each attempt (its
+    trace's context: ``traceparent`` and the like), which the real request must carry.
+
+    Made from the stand-in as it was built; :meth:`added` gives what is new on it since.
+    """
+
+    __slots__ = ("_built",)
+
+    def __init__(self, view: httpx.Request) -> None:
+        self._built = frozenset(view.headers.raw)
+
+    def added(self, view: httpx.Request) -> list[tuple[str, str]]:
+        """The headers on ``view`` it was not built with, to set on the real request."""
+        return [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in view.headers.raw
+            if (name, value) not in self._built
+        ]
 
 
 def response_view(

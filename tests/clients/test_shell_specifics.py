@@ -22,6 +22,9 @@ import aiohttp
 import httpx
 import pytest
 import requests
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import retrysafe
 from retrysafe import Governor, RetryPolicy
@@ -29,6 +32,7 @@ from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.aiohttp import report_of as aiohttp_report_of
 from retrysafe.chaos import KeyedChaos
 from retrysafe.requests import RetryAdapter, report_of
+from retrysafe.telemetry.otel import OpenTelemetry
 
 FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
 
@@ -594,3 +598,28 @@ def test_waiting_for_a_connection_of_a_full_blocking_pool_ends_at_the_deadline(
             assert time.monotonic() - started < 2.0
         finally:
             held.close()
+
+
+def test_each_attempt_sends_its_own_trace_context(api: Any, chaos: Any) -> None:
+    """An OpenTelemetry hook's attempt span reaches the server as ``traceparent`` through
+    these shells too, a fresh one on each attempt, as through retrysafe.Client."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    received: list[str | None] = []
+
+    def rule(response: httpx.Response) -> retrysafe.Verdict | None:
+        received.append(response.json()["headers"].get("traceparent"))
+        return retrysafe.Verdict.retry("echo_refused") if len(received) < 2 else None
+
+    policy = RetryPolicy(backoff_base=0.01, backoff_cap=0.02, rules=(rule,))
+    hook = OpenTelemetry(tracer_provider=provider)
+    api.request("GET", chaos.url("/echo"), policy=policy, client_options={"hooks": [hook]})
+    attempts = [span for span in exporter.get_finished_spans() if span.parent is not None]
+    sent = [
+        f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}-"
+        f"{int(span.context.trace_flags):02x}"
+        for span in attempts
+    ]
+    assert len(sent) == 2
+    assert received == sent

@@ -39,6 +39,7 @@ from retrysafe.drive import Drive, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
+    TraceHeaders,
     idempotency_mode,
     one_copy_at_a_time,
     request_view,
@@ -158,6 +159,8 @@ class RetryMiddleware:
         )
         attempt = _Attempt(self.settings, request, handler)
         drive = Drive(self.settings, view)
+        if drive.traced:
+            attempt.trace_headers = TraceHeaders(view)
         try:
             step: Step = drive.next_attempt()
             while True:
@@ -225,7 +228,7 @@ class _Progress:
 class _Attempt:
     """Sends one attempt of a call through aiohttp's handler, bounded by its time."""
 
-    __slots__ = ("handler", "progress", "request", "response", "settings")
+    __slots__ = ("handler", "progress", "request", "response", "settings", "trace_headers")
 
     def __init__(
         self, settings: ShellSettings, request: ClientRequest, handler: ClientHandlerType
@@ -235,11 +238,17 @@ class _Attempt:
         self.handler = handler
         self.progress = _Progress()
         self.response: ClientResponse | None = None
+        #: What a call instrument writes on each attempt's stand-in request (None: none
+        #: follows the call), copied onto the request sent.
+        self.trace_headers: TraceHeaders | None = None
         _note_connection(request, self.progress)
 
     async def run(self, drive: Drive, plan: AttemptPlan) -> Step:
         """Send the attempt and read as much as the engine needs, within its time."""
         self.discard()
+        if self.trace_headers is not None:
+            for name, value in self.trace_headers.added(drive.request):
+                self.request.headers[name] = value
         limit = plan.timeout
         header = self.settings.deadline_header
         if header is not None and math.isfinite(limit):

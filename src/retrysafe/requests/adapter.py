@@ -39,6 +39,7 @@ from retrysafe.drive import Drive, Step
 from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
+    TraceHeaders,
     idempotency_mode,
     one_copy_at_a_time,
     request_view,
@@ -186,6 +187,8 @@ class RetryAdapter(HTTPAdapter):
         )
         attempt = _Attempt(self, request, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
+        if drive.traced:
+            attempt.trace_headers = TraceHeaders(view)
         try:
             step: Step = drive.next_attempt()
             while True:
@@ -265,7 +268,16 @@ class _CutShort(Exception):
 class _Attempt:
     """Sends one attempt of a call through ``HTTPAdapter.send``, bounded by its time."""
 
-    __slots__ = ("adapter", "cert", "proxies", "request", "response", "timeout", "verify")
+    __slots__ = (
+        "adapter",
+        "cert",
+        "proxies",
+        "request",
+        "response",
+        "timeout",
+        "trace_headers",
+        "verify",
+    )
 
     def __init__(
         self,
@@ -284,10 +296,16 @@ class _Attempt:
         self.proxies = proxies
         #: The last attempt's response (None if it got none).
         self.response: requests.Response | None = None
+        #: What a call instrument writes on each attempt's stand-in request (None: none
+        #: follows the call), copied onto the request sent.
+        self.trace_headers: TraceHeaders | None = None
 
     def run(self, drive: Drive, plan: AttemptPlan) -> Step:
         """Send the attempt and read as much as the engine needs, within its time."""
         self.discard()
+        if self.trace_headers is not None:
+            for name, value in self.trace_headers.added(drive.request):
+                self.request.headers[name] = value
         limit = plan.timeout
         header = self.adapter.settings.deadline_header
         if header is not None and math.isfinite(limit):
