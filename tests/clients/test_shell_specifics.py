@@ -232,6 +232,24 @@ def test_aiohttp_stream_hands_the_body_over_as_it_arrives(chaos: KeyedChaos) -> 
     assert whole >= 0.7
 
 
+def test_aiohttp_total_timeout_ends_the_call_and_sends_nothing_more(chaos: KeyedChaos) -> None:
+    """aiohttp's ClientTimeout(total=...) is around the whole call: when it runs out, the
+    caller gets aiohttp's TimeoutError, and no attempt goes to the server after it."""
+    middleware = RetryMiddleware(policy=RetryPolicy(deadline=10, backoff_base=0.01))
+
+    async def run() -> float:
+        timeout = aiohttp.ClientTimeout(total=0.5)
+        async with aiohttp.ClientSession(middlewares=(middleware,), timeout=timeout) as session:
+            started = time.monotonic()
+            with pytest.raises(TimeoutError) as caught:
+                await session.get(chaos.url("/hang"))
+            assert not isinstance(caught.value, retrysafe.ApiError)
+            return time.monotonic() - started
+
+    assert 0.4 < asyncio.run(run()) < 2.0
+    assert [record.endpoint for record in chaos.log()] == ["hang"]
+
+
 # -- keys, raise_on_status, secrets ---------------------------------------------------------
 
 

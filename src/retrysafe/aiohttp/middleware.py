@@ -59,15 +59,25 @@ _REPORT_ATTRIBUTE = "_retrysafe_report"
 _trail = RedirectTrail("retrysafe_aiohttp_redirect")
 
 if sys.version_info >= (3, 11):
-    #: Bounds an attempt on the event loop; raises TimeoutError when it runs out
-    #: (asyncio's own costs about a third of anyio's cancel scope).
+    #: Bounds an attempt on the event loop; raises TimeoutError when it runs out, and
+    #: its ``expired()`` tells that TimeoutError from aiohttp's own (asyncio's costs
+    #: about a third of anyio's cancel scope).
     _time_limit = asyncio.timeout
 else:  # pragma: no cover - Python 3.10
 
+    class _ScopeLimit:
+        """anyio's cancel scope, asked as asyncio's ``Timeout`` is: has it run out?"""
+
+        def __init__(self, scope: anyio.CancelScope) -> None:
+            self._scope = scope
+
+        def expired(self) -> bool:
+            return self._scope.cancel_called
+
     @contextlib.asynccontextmanager
-    async def _time_limit(seconds: float | None) -> AsyncIterator[None]:
-        with anyio.fail_after(seconds):
-            yield
+    async def _time_limit(seconds: float | None) -> AsyncIterator[_ScopeLimit]:
+        with anyio.fail_after(seconds) as scope:
+            yield _ScopeLimit(scope)
 
 
 def report_of(response: ClientResponse) -> CallReport | None:
@@ -258,7 +268,7 @@ class _Attempt:
         failure: Exception
         try:
             try:
-                async with _time_limit(None if limit == math.inf else limit):
+                async with _time_limit(None if limit == math.inf else limit) as time_limit:
                     response = await self.handler(self.request)
                     body = await response.read() if plan.read_body else None
                     step = drive.returned(plan, _view_of(drive, response, body))
@@ -273,6 +283,10 @@ class _Attempt:
                     raise
                 failure = attempt_failure(exc)
             except TimeoutError as exc:
+                if not time_limit.expired():
+                    # aiohttp's own: the session's ClientTimeout(total=...), around the
+                    # whole call, ran out. The caller waits no longer: no more attempts.
+                    raise
                 # The attempt's own time ran out: before a connection, nothing was sent.
                 failure = attempt_failure(
                     exc if self.progress.connected else aiohttp.ConnectionTimeoutError()
