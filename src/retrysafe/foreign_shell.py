@@ -333,8 +333,8 @@ class RedirectTrail:
     place to carry state between them; so when a hop ends in a redirect, the shell
     leaves the chain here with the URL the redirect points to, and the next request
     in the same context to exactly that URL, made within :data:`FOLLOW_WITHIN`
-    seconds and while the chain's deadline has time left, continues the chain. Any
-    other request drops it and starts afresh.
+    seconds, continues the chain (and its deadline, even if it has run out). Any other
+    request drops it and starts afresh.
     """
 
     def __init__(self, name: str) -> None:
@@ -359,9 +359,8 @@ class RedirectTrail:
         target, chain, left_at = pending
         if _comparable(url) != target or time.monotonic() - left_at > FOLLOW_WITHIN:
             return None
-        deadline = getattr(chain, "deadline", None)
-        if deadline is not None and deadline.remaining() <= 0:
-            return None  # nothing left of the chain's time: a hop now would only fail
+        # (a chain with no time left is continued too: the hop then fails at once with
+        # DeadlineExceeded, where starting afresh would give it a whole new deadline)
         return chain
 
 

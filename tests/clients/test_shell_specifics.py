@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import traceback
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urljoin
 
@@ -31,8 +32,10 @@ from retrysafe import Governor, RetryPolicy
 from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.aiohttp import report_of as aiohttp_report_of
 from retrysafe.chaos import KeyedChaos
+from retrysafe.foreign_shell import RedirectTrail
 from retrysafe.requests import RetryAdapter, report_of
 from retrysafe.telemetry.otel import OpenTelemetry
+from retrysafe.timing import Deadline
 
 FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
 
@@ -455,6 +458,61 @@ def test_a_later_request_to_a_redirects_location_is_a_call_of_its_own(
                 return second.status
 
     assert asyncio.run(run()) == 302
+
+
+def test_a_redirect_hop_after_the_chains_deadline_continues_the_chain_and_fails() -> None:
+    """The next hop of a chain whose time ran out (its head arrived within the attempt's
+    grace) keeps that chain, so it fails with DeadlineExceeded, not as a new call."""
+    trail = RedirectTrail("test_trail")
+    expired = Deadline.after(0.0)  # (no time left)
+    chain = SimpleNamespace(deadline=expired)
+    hop = httpx.Request("GET", "http://api.test/a", extensions={"retrysafe.chain": chain})
+    trail.leave(hop, "http://api.test/b")
+    assert trail.take("http://api.test/b") is chain
+
+
+class _TrickledRedirects(http.server.BaseHTTPRequestHandler):
+    """``/hop/N``: a 302 to the next hop whose 10-byte body takes 0.5 s, then at N = 4 a 200."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        number = int(self.path.rsplit("/", 1)[1])
+        if number >= 4:
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"done")
+            return
+        self.send_response(302)
+        self.send_header("Location", f"/hop/{number + 1}")
+        self.send_header("Content-Length", "10")
+        self.end_headers()
+        for _ in range(10):
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(0.05)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_streamed_requests_call_reads_each_redirect_body_within_the_chains_deadline() -> None:
+    """requests reads a redirect's body before it follows it: under stream=True that read
+    is the chain's time too, so a chain of slow redirect bodies ends at the deadline."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickledRedirects)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        policy = RetryPolicy(deadline=1.2, min_attempt_time=0.05, backoff_base=0.01)
+        with session_with(RetryAdapter(policy=policy)) as session:
+            started = time.monotonic()
+            with pytest.raises(retrysafe.DeadlineExceeded):
+                session.get(f"http://127.0.0.1:{server.server_address[1]}/hop/0", stream=True)
+            took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert took < 1.2 + 0.4  # (four hops, 2 s of bodies, without the bound)
 
 
 SECRET_QUERY_VALUE = "qk-" + "5e" * 8  # built at run time: never in a source line
