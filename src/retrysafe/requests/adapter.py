@@ -261,6 +261,12 @@ def _redirect_target(response: requests.Response) -> str | None:
     return requote_uri(location)
 
 
+def _followed(response: requests.Response) -> bool:
+    """Whether ``response`` is a redirect requests may follow: it reads the body before
+    it follows, so a streamed call reads it within the attempt (its chain's time) too."""
+    return response.status_code in REDIRECT_STATI and "location" in response.headers
+
+
 class _CutShort(Exception):
     """The watchdog ended the attempt, yet requests returned what it had read."""
 
@@ -333,7 +339,7 @@ class _Attempt:
                     response.close()
                     response = None
                     raise _CutShort()
-                body = _read(response, watch) if plan.read_body else None
+                body = _read(response, watch) if plan.read_body or _followed(response) else None
                 step = drive.returned(plan, _view_of(drive, response, body))
                 if type(step) is ReadBody:
                     step = drive.returned(plan, _view_of(drive, response, _read(response, watch)))
