@@ -100,6 +100,12 @@ class _Watchdog:
         with self._lock:
             watch.done = True
 
+    def pooled(self, connection: HTTPConnection) -> None:
+        """``connection`` goes back to its pool, its attempt's use of it over: a watch
+        that runs out from now on must not shut down a socket another thread may take."""
+        with self._lock:  # (the lock _expire runs under: it shut it down before, or never)
+            connection._retrysafe_watch = None  # type: ignore[attr-defined]
+
     def _run(self) -> None:
         with self._lock:
             while True:
@@ -155,7 +161,8 @@ class BoundedHTTPSConnection(_Bounded, HTTPSConnection):
 class _BoundedPool:
     """Mixed into urllib3's pools: waiting for a free connection (a full pool with
     ``pool_block=True``) ends with the running attempt's time. requests passes no
-    pool timeout, and urllib3 would otherwise wait for as long as it takes."""
+    pool timeout, and urllib3 would otherwise wait for as long as it takes. A
+    connection put back is no longer its attempt's to shut down."""
 
     def _get_conn(self, timeout: float | None = None) -> Any:
         watch = current_watch.get()
@@ -163,6 +170,11 @@ class _BoundedPool:
             left = max(0.0, watch.ends_at - time.monotonic())
             timeout = left if timeout is None else min(timeout, left)
         return super()._get_conn(timeout)  # type: ignore[misc]
+
+    def _put_conn(self, conn: Any) -> None:
+        if getattr(conn, "_retrysafe_watch", None) is not None:
+            watchdog.pooled(conn)
+        super()._put_conn(conn)  # type: ignore[misc]
 
 
 class _BoundedHTTPPool(_BoundedPool, HTTPConnectionPool):
