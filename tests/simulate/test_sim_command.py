@@ -108,6 +108,16 @@ def test_outage_and_layers_print_tables(
     assert "ran in" in out
 
 
+def test_outage_in_buckets_that_floats_cannot_divide_exactly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 2.1 / 0.3 is 7.000000000000001: this used to end in a ZeroDivisionError traceback
+    argv = ["outage", "--duration", "2.1", "--bucket", "0.3", "--down-at", "0.5"]
+    assert main(["simulate", *argv, "--down-for", "1", "--workers", "1"]) == EXIT_OK
+    header = next(line for line in capsys.readouterr().out.splitlines() if "from (s)" in line)
+    assert header.split()[2:] == ["0", "0.3", "0.6", "0.9", "1.2", "1.5", "1.8"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

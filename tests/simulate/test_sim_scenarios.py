@@ -7,6 +7,7 @@ import pytest
 from retrysafe import BudgetSettings, GovernorSettings, RetryPolicy
 from retrysafe.simulate import run_brownout, run_contention, run_layers, run_outage
 from retrysafe.simulate.contention import ContentionSettings, engine_run, formula_run
+from retrysafe.simulate.outage import OutageWindow
 
 # -- contention -----------------------------------------------------------------------
 
@@ -138,6 +139,41 @@ def test_the_defaults_fail_fast_in_an_outage_and_recover_soon_after_it() -> None
     assert defaults.recover_after < 6.0
     assert len(defaults.load_per_s) == 12
     assert defaults.load_per_s[0] == pytest.approx(defaults.offered_per_s[0])
+
+
+@pytest.mark.parametrize(
+    ("duration", "bucket", "buckets"), [(2.1, 0.3, 7), (2.7, 0.3, 9), (0.3, 0.1, 3), (60, 5, 12)]
+)
+def test_a_run_of_whole_buckets_has_only_whole_buckets(
+    duration: float, bucket: float, buckets: int
+) -> None:
+    """2.1 / 0.3 is 7.000000000000001 in floats (0.3 / 0.1 is 2.9999999999999996): still
+    whole buckets of the asked width, and no extra one a rounding error wide."""
+    window = OutageWindow(duration=duration, down_at=0.0, down_for=0.0, bucket=bucket)
+    assert window.bucket_widths() == (bucket,) * buckets
+    assert len(window.bucket_starts()) == buckets
+
+
+def test_a_partial_last_bucket_keeps_its_true_width() -> None:
+    window = OutageWindow(duration=1.0, down_at=0.0, down_for=0.0, bucket=0.3)
+    assert window.bucket_starts() == pytest.approx((0.0, 0.3, 0.6, 0.9))
+    assert window.bucket_widths() == pytest.approx((0.3, 0.3, 0.3, 0.1))
+    # two calls in the last 0.1 s are 20 a second; one at the run's end is past it
+    rates = window.per_second([0.0, 0.95, 0.99, 1.0])
+    assert rates == pytest.approx((1 / 0.3, 0.0, 0.0, 20.0))
+
+
+def test_an_outage_in_buckets_of_a_fraction_of_a_second_counts_sane_rates() -> None:
+    # (this run used to end in a ZeroDivisionError; 2.7 s gave a tenth column ~0 s wide)
+    for duration, columns in ((2.1, 7), (2.7, 9)):
+        result = run_outage(
+            duration=duration, down_at=0.5, down_for=1.0, bucket=0.3, rate=50.0, workers=1
+        )
+        assert result.bucket_starts() == pytest.approx([0.3 * index for index in range(columns)])
+        for row in result.rows:
+            assert len(row.load_per_s) == len(row.offered_per_s) == columns
+            # four attempts a call at most, and calls at 50/s: nowhere near 10**15
+            assert max(row.load_per_s) < 400
 
 
 def test_an_outage_must_end_within_the_run() -> None:

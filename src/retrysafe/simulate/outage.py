@@ -45,6 +45,39 @@ class OutageWindow:
         """The failure probability at ``now``: 1 while down, else 0."""
         return 1.0 if self.down_at <= now < self.up_at else 0.0
 
+    def bucket_widths(self) -> tuple[float, ...]:
+        """Each bucket's width (seconds): ``bucket`` each, the last one the rest of the run
+        when the run is not a whole number of buckets.
+
+        ``duration / bucket`` is a float quotient: 2.1 / 0.3 is 7.000000000000001, whose
+        ceiling would make an eighth bucket 3e-16 s wide, and a rate divided by that width
+        (or by a zero one) absurd. A remainder within float rounding of a whole number of
+        buckets is that error, not a bucket.
+        """
+        ratio = self.duration / self.bucket
+        whole = max(1, round(ratio))
+        if math.isclose(ratio, whole, rel_tol=1e-9):
+            return (self.bucket,) * whole
+        count = math.ceil(ratio)
+        return (self.bucket,) * (count - 1) + (self.duration - (count - 1) * self.bucket,)
+
+    def bucket_starts(self) -> tuple[float, ...]:
+        """The start of each bucket (seconds)."""
+        return tuple(index * self.bucket for index in range(len(self.bucket_widths())))
+
+    def per_second(self, times: list[float]) -> tuple[float, ...]:
+        """How many of ``times`` fall in each bucket, per second of the bucket's width.
+
+        Only times within the run, [0, duration), count; one that rounding puts past the
+        last bucket's start still counts in it.
+        """
+        widths = self.bucket_widths()
+        tally = [0] * len(widths)
+        for moment in times:
+            if 0 <= moment < self.duration:
+                tally[min(int(moment // self.bucket), len(widths) - 1)] += 1
+        return tuple(number / width for number, width in zip(tally, widths, strict=True))
+
 
 @dataclasses.dataclass(frozen=True)
 class OutageRow:
@@ -102,8 +135,7 @@ class OutageResult:
 
     def bucket_starts(self) -> tuple[float, ...]:
         """The start of each bucket (seconds)."""
-        count = math.ceil(self.window.duration / self.window.bucket)
-        return tuple(index * self.window.bucket for index in range(count))
+        return self.window.bucket_starts()
 
     def to_json(self) -> dict[str, Any]:
         window = self.window
@@ -118,17 +150,6 @@ class OutageResult:
             "seed": self.seed,
             "results": [row.to_json() for row in self.rows],
         }
-
-
-def _per_second(times: list[float], window: OutageWindow) -> tuple[float, ...]:
-    count = math.ceil(window.duration / window.bucket)
-    tally = [0] * count
-    for moment in times:
-        index = int(moment // window.bucket)
-        if 0 <= index < count:
-            tally[index] += 1
-    widths = [min(window.bucket, window.duration - index * window.bucket) for index in range(count)]
-    return tuple(number / width for number, width in zip(tally, widths, strict=True))
 
 
 def _median(values: list[float]) -> float | None:
@@ -152,8 +173,8 @@ def _job(job: tuple[Config, TrafficShape, OutageWindow, int]) -> OutageRow:
     return OutageRow(
         config=config.name,
         calls=shape.calls,
-        load_per_s=_per_second(list(traffic.arrivals), window),
-        offered_per_s=_per_second([end.started for end in ends], window),
+        load_per_s=window.per_second(list(traffic.arrivals)),
+        offered_per_s=window.per_second([end.started for end in ends]),
         attempts_per_call_down=arrivals_down / max(1, len(down)),
         fail_fast_after=min(refused) - window.down_at if refused else None,
         failure_p50=_median([end.ended - end.started for end in down if not end.ok]),
