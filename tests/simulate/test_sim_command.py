@@ -166,6 +166,41 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        (
+            "POLICY = retrysafe.RetryPolicy(attempts=3\n",
+            "line 3: SyntaxError: '(' was never closed",
+        ),
+        (
+            "POLICY = retrysafe.RetryPolicy(attempts=0)\n",
+            "line 3: ValueError: RetryPolicy.attempts must be >= 1, got 0",
+        ),
+        ("\nraise RuntimeError('boom')\n", "line 4: RuntimeError: boom"),
+    ],
+    ids=["syntax error", "bad value", "any exception"],
+)
+def test_settings_that_fail_to_load_are_one_line_naming_the_file_and_exit_2(
+    source: str,
+    problem: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = tmp_path / "broken_retry_settings.py"
+    module.write_text("import retrysafe\n\n" + source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_retry_settings", raising=False)
+    argv = ["simulate", "brownout", "--calls", "10", "--policy", "broken_retry_settings:POLICY"]
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"retrysafe simulate: cannot load 'broken_retry_settings' for policy: {module}, {problem}\n"
+    )
+    assert captured.out == ""
+
+
 def test_plot_without_matplotlib_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
