@@ -176,6 +176,35 @@ def test_an_outage_in_buckets_of_a_fraction_of_a_second_counts_sane_rates() -> N
             assert max(row.load_per_s) < 400
 
 
+@pytest.mark.parametrize(("seed", "calls"), [(0, 459), (1, 528), (2, 476), (3, 511)])
+def test_outage_calls_arrive_only_within_the_run(seed: int, calls: int) -> None:
+    """Arrivals are a Poisson process over [0, duration): about rate x duration calls, all
+    started within the run, not exactly that many with the last ones started after it."""
+    result = run_outage(
+        duration=10.0, down_at=0.0, down_for=10.0, bucket=10.0, seed=seed, workers=1
+    )
+    for row in result.rows:
+        assert row.calls == calls
+        assert row.offered_per_s == (calls / 10.0,)  # every call started within the run
+
+
+def test_an_outage_run_is_the_start_of_a_longer_one() -> None:
+    """A 10 s run has the arrivals the first 10 s of a 20 s run have (with seed 1, 528 of
+    them: a run cut at 500 calls would have stopped short)."""
+    short = run_outage(duration=10.0, down_at=2.0, down_for=5.0, bucket=5.0, seed=1, workers=1)
+    long = run_outage(duration=20.0, down_at=2.0, down_for=5.0, bucket=5.0, seed=1, workers=1)
+    for config in ("plain retrier", "defaults"):
+        assert short.row(config).offered_per_s == long.row(config).offered_per_s[:2]
+        assert short.row(config).calls == 528
+        assert sum(short.row(config).offered_per_s) * 5.0 == pytest.approx(528)
+
+
+def test_the_same_seed_gives_the_same_outage() -> None:
+    first = run_outage(duration=12.0, down_at=2.0, down_for=5.0, seed=3, workers=1)
+    again = run_outage(duration=12.0, down_at=2.0, down_for=5.0, seed=3, workers=2)
+    assert first == again
+
+
 def test_an_outage_must_end_within_the_run() -> None:
     with pytest.raises(ValueError, match=r"outage\.down_for must end within the run"):
         run_outage(duration=10.0, down_at=5.0, down_for=6.0)

@@ -98,7 +98,7 @@ def _job(job: tuple[Config, TrafficShape, float, int, int]) -> BrownoutRow:
     return BrownoutRow(
         config=config.name,
         failure_rate=failure_rate,
-        calls=shape.calls,
+        calls=traffic.started,
         attempts=len(traffic.arrivals),
         succeeded=sum(end.ok for end in traffic.ends),
         refused_unsent=sum(end.refused_unsent for end in traffic.ends),

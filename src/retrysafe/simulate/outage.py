@@ -84,6 +84,7 @@ class OutageRow:
     """One configuration through the outage."""
 
     config: str
+    #: Calls started within the run (the same for every configuration).
     calls: int
     #: Attempts per second at the dependency, per bucket (the last may be partial).
     load_per_s: tuple[float, ...]
@@ -172,14 +173,14 @@ def _job(job: tuple[Config, TrafficShape, OutageWindow, int]) -> OutageRow:
     failed_later = [end.started for end in ends if not end.ok and end.started >= window.up_at]
     return OutageRow(
         config=config.name,
-        calls=shape.calls,
+        calls=traffic.started,
         load_per_s=window.per_second(list(traffic.arrivals)),
         offered_per_s=window.per_second([end.started for end in ends]),
         attempts_per_call_down=arrivals_down / max(1, len(down)),
         fail_fast_after=min(refused) - window.down_at if refused else None,
         failure_p50=_median([end.ended - end.started for end in down if not end.ok]),
         recover_after=max(failed_later) - window.up_at if failed_later else 0.0,
-        success_rate=sum(end.ok for end in ends) / shape.calls,
+        success_rate=sum(end.ok for end in ends) / max(1, traffic.started),
         breaker_opened=traffic.breaker_opened,
     )
 
@@ -199,7 +200,11 @@ def run_outage(
     workers: int | None = None,
 ) -> OutageResult:
     """Calls at ``rate`` a second for ``duration`` s; the dependency down from ``down_at``
-    for ``down_for`` s. Every configuration sees the same arrivals and jitter streams."""
+    for ``down_for`` s. Every configuration sees the same arrivals and jitter streams.
+
+    Calls arrive as a Poisson process over [0, duration): none starts after the run's end
+    (their retries may run past it), so a row's ``calls`` is how many arrived in the run.
+    """
     owner = "outage"
     for field, value in (("duration", duration), ("bucket", bucket), ("rate", rate)):
         check_number(owner, field, value, positive=True, infinite_ok=False)
@@ -213,10 +218,11 @@ def run_outage(
         f"({duration!r})",
     )
     check(bucket <= duration, owner, "bucket", f"must be <= duration, got {bucket!r}")
-    calls = max(1, round(rate * duration))
-    _check_traffic(owner, calls, rate, latency, fault)
+    # Calls arrive until the run ends, however many that is; the number expected is checked
+    # as brownout's count is, so that a run of absurd size is refused before it starts.
+    _check_traffic(owner, max(1, round(rate * duration)), rate, latency, fault)
     shape = TrafficShape(
-        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+        calls=None, until=duration, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
     )
     window = OutageWindow(duration=duration, down_at=down_at, down_for=down_for, bucket=bucket)
     configs = load_protection_configs(policy, governor)

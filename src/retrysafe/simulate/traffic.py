@@ -4,6 +4,7 @@ simulator's shell, all sharing one governor (one client process calling one depe
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Callable
 
@@ -23,13 +24,26 @@ _URL = "http://dependency.sim/items"
 
 @dataclasses.dataclass(frozen=True)
 class TrafficShape:
-    """How calls arrive and how the dependency answers (seconds, calls per second)."""
+    """How calls arrive and how the dependency answers (seconds, calls per second).
 
-    calls: int
+    Calls arrive as a Poisson process at ``rate``, and stop after ``calls`` of them (a
+    count of calls, however long they take to arrive: brownout) or at ``until`` seconds
+    (a run of that length, however many calls arrive in it: outage). Give one of the two.
+    """
+
+    calls: int | None
     rate: float
     latency: float = 0.020
     latency_sd: float = 0.005
     fault: Fault = "503"
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.calls is None) == (self.until is None):
+            raise ValueError(
+                f"TrafficShape needs calls or until, not both or neither; got calls="
+                f"{self.calls!r}, until={self.until!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +53,8 @@ class Traffic:
     ends: tuple[CallEnd, ...]
     arrivals: tuple[float, ...]
     breaker_opened: int
+    #: Calls started (each at its arrival).
+    started: int
     #: Calls still unfinished when nothing more could happen (an attempt with no timeout
     #: against a dependency that never answers); they count as failed.
     unfinished: int
@@ -52,7 +68,8 @@ def run_traffic(
     seed: int,
     stream: int,
 ) -> Traffic:
-    """Send ``shape.calls`` calls at ``shape.rate`` a second (Poisson arrivals) under ``config``.
+    """Send calls at ``shape.rate`` a second (Poisson arrivals) under ``config``: ``shape.calls``
+    of them, or those that arrive before ``shape.until``.
 
     ``stream`` separates runs that must not share random numbers (one per failure rate,
     say); the same (seed, stream) gives the same arrivals and jitter to every config.
@@ -71,14 +88,21 @@ def run_traffic(
     shell = SimShell(loop, policy=config.policy, governor=governor, send=dependency.send)
     ends: list[CallEnd] = []
     arrivals = random.Random(seed * 1_000_003 + stream + 500_009)
-    at = 0.0
-    for number in range(shape.calls):
+    calls = shape.calls if shape.calls is not None else math.inf
+    until = shape.until if shape.until is not None else math.inf
+    at = arrivals.expovariate(shape.rate)
+    started = 0
+    while started < calls and at < until:
+        loop.at(at, _start, shell, SimClock(now, client_random(seed, stream, started)), ends)
+        started += 1
         at += arrivals.expovariate(shape.rate)
-        loop.at(at, _start, shell, SimClock(now, client_random(seed, stream, number)), ends)
     loop.run()
-    unfinished = shape.calls - len(ends)
     return Traffic(
-        tuple(ends), tuple(dependency.arrivals), shell.observer.breaker_opened, unfinished
+        ends=tuple(ends),
+        arrivals=tuple(dependency.arrivals),
+        breaker_opened=shell.observer.breaker_opened,
+        started=started,
+        unfinished=started - len(ends),
     )
 
 
