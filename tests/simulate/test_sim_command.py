@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import sys
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from retrysafe import simulate
 from retrysafe.cli import main
-from retrysafe.cli.exit_codes import EXIT_OK, EXIT_USAGE
-from retrysafe.simulate import SettingsNotFound, load_governor, load_policy
+from retrysafe.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from retrysafe.simulate import SettingsNotFound, check_plot_path, load_governor, load_policy
 
 
 @pytest.fixture
@@ -223,6 +225,47 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(argv) == EXIT_OK
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(target) in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_unwritable_plot_path_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # /proc exists and is a folder, yet no file can be made in it (not even by root)
+    argv = ["simulate", "layers", "--requests", "5", "--workers", "1", "--plot", "/proc/x.png"]
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "retrysafe simulate: --plot: cannot write a plot to '/proc/x.png': "
+        "No such file or directory\n"
+    )
+    assert captured.out == ""  # refused before the run, not after it
+
+
+def test_checking_a_plot_path_leaves_the_folder_as_it_was(tmp_path: Path) -> None:
+    check_plot_path(tmp_path / "new.png")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old.png").write_bytes(b"an earlier plot")
+    check_plot_path(tmp_path / "old.png")
+    assert (tmp_path / "old.png").read_bytes() == b"an earlier plot"
+
+
+def test_a_plot_that_fails_to_save_after_the_run_keeps_the_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def disk_full(result: object, path: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(simulate, "require_plot_extra", lambda: None)
+    monkeypatch.setattr(simulate, "plot", disk_full)
+    target = str(tmp_path / "layers.png")
+    argv = ["simulate", "layers", "--requests", "5", "--workers", "1", "--plot", target]
+    assert main(argv) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "no guard, no deadline" in captured.out  # the table was printed
+    assert captured.err == (
+        f"retrysafe simulate: --plot: cannot write {target!r}: No space left on device\n"
+    )
 
 
 def test_settings_are_read_from_module_and_name(settings_module: str) -> None:

@@ -13,7 +13,8 @@ import math
 import sys
 from typing import Any
 
-from retrysafe.cli.exit_codes import EXIT_OK, UsageError
+from retrysafe.cli.exit_codes import EXIT_FAILED, EXIT_OK, UsageError
+from retrysafe.cli.terminal import safe_line
 
 __all__ = ["add_simulate_command", "run_simulate"]
 
@@ -229,8 +230,17 @@ def run_simulate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(simulate.render(result)) + "\n")
         sys.stdout.write(f"\n{args.scenario} ran in {result.elapsed:.1f} s\n")
+    sys.stdout.flush()  # the results are out, whatever becomes of the plot
     if args.plot:
-        written = simulate.plot(result, args.plot)
+        try:
+            written = simulate.plot(result, args.plot)
+        except OSError as exc:
+            # Checked before the run, but a disk can fill or a folder go in the meantime.
+            problem = exc.strerror or str(exc)
+            sys.stderr.write(
+                safe_line(f"retrysafe simulate: --plot: cannot write {args.plot!r}: {problem}")
+                + "\n"
+            )
+            return EXIT_FAILED
         sys.stderr.write(f"plot written to {written}\n")
-    sys.stdout.flush()
     return EXIT_OK

@@ -33,7 +33,12 @@ PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", 
 
 def check_plot_path(path: str | Path) -> None:
     """Raise ValueError, saying what to do, unless a plot can be written to ``path``:
-    checked before a simulation runs, so a typo does not cost the whole run."""
+    checked before a simulation runs, so a typo does not cost the whole run.
+
+    The file is opened for writing to find out (the only test that holds for every file
+    system and user: root passes permission checks, /proc refuses new files anyway): an
+    existing file is left as it was, a new one is removed again.
+    """
     target = Path(path)
     if target.suffix.lower() not in PLOT_FORMATS:
         raise ValueError(
@@ -45,6 +50,16 @@ def check_plot_path(path: str | Path) -> None:
         raise ValueError(f"cannot write a plot to {str(path)!r}: no folder {str(folder)!r}")
     if target.is_dir():
         raise ValueError(f"cannot write a plot to {str(path)!r}: it is a folder")
+    try:
+        if target.exists():
+            with target.open("ab"):
+                pass
+        else:
+            with target.open("xb"):
+                pass
+            target.unlink()
+    except OSError as exc:
+        raise ValueError(f"cannot write a plot to {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def _pyplot() -> Any:
