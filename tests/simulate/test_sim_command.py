@@ -136,6 +136,12 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
             "from 0 to 100 (e.g. 50 for half), got '-5'",
         ),
         (["simulate", "brownout", "--failure-rates", "10,,20"], "separated by commas"),
+        # the table finds a column by its rate: a second 50 % showed the first one's figures
+        (
+            ["simulate", "brownout", "--failure-rates", "10,50,50.0"],
+            "expected each percentage once, got 50 twice in '10,50,50.0' (for another draw "
+            "at the same rate, run again with another --seed)",
+        ),
         (
             ["simulate", "layers", "--failure-rate", "150"],
             "from 0 to 100 (e.g. 50 for half), got '150'",

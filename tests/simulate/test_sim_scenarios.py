@@ -124,6 +124,16 @@ def test_your_governor_off_and_two_attempts_doubles_the_load_in_an_outage() -> N
     assert result.row("yours", 1.0).load == 2.0
 
 
+def test_a_failure_rate_given_twice_is_refused() -> None:
+    """Rows are found by (config, rate): a second run at 0.5 could only show the first's."""
+    with pytest.raises(
+        ValueError,
+        match=r"brownout\.failure_rates must list each rate once, got 0\.5 twice \(for another "
+        r"draw at the same rate, run again with another seed\)",
+    ):
+        run_brownout(failure_rates=[0.5, 0.1, 0.5], calls=10, workers=1)
+
+
 # -- outage ---------------------------------------------------------------------------
 
 

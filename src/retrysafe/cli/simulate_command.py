@@ -70,13 +70,21 @@ def _percent(text: str) -> float:
 
 
 def _rates(text: str) -> tuple[float, ...]:
-    """Failure rates as percentages: ``0,10,50,100``."""
+    """Failure rates as percentages: ``0,10,50,100``, each once (the table has a column
+    per rate, and finds a column's figures by its rate)."""
     parts = text.split(",")
     if not all(part.strip() for part in parts):
         raise argparse.ArgumentTypeError(
             f"expected percentages separated by commas (e.g. 0,10,50,100), got {text!r}"
         )
-    return tuple(_percent(part) for part in parts)
+    rates = tuple(_percent(part) for part in parts)
+    for index, rate in enumerate(rates):
+        if rate in rates[:index]:
+            raise argparse.ArgumentTypeError(
+                f"expected each percentage once, got {rate * 100:g} twice in {text!r} "
+                "(for another draw at the same rate, run again with another --seed)"
+            )
+    return rates
 
 
 def _stack(text: str) -> tuple[int, ...]:

@@ -125,13 +125,21 @@ def run_brownout(
     owner = "brownout"
     rates = tuple(failure_rates)
     check(len(rates) > 0, owner, "failure_rates", "must hold at least one rate")
-    for value in rates:
+    for index, value in enumerate(rates):
         check_number(owner, "failure_rates", value, positive=False, infinite_ok=False)
         check(
             value <= 1,
             owner,
             "failure_rates",
             f"must be fractions from 0 to 1 (0.5 is 50 %), got {value!r}",
+        )
+        # A result's row is found by its rate: a second run at one rate could not be shown.
+        check(
+            value not in rates[:index],
+            owner,
+            "failure_rates",
+            f"must list each rate once, got {value!r} twice (for another draw at the same "
+            "rate, run again with another seed)",
         )
     _check_traffic(owner, calls, rate, latency, fault)
     shape = TrafficShape(
