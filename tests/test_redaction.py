@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import traceback
 import urllib.parse
 from collections.abc import Callable
 
@@ -63,6 +64,8 @@ ECHOES: dict[str, Callable[[str], str]] = {
     "json_ascii_all_escaped": lambda t: "".join(f"\\u{ord(c):04x}" for c in t),
     "url_encoded": lambda t: urllib.parse.quote(t, safe=""),
     "form_encoded_lower_hex": lambda t: _lower_hex(urllib.parse.quote_plus(t)),
+    "upper_cased": str.upper,
+    "lower_cased": str.lower,
 }
 
 
@@ -79,6 +82,67 @@ def test_a_secret_echoed_as_a_json_key_is_scrubbed_from_the_body() -> None:
     body, excerpt = describe_body(response, redactor)
     assert "sk_live_KEYASKEY" not in json.dumps(body)
     assert "sk_live_KEYASKEY" not in excerpt
+
+
+def test_a_secret_the_body_limit_cuts_across_is_scrubbed_whole() -> None:
+    redactor = Redactor(["sk_live_CUTACROSS123"])
+    filler = "x" * (64 * 1024 - 10)  # the token starts 10 bytes before the kept body ends
+    response = httpx.Response(400, content=(filler + "sk_live_CUTACROSS123").encode())
+    body, _ = describe_body(response, redactor)
+    assert isinstance(body, str)
+    assert body.startswith(filler)
+    assert "sk_live" not in body  # no half of it kept either
+
+
+def echoing_body(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(422, content=b"invalid request: " + request.content)
+
+
+def test_secret_fields_of_a_json_body_echoed_back_never_reach_the_message_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    payment = {"amount": 1200, "card": {"number": "4242424242424242", "exp": "12/30"}}
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://api.test/charges", json={**payment, "card_number": "4000056655665556"})
+    produced = [str(caught.value), repr(caught.value.body)]
+    produced += [record.getMessage() for record in caplog.records]
+    for text in produced:
+        for secret in ("4242424242424242", "4000056655665556", "12/30"):
+            assert secret not in text
+    assert "1200" in str(caught.value)  # what is not secret stays readable
+
+
+def test_secret_fields_of_a_form_body_echoed_back_are_scrubbed() -> None:
+    form = {"grant_type": "refresh_token", "refresh_token": "rt-FORMSECRET-91", "client_id": "app"}
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://auth.test/token", data=form)
+    assert "rt-FORMSECRET-91" not in str(caught.value)
+    assert "grant_type=refresh_token" in str(caught.value)
+
+
+def _raise_chained(token: str) -> None:
+    try:
+        raise ValueError(f"Illegal header value b'Bearer {token}\\n'")
+    except ValueError as inner:
+        raise RuntimeError(f"wrapped: Bearer {token}") from inner
+
+
+def test_an_exception_raised_from_others_is_scrubbed_along_its_whole_chain() -> None:
+    token = "sk_live_" + "CHAINED1"  # (built here: a traceback prints source lines)
+    redactor = Redactor([f"Bearer {token}"])
+    with pytest.raises(RuntimeError) as caught:
+        _raise_chained(token)
+    redactor.scrub_exception(caught.value)
+    printed = "".join(traceback.format_exception(caught.value))
+    assert "ValueError: Illegal header value" in printed
+    assert token not in printed
 
 
 # -- which names are secret -------------------------------------------------------------------

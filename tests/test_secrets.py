@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 import httpx
@@ -109,3 +110,19 @@ def test_a_token_as_username_never_reaches_the_error(chaos: Any) -> None:
         client.get(url)
     for text in (str(caught.value), repr(caught.value), caught.value.url):
         assert "ghp_TOKENVALUE123" not in text
+
+
+@pytest.mark.parametrize("raise_errors", [True, False])
+def test_a_header_value_httpx_refuses_stays_out_of_the_exception_chain(
+    chaos: Any, raise_errors: bool
+) -> None:
+    """A token read with its newline is refused by httpx, which quotes it in its error:
+    the chain a traceback prints (or httpx's error raised as it is) must not show it."""
+    token = "sk_live_" + "NEWLINE77"  # (built here: a traceback prints source lines)
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=1), raise_errors=raise_errors)
+    refused = retrysafe.ApiError if raise_errors else httpx.LocalProtocolError
+    with httpx.Client(transport=transport) as client, pytest.raises(refused) as caught:
+        client.get(chaos.url("/echo"), headers={"Authorization": f"Bearer {token}\n"})
+    printed = "".join(traceback.format_exception(caught.value))
+    assert "LocalProtocolError" in printed
+    assert token not in printed

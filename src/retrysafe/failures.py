@@ -40,6 +40,10 @@ __all__ = ["CallSummary", "StopKind", "describe_body", "give_up_error"]
 
 #: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
 _BODY_LIMIT = 64 * 1024
+#: How much beyond the limit is read to scrub a secret the limit cuts across: more than
+#: a long credential (a JWT of 2 KiB) written in its longest form, every character
+#: JSON-escaped as 6.
+_SCRUB_MARGIN = 16 * 1024
 _EXCERPT_LIMIT = 200
 
 #: Why the call stopped, as far as the error's class goes: ``"outcome"`` lets the last
@@ -84,6 +88,8 @@ def give_up_error(
 ) -> tuple[ApiError, str]:
     """The error for a call that stops now, and a one-line excerpt of the failing body."""
     body, excerpt = describe_body(response, redactor)
+    if cause is not None:
+        redactor.scrub_exception(cause)  # (it becomes the error's __cause__, or is raised)
     fields: dict[str, Any] = {
         "reason": reason,
         "outcome": outcome,
@@ -137,8 +143,11 @@ def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[
     """
     if response is None or not _is_read(response):
         return None, ""
-    content = response.content[:_BODY_LIMIT]
+    # Scrubbed before it is cut: a secret across the cut would leave its head unscrubbed.
+    # (Cut again after, to the limit: a JSON-escaped echo can be 6 times the secret.)
+    content = response.content[: _BODY_LIMIT + _SCRUB_MARGIN]
     text = redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
+    text = text[:_BODY_LIMIT]
     body: Any = text
     if len(response.content) <= _BODY_LIMIT:
         try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import re
 import threading
@@ -59,6 +60,8 @@ SECRET_NAMES: tuple[str, ...] = (
     "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "otp", "totp",
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
+    # payment card data, as a request body's fields name it (card_number, cvc)
+    "card", "cardnumber", "cvc", "cvv",
 )  # fmt: skip
 #: Segment runs that carry no secret though they contain a secret name's segments.
 PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
@@ -255,8 +258,12 @@ class Redactor:
         unique = {secret for secret in secrets if len(secret) >= _MIN_SCRUB_LENGTH}
         # Longest first, so a token is not half-replaced by one of its prefixes.
         self._secrets = sorted(unique, key=len, reverse=True)
+        # Any letter case: a server may echo a credential upper- or lower-cased
+        # ("unknown key BEARER SK_LIVE_..."), and the echo is as secret as the value.
         self._pattern = (
-            re.compile("|".join(map(_secret_pattern, self._secrets))) if self._secrets else None
+            re.compile("|".join(map(_secret_pattern, self._secrets)), re.IGNORECASE)
+            if self._secrets
+            else None
         )
 
     @classmethod
@@ -282,6 +289,7 @@ class Redactor:
             secrets.append(request.url.password)
         elif request.url.username:
             secrets.append(request.url.username)
+        secrets.extend(_body_secrets(request))
         return cls([secret.strip() for secret in secrets])
 
     def scrub(self, text: str) -> str:
@@ -291,8 +299,76 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
+    def scrub_exception(self, exc: BaseException) -> None:
+        """Scrub the known secrets out of the messages of ``exc`` and of every exception it
+        was raised from or while handling, in place: a traceback prints them all.
+
+        httpx and h11 quote a header value they refuse to send ("Illegal header value
+        b'Bearer sk_...\\n'"); the error retrysafe raises carries that exception as its
+        cause, and ``RetryTransport`` may raise it as it is.
+        """
+        if self._pattern is None:
+            return
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen and len(seen) < _CHAIN_LIMIT:
+            seen.add(id(current))
+            args = current.args
+            scrubbed = tuple(self.scrub(arg) if isinstance(arg, str) else arg for arg in args)
+            if scrubbed != args:
+                current.args = scrubbed
+            current = current.__cause__ or current.__context__
+
     def __repr__(self) -> str:
         return f"Redactor({len(self._secrets)} secrets)"
+
+
+#: How many exceptions of one chain :meth:`Redactor.scrub_exception` looks at, at most.
+_CHAIN_LIMIT = 32
+
+
+#: A request body larger than this is not searched for secret fields.
+_BODY_SCAN_LIMIT = 64 * 1024
+
+
+def _body_secrets(request: httpx.Request) -> list[str]:
+    """The values of the request body's fields named like secrets: a JSON body's, at any
+    depth (every value under such a name), or a form's. A server may echo the body back in
+    its error ("invalid card: {...}"). Only a body retrysafe holds as bytes is read."""
+    if not isinstance(request.stream, httpx.ByteStream):
+        return []
+    try:
+        content = request.content
+    except httpx.RequestNotRead:  # (a stand-in for another client's request holds none)
+        return []
+    if not content or len(content) > _BODY_SCAN_LIMIT:
+        return []
+    kind = request.headers.get("content-type", "").lower()
+    text = content.decode("utf-8", errors="replace")
+    secrets: list[str] = []
+    if "x-www-form-urlencoded" in kind:
+        for name, value in urllib.parse.parse_qsl(text, keep_blank_values=False):
+            if is_secret_name(name):
+                secrets.append(value)
+    elif "json" in kind:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return []
+        _json_secrets(parsed, secret=False, into=secrets)
+    return secrets
+
+
+def _json_secrets(value: object, *, secret: bool, into: list[str]) -> None:
+    """Collect the scalar values of ``value`` that are secret: under a secret name."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _json_secrets(item, secret=secret or is_secret_name(str(name)), into=into)
+    elif isinstance(value, list):
+        for item in value:
+            _json_secrets(item, secret=secret, into=into)
+    elif secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        into.append(str(value))
 
 
 def _basic_credentials(encoded: str) -> list[str]:
