@@ -30,6 +30,9 @@ BAD_INPUT = {
     "url_with_space_and_token": ["get", f"https://api.test/x?access_token={SECRET} &q=1"],
     "unparsable_url_password": ["get", f"https://user:{SECRET}@api.test:12a/"],
     "scheme_less_url_token": ["get", f"{SECRET}@api.test/x"],
+    "url_password_with_a_hash": ["get", f"https://user:pa#ss{SECRET}@api.test/x"],
+    "url_password_with_a_question_mark": ["get", f"https://user:pa?ss{SECRET}@api.test/x"],
+    "url_password_with_a_slash": ["get", f"https://user:pa/ss{SECRET}@api.test:12a/x"],
     "bad_policy_after_secret_header": [
         "get",
         "https://api.test/",

@@ -235,7 +235,9 @@ def _secret_pattern(secret: str) -> str:
 def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """A typed URL's userinfo, and its query pairs (compiled on first use)."""
     return (
-        re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^?#]*)@"),
+        # (a password typed with a "#" or "?" unencoded: the userinfo is then what comes
+        # before the last "@" ahead of the first "/"; with a "/" in it, before the query)
+        re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^/]*|[^?#]*)@"),
         re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
     )
 

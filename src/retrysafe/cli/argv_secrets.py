@@ -31,12 +31,17 @@ def header_secrets(text: str) -> list[str]:
 def url_secrets(text: str) -> list[str]:
     """The userinfo and secret query values of a URL as typed (parseable or not)."""
     secrets: list[str] = []
-    before_query = text.split("?", 1)[0].split("#", 1)[0]
-    if "@" in before_query:
-        authority = before_query.split("//", 1)[-1]
-        userinfo = authority.rpartition("@")[0]
-        user, _, password = userinfo.partition(":")
-        secrets += [userinfo, password or user]
+    after_scheme = text.split("//", 1)[-1]
+    # The authority ends at the first "/"; a password typed with an unencoded "?" or "#"
+    # is in it whole. One typed with a "/" ends before the query instead.
+    for authority in (
+        after_scheme.split("/", 1)[0],
+        after_scheme.split("?", 1)[0].split("#", 1)[0],
+    ):
+        if "@" in authority:
+            userinfo = authority.rpartition("@")[0]
+            user, _, password = userinfo.partition(":")
+            secrets += [userinfo, password or user]
     query = text.partition("?")[2].partition("#")[0]
     for pair in query.replace(";", "&").split("&"):
         name, _, value = pair.partition("=")
