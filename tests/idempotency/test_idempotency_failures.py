@@ -262,6 +262,7 @@ async def test_the_longest_key_and_every_printable_character_are_accepted(
         "postgresql//app:hunter2@127.0.0.1:9/app",  # a typo psycopg quotes back
         "host=127.0.0.1 port=9 password='hunter2",  # an unterminated quote
         "host=127.0.0.1 port=9 password=hunter2 sslmode=bogus",
+        "host=127.0.0.1 port=9 password=pass hunter2 dbname=app",  # a space, unquoted
     ],
 )
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -281,6 +282,16 @@ async def test_a_dsn_the_driver_cannot_parse_keeps_its_password_out_of_the_error
     assert "hunter2" not in str(caught.value)
     assert "hunter2" not in repr(caught.value)
     assert "PostgresStore is unavailable" in str(caught.value)
+
+
+def test_a_redis_url_that_cannot_be_parsed_keeps_its_password_out_of_the_error() -> None:
+    from retrysafe.idempotency import RedisStore
+
+    with pytest.raises(ValueError, match="percent-encode") as caught:
+        RedisStore("redis://:hunter2#rest@127.0.0.1:9/0")  # a '#' not percent-encoded
+    assert "hunter2" not in str(caught.value)
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

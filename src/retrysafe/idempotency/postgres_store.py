@@ -257,9 +257,14 @@ class PostgresStore:
 
 
 #: A password in a DSN: a URL's ``user:password@`` (even a malformed URL's), or a
-#: ``password=`` keyword, quoted or not.
+#: ``password=`` keyword, quoted or not; unquoted, up to the next ``keyword=`` (a password
+#: typed with a space is refused by libpq, whose message then quotes the part after it).
 _URL_PASSWORD: Final = re.compile(r":([^:@/\s]+)@")
-_KEYWORD_PASSWORD: Final = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+_KEYWORD_PASSWORD: Final = re.compile(
+    r"password\s*=\s*('(?:[^'\\]|\\.)*'?|.*?)(?=\s+\w+\s*=|\s*$)", re.IGNORECASE
+)
+#: A word of a password typed with spaces is scrubbed alone from this length on.
+_MIN_WORD = 4
 
 
 def _passwords_in(dsn: str) -> tuple[str, ...]:
@@ -268,6 +273,7 @@ def _passwords_in(dsn: str) -> tuple[str, ...]:
     for value in _KEYWORD_PASSWORD.findall(dsn):
         found.add(value)
         found.add(value.strip("'"))
+        found.update(word for word in value.strip("'").split() if len(word) >= _MIN_WORD)
     found |= {unquote(value) for value in found}
     return tuple(sorted((value for value in found if value), key=len, reverse=True))
 

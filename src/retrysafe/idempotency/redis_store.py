@@ -103,9 +103,17 @@ class RedisStore:
             ) from exc
         self._prefix = prefix
         self._timeout = timeout
-        self._client: Redis = redis.asyncio.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        try:
+            self._client: Redis = redis.asyncio.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
+        except ValueError:
+            # (not chained: redis-py's message quotes the part it could not read, which
+            # may be the password's head)
+            raise ValueError(
+                "RedisStore(url): the URL cannot be parsed; percent-encode special "
+                "characters in the password (e.g. '#' as %23, '@' as %40, '/' as %2F)"
+            ) from None
         self._claim: AsyncScript = self._client.register_script(_CLAIM)
         self._complete: AsyncScript = self._client.register_script(_COMPLETE)
         self._extend: AsyncScript = self._client.register_script(_EXTEND)
