@@ -136,8 +136,10 @@ class Journal:
         # Here, not at the top: `import retrysafe` stays light.
         import sqlite3
 
+        from retrysafe.idempotency.sqlite_file import create_private
         from retrysafe.idempotency.sqlite_wal import enter_wal_mode
 
+        create_private(self.path)
         self._db = sqlite3.connect(
             self.path, timeout=_BUSY_TIMEOUT, check_same_thread=False, isolation_level=None
         )

@@ -28,6 +28,7 @@ from retrysafe.idempotency.sql import (
     check_purge_limit,
     check_table_name,
 )
+from retrysafe.idempotency.sqlite_file import create_private
 from retrysafe.idempotency.sqlite_wal import enter_wal_mode
 from retrysafe.idempotency.store import StoreUnavailable, new_token
 
@@ -221,6 +222,7 @@ class SQLiteStore:
     def _open(self) -> sqlite3.Connection:
         if self._connection is not None:
             return self._connection
+        create_private(self._path)
         connection = sqlite3.connect(
             self._path,
             timeout=self._busy_timeout,
