@@ -36,6 +36,7 @@ import time
 from typing import NamedTuple
 
 import anyio
+import anyio.lowlevel
 import httpx
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -506,9 +507,14 @@ async def hedged_round_async(
                     break
                 if late.copy is not winner and late.response is not None:
                     await late.response.aclose()
-    send.close()
-    receive.close()
+        send.close()
+        receive.close()
     if error is not None:
         raise error
-    assert step is not None
+    if step is None:
+        # Cancelled from outside, and the task group took the cancel back: on asyncio a
+        # cancel that lands as the round's own wait (move_on_after) runs out comes as one
+        # exception, which the group reads as that scope's. The caller's cancel stands.
+        await anyio.lowlevel.checkpoint()  # (trio, anyio's way: raises here, still cancelled)
+        raise anyio.get_cancelled_exc_class()()
     return step

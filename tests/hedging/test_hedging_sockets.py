@@ -367,3 +367,44 @@ def test_a_cancel_from_outside_is_not_taken_back_by_a_hedged_call(chaos: KeyedCh
             return task.cancelling()
 
     assert asyncio.run(run()) == 1
+
+
+def test_hedged_calls_cancelled_at_any_moment_end_as_cancelled(chaos: KeyedChaos) -> None:
+    """asyncio.wait_for around hedged calls, with timeouts landing anywhere in the round
+    (before the copy, as the round's wait runs out, as an answer comes): each call ends
+    as a timeout or a success, never with another error; the round's streams are closed."""
+    import asyncio
+    import gc
+    import random
+    import warnings
+
+    outcomes: dict[str, int] = {}
+
+    async def run() -> None:
+        policy = RetryPolicy(deadline=5, hedge_after=0.02)
+        async with retrysafe.AsyncClient(policy=policy) as client:
+            url = chaos.url("/delay", ms=30)
+            stop = asyncio.get_running_loop().time() + 1.5
+
+            async def caller(seed: int) -> None:
+                draws = random.Random(seed)
+                while asyncio.get_running_loop().time() < stop:
+                    try:
+                        await asyncio.wait_for(client.get(url), timeout=draws.uniform(0, 0.06))
+                        kind = "success"
+                    except TimeoutError:
+                        kind = "cancelled"
+                    except Exception as exc:  # (what the test looks for)
+                        kind = f"{type(exc).__name__}: {exc}"
+                    outcomes[kind] = outcomes.get(kind, 0) + 1
+
+            await asyncio.gather(*(caller(seed) for seed in range(20)))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(run())
+        gc.collect()
+    assert set(outcomes) <= {"success", "cancelled"}, outcomes
+    assert outcomes.get("cancelled", 0) >= 100  # (the cancels did land, many times)
+    unclosed = [str(w.message) for w in caught if "MemoryObject" in str(w.message)]
+    assert unclosed == []
