@@ -1,8 +1,11 @@
 """``retrysafe.deadline(seconds)``: one shrinking deadline for every call inside.
 
-The scope lives in a context variable, so it follows the code through threads'
-own contexts and async tasks: every retrysafe call made inside the ``with``
-block uses the tighter of its policy's deadline and the scope's.
+The scope lives in a context variable: every retrysafe call made inside the
+``with`` block, in this thread or in async tasks started inside it (they copy the
+context), uses the tighter of its policy's deadline and the scope's. A thread
+started inside it does not inherit it (a new thread starts with an empty context)
+unless it runs in a copy: ``contextvars.copy_context().run`` or
+``asyncio.to_thread``.
 """
 
 from __future__ import annotations
