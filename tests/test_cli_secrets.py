@@ -92,3 +92,17 @@ def test_a_servers_control_characters_never_reach_the_terminal(
     bad = [c for c in output if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0]
     assert bad == [], f"control characters {bad!r} in {output!r}"
     assert "\u202e" not in output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.test?email=a@b.com&page=2",
+        "https://api.test#contact@team",
+        "https://api.test:8443?email=a@b.com",
+    ],
+)
+def test_an_at_sign_in_a_query_or_fragment_is_not_taken_for_userinfo(url: str) -> None:
+    from retrysafe.redact import redact_url_text
+
+    assert redact_url_text(url) == url

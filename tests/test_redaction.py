@@ -102,18 +102,64 @@ def test_secret_fields_of_a_json_body_echoed_back_never_reach_the_message_or_log
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="retrysafe")
-    payment = {"amount": 1200, "card": {"number": "4242424242424242", "exp": "12/30"}}
+    payment = {
+        "amount": 1200,
+        "card": {"number": "4242 4242 4242 4242", "brand": "visa", "exp_year": 2030},
+        "customer": {"password": "hunter2-long"},
+        "card_number": "4000056655665556",
+    }
     with (
         retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
         pytest.raises(retrysafe.ClientError) as caught,
     ):
-        client.post("https://api.test/charges", json={**payment, "card_number": "4000056655665556"})
+        client.post("https://api.test/charges", json=payment)
     produced = [str(caught.value), repr(caught.value.body)]
     produced += [record.getMessage() for record in caplog.records]
     for text in produced:
-        for secret in ("4242424242424242", "4000056655665556", "12/30"):
+        for secret in ("4242 4242 4242 4242", "4000056655665556", "hunter2-long"):
             assert secret not in text
-    assert "1200" in str(caught.value)  # what is not secret stays readable
+    # What is not secret stays readable: the amount, the brand, the year.
+    for ordinary in ("1200", "visa", "2030"):
+        assert ordinary in str(caught.value)
+
+
+def test_ordinary_body_fields_stay_readable_in_the_error() -> None:
+    """A bare ``key`` (a sort key, a file name), a token's type, a short value: not secrets."""
+    body = {
+        "sort": {"key": "created_at"},
+        "Key": "reports/2026.csv",
+        "token_type": "bearer",
+        "card_id": "card_8Xy21",
+        "number": "4242424242424241",  # (fails the card check: an order number)
+    }
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://api.test/x", json=body)
+    for ordinary in ("created_at", "reports/2026.csv", "bearer", "card_8Xy21", "4242424242424241"):
+        assert ordinary in str(caught.value.body)
+
+
+def test_a_deeply_nested_json_body_still_ends_as_the_calls_error() -> None:
+    nested = b"[" * 5000 + b"]" * 5000
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError),
+    ):
+        client.post(
+            "https://api.test/x", content=nested, headers={"content-type": "application/json"}
+        )
+
+
+def test_many_echoes_of_a_long_secret_leave_none_of_it_at_the_cut() -> None:
+    secret = "sk_live_" + "A" * 92  # 100 characters, echoed a thousand times (100 KB)
+    redactor = Redactor([secret])
+    response = httpx.Response(400, content=("x" + secret * 1000).encode())
+    body, _ = describe_body(response, redactor)
+    assert isinstance(body, str)
+    assert "sk_live" not in body
+    assert body.endswith("[REDACTED]")
 
 
 def test_secret_fields_of_a_form_body_echoed_back_are_scrubbed() -> None:

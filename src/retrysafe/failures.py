@@ -143,11 +143,13 @@ def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[
     """
     if response is None or not _is_read(response):
         return None, ""
-    # Scrubbed before it is cut: a secret across the cut would leave its head unscrubbed.
-    # (Cut again after, to the limit: a JSON-escaped echo can be 6 times the secret.)
-    content = response.content[: _BODY_LIMIT + _SCRUB_MARGIN]
-    text = redactor.scrub(content.decode(response.encoding or "utf-8", errors="replace"))
-    text = text[:_BODY_LIMIT]
+    # Cut where the limit falls, but scrubbed with what follows it: a secret across the
+    # cut is replaced whole, not left with its head (a JSON-escaped echo can be 6 times
+    # as long as the secret: hence the margin read past the limit).
+    encoding = response.encoding or "utf-8"
+    kept = len(response.content[:_BODY_LIMIT].decode(encoding, errors="replace"))
+    extended = response.content[: _BODY_LIMIT + _SCRUB_MARGIN].decode(encoding, errors="replace")
+    text = redactor.scrub_before(extended, kept)
     body: Any = text
     if len(response.content) <= _BODY_LIMIT:
         try:

@@ -47,6 +47,7 @@ __all__ = [
     "redact_url",
     "redact_url_text",
     "redact_urllib3_logs",
+    "typed_userinfo",
 ]
 
 REDACTED = "[REDACTED]"
@@ -60,8 +61,6 @@ SECRET_NAMES: tuple[str, ...] = (
     "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "otp", "totp",
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
-    # payment card data, as a request body's fields name it (card_number, cvc)
-    "card", "cardnumber", "cvc", "cvv",
 )  # fmt: skip
 #: Segment runs that carry no secret though they contain a secret name's segments.
 PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
@@ -233,22 +232,42 @@ def _secret_pattern(secret: str) -> str:
 
 @functools.cache
 def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A typed URL's userinfo, and its query pairs (compiled on first use)."""
+    """A typed URL's scheme and ``//``, and its query pairs (compiled on first use)."""
     return (
-        # (a password typed with a "#" or "?" unencoded: the userinfo is then what comes
-        # before the last "@" ahead of the first "/"; with a "/" in it, before the query)
-        re.compile(r"^(?P<start>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//|)(?P<userinfo>[^/]*|[^?#]*)@"),
+        re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//"),
         re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
     )
+
+
+def typed_userinfo(text: str) -> tuple[int, int] | None:
+    """Where the userinfo of a URL as typed is (start, end: before its ``@``), or None.
+
+    Generous, for a URL that may not parse: the userinfo ends at the last ``@`` of the
+    authority; of what comes before the query, for a password typed with a ``/``; or of
+    what comes before the first ``/``, for one typed with a ``?`` or ``#`` (only when
+    what precedes that ``?`` or ``#`` reads as ``user:password``, not ``host:port``, so
+    an ``@`` in a query, ``https://api.test?email=a@b``, is left alone).
+    """
+    scheme = _url_parts()[0].match(text)
+    start = scheme.end() if scheme is not None else 0
+    rest = text[start:]
+    before_query = re.split(r"[?#]", rest, maxsplit=1)[0]
+    authority = before_query.split("/", 1)[0]
+    if "@" in authority or "@" in before_query:
+        return start, start + before_query.rindex("@")
+    up_to_path = rest.split("/", 1)[0]
+    if "@" in up_to_path and ":" in authority and not authority.rpartition(":")[2].isdigit():
+        return start, start + up_to_path.rindex("@")
+    return None
 
 
 def redact_url_text(text: str) -> str:
     """``text`` (a URL as typed, maybe one httpx cannot parse) with its userinfo and secret
     query values replaced, and otherwise as written: for messages about bad input."""
-    userinfo, query_pair = _url_parts()
-    text = userinfo.sub(lambda match: match.group("start") + REDACTED + "@", text, count=1)
-
-    return query_pair.sub(_redacted_pair, text)
+    span = typed_userinfo(text)
+    if span is not None:
+        text = text[: span[0]] + REDACTED + text[span[1] :]
+    return _url_parts()[1].sub(_redacted_pair, text)
 
 
 class Redactor:
@@ -301,6 +320,24 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
+    def scrub_before(self, text: str, limit: int) -> str:
+        """The first ``limit`` characters of ``text``, scrubbed: a secret that starts
+        before the limit and runs past it is replaced whole, and nothing after the
+        limit is kept (``text`` should run far enough past it to hold such a secret)."""
+        if self._pattern is None:
+            return text[:limit]
+        kept: list[str] = []
+        done = 0
+        for match in self._pattern.finditer(text):
+            if match.start() >= limit:
+                break
+            kept.append(text[done : match.start()])
+            kept.append(REDACTED)
+            done = match.end()
+        if done < limit:
+            kept.append(text[done:limit])
+        return "".join(kept)
+
     def scrub_exception(self, exc: BaseException) -> None:
         """Scrub the known secrets out of the messages of ``exc`` and of every exception it
         was raised from or while handling, in place: a traceback prints them all.
@@ -331,12 +368,22 @@ _CHAIN_LIMIT = 32
 
 #: A request body larger than this is not searched for secret fields.
 _BODY_SCAN_LIMIT = 64 * 1024
+#: At most this many values are taken from one body (each one is a branch of the scrub).
+_BODY_SECRETS_KEPT = 32
+#: How deep a JSON body is searched.
+_BODY_DEPTH = 32
+#: A body field's value shorter than this is not taken for a secret (``"bearer"``,
+#: ``"visa"``, a year): too many ordinary words would be hidden from messages.
+_MIN_BODY_SECRET = 8
+_CARD_DIGITS = re.compile(r"[0-9][0-9 -]{11,22}[0-9]")
 
 
 def _body_secrets(request: httpx.Request) -> list[str]:
-    """The values of the request body's fields named like secrets: a JSON body's, at any
-    depth (every value under such a name), or a form's. A server may echo the body back in
-    its error ("invalid card: {...}"). Only a body retrysafe holds as bytes is read."""
+    """The secret values of a JSON or form request body, which a server may echo back in
+    its error ("invalid card: {...}"): values of 8 characters or more of fields named
+    like secrets (but for a bare ``key``: in a body it is as often a sort key or a file
+    name), and payment card numbers wherever they are. Only a body retrysafe holds as
+    bytes is read (not the requests and aiohttp shells' stand-ins)."""
     if not isinstance(request.stream, httpx.ByteStream):
         return []
     try:
@@ -350,27 +397,61 @@ def _body_secrets(request: httpx.Request) -> list[str]:
     secrets: list[str] = []
     if "x-www-form-urlencoded" in kind:
         for name, value in urllib.parse.parse_qsl(text, keep_blank_values=False):
-            if is_secret_name(name):
-                secrets.append(value)
+            _take_field(name, value, secrets)
     elif "json" in kind:
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
-        _json_secrets(parsed, secret=False, into=secrets)
-    return secrets
+        _json_secrets(parsed, secrets, depth=0)
+    return secrets[:_BODY_SECRETS_KEPT]
 
 
-def _json_secrets(value: object, *, secret: bool, into: list[str]) -> None:
-    """Collect the scalar values of ``value`` that are secret: under a secret name."""
+def _json_secrets(value: object, into: list[str], *, depth: int) -> None:
+    """Collect the secret values of a parsed JSON body (see :func:`_body_secrets`)."""
+    if depth > _BODY_DEPTH or len(into) >= _BODY_SECRETS_KEPT:
+        return
     if isinstance(value, dict):
         for name, item in value.items():
-            _json_secrets(item, secret=secret or is_secret_name(str(name)), into=into)
+            if isinstance(item, (dict, list)):
+                _json_secrets(item, into, depth=depth + 1)
+            else:
+                _take_field(str(name), item, into)
     elif isinstance(value, list):
         for item in value:
-            _json_secrets(item, secret=secret, into=into)
-    elif secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        into.append(str(value))
+            if isinstance(item, (dict, list)):
+                _json_secrets(item, into, depth=depth + 1)
+            else:
+                _take_field("", item, into)
+
+
+def _take_field(name: str, value: object, into: list[str]) -> None:
+    """Take a body field's value if it is a secret: named like one, or a card number."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return
+    text = str(value)
+    if _is_card_number(text) or (
+        len(text) >= _MIN_BODY_SECRET and name_segments(name) != ("key",) and is_secret_name(name)
+    ):
+        into.append(text)
+
+
+def _is_card_number(text: str) -> bool:
+    """Whether ``text`` is a payment card number: 13 to 19 digits (spaces or dashes
+    between them allowed) that pass the Luhn check."""
+    if not _CARD_DIGITS.fullmatch(text):
+        return False
+    digits = [int(digit) for digit in text if digit.isdigit()]
+    if not 13 <= len(digits) <= 19:
+        return False
+    total = 0
+    for index, digit in enumerate(reversed(digits)):
+        if index % 2:
+            digit *= 2
+            if digit > 9:
+                digit -= 9
+        total += digit
+    return total % 10 == 0
 
 
 def _basic_credentials(encoded: str) -> list[str]:

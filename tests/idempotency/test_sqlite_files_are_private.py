@@ -66,3 +66,12 @@ def test_a_file_that_exists_keeps_its_permissions(tmp_path: Path) -> None:
     shared.chmod(0o640)
     Journal(shared)
     assert stat.S_IMODE(shared.stat().st_mode) == 0o640
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_a_file_uri_names_the_file_that_is_made_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Journal("file:operations.db")  # (SQLite reads a file: name as a URI)
+    assert stat.S_IMODE((tmp_path / "operations.db").stat().st_mode) == 0o600

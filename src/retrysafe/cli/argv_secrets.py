@@ -9,7 +9,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Sequence
 
-from retrysafe.redact import Redactor, is_secret_name
+from retrysafe.redact import Redactor, is_secret_name, typed_userinfo
 
 __all__ = ["argv_secrets", "header_secrets", "url_secrets"]
 
@@ -31,17 +31,11 @@ def header_secrets(text: str) -> list[str]:
 def url_secrets(text: str) -> list[str]:
     """The userinfo and secret query values of a URL as typed (parseable or not)."""
     secrets: list[str] = []
-    after_scheme = text.split("//", 1)[-1]
-    # The authority ends at the first "/"; a password typed with an unencoded "?" or "#"
-    # is in it whole. One typed with a "/" ends before the query instead.
-    for authority in (
-        after_scheme.split("/", 1)[0],
-        after_scheme.split("?", 1)[0].split("#", 1)[0],
-    ):
-        if "@" in authority:
-            userinfo = authority.rpartition("@")[0]
-            user, _, password = userinfo.partition(":")
-            secrets += [userinfo, password or user]
+    span = typed_userinfo(text)
+    if span is not None:
+        userinfo = text[span[0] : span[1]]
+        user, _, password = userinfo.partition(":")
+        secrets += [userinfo, password or user]
     query = text.partition("?")[2].partition("#")[0]
     for pair in query.replace(";", "&").split("&"):
         name, _, value = pair.partition("=")

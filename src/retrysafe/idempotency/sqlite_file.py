@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import urllib.parse
 from pathlib import Path
 
 __all__ = ["create_private"]
@@ -21,9 +22,15 @@ _OWNER_ONLY = 0o600
 
 def create_private(path: str | Path) -> None:
     """Create the database file ``path`` for its owner only, unless it exists already
-    (or is not a file: SQLite's ``:memory:``, an empty name, a ``file:`` URI)."""
+    (or is no file: SQLite's ``:memory:``, an empty name, a ``mode=memory`` URI). A
+    ``file:`` URI, which SQLite reads as one, names the file by its path."""
     name = os.fspath(path)
-    if not name or name == ":memory:" or name.startswith("file:"):
+    if name.startswith("file:"):
+        uri = urllib.parse.urlsplit(name)
+        if "mode=memory" in uri.query:
+            return
+        name = urllib.parse.unquote(uri.path)
+    if not name or name == ":memory:":
         return
     # (it exists: kept as it is; any other failure, a missing folder say, is SQLite's to
     # report when it opens the file, in the store's or journal's own error)
