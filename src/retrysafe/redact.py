@@ -242,19 +242,19 @@ def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
 def typed_userinfo(text: str) -> tuple[int, int] | None:
     """Where the userinfo of a URL as typed is (start, end: before its ``@``), or None.
 
-    Generous, for a URL that may not parse: the userinfo ends at the last ``@`` of the
-    authority; of what comes before the query, for a password typed with a ``/``; or of
-    what comes before the first ``/``, for one typed with a ``?`` or ``#`` (only when
-    what precedes that ``?`` or ``#`` reads as ``user:password``, not ``host:port``, so
-    an ``@`` in a query, ``https://api.test?email=a@b``, is left alone).
+    Generous, for a URL that may not parse: the userinfo ends at the last ``@`` before
+    the query (a password typed with a ``/`` included), or at the last ``@`` before the
+    first ``/``, for one typed with a ``?`` or ``#``: only when what precedes that ``?``
+    or ``#`` reads as ``user:password``, not ``host:port``, so that an ``@`` in a query,
+    ``https://api.test?email=a@b``, is left alone.
     """
     scheme = _url_parts()[0].match(text)
     start = scheme.end() if scheme is not None else 0
     rest = text[start:]
     before_query = re.split(r"[?#]", rest, maxsplit=1)[0]
-    authority = before_query.split("/", 1)[0]
-    if "@" in authority or "@" in before_query:
+    if "@" in before_query:
         return start, start + before_query.rindex("@")
+    authority = before_query.split("/", 1)[0]
     up_to_path = rest.split("/", 1)[0]
     if "@" in up_to_path and ":" in authority and not authority.rpartition(":")[2].isdigit():
         return start, start + up_to_path.rindex("@")
