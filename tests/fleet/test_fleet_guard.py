@@ -144,6 +144,8 @@ def test_half_open_asks_the_fleet_for_its_one_probe_under_a_lease() -> None:
     assert isinstance(permit, FleetPermit)
     assert permit.probe
     assert permit.allowed
+    assert permit.transition is not None  # (reported as a circuit event, as a local probe's)
+    assert (permit.transition.before, permit.transition.after) == ("open", "half_open")
     assert fleet.told == [("acquire_probe", 3.0)]  # the attempt's 2 s plus a second's grace
     transition = guard.apply(RecordHealth(permit, "healthy", None))
     assert transition is not None

@@ -203,6 +203,9 @@ class FleetGuard(DependencyGuard):
             allowed=True,
             probe=True,
             lease_token=answer.token,
+            # (this process sends the fleet's probe: for it, the fleet goes half-open, as
+            # a local breaker's probe says; the probe's end reports half_open -> ...)
+            transition=Transition("open", "half_open"),
         )
         return Admission(permit=permit)
 
