@@ -10,8 +10,8 @@ per attempt and puts the attempt's trace context on the request it sends.
 Logger ``retrysafe`` gets one record per event, each carrying the event's fields
 as ``record.retrysafe`` (:func:`event_fields`, one documented shape): an attempt
 and a success at DEBUG, a retry at INFO, a final failure at WARNING (a 4xx the
-caller must fix at :attr:`LogSettings.client_error_level`, a fail-fast
-``CircuitOpen`` at DEBUG, since the breaker opening was already a WARNING).
+caller must fix at :attr:`LogSettings.client_error_level`, a ``CircuitOpen``
+at DEBUG, since the breaker opening was already a WARNING).
 Every URL here is already redacted, and control characters in a message are escaped.
 """
 
@@ -275,8 +275,8 @@ class Observer:
 
 def event_level(event: RetryEvent) -> int:
     """The level of the record for ``event``. Attempts and successes are DEBUG,
-    retries INFO; a final failure is a WARNING, except a fail-fast CircuitOpen,
-    which is DEBUG (the breaker opening is already one WARNING, and an outage must
+    retries INFO; a final failure is a WARNING, except a CircuitOpen (refused
+    before an attempt, or a retry refused after one), which is DEBUG (the breaker opening is already one WARNING, and an outage must
     not turn every cheap fail-fast call into a log line), and a ClientError, which is
     at the configured :attr:`LogSettings.client_error_level`."""
     kind = event.kind
