@@ -276,8 +276,9 @@ class Observer:
 def event_level(event: RetryEvent) -> int:
     """The level of the record for ``event``. Attempts and successes are DEBUG,
     retries INFO; a final failure is a WARNING, except a CircuitOpen (refused
-    before an attempt, or a retry refused after one), which is DEBUG (the breaker opening is already one WARNING, and an outage must
-    not turn every cheap fail-fast call into a log line), and a ClientError, which is
+    before an attempt, or a retry refused after one), which is DEBUG (the breaker
+    opening is already one WARNING, and an outage must not turn every cheap
+    fail-fast call into a log line), and a ClientError, which is
     at the configured :attr:`LogSettings.client_error_level`."""
     kind = event.kind
     if kind == "failure":
