@@ -1,4 +1,4 @@
-"""Whether Redis answers: one flag the hot path reads, and a log line per outage.
+"""Whether Redis answers: one flag the hot path reads, and log lines per outage.
 
 A call that finds Redis away does not try it again: it reads ``up`` (one attribute) and
 goes on with local protection. Only the background refresher probes Redis and, when it
@@ -33,6 +33,8 @@ class Availability:
         self.outages = 0
         self._lock = threading.Lock()
         self._warned_at: float | None = None
+        #: Whether the outage under way was logged at WARNING (its end is then at INFO).
+        self._loud = False
 
     def lost(self, error: BaseException) -> bool:
         """Redis failed an operation; True if this call found it out (it was up)."""
@@ -45,6 +47,7 @@ class Availability:
             loud = self._warned_at is None or now - self._warned_at >= QUIET_FOR
             if loud:
                 self._warned_at = now
+            self._loud = loud
         # redis-py's messages name a host and port or a script line, never a password.
         logger.log(
             logging.WARNING if loud else logging.DEBUG,
@@ -62,5 +65,12 @@ class Availability:
             if self.up:
                 return False
             self.up = True
-        logger.info("retrysafe fleet: Redis at %s answers again; rejoined the fleet", self.where)
+            loud = self._loud
+        # As loud as the outage's start: a Redis that flaps logs one WARNING and one INFO
+        # per QUIET_FOR, and the rest at DEBUG.
+        logger.log(
+            logging.INFO if loud else logging.DEBUG,
+            "retrysafe fleet: Redis at %s answers again; rejoined the fleet",
+            self.where,
+        )
         return True
