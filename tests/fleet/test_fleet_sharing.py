@@ -572,15 +572,41 @@ async def test_an_async_client_shares_a_cooldown(make_fleet: FleetMaker, chaos: 
 def test_evicted_keys_and_scripts_are_only_state_lost(
     make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str
 ) -> None:
-    fleet = make_fleet()
-    first, second = client(fleet), client(make_fleet())
+    fleet, other = make_fleet(), make_fleet()
+    first, second = client(fleet), client(other)
     with pytest.raises(retrysafe.RateLimited):
         first.get(chaos.url("/status/429", retry_after=5))
+    other.reserve("warm", 10.0, 1, 60.0)  # (its background has loaded the scripts too)
     assert fleet.flush()
+    assert other.flush()
     admin = redis.Redis.from_url(redis_url)
     admin.script_flush()
     admin.flushall()  # every key and script gone, as under eviction or a wipe
     wait_for(lambda: fleet.view("api").calm)  # the cooldown went with its key
+    # The call that finds a script gone goes on locally (no answer), without loading it
+    # itself: one round trip, never three. The scripts go back from the background.
+    assert fleet.reserve("after-flush", 10.0, 1, 60.0) is None
     assert second.get(chaos.url("/status/200")).status_code == 200
-    assert fleet.reserve("after-flush", 10.0, 1, 60.0) == 0.0  # scripts load again
-    assert fleet.up
+    assert fleet.flush()
+    assert fleet.reserve("after-flush", 10.0, 1, 60.0) == 0.0
+    assert fleet.up  # (a missing script is not Redis away)
+
+
+def test_a_call_on_a_new_connection_makes_no_round_trip_it_can_do_without(
+    make_fleet: FleetMaker, redis_url: str
+) -> None:
+    """Each round trip may take up to FleetSettings.timeout: a call's own Redis work is
+    the script call, and, on a connection it must open, no more than the handshake the
+    URL asks for (no CLIENT SETINFO, no maintenance notifications, no script loading)."""
+    fleet = make_fleet()
+    fleet.reserve("warm", 10.0, 1, 60.0)  # (starts the background, which loads the scripts)
+    assert fleet.flush()
+    admin = redis.Redis.from_url(redis_url)
+    fleet._redis.connection_pool.disconnect()  # the next call opens a connection
+    admin.config_resetstat()
+    assert fleet.reserve("fresh-connection", 10.0, 1, 60.0) == 0.0
+    counted = {name: stats["calls"] for name, stats in admin.info("commandstats").items()}
+    # (the script's own commands are counted too: only what a client sends is looked at)
+    assert counted["cmdstat_evalsha"] == 1
+    unneeded = [name for name in counted if name.startswith(("cmdstat_client", "cmdstat_script"))]
+    assert unneeded == []

@@ -33,6 +33,28 @@ __all__ = ["RedisFleet"]
 _PROBE_KINDS = ("closed", "open", "granted", "busy")
 
 
+def _quick_handshake() -> dict[str, Any]:
+    """What the call path's client needs to say no more than it must when it opens a
+    connection (each step is a round trip of up to ``timeout``): not its library's name
+    and version (``CLIENT SETINFO``, twice), nor, with redis-py 8, a request for
+    maintenance notifications; AUTH and SELECT, when the URL asks for them, remain."""
+    import inspect
+
+    import redis
+
+    parameters = inspect.signature(redis.Redis.__init__).parameters
+    quick: dict[str, Any] = (
+        {"driver_info": None}  # (redis-py 8 deprecates the two below for it)
+        if "driver_info" in parameters
+        else {"lib_name": None, "lib_version": None}
+    )
+    if "maint_notifications_config" in parameters:
+        from redis.maint_notifications import MaintNotificationsConfig
+
+        quick["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    return quick
+
+
 class RedisFleet:
     """Cooldowns, pacing and a quorum circuit breaker shared by every process on one Redis.
 
@@ -102,14 +124,20 @@ class RedisFleet:
         no_retries = Retry(NoBackoff(), 0)
         timeout = self.settings.timeout
         background = self.settings.background_timeout
-        #: The client calls use: every operation is bounded by ``timeout``, none retried.
+        #: The client calls use: every operation is bounded by ``timeout``, none retried,
+        #: and a new connection says no more than it must (see _quick_handshake).
         self._redis: Redis = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=no_retries
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=no_retries,
+            **_quick_handshake(),
         )
         #: The refresher's own client (no call waits on it), with a longer timeout.
         self._background: Redis = redis.Redis.from_url(
             url, socket_timeout=background, socket_connect_timeout=background, retry=no_retries
         )
+        self._no_script: type[Exception] = redis.exceptions.NoScriptError
         self._scripts: dict[str, Script] = {
             name: self._redis.register_script(getattr(scripts, name)) for name in scripts.__all__
         }
@@ -287,11 +315,19 @@ class RedisFleet:
     # -- talking to Redis ------------------------------------------------------------------
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """One script call within ``timeout``; None when Redis is away (never raises)."""
+        """One script call within ``timeout``: one round trip; None when Redis is away or
+        does not have the script (never raises)."""
         if not self.availability.up:
             return None  # away: no call waits on Redis until the refresher finds it again
+        script = self._scripts[name]
         try:
-            return self._scripts[name](keys=keys, args=args, client=self._redis)
+            return self._redis.evalsha(script.sha, len(keys), *keys, *args)
+        except self._no_script:
+            # Redis restarted empty, or was flushed: the scripts go back from the writer,
+            # off the call path (loading one inline would be a second and third round
+            # trip). This call goes on with local protection.
+            self._submit(self._load_scripts)
+            return None
         except Exception as error:  # whatever Redis or the network raised
             self._lost(error)
             return None
@@ -393,6 +429,12 @@ class RedisFleet:
             self._pid = pid
         refresher.start()
         writer.start()
+        # The scripts a call runs go to Redis now, from the writer: a call never loads one.
+        writer.submit(self._load_scripts)
+
+    def _load_scripts(self) -> None:
+        for script in self._scripts.values():
+            script.sha = self._background.script_load(script.script)
 
     def close(self) -> None:
         """Stop the refresher, leave the fleet (no longer counted alive), close sockets."""
