@@ -270,6 +270,19 @@ def redact_url_text(text: str) -> str:
     return _url_parts()[1].sub(_redacted_pair, text)
 
 
+@functools.lru_cache(maxsize=64)
+def _scrub_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
+    """The pattern that finds any of ``secrets`` in any of their written forms, in any
+    letter case (a server may echo a credential upper- or lower-cased, "unknown key
+    BEARER SK_LIVE_...", and the echo is as secret as the value).
+
+    Kept for the next failing call: a client's calls carry the same credentials, and
+    writing out every character's forms costs far more than the scrub itself. (The
+    secrets stay in this process's memory, where the requests that carried them were.)
+    """
+    return re.compile("|".join(map(_secret_pattern, secrets)), re.IGNORECASE)
+
+
 class Redactor:
     """Scrubs the secret values of one request out of any text, in any of their encodings."""
 
@@ -279,13 +292,7 @@ class Redactor:
         unique = {secret for secret in secrets if len(secret) >= _MIN_SCRUB_LENGTH}
         # Longest first, so a token is not half-replaced by one of its prefixes.
         self._secrets = sorted(unique, key=len, reverse=True)
-        # Any letter case: a server may echo a credential upper- or lower-cased
-        # ("unknown key BEARER SK_LIVE_..."), and the echo is as secret as the value.
-        self._pattern = (
-            re.compile("|".join(map(_secret_pattern, self._secrets)), re.IGNORECASE)
-            if self._secrets
-            else None
-        )
+        self._pattern = _scrub_pattern(tuple(self._secrets)) if self._secrets else None
 
     @classmethod
     def for_request(cls, request: httpx.Request) -> Redactor:
