@@ -608,5 +608,33 @@ def test_a_call_on_a_new_connection_makes_no_round_trip_it_can_do_without(
     counted = {name: stats["calls"] for name, stats in admin.info("commandstats").items()}
     # (the script's own commands are counted too: only what a client sends is looked at)
     assert counted["cmdstat_evalsha"] == 1
-    unneeded = [name for name in counted if name.startswith(("cmdstat_client", "cmdstat_script"))]
-    assert unneeded == []
+    # No password and no database in this URL: no HELLO (RESP3), AUTH or SELECT either.
+    assert "@" not in redis_url
+    unneeded = ("cmdstat_client", "cmdstat_script", "cmdstat_hello", "cmdstat_auth")
+    assert [name for name in counted if name.startswith(unneeded)] == []
+
+
+def test_calls_that_find_the_scripts_gone_ask_for_one_reload_between_them(
+    make_fleet: FleetMaker, redis_url: str
+) -> None:
+    """However many calls find the scripts missing before the writer has loaded them,
+    one reload goes in the queue: the fleet's other writes do not wait behind copies."""
+    fleet = make_fleet()
+    fleet.reserve("warm", 10.0, 1, 60.0)
+    fleet._started()  # (its background threads: the writer the reload goes to)
+    assert fleet.flush()
+    admin = redis.Redis.from_url(redis_url)
+    admin.script_flush()
+    admin.config_resetstat()
+    writer = fleet._writer
+    assert writer is not None
+    hold = threading.Event()
+    writer.submit(hold.wait)  # the writer is busy: every reload asked for now waits
+    answers = [fleet.reserve(f"gone-{number}", 10.0, 1, 60.0) for number in range(20)]
+    hold.set()
+    assert fleet.flush()
+    assert answers == [None] * 20  # each went on locally
+    loads = admin.info("commandstats").get("cmdstat_script|load", {"calls": 0})["calls"]
+    # One reload, each script once (the refresher may load its own script once more).
+    assert len(fleet._scripts) <= loads <= len(fleet._scripts) + 1
+    assert fleet.reserve("after", 10.0, 1, 60.0) == 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from retrysafe.redact import printable
 
@@ -24,10 +25,12 @@ QUIET_FOR = 60.0
 
 
 class Availability:
-    """``up`` or not, told once in the log each way; ``where`` names Redis, redacted."""
+    """``up`` or not, told once in the log each way; ``where`` names Redis, redacted;
+    ``monotonic`` is the clock outages are timed on (for tests)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.where = where
+        self._monotonic = monotonic
         self.up = True
         #: How many times Redis was found away (for tests and benchmarks).
         self.outages = 0
@@ -35,19 +38,41 @@ class Availability:
         self._warned_at: float | None = None
         #: Whether the outage under way was logged at WARNING (its end is then at INFO).
         self._loud = False
+        #: When the outage under way began (monotonic seconds).
+        self._away_since = 0.0
 
     def lost(self, error: BaseException) -> bool:
-        """Redis failed an operation; True if this call found it out (it was up)."""
+        """Redis failed an operation; True if this call found it out (it was up).
+
+        An outage logged quietly (one soon after another) that goes on for ``QUIET_FOR``
+        is logged at WARNING then, once: a long outage is never only at DEBUG."""
         with self._lock:
+            now = self._monotonic()
             if not self.up:
-                return False
-            self.up = False
-            self.outages += 1
-            now = time.monotonic()
-            loud = self._warned_at is None or now - self._warned_at >= QUIET_FOR
-            if loud:
+                if self._loud or now - self._away_since < QUIET_FOR:
+                    return False
+                self._loud = True
                 self._warned_at = now
-            self._loud = loud
+                lasted = now - self._away_since
+            else:
+                lasted = None
+                self.up = False
+                self.outages += 1
+                self._away_since = now
+                loud = self._warned_at is None or now - self._warned_at >= QUIET_FOR
+                if loud:
+                    self._warned_at = now
+                self._loud = loud
+        if lasted is not None:
+            logger.warning(
+                "retrysafe fleet: Redis at %s has not answered for %.0f s (%s: %s); this "
+                "process goes on with its local load protection",
+                self.where,
+                lasted,
+                type(error).__name__,
+                printable(str(error))[:200],
+            )
+            return False
         # redis-py's messages name a host and port or a script line, never a password.
         logger.log(
             logging.WARNING if loud else logging.DEBUG,

@@ -36,8 +36,9 @@ _PROBE_KINDS = ("closed", "open", "granted", "busy")
 def _quick_handshake() -> dict[str, Any]:
     """What the call path's client needs to say no more than it must when it opens a
     connection (each step is a round trip of up to ``timeout``): not its library's name
-    and version (``CLIENT SETINFO``, twice), nor, with redis-py 8, a request for
-    maintenance notifications; AUTH and SELECT, when the URL asks for them, remain."""
+    and version (``CLIENT SETINFO``, twice), nor, with redis-py 8, a ``HELLO`` for RESP3
+    and a request for maintenance notifications; AUTH and SELECT, when the URL asks for
+    them, remain."""
     import inspect
 
     import redis
@@ -48,6 +49,10 @@ def _quick_handshake() -> dict[str, Any]:
         if "driver_info" in parameters
         else {"lib_name": None, "lib_version": None}
     )
+    if "protocol" in parameters:
+        # RESP2: redis-py 8 speaks RESP3 by default, which opens every connection with a
+        # HELLO, password or not (a URL's own ?protocol=3 still wins)
+        quick["protocol"] = 2
     if "maint_notifications_config" in parameters:
         from redis.maint_notifications import MaintNotificationsConfig
 
@@ -138,6 +143,8 @@ class RedisFleet:
             url, socket_timeout=background, socket_connect_timeout=background, retry=no_retries
         )
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
+        #: A reload of the scripts is queued in the writer (one at a time).
+        self._reloading = False
         self._scripts: dict[str, Script] = {
             name: self._redis.register_script(getattr(scripts, name)) for name in scripts.__all__
         }
@@ -325,8 +332,12 @@ class RedisFleet:
         except self._no_script:
             # Redis restarted empty, or was flushed: the scripts go back from the writer,
             # off the call path (loading one inline would be a second and third round
-            # trip). This call goes on with local protection.
-            self._submit(self._load_scripts)
+            # trip), once however many calls find them missing meanwhile. This call goes
+            # on with local protection.
+            if not self._reloading:
+                self._reloading = True
+                if not self._submit(self._load_scripts):
+                    self._reloading = False
             return None
         except Exception as error:  # whatever Redis or the network raised
             self._lost(error)
@@ -433,6 +444,8 @@ class RedisFleet:
         writer.submit(self._load_scripts)
 
     def _load_scripts(self) -> None:
+        """Load every script a call runs (in the writer; a failure is Redis away)."""
+        self._reloading = False  # (cleared first: a flush during the load asks again)
         for script in self._scripts.values():
             script.sha = self._background.script_load(script.script)
 
