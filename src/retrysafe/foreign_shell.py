@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import urldefrag
 
@@ -133,7 +133,8 @@ class TraceHeaders:
     """The headers a call instrument writes on a stand-in request for each attempt (its
     trace's context: ``traceparent`` and the like), which the real request must carry.
 
-    Made from the stand-in as it was built; :meth:`added` gives what is new on it since.
+    Made from the stand-in as it was built; :meth:`copy_onto` sets what is new on it
+    since on the real request's headers.
     """
 
     __slots__ = ("_built",)
@@ -141,13 +142,12 @@ class TraceHeaders:
     def __init__(self, view: httpx.Request) -> None:
         self._built = frozenset(view.headers.raw)
 
-    def added(self, view: httpx.Request) -> list[tuple[str, str]]:
-        """The headers on ``view`` it was not built with, to set on the real request."""
-        return [
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in view.headers.raw
-            if (name, value) not in self._built
-        ]
+    def copy_onto(self, view: httpx.Request, headers: MutableMapping[str, str]) -> None:
+        """Set the headers on ``view`` it was not built with onto ``headers`` (the real
+        request's; each replaces the value an earlier attempt set)."""
+        for name, value in view.headers.raw:
+            if (name, value) not in self._built:
+                headers[name.decode("latin-1")] = value.decode("latin-1")
 
 
 def response_view(

@@ -257,8 +257,7 @@ class _Attempt:
         """Send the attempt and read as much as the engine needs, within its time."""
         self.discard()
         if self.trace_headers is not None:
-            for name, value in self.trace_headers.added(drive.request):
-                self.request.headers[name] = value
+            self.trace_headers.copy_onto(drive.request, self.request.headers)
         limit = plan.timeout
         header = self.settings.deadline_header
         if header is not None and math.isfinite(limit):
