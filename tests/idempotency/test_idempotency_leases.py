@@ -133,7 +133,10 @@ async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without
     clock = FakeClock()
     slow_store = InterposedStore(store)
     slow_store.hold_renewals()  # the store stalls, so the first claim's lease runs out
-    app = build_app(slow_store, clock=clock, lease=0.3)
+    # (the lease is on the fake clock, which jumps past it; but Redis also lets an
+    # unrenewed key lapse after the lease in real time, so it must outlast a loaded
+    # machine's wait for the held renewals: 0.9 s, not less)
+    app = build_app(slow_store, clock=clock, lease=0.9)
     shop = app.state.shop
     results: dict[str, httpx.Response] = {}
     async with client_for(app) as client:
