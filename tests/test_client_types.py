@@ -139,7 +139,11 @@ def test_correct_use_type_checks_cleanly(mypy_errors: dict[Path, dict[int, list[
 
 
 def _public_classes() -> list[type]:
-    exported = [getattr(retrysafe, name) for name in retrysafe.__all__]
+    import retrysafe.idempotency
+
+    exported = [getattr(retrysafe, name) for name in retrysafe.__all__] + [
+        getattr(retrysafe.idempotency, name) for name in retrysafe.idempotency.__all__
+    ]
     return [value for value in exported if inspect.isclass(value)] + [FakeClock]
 
 
@@ -148,6 +152,13 @@ def test_type_hints_of_public_classes_resolve(cls: type) -> None:
     typing.get_type_hints(cls)
     if "__init__" in vars(cls):
         typing.get_type_hints(vars(cls)["__init__"])
+
+
+def test_type_hints_of_the_server_functions_resolve() -> None:
+    from retrysafe.idempotency import credential_scope
+
+    assert "return" in typing.get_type_hints(credential_scope)
+    assert "request" in typing.get_type_hints(credential_scope("authorization"))
 
 
 _VERBS = ("get", "head", "options", "post", "put", "patch", "delete")

@@ -135,7 +135,7 @@ class EventHook(Protocol):
     changes still reach it. Without the attribute a hook always listens.
     """
 
-    def __call__(self, event: RetryEvent) -> None: ...
+    def __call__(self, event: RetryEvent, /) -> None: ...
 
 
 class CallTrace(Protocol):
@@ -166,7 +166,7 @@ class CallTrace(Protocol):
 class CallInstrument(Protocol):
     """A hook that also follows every call: ``start_call`` is asked once per call."""
 
-    def __call__(self, event: RetryEvent) -> None: ...
+    def __call__(self, event: RetryEvent, /) -> None: ...
 
     def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
         """Start following a call of ``request`` (``url`` is its URL, secrets redacted);

@@ -11,8 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 
 import retrysafe
-from retrysafe import ApiError, CallReport, RetryPolicy, Verdict
+from retrysafe import ApiError, CallReport, RetryEvent, RetryPolicy, Verdict
 from retrysafe.client import report_of
+from retrysafe.idempotency import IdempotencyMiddleware, IdempotencySettings, MemoryStore
+from retrysafe.idempotency.asgi import ASGIApp
+from retrysafe.testing import FakeClock
 
 URL = "https://api.example.com/items"
 
@@ -105,3 +108,27 @@ async def async_calls(client: retrysafe.AsyncClient) -> int:
     await sent.aclose()
     report = report_of(response)
     return 0 if report is None else report.attempts
+
+
+def hooks_of_every_shape() -> None:
+    """Any one-argument callable is a hook, whatever its parameter is called."""
+    events: list[RetryEvent] = []
+
+    def on_event(e: RetryEvent) -> None:
+        events.append(e)
+
+    retrysafe.Client(hooks=[on_event, events.append, lambda e: events.append(e)])
+    retrysafe.RetryTransport(httpx.HTTPTransport(), hooks=(events.append,))
+
+
+def middleware_takes_any_collection(app: ASGIApp) -> None:
+    IdempotencyMiddleware(
+        app,
+        MemoryStore(),
+        scope=lambda request: "caller",
+        required=False,
+        methods={"POST", "PUT"},
+        release_statuses=[401, 409],
+    )
+    IdempotencySettings(required=True, methods=("POST",), release_statuses=range(400, 410))
+    FakeClock(randoms=(0.5, 0.25))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Collection
 
 import anyio
 
@@ -33,7 +33,8 @@ from retrysafe.idempotency.settings import (
 )
 from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
 
-if TYPE_CHECKING:
+# (imported for typing.get_type_hints; without Starlette the middleware refuses to start)
+with contextlib.suppress(ImportError):
     from starlette.requests import Request
 
 __all__ = ["CallerScope", "IdempotencyMiddleware", "WallClock", "credential_scope"]
@@ -122,12 +123,12 @@ class IdempotencyMiddleware:
         ttl: float = 86_400.0,
         lease: float = 60.0,
         header: str = "Idempotency-Key",
-        methods: frozenset[str] = DEFAULT_METHODS,
+        methods: Collection[str] = DEFAULT_METHODS,
         max_key_length: int = 255,
         max_body_size: int = 1_048_576,
         max_response_size: int = 1_048_576,
         in_flight_retry_after: float = 1.0,
-        release_statuses: frozenset[int] = DEFAULT_RELEASE_STATUSES,
+        release_statuses: Collection[int] = DEFAULT_RELEASE_STATUSES,
         clock: WallClock | None = None,
     ) -> None:
         try:

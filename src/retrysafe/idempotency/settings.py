@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Collection
 
 __all__ = ["DEFAULT_METHODS", "DEFAULT_RELEASE_STATUSES", "IdempotencySettings"]
 
@@ -37,7 +38,8 @@ class IdempotencySettings:
             stopped renewing it (crashed, or cut off from the store) lapses, and the next
             repeat takes the key over.
         header: the request header carrying the key.
-        methods: request methods whose keys are honoured; others pass through.
+        methods: request methods whose keys are honoured; others pass through. Any
+            collection of names; kept as a ``frozenset`` of upper-case names.
         max_key_length: longest key accepted, in characters.
         max_body_size: largest keyed request body, in bytes (larger: 413). The body is
             read whole to fingerprint it.
@@ -47,19 +49,19 @@ class IdempotencySettings:
             while the first request still runs (never past the lease's end).
         release_statuses: statuses, besides every 5xx, that release the key rather than
             being kept (a handler can still keep them with ``mark_committed``); by default
-            :data:`DEFAULT_RELEASE_STATUSES`.
+            :data:`DEFAULT_RELEASE_STATUSES`. Any collection; kept as a ``frozenset``.
     """
 
     required: bool
     ttl: float = 86_400.0
     lease: float = 60.0
     header: str = "Idempotency-Key"
-    methods: frozenset[str] = DEFAULT_METHODS
+    methods: Collection[str] = DEFAULT_METHODS
     max_key_length: int = 255
     max_body_size: int = 1_048_576
     max_response_size: int = 1_048_576
     in_flight_retry_after: float = 1.0
-    release_statuses: frozenset[int] = DEFAULT_RELEASE_STATUSES
+    release_statuses: Collection[int] = DEFAULT_RELEASE_STATUSES
 
     def __post_init__(self) -> None:
         if not isinstance(self.required, bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterable
 
 import anyio.lowlevel
 
@@ -34,7 +35,7 @@ class FakeClock:
         seed: int = 0,
         start: float = 0.0,
         wall_start: float = DEFAULT_WALL_START,
-        randoms: list[float] | None = None,
+        randoms: Iterable[float] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._now = start
