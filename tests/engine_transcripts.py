@@ -100,7 +100,7 @@ MAX_STEPS = 500
 UNBOUNDED_ATTEMPT = 30.0
 QUOTA_HEADER = "x-api-remaining-credits"
 NOT_REPLAYABLE_TYPE = "urn:retrysafe:idempotency:result-not-replayable"
-IN_FLIGHT_TYPE = "urn:retrysafe:idempotency:in-flight"
+IN_FLIGHT_TYPE = "urn:retrysafe:idempotency:request-in-flight"
 
 
 def eps(*values: float) -> float:
@@ -188,6 +188,9 @@ BodyKind = Literal[
     "problem_not_replayable",
     "problem_in_flight",
     "json_not_replayable",
+    "middleware_in_flight",
+    "middleware_not_replayable",
+    "app_conflict",
 ]
 _BODIES: dict[str, tuple[str | None, bytes]] = {
     "empty": (None, b""),
@@ -208,7 +211,26 @@ _BODIES: dict[str, tuple[str | None, bytes]] = {
         "application/json",
         json.dumps({"type": NOT_REPLAYABLE_TYPE}).encode(),
     ),
+    # retrysafe.idempotency's own answers: the problem named by a header (_BODY_HEADERS).
+    "middleware_in_flight": (
+        "application/problem+json",
+        json.dumps({"type": IN_FLIGHT_TYPE, "status": 409}).encode(),
+    ),
+    "middleware_not_replayable": (
+        "application/problem+json",
+        json.dumps({"type": NOT_REPLAYABLE_TYPE, "status": 409}).encode(),
+    ),
+    # The app's own conflict, which says nothing of the key.
+    "app_conflict": ("application/json", b'{"error": "that name is taken"}'),
 }
+_BODY_HEADERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "middleware_in_flight": (("idempotency-problem", "request-in-flight"),),
+    "middleware_not_replayable": (("idempotency-problem", "result-not-replayable"),),
+}
+#: Bodies by which a 409 says its key's request ran and its result was not kept.
+_NOT_REPLAYABLE_BODIES = frozenset({"problem_not_replayable", "middleware_not_replayable"})
+#: Bodies by which a 409 says its key's first request is still running.
+_IN_FLIGHT_BODIES = frozenset({"problem_in_flight", "middleware_in_flight"})
 _JSON_BODIES = frozenset(k for k, (ct, _) in _BODIES.items() if ct and "json" in ct)
 
 
@@ -417,7 +439,15 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
     body: BodyKind
     if status == 409:
         body = rng.choice(
-            ("problem_not_replayable", "problem_in_flight", "json_not_replayable", "empty")
+            (
+                "problem_not_replayable",
+                "problem_in_flight",
+                "json_not_replayable",
+                "empty",
+                "middleware_in_flight",
+                "middleware_not_replayable",
+                "app_conflict",
+            )
         )
     elif status < 300:
         body = rng.choice(("json_ok", "json_ok", "json_error", "json_fatal", "text", "empty"))
@@ -614,6 +644,7 @@ def _make_response(
     content_type, body = _BODIES[spec.body]
     if content_type is not None:
         headers.append(("content-type", content_type))
+    headers.extend(_BODY_HEADERS.get(spec.body, ()))
     if spec.retry_after is not None:
         form, value = spec.retry_after
         if form == "date":
@@ -853,18 +884,22 @@ BODY_NEEDED = Verdict("retry", "body_needed_but_not_read")
 
 def _judge(response: httpx.Response, run: Run, now: float) -> Verdict:
     """What classify makes of ``response`` as the engine saw it: a read copy when the
-    body was read, else the unread response itself (a streamed success on its headers)."""
+    body was read, else the unread response itself (a streamed success on its headers).
+    (Called before the attempt's record is added: every record in ``run`` came before.)"""
+    in_use = key_may_be_in_use(run, len(run.records))
     try:
         content = response.content
     except httpx.ResponseNotRead:
         try:
-            return classify_response(response, run.policy, keyed=run.keyed, now=now)
+            return classify_response(
+                response, run.policy, keyed=run.keyed, now=now, key_may_be_in_use=in_use
+            )
         except httpx.ResponseNotRead:
             return BODY_NEEDED
     copy = httpx.Response(
         response.status_code, headers=response.headers, content=content, request=response.request
     )
-    return classify_response(copy, run.policy, keyed=run.keyed, now=now)
+    return classify_response(copy, run.policy, keyed=run.keyed, now=now, key_may_be_in_use=in_use)
 
 
 # -- what the scenario says an outcome means (independent of classify) ------------------
@@ -886,7 +921,7 @@ def _oracle_rule(name: str, spec: Outcome) -> tuple[str, str | None] | None:
     raise ValueError(name)
 
 
-def _oracle_default(spec: Outcome, keyed: bool) -> tuple[str, str | None]:
+def _oracle_default(spec: Outcome, keyed: bool, in_use: bool) -> tuple[str, str | None]:
     status = spec.status
     if status < 400:
         return ("success", None)
@@ -895,9 +930,11 @@ def _oracle_default(spec: Outcome, keyed: bool) -> tuple[str, str | None]:
             return ("permanent", None)
         return ("retry", "no")
     if status == 409 and keyed:
-        if spec.body == "problem_not_replayable":
+        if spec.body in _NOT_REPLAYABLE_BODIES:
             return ("permanent", None)  # the key's work ran; its result is gone for good
-        return ("retry", "no")  # the key is in use by an attempt still running
+        if spec.body in _IN_FLIGHT_BODIES or spec.retry_after is not None or in_use:
+            return ("retry", "no")  # the key is in use by an attempt still running
+        return ("permanent", None)  # the app's own conflict
     if status in DEFAULT_RETRY_STATUSES:
         return ("retry", "no" if status in (408, 429, 503) else "maybe")
     return ("permanent", None)
@@ -913,15 +950,43 @@ def spec_meaning(run: Run, rec: OutcomeRec) -> tuple[str, str | None]:
         if spec.exception == "LocalProtocolError":
             return ("permanent", None)
         return ("retry", "no" if spec.exception in NEVER_SENT else "maybe")
-    rule = None
+    rule = _rule_meaning(run, spec)
+    in_use = key_may_be_in_use(run, run.records.index(rec))
+    if spec.replayed:
+        meaning = rule or _oracle_default(spec, run.keyed, in_use)
+        return ("permanent", None) if meaning[0] == "retry" else meaning
+    return rule or _oracle_default(spec, run.keyed, in_use)
+
+
+def _rule_meaning(run: Run, spec: Outcome) -> tuple[str, str | None] | None:
+    """What the first of the scenario's rules that speaks says of ``spec``, if one does."""
     for name in run.scenario.rules:
         rule = _oracle_rule(name, spec)
         if rule is not None:
-            break
-    if spec.replayed:
-        meaning = rule or _oracle_default(spec, run.keyed)
-        return ("permanent", None) if meaning[0] == "retry" else meaning
-    return rule or _oracle_default(spec, run.keyed)
+            return rule
+    return None
+
+
+def key_may_be_in_use(run: Run, before: int) -> bool:
+    """The scenario's reading of "an attempt under the key, among ``run``'s first
+    ``before`` records, may still be running on the server": one that may have been
+    acted on (a 4xx says it was not, but a keyed 409 in use or not replayable says it was)."""
+    for rec in run.records[:before]:
+        if not isinstance(rec, OutcomeRec):
+            continue
+        kind, processed = spec_meaning(run, rec)
+        status = None if rec.exc is not None else rec.spec.status
+        if status == 409 and run.keyed:
+            # (by the table's reading: a rule's verdict on a 409 says nothing of the key)
+            if _rule_meaning(run, rec.spec) is None and (
+                kind == "retry" or rec.spec.body in _NOT_REPLAYABLE_BODIES
+            ):
+                return True
+        elif status is not None and 400 <= status < 500:
+            continue
+        elif kind == "retry" and processed == "maybe":
+            return True
+    return False
 
 
 # -- invariants --------------------------------------------------------------------------

@@ -99,6 +99,27 @@ def test_409_with_a_key_waits_for_the_request_in_flight() -> None:
     assert classify(response(409), keyed=False).kind == "permanent"
 
 
+def test_a_keyed_409_is_in_use_when_the_server_says_so_or_our_attempt_may_still_run() -> None:
+    in_flight = {"Idempotency-Problem": "request-in-flight"}  # (retrysafe.idempotency's)
+    assert classify(response(409, in_flight), keyed=True).reason == "idempotency_key_in_use"
+    # Saying nothing of the key: in use only while an earlier attempt under it may run.
+    silent = response(409, {"content-type": "application/json"})
+    assert classify(silent, keyed=True).reason == "conflict"
+    assert classify(silent, keyed=True).kind == "permanent"
+    later = classify_response(silent, POLICY, keyed=True, now=NOW, key_may_be_in_use=True)
+    assert (later.kind, later.reason) == ("retry", "idempotency_key_in_use")
+    # The middleware's other answers, and its "not replayable", are final however it stands.
+    for said in ("result-not-replayable", "key-reused"):
+        verdict = classify_response(
+            response(409, {"Idempotency-Problem": said}),
+            POLICY,
+            keyed=True,
+            now=NOW,
+            key_may_be_in_use=True,
+        )
+        assert verdict.kind == "permanent", said
+
+
 def test_a_replayed_response_is_final_whatever_its_status() -> None:
     replayed = {"Idempotent-Replayed": "true"}
     assert classify(response(201, replayed)).kind == "success"

@@ -167,7 +167,7 @@ def test_a_retried_permanent_error_is_caught(broken: Callable[[str, Any], None])
 
 def test_a_misread_not_replayable_409_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The bug: the middleware's "result not replayable" 409 read as "in flight".
-    monkeypatch.setattr(retrysafe.classify, "_is_not_replayable", lambda response: False)
+    monkeypatch.setattr(retrysafe.classify, "_key_problem", lambda response: None)
     found = _violations()
     assert found.get("classification_matches_spec", 0) > 0
     assert found.get("no_retry_of_permanent", 0) > 0

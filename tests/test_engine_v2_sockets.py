@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import retrysafe
+import retrysafe.idempotency
 from retrysafe import RetryPolicy
 from retrysafe.chaos import ChaosServer, KeyedChaos, create_app
 from retrysafe.chaos.connection import listening_socket
@@ -594,3 +596,68 @@ def test_the_not_replayable_409_is_final(api: Any, not_replayable: _NotReplayabl
     assert caught.value.processed == "maybe"
     assert not_replayable.requests[key] == 2
     assert api.seconds < 1
+
+
+# -- keys: the app's own 409 behind the middleware is final, not "key in use" ---------------
+
+
+class _ConflictServer:
+    """A write behind IdempotencyMiddleware whose handler answers its own 409 (a name
+    already taken): not one of the middleware's answers, so it carries no
+    ``Idempotency-Problem`` header. ``runs`` counts the handler's runs."""
+
+    def __init__(self) -> None:
+        from retrysafe.idempotency import IdempotencyMiddleware, MemoryStore
+
+        self.runs = 0
+
+        async def signup(request: Request) -> Response:
+            self.runs += 1
+            return Response(b'{"error": "that name is taken"}', 409, media_type="application/json")
+
+        self.server = ChaosServer(
+            app=IdempotencyMiddleware(
+                Starlette(routes=[Route("/signup", signup, methods=["POST"])]),
+                MemoryStore(),
+                scope=lambda request: "caller",
+                required=False,
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def conflict() -> Iterator[_ConflictServer]:
+    served = _ConflictServer()
+    with served.server:
+        yield served
+
+
+def test_the_apps_own_409_to_a_keyed_write_is_final(api: Any, conflict: _ConflictServer) -> None:
+    runs = conflict.runs
+    with pytest.raises(retrysafe.ClientError) as caught:
+        api.request(
+            "POST",
+            f"{conflict.server.url}/signup",
+            policy=FAST,
+            json={"name": "bo"},
+            idempotency_key=True,
+        )
+    assert (caught.value.status, caught.value.reason) == (409, "conflict")
+    assert caught.value.attempts == 1
+    assert caught.value.retryable is False
+    assert caught.value.processed == "no"  # the app refused: nothing done, nothing to check
+    assert conflict.runs == runs + 1
+    assert api.seconds < 1
+
+
+def test_a_journaled_write_refused_with_the_apps_409_is_failed_not_ambiguous(
+    conflict: _ConflictServer, tmp_path: Path
+) -> None:
+    journal = retrysafe.idempotency.Journal(tmp_path / "journal.sqlite")
+    with (
+        retrysafe.Client(journal=journal, policy=FAST) as client,
+        pytest.raises(retrysafe.ClientError),
+    ):
+        client.post(f"{conflict.server.url}/signup", json={"name": "al"}, operation="signup-al")
+    assert journal.get("signup-al").state == "failed"
+    assert journal.unresolved() == []

@@ -130,7 +130,9 @@ def test_should_retry_false_makes_a_retryable_status_final() -> None:
 
 
 def test_should_retry_false_makes_a_keyed_conflict_final() -> None:
-    verdict = classify(response(409, {"Stripe-Should-Retry": "false"}), keyed=True)
+    # (a 409 in flight, by its Retry-After, that the server says not to ask again)
+    said = response(409, {"Stripe-Should-Retry": "false", "Retry-After": "1"})
+    verdict = classify(said, keyed=True)
     assert (verdict.kind, verdict.reason) == ("permanent", "server_said_no_retry")
 
 

@@ -149,9 +149,18 @@ def is_replay(response: httpx.Response) -> bool:
 
 
 def classify_response(
-    response: httpx.Response, policy: RetryPolicy, *, keyed: bool, now: float
+    response: httpx.Response,
+    policy: RetryPolicy,
+    *,
+    keyed: bool,
+    now: float,
+    key_may_be_in_use: bool = False,
 ) -> Verdict:
-    """Classify a complete response (body read) per DESIGN §3.
+    """Classify a complete response (body read), as docs/retries.md tabulates.
+
+    ``keyed``: the request carries an idempotency key. ``key_may_be_in_use``: an
+    earlier attempt under that key may still be running on the server, so a 409 that
+    says nothing of the key means it is in use (see :func:`_keyed_conflict`).
 
     Rules run first and may override anything; a rule raising ``ValueError``
     (say, ``response.json()`` on a truncated body) means the body is unreadable.
@@ -163,7 +172,9 @@ def classify_response(
     verdict = _apply_rules(response, policy)
     if is_replay(response):
         if verdict is None:
-            verdict = _default_verdict(response, policy, keyed=keyed, now=now)
+            verdict = _default_verdict(
+                response, policy, keyed=keyed, key_may_be_in_use=key_may_be_in_use, now=now
+            )
         if verdict.kind == "retry":
             return Verdict.permanent(verdict.reason)
         return verdict
@@ -171,7 +182,10 @@ def classify_response(
         if verdict.kind == "retry" and verdict.after is None:
             verdict = dataclasses.replace(verdict, after=retry_after_of(response, now))
         return verdict
-    return _heed_server(_default_verdict(response, policy, keyed=keyed, now=now), response, now)
+    verdict = _default_verdict(
+        response, policy, keyed=keyed, key_may_be_in_use=key_may_be_in_use, now=now
+    )
+    return _heed_server(verdict, response, now)
 
 
 #: Verdicts a server's ``x-should-retry: true`` does not reopen: the answer is final
@@ -203,21 +217,57 @@ def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verd
     return Verdict.retry("server_said_retry", retry_after_of(response, now), processed=processed)
 
 
-#: The problem type ``retrysafe.idempotency`` (and servers following it) answer with when
-#: a key's request already ran but its response could not be kept.
-_NOT_REPLAYABLE_TYPE = "result-not-replayable"
+#: What a keyed 409 may say of its key, as the ``Idempotency-Problem`` header's value
+#: (``retrysafe.idempotency``) or the end of its problem document's ``type`` (servers
+#: following it without the header): the key's first request is still running; or it
+#: ran, and its response could not be kept.
+_IN_FLIGHT = "request-in-flight"
+_NOT_REPLAYABLE = "result-not-replayable"
+_KEY_PROBLEM_HEADER: Final = "idempotency-problem"
 
 
-def _is_not_replayable(response: httpx.Response) -> bool:
-    """A 409 whose problem document says the key's result cannot be replayed."""
+def _key_problem(response: httpx.Response) -> str | None:
+    """What a 409 says of the request's key: ``request-in-flight``,
+    ``result-not-replayable``, another problem of the middleware's, or None when it
+    says nothing of the key (it may be the app's own conflict)."""
+    said = response.headers.get(_KEY_PROBLEM_HEADER)
+    if said is not None:
+        return str(said).strip().lower()
     if "problem+json" not in response.headers.get("content-type", ""):
-        return False
+        return None
     try:
         document = response.json()
     except (ValueError, httpx.ResponseNotRead):
-        return False
+        return None
     kind = document.get("type") if isinstance(document, dict) else None
-    return isinstance(kind, str) and kind.endswith(_NOT_REPLAYABLE_TYPE)
+    if isinstance(kind, str):
+        for problem in (_IN_FLIGHT, _NOT_REPLAYABLE):
+            if kind.endswith(problem):
+                return problem
+    return None
+
+
+def _keyed_conflict(response: httpx.Response, now: float, *, key_may_be_in_use: bool) -> Verdict:
+    """A 409 to a request with an idempotency key.
+
+    The key is in use (retry, after the server's ``Retry-After``) when the server says
+    so, or asks to be asked again later (``Retry-After``), or, saying nothing of the
+    key, when an earlier attempt under it may still be running there. A key whose
+    request ran but whose result was not kept is final. Any other 409 is the app's own
+    conflict (a name taken, a version out of date): final, like a 409 without a key.
+    """
+    said = _key_problem(response)
+    if said == _NOT_REPLAYABLE:
+        # The work ran but its result was not kept: asking again cannot get it.
+        return Verdict.permanent("result_not_replayable")
+    if said == _IN_FLIGHT or (
+        said is None and (key_may_be_in_use or "retry-after" in response.headers)
+    ):
+        # An attempt under this key still runs there: wait for it; the key guards the work.
+        return Verdict.retry(
+            "idempotency_key_in_use", retry_after_of(response, now), processed="no"
+        )
+    return Verdict.permanent(status_reason(409))
 
 
 def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | None:
@@ -235,7 +285,12 @@ def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | Non
 
 
 def _default_verdict(
-    response: httpx.Response, policy: RetryPolicy, *, keyed: bool, now: float
+    response: httpx.Response,
+    policy: RetryPolicy,
+    *,
+    keyed: bool,
+    key_may_be_in_use: bool,
+    now: float,
 ) -> Verdict:
     status = response.status_code
     if status < 400:
@@ -248,13 +303,7 @@ def _default_verdict(
             after = exhausted_until(response, now)
         return Verdict.retry("rate_limited", after, processed="no")
     if status == 409 and keyed:
-        if _is_not_replayable(response):
-            # The work ran but its result was not kept: asking again cannot get it.
-            return Verdict.permanent("result_not_replayable")
-        # The key is in use by an attempt still in flight: wait for it, the key guards the work.
-        return Verdict.retry(
-            "idempotency_key_in_use", retry_after_of(response, now), processed="no"
-        )
+        return _keyed_conflict(response, now, key_may_be_in_use=key_may_be_in_use)
     if status in policy.retry_statuses:
         processed: Processed = "no" if status in _REFUSED_BEFORE_WORK else "maybe"
         return Verdict.retry(

@@ -346,7 +346,13 @@ class Call:
             self.policy,
             keyed=self.idempotency_key is not None,
             now=self._clock.time(),
+            key_may_be_in_use=self._key_may_be_in_use(),
         )
+
+    def _key_may_be_in_use(self) -> bool:
+        """Whether an earlier attempt under this call's key may still be running on the
+        server: one the server may have acted on (a keyed 409 then means "in use")."""
+        return self._processed == "maybe"
 
     def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
         """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had come."""

@@ -262,6 +262,10 @@ class HedgedCall(Call):
             self._winner = plan.number
         return super()._decide(verdict, response=response, cause=cause, during_body=during_body)
 
+    def _key_may_be_in_use(self) -> bool:
+        # (another copy still in flight may be running under the key too)
+        return len(self._flights) > 1 or super()._key_may_be_in_use()
+
     def attempt_abandoned(self) -> None:
         if self.state == "done":
             return
