@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import anyio
@@ -76,12 +78,33 @@ return 0
 """
 
 
+_Script = Literal["claim", "complete", "extend", "release"]
+
+
+class _LoopClient:
+    """redis-py's asyncio client for one event loop, with the store's scripts on it."""
+
+    __slots__ = ("claim", "client", "complete", "extend", "release")
+
+    def __init__(self, client: Redis) -> None:
+        self.client = client
+        self.claim: AsyncScript = client.register_script(_CLAIM)
+        self.complete: AsyncScript = client.register_script(_COMPLETE)
+        self.extend: AsyncScript = client.register_script(_EXTEND)
+        self.release: AsyncScript = client.register_script(_RELEASE)
+
+
 class RedisStore:
     """Records in Redis (redis-py's asyncio client), atomic through Lua scripts.
 
     Every worker process and host pointing at the same Redis shares the records. Each
     record carries its expiry, compared with the middleware's clock; Redis also expires
     the key itself once that time has passed, so nothing accumulates.
+
+    A redis-py asyncio connection works only on the event loop that opened it, so the
+    store keeps one client per loop it is used on: one store made at import time serves
+    an app that a test suite starts on a new loop per test, as the other stores do.
+    Needs asyncio (redis-py's asyncio client does not run on trio).
 
     Needs the ``redis`` extra: ``pip install 'retrysafe[redis]'``.
 
@@ -103,10 +126,16 @@ class RedisStore:
             ) from exc
         self._prefix = prefix
         self._timeout = timeout
-        try:
-            self._client: Redis = redis.asyncio.Redis.from_url(
+
+        def connect() -> Redis:
+            return redis.asyncio.Redis.from_url(
                 url, socket_timeout=timeout, socket_connect_timeout=timeout
             )
+
+        self._connect: Callable[[], Redis] = connect
+        try:
+            # (made now, so that a bad URL is refused here; used by the first loop)
+            self._unbound: _LoopClient | None = _LoopClient(connect())
         except ValueError:
             # (not chained: redis-py's message quotes the part it could not read, which
             # may be the password's head)
@@ -114,10 +143,9 @@ class RedisStore:
                 "RedisStore(url): the URL cannot be parsed; percent-encode special "
                 "characters in the password (e.g. '#' as %23, '@' as %40, '/' as %2F)"
             ) from None
-        self._claim: AsyncScript = self._client.register_script(_CLAIM)
-        self._complete: AsyncScript = self._client.register_script(_COMPLETE)
-        self._extend: AsyncScript = self._client.register_script(_EXTEND)
-        self._release: AsyncScript = self._client.register_script(_RELEASE)
+        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
         self._closed = False
 
     async def claim(
@@ -125,7 +153,7 @@ class RedisStore:
     ) -> Claimed | IdempotencyRecord:
         token = new_token()
         args = [repr(now), fingerprint, token, repr(now + lease), _milliseconds(lease)]
-        reply = await self._call(self._claim, scope, key, args)
+        reply = await self._call("claim", scope, key, args)
         if reply[0] == b"claimed":
             return Claimed(token)
         return record_from_fields(tuple(_text_fields(reply)))
@@ -145,25 +173,49 @@ class RedisStore:
         else:
             parts = ["completed", str(response.status), response.headers_json(), response.body]
         args = [token, *parts, repr(now + ttl), _milliseconds(ttl)]
-        return bool(await self._call(self._complete, scope, key, args))
+        return bool(await self._call("complete", scope, key, args))
 
     async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
         args = [token, repr(now + lease), _milliseconds(lease)]
-        return bool(await self._call(self._extend, scope, key, args))
+        return bool(await self._call("extend", scope, key, args))
 
     async def release(self, scope: str, key: str, token: str) -> bool:
-        return bool(await self._call(self._release, scope, key, [token]))
+        return bool(await self._call("release", scope, key, [token]))
 
     async def close(self) -> None:
+        """Close the connections of this loop's client (those of loops already closed
+        went with their loop); the store refuses every later operation."""
         self._closed = True
-        await self._client.aclose()
+        loop = asyncio.get_running_loop()
+        current = self._per_loop.pop(loop, None)
+        self._per_loop.clear()
+        self._unbound = None
+        if current is not None:
+            await current.client.aclose()
+
+    def _client_for(self, loop: asyncio.AbstractEventLoop) -> _LoopClient:
+        """The running loop's client: the one made with the store, for the first loop."""
+        client = self._per_loop.get(loop)
+        if client is None:
+            client, self._unbound = self._unbound or _LoopClient(self._connect()), None
+            self._per_loop[loop] = client
+        return client
 
     async def _call(
-        self, script: AsyncScript, scope: str, key: str, args: Sequence[str | bytes]
+        self, script_name: _Script, scope: str, key: str, args: Sequence[str | bytes]
     ) -> Any:
         if self._closed:
             raise StoreUnavailable("RedisStore", "the store is closed")
         from redis.exceptions import RedisError
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "RedisStore runs on asyncio (redis-py's asyncio client does not run on "
+                "trio): use SQLiteStore or MemoryStore there"
+            ) from None
+        script: AsyncScript = getattr(self._client_for(loop), script_name)
 
         redis_key = f"{self._prefix}{quote(scope, safe='')}:{quote(key, safe='')}"
         try:
