@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -36,6 +37,15 @@ async def test_cancelling_the_task_during_a_backoff_sends_nothing_more(chaos: An
         assert scope.cancelled_caught
         assert time.monotonic() - started < 1.0
     assert len(chaos.log()) == 1
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt, as in a terminal, even when the run started with it
+    ignored (a shell's background job, nohup): Python then leaves its own handler out."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def _interrupt_main_after(seconds: float) -> threading.Timer:
