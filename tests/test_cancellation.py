@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,21 @@ async def test_cancelling_the_task_during_a_backoff_sends_nothing_more(chaos: An
         assert scope.cancelled_caught
         assert time.monotonic() - started < 1.0
     assert len(chaos.log()) == 1
+
+
+async def test_async_calls_and_their_cancels_warn_of_nothing(chaos: Any) -> None:
+    """Under warnings as errors, as many test suites run: a new connection (anyio's
+    connect_tcp cancels inside it), a hedged call's copies, and a cancel mid-attempt.
+    (A coroutine compiled by mypyc would warn of Python 3.12's deprecated throw() here.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hedged = RetryPolicy(hedge_after=0.05)
+        async with retrysafe.AsyncClient(policy=hedged) as client:
+            assert (await client.get(chaos.url("/status/200"))).status_code == 200
+            assert (await client.get(chaos.url("/delay", ms=200))).status_code == 200
+            with anyio.move_on_after(0.2) as scope:
+                await client.get(chaos.url("/hang"))
+            assert scope.cancelled_caught
 
 
 @pytest.fixture(autouse=True)

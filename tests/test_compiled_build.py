@@ -52,6 +52,9 @@ def test_the_compiled_run_runs_every_listed_module_compiled() -> None:
         "retrysafe.call_options",
         "retrysafe.dependency_namers",
         "retrysafe.governor.governor",
+        # A compiled coroutine throws into the one it awaits with the 3-argument throw()
+        # Python 3.12 deprecated: the async send loop stays plain Python.
+        "retrysafe.async_send_loop",
     ):
         assert not _is_extension(name), name
 

@@ -3,8 +3,8 @@
 They wrap any httpx transport. Per request they make one
 :class:`~retrysafe.drive.Drive` (the engine plus the governor, effects and
 contexts) and then only send attempts, read bodies and sleep (each holds a
-send loop, send_loop.py, that does this). The two differ in nothing else; there
-is no retry logic here.
+send loop that does this: send_loop.py, async_send_loop.py). The two differ in
+nothing else; there is no retry logic here.
 
 Drop-in use keeps httpx's behaviour: the final response is returned whatever
 its status, the body of a success reaches httpx unbuffered (so streaming works),
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from retrysafe.async_send_loop import AsyncSendLoop
 from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.clock import Clock
 from retrysafe.governor import Governor
@@ -26,7 +27,7 @@ from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_httpx_logs
 from retrysafe.request_facts import DependencyNamer
-from retrysafe.send_loop import AsyncSender, AsyncSendLoop, Sender, SendLoop
+from retrysafe.send_loop import AsyncSender, Sender, SendLoop
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]

@@ -1,0 +1,231 @@
+"""What an async shell does with each request: send attempts, read bodies, sleep.
+
+:class:`AsyncSendLoop` does for :class:`~retrysafe.AsyncRetryTransport` what
+:class:`~retrysafe.send_loop.SendLoop` does for the sync one: one
+:class:`~retrysafe.drive.Drive` per request, then only sending, reading and
+sleeping as it says.
+
+It stays plain Python in the compiled build (``docs/cost.md``), though it runs on
+every async call. A coroutine compiled by mypyc passes an exception on to the
+coroutine it awaits with ``throw(type, value, traceback)``, which Python 3.12
+deprecated: every cancel that crosses it, such as the one anyio's ``connect_tcp``
+uses on each new connection, would warn, and fail a program that runs with
+warnings as errors. The decisions it asks for (the drive, the engine, the
+governor) are compiled all the same.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from retrysafe.attempt_deadline import (
+    AttemptDeadlineReached,
+    bound_transport,
+    retire_stream_of,
+)
+from retrysafe.classify import AttemptTimedOut
+from retrysafe.decisions import AttemptPlan, ReadBody, Wait
+from retrysafe.drive import Drive, Step
+from retrysafe.send_loop import _GRACE, _INF, AsyncSender, _prepare
+from retrysafe.shell_settings import ShellSettings
+
+if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
+    from retrysafe.attempt_watchdog import AttemptWatchdog, Watch
+
+__all__ = ["AsyncSendLoop"]
+
+
+async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
+    """The attempt ends with no outcome (cancelled): close what it got, shielded from
+    the cancel, and give back what it held (an HTTP/2 connection it may have left a
+    stream open on is retired: see attempt_deadline.retire)."""
+    retire_stream_of(drive)
+    if response is not None:
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+    drive.abandoned()
+
+
+def _may_speak_http2(transport: object) -> bool:
+    """Whether ``transport``'s httpcore pool may open HTTP/2 connections (``http2=True``)."""
+    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
+
+
+#: Whether this Python's asyncio can take a cancel back (Task.uncancel, 3.11+), which
+#: the attempt watchdog needs; None until an asyncio attempt first asks.
+_can_uncancel: bool | None = None
+
+
+def _running_asyncio_loop() -> Any:
+    """The running asyncio loop, or None (on trio, or with no loop at all)."""
+    # Not imported here: `import retrysafe` leaves asyncio to whoever runs a loop.
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio)
+        return None
+
+
+def _new_watchdog(loop: Any) -> AttemptWatchdog | None:
+    """A watchdog for ``loop``'s attempts; None when there is no asyncio loop (trio) or
+    it cannot take a cancel back (Python before 3.11)."""
+    global _can_uncancel
+    if loop is None:
+        return None
+    if _can_uncancel is None:
+        import asyncio
+
+        _can_uncancel = hasattr(asyncio.Task, "uncancel")
+    if not _can_uncancel:
+        return None
+    from retrysafe.attempt_watchdog import AttemptWatchdog
+
+    return AttemptWatchdog(loop)
+
+
+class AsyncSendLoop:
+    """An async transport's requests: each driven through its attempts and waits (an
+    :class:`~retrysafe.AsyncRetryTransport` holds one, as for :class:`SendLoop`)."""
+
+    def __init__(self, settings: ShellSettings, transport: AsyncSender) -> None:
+        self.settings = settings
+        #: The transport that sends each attempt.
+        self.transport = transport
+        #: Whether the network backend ends every wait of an attempt at its end; if not,
+        #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
+        #: HTTP/2 it cannot: a request also waits for its turn to read the connection
+        #: another request holds (httpcore's lock), for as long as that one's reads.
+        self._bounded = bound_transport(transport) and not _may_speak_http2(transport)
+        #: The watchdog of the loop this transport's attempts last ran on (asyncio): made
+        #: per transport, so it lives no longer than the transport keeps it.
+        self._watchdog: AttemptWatchdog | None = None
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        """Drive ``request`` to its end: the response httpx expects, or the call's error."""
+        drive = Drive(self.settings, request)
+        try:
+            step: Step = drive.next_attempt()
+            while True:
+                if type(step) is AttemptPlan:
+                    if drive.policy.hedge_after is None:
+                        step = await self._attempt(drive, request, step)
+                    else:
+                        step = await self._hedged_attempt(drive, request, step)
+                elif type(step) is Wait:
+                    await self.settings.clock.async_sleep(step.seconds)
+                    step = drive.next_attempt()
+                else:
+                    return drive.finish(step)
+        except BaseException:
+            drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
+            raise
+        finally:
+            drive.close()
+
+    async def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
+        """Send one attempt and read as much of it as the engine needs, within its time."""
+        _prepare(request, drive, plan)
+        response: httpx.Response | None = None
+        finite = plan.timeout != _INF
+        drive.attempt_ends_at = time.monotonic() + plan.timeout + _GRACE if finite else None
+        # The network backend ends reads at the attempt's end (see attempt_deadline); a
+        # time limit bounds the transports it cannot reach: the loop's watchdog on
+        # asyncio, anyio's cancel scope elsewhere (_attempt_in_scope).
+        dog: AttemptWatchdog | None = None
+        watch: Watch | None = None
+        if finite and not self._bounded:
+            dog = self._watchdog
+            if dog is None or dog.loop is not dog.running_loop():
+                dog = self._watchdog = _new_watchdog(_running_asyncio_loop())
+                if dog is None:
+                    return await self._attempt_in_scope(drive, request, plan)
+            # (on the loop's own clock, read now: a test loop may keep virtual time, and a
+            # test may patch the clock the loop reads)
+            watch = dog.watch(dog.loop.time() + plan.timeout + _GRACE)
+        try:
+            response = await self.transport.handle_async_request(request)
+            if plan.read_body:
+                await response.aread()
+            step = drive.returned(plan, response)
+            if type(step) is ReadBody:
+                await response.aread()
+                step = drive.returned(plan, response)
+            return step
+        except AttemptDeadlineReached as reached:
+            failure: Exception = reached.as_outcome()
+        except TimeoutError:  # (a transport's own time limit)
+            retire_stream_of(drive)
+            failure = AttemptTimedOut("the attempt did not finish in its time")
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        except BaseException as exc:
+            if watch is not None and watch.caught(exc):
+                retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
+                failure = AttemptTimedOut("the attempt did not finish in its time")
+            else:
+                if watch is not None and dog is not None:
+                    dog.forget(watch)  # before the shielded close: no cancel of its own
+                    watch = None
+                await _abandon(drive, response)
+                raise
+        finally:
+            if watch is not None and dog is not None:
+                dog.forget(watch)
+            drive.attempt_ends_at = None
+        if response is not None:
+            await response.aclose()
+        return drive.raised(plan, failure, during_body=response is not None)
+
+    async def _attempt_in_scope(
+        self, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    ) -> Step:
+        """:meth:`_attempt` where no asyncio watchdog can end it (trio; Python before
+        3.11): under anyio's cancel scope, which raises TimeoutError at its end.
+
+        Its body repeats :meth:`_attempt`'s on purpose (a change to one goes to the
+        other): sharing it would put a coroutine, or a null context, on every asyncio
+        attempt, which is what keeping this path apart saves."""
+        import anyio  # (not with the package: sync-only processes never need it)
+
+        response: httpx.Response | None = None
+        try:
+            with anyio.fail_after(plan.timeout + _GRACE):
+                response = await self.transport.handle_async_request(request)
+                if plan.read_body:
+                    await response.aread()
+                step = drive.returned(plan, response)
+                if type(step) is ReadBody:
+                    await response.aread()
+                    step = drive.returned(plan, response)
+                return step
+        except AttemptDeadlineReached as reached:
+            failure: Exception = reached.as_outcome()
+        except TimeoutError:
+            retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
+            failure = AttemptTimedOut("the attempt did not finish in its time")
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            failure = exc
+        except BaseException:
+            await _abandon(drive, response)
+            raise
+        finally:
+            drive.attempt_ends_at = None
+        if response is not None:
+            await response.aclose()
+        return drive.raised(plan, failure, during_body=response is not None)
+
+    async def _hedged_attempt(
+        self, drive: Drive, request: httpx.Request, plan: AttemptPlan
+    ) -> Step:
+        """An attempt of a hedging call: it and its hedged copies (see hedged_shell)."""
+        from retrysafe.hedged_shell import hedged_round_async
+
+        return await hedged_round_async(self.transport, drive, request, plan)
