@@ -375,6 +375,8 @@ def test_should_retry_true_never_repeats_a_post_without_a_key() -> None:
     with pytest.raises(retrysafe.ClientError) as caught:
         client.post("http://api.test/charges", content=b"{}")
     assert (len(seen), caught.value.reason) == (1, "unsafe_to_repeat")
+    # Not repeated because the server may have acted; the error says so too.
+    assert caught.value.processed == "maybe"
 
 
 def test_should_retry_true_repeats_a_post_with_a_key() -> None:

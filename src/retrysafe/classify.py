@@ -367,13 +367,19 @@ _KEY_ALREADY_USED: Final = frozenset({"idempotency_key_in_use", "result_not_repl
 def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     """Whether the server may have acted on this attempt.
 
-    A 4xx says it did not, except a 409 to a keyed request: our own earlier
-    attempt under that key is still running there, or it ran and its result was
-    not kept (``result_not_replayable``: the work is done, whatever it returned).
+    A 4xx says it did not, except a 409 to a keyed request (our own earlier attempt
+    under that key is still running there, or it ran and its result was not kept:
+    ``result_not_replayable``, the work is done, whatever it returned), and a 4xx the
+    server asks to be sent again (``x-should-retry: true``), which the verdict reads
+    as maybe processed unless its status refuses before any work.
     """
     if verdict.reason in _KEY_ALREADY_USED:
         return True
-    if response is not None and 400 <= response.status_code < 500:
+    if (
+        response is not None
+        and 400 <= response.status_code < 500
+        and verdict.reason != "server_said_retry"
+    ):
         return False
     return verdict.processed == "maybe"
 
