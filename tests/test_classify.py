@@ -120,6 +120,12 @@ def test_a_keyed_409_is_in_use_when_the_server_says_so_or_our_attempt_may_still_
         assert verdict.kind == "permanent", said
 
 
+def test_a_replayed_409_is_the_apps_own_answer_not_a_key_in_use() -> None:
+    replayed = response(409, {"Idempotent-Replayed": "true", "Retry-After": "1"})
+    verdict = classify_response(replayed, POLICY, keyed=True, now=NOW, key_may_be_in_use=True)
+    assert (verdict.kind, verdict.reason) == ("permanent", "conflict")
+
+
 def test_a_replayed_response_is_final_whatever_its_status() -> None:
     replayed = {"Idempotent-Replayed": "true"}
     assert classify(response(201, replayed)).kind == "success"

@@ -165,15 +165,18 @@ def classify_response(
     Rules run first and may override anything; a rule raising ``ValueError``
     (say, ``response.json()`` on a truncated body) means the body is unreadable.
     A replayed response never turns into a retry: the stored outcome will not
-    change. ``now`` is wall time, for HTTP-date Retry-After values.
+    change; it is judged as the app's own answer, whatever its key. ``now`` is wall
+    time, for HTTP-date Retry-After values.
     """
     if response.status_code < 400 and not policy.rules:
         return SUCCESS  # the hot path: a success needs no header looked at
     verdict = _apply_rules(response, policy)
     if is_replay(response):
         if verdict is None:
+            # The key's request has ended, and this is its own answer: it says nothing of
+            # the key (a replayed 409 is the app's, not "in use").
             verdict = _default_verdict(
-                response, policy, keyed=keyed, key_may_be_in_use=key_may_be_in_use, now=now
+                response, policy, keyed=False, key_may_be_in_use=False, now=now
             )
         if verdict.kind == "retry":
             return Verdict.permanent(verdict.reason)

@@ -20,7 +20,7 @@ from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, state_after
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import IDEMPOTENCY_HEADER
+from retrysafe.request_facts import IDEMPOTENCY_HEADER, KEY_SENT_BEFORE_EXTENSION
 from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
 
 __all__ = [
@@ -174,6 +174,9 @@ def begin_operation(
         raise ValueError("operation= keeps its own idempotency key; do not pass idempotency_key")
     entry = journal.begin(operation, request)
     request.headers[IDEMPOTENCY_HEADER] = entry.key
+    if entry.state in ("sent", "ambiguous"):
+        # (a run before this one sent the key: its request may still be running there)
+        request.extensions[KEY_SENT_BEFORE_EXTENSION] = True
     journal.mark_sent(operation)
     return journal
 

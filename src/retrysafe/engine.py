@@ -65,7 +65,11 @@ from retrysafe.hints import RateLimitAnnouncement, announced_limit
 from retrysafe.observe import RetryEvent
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, redact_url
-from retrysafe.request_facts import default_dependency, idempotency_key_of
+from retrysafe.request_facts import (
+    KEY_SENT_BEFORE_EXTENSION,
+    default_dependency,
+    idempotency_key_of,
+)
 from retrysafe.timing import Deadline
 from retrysafe.waits import backoff_wait, hinted_wait, safe_to_repeat
 
@@ -136,6 +140,9 @@ class Call:
         self._request = request
         self.dependency: str = dependency or default_dependency(request.url)
         self.idempotency_key = idempotency_key_of(request)
+        #: An earlier run of this call's operation sent its key (a resumed journal
+        #: operation): its request may still be running on the server.
+        self._key_sent_before = request.extensions.get(KEY_SENT_BEFORE_EXTENSION) is True
         #: The body can be sent again byte for byte (bytes, not a one-shot stream). Read
         #: before the first attempt is sent: sending a one-shot stream may leave it
         #: replaced by the bytes it held (so a Call made for an attempt in flight is told).
@@ -351,8 +358,9 @@ class Call:
 
     def _key_may_be_in_use(self) -> bool:
         """Whether an earlier attempt under this call's key may still be running on the
-        server: one the server may have acted on (a keyed 409 then means "in use")."""
-        return self._processed == "maybe"
+        server: one the server may have acted on, or an earlier run's (a resumed
+        journal operation). A keyed 409 then means "in use"."""
+        return self._key_sent_before or self._processed == "maybe"
 
     def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
         """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had come."""

@@ -254,7 +254,9 @@ class HedgedCall(Call):
             # Another copy may still answer: this failure does not end the call.
             self._last_response, self._last_cause = response, cause
             self._verdict, self._during_body = verdict, during_body
-            if may_have_acted(verdict, response):
+            # (a "key in use" answer while another copy runs is about that copy, whose
+            # own outcome will say whether the server acted)
+            if may_have_acted(verdict, response) and verdict.reason != "idempotency_key_in_use":
                 self._processed = "maybe"
             return AwaitOthers(plan)
         self._abandon_others()

@@ -13,6 +13,7 @@ import httpx
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
+    "KEY_SENT_BEFORE_EXTENSION",
     "DependencyNamer",
     "default_dependency",
     "idempotency_key_of",
@@ -24,6 +25,9 @@ DependencyNamer = Callable[[httpx.Request], str]
 
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 _KEY_NAME: Final = IDEMPOTENCY_HEADER.lower().encode("ascii")
+#: Request extension set (True) on a journal operation resumed after its key was sent: an
+#: earlier run's request under the key may still be running on the server.
+KEY_SENT_BEFORE_EXTENSION: Final = "retrysafe.key_sent_before"
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 

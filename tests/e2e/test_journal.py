@@ -159,6 +159,43 @@ def test_a_result_the_server_could_not_keep_is_ambiguous(journal: Journal) -> No
     assert [op.name for op in journal.unresolved()] == ["payout-9"]
 
 
+@pytest.mark.parametrize("resumed", [True, False], ids=["resumed", "first-run"])
+def test_a_409_that_says_nothing_of_the_key_is_in_use_only_if_a_run_sent_it(
+    journal: Journal, resumed: bool
+) -> None:
+    # A server that follows the IETF draft answers a repeat of a key whose first request
+    # still runs with a plain 409. After a crash that left the operation "sent", the
+    # earlier process's request may be that one: the resumed write is not refused for
+    # good. On a first run, the same 409 is the app's own conflict.
+    request = httpx.Request("POST", "https://api.test/payouts", json=PAYMENT)
+    if resumed:
+        journal.begin("payout-7", request)
+        journal.mark_sent("payout-7")
+
+    def outstanding(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"title": "A request is outstanding for this key"})
+
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(outstanding), journal=journal, policy=FAST
+        ) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://api.test/payouts", json=PAYMENT, operation="payout-7")
+    operation = journal.get("payout-7")
+    assert operation is not None
+    if resumed:
+        assert (caught.value.attempts, caught.value.processed) == (FAST.attempts, "maybe")
+        assert operation.state == "ambiguous"
+    else:
+        assert (caught.value.reason, caught.value.attempts, caught.value.processed) == (
+            "conflict",
+            1,
+            "no",
+        )
+        assert operation.state == "failed"
+
+
 def test_operation_needs_a_journal(chaos: Any) -> None:
     with retrysafe.Client() as client, pytest.raises(ValueError, match="needs a journal"):
         client.post(chaos.url("/echo"), operation="x")

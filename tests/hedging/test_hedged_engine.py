@@ -203,6 +203,19 @@ def test_copies_count_as_attempts() -> None:
     assert call.hedges == 1
 
 
+def test_the_apps_409_to_a_keyed_post_ends_it_unprocessed_when_hedged_too() -> None:
+    # Copy 1 gets the app's own 409 while copy 2 runs (so it reads as the key in use);
+    # copy 2 then gets that 409 replayed: the app refused the write, nothing was done.
+    call, clock = make_call("POST", key="signup-1", body=b"{}", attempts=3)
+    first = start(call)
+    second = hedge_now(call, clock)
+    assert call.attempt_returned(first, ok(409)) == AwaitOthers(first)
+    replayed = httpx.Response(409, headers={"Idempotent-Replayed": "true"}, content=b"{}")
+    step = call.attempt_returned(second, replayed)
+    assert isinstance(step, Fail)
+    assert (step.error.reason, step.error.processed) == ("conflict", "no")
+
+
 def test_max_hedges_limits_the_copies_of_a_call() -> None:
     call, clock = make_call(attempts=5, max_hedges=2)
     start(call)
