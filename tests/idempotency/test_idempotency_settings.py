@@ -24,6 +24,13 @@ def test_methods_are_upper_cased() -> None:
     assert IdempotencySettings(required=True, methods=frozenset({"post"})).methods == {"POST"}
 
 
+def test_methods_take_any_collection_but_not_one_string() -> None:
+    assert IdempotencySettings(required=True, methods=["post", "PUT"]).methods == {"POST", "PUT"}
+    # ("POST" is a collection of letters: it would guard no request at all)
+    with pytest.raises(TypeError, match=r"\{'POST'\}"):
+        IdempotencySettings(required=True, methods="POST")
+
+
 @pytest.mark.parametrize(
     "changes",
     [

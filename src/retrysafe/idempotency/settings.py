@@ -76,6 +76,12 @@ class IdempotencySettings:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if not isinstance(self.header, str) or not _TOKEN.fullmatch(self.header):
             raise ValueError(f"header must be an HTTP header name, got {self.header!r}")
+        if isinstance(self.methods, str):
+            # (a str is a collection too: of its letters, which no request method is)
+            raise TypeError(
+                f"methods must be a collection of method names, such as {{{self.methods!r}}}; "
+                f"got the string {self.methods!r}"
+            )
         methods = frozenset(str(method).upper() for method in self.methods)
         if not methods:
             raise ValueError("methods must name at least one method")
