@@ -9,6 +9,9 @@ opened it: RedisStore keeps one client per loop.)
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,22 @@ def test_a_closed_redis_store_refuses_on_any_loop(redis_url: str) -> None:
     asyncio.run(store.close())
     with pytest.raises(Exception, match="closed"):
         asyncio.run(store.claim("s", "k2", "f", now=1.0, lease=5.0))
+
+
+def test_a_redis_store_lets_go_of_loops_that_have_closed(redis_url: str) -> None:
+    # A loop per test for a whole suite: the store keeps the client of the loop it runs
+    # on, not one (and its Redis connection) for every loop it has ever seen.
+    store = RedisStore(redis_url, prefix=f"{new_namespace()}:")
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def one(number: int) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await store.claim("s", f"k{number}", "f", now=1.0, lease=5.0)
+
+    for number in range(5):
+        asyncio.run(one(number))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # (their sockets, closed here)
+        gc.collect()
+    assert [ref() is not None for ref in loops] == [False, False, False, False, True]
+    asyncio.run(store.close())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import weakref
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
@@ -102,8 +102,9 @@ class RedisStore:
     the key itself once that time has passed, so nothing accumulates.
 
     A redis-py asyncio connection works only on the event loop that opened it, so the
-    store keeps one client per loop it is used on: one store made at import time serves
-    an app that a test suite starts on a new loop per test, as the other stores do.
+    store keeps one client per running loop it is used on: one store made at import
+    time serves an app that a test suite starts on a new loop per test, as the other
+    stores do, and a closed loop's client is dropped when a new loop comes.
     Needs asyncio (redis-py's asyncio client does not run on trio).
 
     Needs the ``redis`` extra: ``pip install 'retrysafe[redis]'``.
@@ -143,9 +144,10 @@ class RedisStore:
                 "RedisStore(url): the URL cannot be parsed; percent-encode special "
                 "characters in the password (e.g. '#' as %23, '@' as %40, '/' as %2F)"
             ) from None
-        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        #: The client of each loop the store is used on; a closed loop's goes when the
+        #: store is next used on a new loop (_client_for).
+        self._per_loop: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
+        self._per_loop_lock = threading.Lock()
         self._closed = False
 
     async def claim(
@@ -183,22 +185,39 @@ class RedisStore:
         return bool(await self._call("release", scope, key, [token]))
 
     async def close(self) -> None:
-        """Close the connections of this loop's client (those of loops already closed
-        went with their loop); the store refuses every later operation."""
+        """Close every loop's connections; the store refuses every later operation.
+
+        This loop's are closed here, those of loops still running in other threads on
+        their own loop; a closed loop's cannot be closed any more, and are dropped."""
         self._closed = True
-        loop = asyncio.get_running_loop()
-        current = self._per_loop.pop(loop, None)
-        self._per_loop.clear()
-        self._unbound = None
-        if current is not None:
-            await current.client.aclose()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # (trio: the store was never used here)
+            running = None
+        with self._per_loop_lock:
+            clients, self._per_loop = self._per_loop, {}
+            self._unbound = None
+        for loop, client in clients.items():
+            if loop is running:
+                await client.client.aclose()
+            elif not loop.is_closed():
+                asyncio.run_coroutine_threadsafe(client.client.aclose(), loop)
 
     def _client_for(self, loop: asyncio.AbstractEventLoop) -> _LoopClient:
-        """The running loop's client: the one made with the store, for the first loop."""
+        """The running loop's client: the one made with the store, for the first loop.
+
+        A loop seen for the first time also drops the clients of loops that have closed
+        (a test suite's loop per test): their connections, which only their loop could
+        close politely, are closed as Python collects them."""
         client = self._per_loop.get(loop)
         if client is None:
-            client, self._unbound = self._unbound or _LoopClient(self._connect()), None
-            self._per_loop[loop] = client
+            with self._per_loop_lock:
+                client = self._per_loop.get(loop)
+                if client is None:
+                    for gone in [seen for seen in self._per_loop if seen.is_closed()]:
+                        del self._per_loop[gone]
+                    client, self._unbound = self._unbound or _LoopClient(self._connect()), None
+                    self._per_loop[loop] = client
         return client
 
     async def _call(
