@@ -447,7 +447,7 @@ class Drive:
         if self._trace is not None and type(step) is AttemptPlan:
             self._trace.attempt_starting(step.number, self.request)
         elif type(step) is Wait and testing_mode.active is not None:
-            return _INSTANT
+            return self._skipped(step)
         return step
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
@@ -538,9 +538,14 @@ class Drive:
             answered = self.call.retry_answered(step, answer)
             self._apply_effects()
             if type(answered) is Wait and testing_mode.active is not None:
-                return _INSTANT
+                return self._skipped(answered)
             return answered
         return step
+
+    def _skipped(self, wait: Wait) -> Wait:
+        """Testing mode's wait: none, though the call's deadline counts it as spent."""
+        self.call.deadline.spend(wait.seconds)
+        return _INSTANT
 
     def _explain(self, guard: DependencyGuard, admission: Admission) -> str:
         """What holds the attempt back, with its setting and numbers (for the error)."""

@@ -206,6 +206,11 @@ class Deadline:
         """Whether sleeping ``wait`` still leaves ``min_attempt`` for a worthwhile attempt."""
         return wait + min_attempt <= self.remaining()
 
+    def spend(self, seconds: float) -> None:
+        """Count ``seconds`` as gone without waiting them: testing mode's skipped waits
+        still use up the deadline, so a call gives up where it would in production."""
+        self.at -= seconds
+
     def tighter(self, other: Deadline | None) -> Deadline:
         """Whichever of the two deadlines leaves less time (each read on its own clock)."""
         if other is None or self.remaining() <= other.remaining():

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import retrysafe
-from retrysafe.testing import in_testing_mode, is_testing, set_testing
+from retrysafe.testing import FakeClock, in_testing_mode, is_testing, set_testing, switch
 
 #: A policy that, outside testing mode, waits 2 s before each of its 4 retries.
 SLOW = retrysafe.RetryPolicy(attempts=5, backoff_base=2.0, backoff_cap=2.0, deadline=60.0)
@@ -50,12 +51,39 @@ def test_retries_happen_without_waiting(chaos: Any) -> None:
     set_testing(True, attempts=4)
     started = time.monotonic()
     with retrysafe.Client(policy=SLOW) as client:
-        # Retry-After: 30 and SLOW's backoff would take over a minute outside testing mode.
-        response = client.get(chaos.url("/fail/{key}", times=3, status=503, retry_after=30))
+        # Retry-After: 15, three times, would take 45 s outside testing mode.
+        response = client.get(chaos.url("/fail/{key}", times=3, status=503, retry_after=15))
     assert response.status_code == 200
     assert retrysafe.report_of(response).attempts == 4
     assert time.monotonic() - started < 5
     assert [record.action for record in chaos.log()] == ["status:503"] * 3 + ["status:200"]
+
+
+def _replies(*statuses: int) -> httpx.MockTransport:
+    answers = iter(statuses)
+    return httpx.MockTransport(
+        lambda request: httpx.Response(next(answers), headers={"Retry-After": "20"})
+    )
+
+
+def _outcome(client: retrysafe.Client) -> str:
+    try:
+        response = client.get("https://api.test/things")
+    except retrysafe.ApiError as error:
+        return f"{type(error).__name__} after {error.attempts}"
+    return f"{response.status_code} after {retrysafe.report_of(response).attempts}"
+
+
+def test_skipped_waits_still_use_up_the_deadline() -> None:
+    # Two Retry-After: 20 waits do not fit the default 30 s deadline: production gives up
+    # at the second, and so does testing mode, which skips the waits but counts them.
+    with retrysafe.Client(transport=_replies(503, 503, 200), clock=FakeClock()) as client:
+        production = _outcome(client)
+    with in_testing_mode(attempts=3), retrysafe.Client(transport=_replies(503, 503, 200)) as client:
+        started = time.monotonic()
+        testing = _outcome(client)
+        assert time.monotonic() - started < 5
+    assert testing == production == "RetryAfterTooLong after 2"
 
 
 def test_attempts_are_capped_by_the_policy_too(chaos: Any) -> None:
@@ -87,6 +115,27 @@ def test_async_clients_do_not_wait_either(chaos: Any) -> None:
         started = time.monotonic()
         assert anyio.run(call) == 3
         assert time.monotonic() - started < 5  # outside testing mode: about 4 s of waits
+    assert not is_testing()
+
+
+def test_blocks_that_overlap_leave_what_came_before_them() -> None:
+    # Two tasks, each in a block; the first to begin ends first, so the blocks overlap
+    # without nesting: the later one stays in force until it ends, then testing mode is off.
+    seen: list[int | None] = []
+
+    async def worker(attempts: int, delay: float) -> None:
+        with in_testing_mode(attempts=attempts):
+            await anyio.sleep(delay)
+        settings = switch.active
+        seen.append(None if settings is None else settings.attempts)
+
+    async def both() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker, 1, 0.01)
+            group.start_soon(worker, 3, 0.05)
+
+    anyio.run(both)
+    assert seen == [3, None]
     assert not is_testing()
 
 

@@ -55,15 +55,33 @@ def is_testing() -> bool:
     return switch.active is not None
 
 
+#: The ``in_testing_mode`` blocks still running, each as [its settings, what it replaced].
+_blocks: list[list[TestingSettings | None]] = []
+
+
 @contextlib.contextmanager
 def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
-    """Testing mode inside the ``with`` block only; what was in force before comes back."""
-    before = switch.active
-    switch.active = TestingSettings(attempts=attempts)
+    """Testing mode inside the ``with`` block only; what was in force before comes back.
+
+    Blocks may overlap without nesting (tasks of one task group, each in a block): a
+    block that ends while a later one still runs leaves that one in force, and hands
+    it what it had replaced, so the last to end restores what came before them all.
+    """
+    entry = TestingSettings(attempts=attempts)
+    block: list[TestingSettings | None] = [entry, switch.active]
+    _blocks.append(block)
+    switch.active = entry
     try:
         yield
     finally:
-        switch.active = before
+        _blocks[:] = [other for other in _blocks if other is not block]
+        if any(switch.active is other[0] for other in _blocks):
+            # A block that began inside this one runs on: it restores what this replaced.
+            for other in _blocks:
+                if other[1] is entry:
+                    other[1] = block[1]
+        else:
+            switch.active = block[1]
 
 
 def __getattr__(name: str) -> TestingSettings | None:
