@@ -135,8 +135,7 @@ class RedisStore:
 
         self._connect: Callable[[], Redis] = connect
         try:
-            # (made now, so that a bad URL is refused here; used by the first loop)
-            self._unbound: _LoopClient | None = _LoopClient(connect())
+            connect()  # (a client connects when first used: this only reads the URL)
         except ValueError:
             # (not chained: redis-py's message quotes the part it could not read, which
             # may be the password's head)
@@ -196,7 +195,6 @@ class RedisStore:
             running = None
         with self._per_loop_lock:
             clients, self._per_loop = self._per_loop, {}
-            self._unbound = None
         for loop, client in clients.items():
             if loop is running:
                 await client.client.aclose()
@@ -204,7 +202,7 @@ class RedisStore:
                 asyncio.run_coroutine_threadsafe(client.client.aclose(), loop)
 
     def _client_for(self, loop: asyncio.AbstractEventLoop) -> _LoopClient:
-        """The running loop's client: the one made with the store, for the first loop.
+        """The running loop's client, made when the loop first asks.
 
         A loop seen for the first time also drops the clients of loops that have closed
         (a test suite's loop per test): their connections, which only their loop could
@@ -216,8 +214,7 @@ class RedisStore:
                 if client is None:
                     for gone in [seen for seen in self._per_loop if seen.is_closed()]:
                         del self._per_loop[gone]
-                    client, self._unbound = self._unbound or _LoopClient(self._connect()), None
-                    self._per_loop[loop] = client
+                    client = self._per_loop[loop] = _LoopClient(self._connect())
         return client
 
     async def _call(

@@ -55,8 +55,19 @@ def is_testing() -> bool:
     return switch.active is not None
 
 
-#: The ``in_testing_mode`` blocks still running, each as [its settings, what it replaced].
-_blocks: list[list[TestingSettings | None]] = []
+class _Block:
+    """One ``in_testing_mode`` block still running: its settings, and what to put back
+    when it ends (what it replaced, or what a block it outlived had replaced)."""
+
+    __slots__ = ("restores", "settings")
+
+    def __init__(self, settings: TestingSettings, restores: TestingSettings | None) -> None:
+        self.settings = settings
+        self.restores = restores
+
+
+#: The ``in_testing_mode`` blocks still running, in the order they began.
+_blocks: list[_Block] = []
 
 
 @contextlib.contextmanager
@@ -67,21 +78,20 @@ def in_testing_mode(*, attempts: int = 1) -> Iterator[None]:
     block that ends while a later one still runs leaves that one in force, and hands
     it what it had replaced, so the last to end restores what came before them all.
     """
-    entry = TestingSettings(attempts=attempts)
-    block: list[TestingSettings | None] = [entry, switch.active]
+    block = _Block(TestingSettings(attempts=attempts), switch.active)
     _blocks.append(block)
-    switch.active = entry
+    switch.active = block.settings
     try:
         yield
     finally:
-        _blocks[:] = [other for other in _blocks if other is not block]
-        if any(switch.active is other[0] for other in _blocks):
+        _blocks.remove(block)
+        if any(switch.active is other.settings for other in _blocks):
             # A block that began inside this one runs on: it restores what this replaced.
             for other in _blocks:
-                if other[1] is entry:
-                    other[1] = block[1]
+                if other.restores is block.settings:
+                    other.restores = block.restores
         else:
-            switch.active = block[1]
+            switch.active = block.restores
 
 
 def __getattr__(name: str) -> TestingSettings | None:
