@@ -543,8 +543,10 @@ class Drive:
         return step
 
     def _skipped(self, wait: Wait) -> Wait:
-        """Testing mode's wait: none, though the call's deadline counts it as spent."""
-        self.call.deadline.spend(wait.seconds)
+        """Testing mode's wait: none, though the call's own deadline counts it as spent (on
+        a copy: a deadline scope's is shared by the calls made in it, maybe at once)."""
+        call = self.call
+        call.deadline = call.deadline.spent(wait.seconds)
         return _INSTANT
 
     def _explain(self, guard: DependencyGuard, admission: Admission) -> str:

@@ -206,10 +206,12 @@ class Deadline:
         """Whether sleeping ``wait`` still leaves ``min_attempt`` for a worthwhile attempt."""
         return wait + min_attempt <= self.remaining()
 
-    def spend(self, seconds: float) -> None:
-        """Count ``seconds`` as gone without waiting them: testing mode's skipped waits
-        still use up the deadline, so a call gives up where it would in production."""
-        self.at -= seconds
+    def spent(self, seconds: float) -> Deadline:
+        """This deadline with ``seconds`` counted as gone without waiting them: a new one,
+        since others may share this one (calls in one deadline scope, running at once).
+        Testing mode's skipped waits use up a call's deadline so, and the call gives up
+        where it would in production."""
+        return Deadline(self.at - seconds, self._clock)
 
     def tighter(self, other: Deadline | None) -> Deadline:
         """Whichever of the two deadlines leaves less time (each read on its own clock)."""

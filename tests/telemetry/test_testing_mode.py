@@ -86,6 +86,36 @@ def test_skipped_waits_still_use_up_the_deadline() -> None:
     assert testing == production == "RetryAfterTooLong after 2"
 
 
+def test_calls_at_once_in_one_deadline_scope_each_spend_only_their_own_waits() -> None:
+    # Three calls in one 2.5 s scope, each waiting Retry-After: 1 once: in production the
+    # waits run side by side and all three succeed; so they must in testing mode.
+    seen: dict[str, int] = {}
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen[request.url.path] = seen.get(request.url.path, 0) + 1
+        if seen[request.url.path] == 1:
+            return httpx.Response(503, headers={"Retry-After": "1"})
+        return httpx.Response(200)
+
+    async def three() -> list[int]:
+        policy = retrysafe.RetryPolicy(deadline=60.0)
+        transport = httpx.MockTransport(upstream)
+        async with retrysafe.AsyncClient(policy=policy, transport=transport) as client:
+            statuses: list[int] = []
+
+            async def one(number: int) -> None:
+                statuses.append((await client.get(f"https://api.test/{number}")).status_code)
+
+            with retrysafe.deadline(2.5):
+                async with anyio.create_task_group() as group:
+                    for number in range(3):
+                        group.start_soon(one, number)
+            return statuses
+
+    with in_testing_mode(attempts=3):
+        assert anyio.run(three) == [200, 200, 200]
+
+
 def test_attempts_are_capped_by_the_policy_too(chaos: Any) -> None:
     set_testing(True, attempts=10)
     policy = retrysafe.RetryPolicy(attempts=2, backoff_base=2.0)
