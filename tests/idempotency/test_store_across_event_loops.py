@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -92,3 +93,27 @@ def test_a_redis_store_lets_go_of_loops_that_have_closed(redis_url: str) -> None
         gc.collect()
     assert [ref() is not None for ref in loops] == [False, False, False, False, True]
     asyncio.run(store.close())
+
+
+def test_closing_a_redis_store_closes_another_threads_loops_connections(redis_url: str) -> None:
+    import redis
+
+    admin = redis.Redis.from_url(redis_url)
+    gc.collect()
+    before = admin.info("clients")["connected_clients"]
+    store = RedisStore(redis_url, prefix=f"{new_namespace()}:")
+    other = asyncio.new_event_loop()
+    runner = threading.Thread(target=other.run_forever, daemon=True)
+    runner.start()
+    try:
+        asyncio.run_coroutine_threadsafe(
+            store.claim("s", "k", "f", now=1.0, lease=5.0), other
+        ).result(timeout=10)
+        assert admin.info("clients")["connected_clients"] == before + 1
+        asyncio.run(store.close())  # (on this thread's own loop)
+        assert admin.info("clients")["connected_clients"] <= before
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        runner.join(timeout=10)
+        other.close()
+        admin.close()

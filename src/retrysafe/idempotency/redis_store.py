@@ -186,8 +186,10 @@ class RedisStore:
     async def close(self) -> None:
         """Close every loop's connections; the store refuses every later operation.
 
-        This loop's are closed here, those of loops still running in other threads on
-        their own loop; a closed loop's cannot be closed any more, and are dropped."""
+        This loop's are closed here, and those of a loop running in another thread on
+        that loop (waited for, up to ``timeout``). A loop that is not running (closed, or
+        idle between ``run_until_complete`` calls) cannot run the close: its connections
+        are dropped, and closed as Python collects them."""
         self._closed = True
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -198,8 +200,10 @@ class RedisStore:
         for loop, client in clients.items():
             if loop is running:
                 await client.client.aclose()
-            elif not loop.is_closed():
-                asyncio.run_coroutine_threadsafe(client.client.aclose(), loop)
+            elif loop.is_running():
+                closing = asyncio.run_coroutine_threadsafe(client.client.aclose(), loop)
+                with anyio.move_on_after(self._timeout):
+                    await asyncio.wrap_future(closing)
 
     def _client_for(self, loop: asyncio.AbstractEventLoop) -> _LoopClient:
         """The running loop's client, made when the loop first asks.
