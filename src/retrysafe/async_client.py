@@ -52,7 +52,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import DependencyNamer
+from retrysafe.request_facts import KEY_SENT_BEFORE_EXTENSION, DependencyNamer
 from retrysafe.transport import AsyncRetryTransport
 
 __all__ = ["AsyncClient"]
@@ -208,6 +208,9 @@ class AsyncClient(httpx.AsyncClient):
         except ApiError as error:
             finish_operation(journal, operation, error)
             raise
+        finally:
+            # (the resumed run's mark is for this call only, not a later send of the request)
+            request.extensions.pop(KEY_SENT_BEFORE_EXTENSION, None)
         finish_operation(journal, operation, response)
         return response
 

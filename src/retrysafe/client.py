@@ -63,7 +63,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import DependencyNamer
+from retrysafe.request_facts import KEY_SENT_BEFORE_EXTENSION, DependencyNamer
 from retrysafe.transport import RetryTransport
 
 __all__ = ["AsyncClient", "Client", "report_of"]
@@ -223,6 +223,9 @@ class Client(httpx.Client):
         except ApiError as error:
             finish_operation(journal, operation, error)
             raise
+        finally:
+            # (the resumed run's mark is for this call only, not a later send of the request)
+            request.extensions.pop(KEY_SENT_BEFORE_EXTENSION, None)
         finish_operation(journal, operation, response)
         return response
 

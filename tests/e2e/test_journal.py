@@ -187,6 +187,9 @@ def test_a_409_that_says_nothing_of_the_key_is_in_use_only_if_a_run_sent_it(
     if resumed:
         assert (caught.value.attempts, caught.value.processed) == (FAST.attempts, "maybe")
         assert operation.state == "ambiguous"
+        # (the mark is for that call: the same request sent again later carries none)
+        assert caught.value.response is not None
+        assert "retrysafe.key_sent_before" not in caught.value.response.request.extensions
     else:
         assert (caught.value.reason, caught.value.attempts, caught.value.processed) == (
             "conflict",
