@@ -7,12 +7,9 @@ records never leak between tests and nothing has to be reset.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
-if TYPE_CHECKING:
-    from retrysafe.chaos.server import ChaosServer
-    from retrysafe.chaos.state import ChaosRecord
+from retrysafe.chaos.state import ChaosRecord
 
 __all__ = ["KeyedChaos"]
 
@@ -84,3 +81,9 @@ class KeyedChaos:
     def fault_url(self, name: str) -> str:
         """The URL of a raw TCP fault, e.g. ``"reset_on_accept"``."""
         return self.server.fault_url(name)
+
+
+# At the end, as server.py imports this module at its own end: whichever of the two is
+# imported first, each finds the other's class defined, and typing.get_type_hints
+# resolves both modules' annotations.
+from retrysafe.chaos.server import ChaosServer  # noqa: E402

@@ -19,7 +19,6 @@ from starlette.types import ASGIApp
 from retrysafe.chaos.app import DEFAULT_MAX_BODY_BYTES, create_app
 from retrysafe.chaos.connection import listening_socket
 from retrysafe.chaos.faults import FAULT_NAMES, FaultServers, closed_port
-from retrysafe.chaos.keyed import KeyedChaos
 from retrysafe.chaos.protocol import ChaosH11Protocol
 from retrysafe.chaos.state import ChaosRecord, ChaosState
 
@@ -252,3 +251,7 @@ class ChaosServer:
     def for_key(self, key: str) -> KeyedChaos:
         """A view of this server for one state key, as the ``chaos`` fixture gives a test."""
         return KeyedChaos(self, key)
+
+
+# At the end: keyed.py imports this module at its own end (see there).
+from retrysafe.chaos.keyed import KeyedChaos  # noqa: E402

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.governor.breaker import CircuitBreaker
@@ -13,8 +12,9 @@ from retrysafe.governor.guard import DependencyGuard
 from retrysafe.governor.limiter import Limiter
 from retrysafe.governor.settings import GovernorSettings
 
-if TYPE_CHECKING:  # made when a hedging call first needs it, not with `import retrysafe`
-    from retrysafe.latency import LatencyBook
+# (imported with the package, light as it is, so that typing.get_type_hints resolves the
+# property below; the book itself is made only when a hedging call first needs it)
+from retrysafe.latency import LatencyBook
 
 __all__ = ["Governor"]
 
@@ -83,8 +83,6 @@ class Governor:
         made on first use)."""
         book = self._latencies
         if book is None:
-            from retrysafe.latency import LatencyBook
-
             with self._lock:
                 if self._latencies is None:
                     self._latencies = LatencyBook()
