@@ -210,7 +210,9 @@ _FOREIGN_BASE_HINTS = {
 }
 
 
-@pytest.mark.parametrize(("name", "value"), _public_names(), ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("name", "value"), [pytest.param(name, value, id=name) for name, value in _public_names()]
+)
 def test_type_hints_of_public_names_resolve(name: str, value: object) -> None:
     """typing.get_type_hints works on every public class, its public methods and
     properties, and every public function, in every package a user imports from."""
