@@ -111,7 +111,7 @@ async def test_a_call_that_ended_in_time_is_never_cancelled_later() -> None:
             assert (await client.get("http://upstream.test/")).status_code == 200
         # Past every attempt's end: the watchdog's timer fires, finds nothing due.
         await asyncio.sleep(0.3)
-        dog = client._transport._loop._watchdog  # type: ignore[attr-defined]
+        dog = client._transport._loop._timer._dog  # type: ignore[attr-defined]
         assert dog is not None
         assert not dog._watches
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

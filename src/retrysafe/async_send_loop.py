@@ -16,9 +16,7 @@ governor) are compiled all the same.
 
 from __future__ import annotations
 
-import sys
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -30,11 +28,11 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
-from retrysafe.send_loop import _GRACE, _INF, AsyncSender, _prepare
+from retrysafe.send_loop import _GRACE, _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
 if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
-    from retrysafe.attempt_watchdog import AttemptWatchdog, Watch
+    from retrysafe.attempt_watchdog import AttemptTimer, Watch
 
 __all__ = ["AsyncSendLoop"]
 
@@ -57,40 +55,6 @@ def _may_speak_http2(transport: object) -> bool:
     return getattr(getattr(transport, "_pool", None), "_http2", False) is True
 
 
-#: Whether this Python's asyncio can take a cancel back (Task.uncancel, 3.11+), which
-#: the attempt watchdog needs; None until an asyncio attempt first asks.
-_can_uncancel: bool | None = None
-
-
-def _running_asyncio_loop() -> Any:
-    """The running asyncio loop, or None (on trio, or with no loop at all)."""
-    # Not imported here: `import retrysafe` leaves asyncio to whoever runs a loop.
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return None
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio)
-        return None
-
-
-def _new_watchdog(loop: Any) -> AttemptWatchdog | None:
-    """A watchdog for ``loop``'s attempts; None when there is no asyncio loop (trio) or
-    it cannot take a cancel back (Python before 3.11)."""
-    global _can_uncancel
-    if loop is None:
-        return None
-    if _can_uncancel is None:
-        import asyncio
-
-        _can_uncancel = hasattr(asyncio.Task, "uncancel")
-    if not _can_uncancel:
-        return None
-    from retrysafe.attempt_watchdog import AttemptWatchdog
-
-    return AttemptWatchdog(loop)
-
-
 class AsyncSendLoop:
     """An async transport's requests: each driven through its attempts and waits (an
     :class:`~retrysafe.AsyncRetryTransport` holds one, as for :class:`SendLoop`)."""
@@ -104,9 +68,9 @@ class AsyncSendLoop:
         #: HTTP/2 it cannot: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
         self._bounded = bound_transport(transport) and not _may_speak_http2(transport)
-        #: The watchdog of the loop this transport's attempts last ran on (asyncio): made
-        #: per transport, so it lives no longer than the transport keeps it.
-        self._watchdog: AttemptWatchdog | None = None
+        #: Ends the attempts the network backend cannot (asyncio): made per transport, so
+        #: the watchdog it holds lives no longer than the transport keeps it.
+        self._timer: AttemptTimer | None = None
 
     async def send(self, request: httpx.Request) -> httpx.Response:
         """Drive ``request`` to its end: the response httpx expects, or the call's error."""
@@ -132,24 +96,21 @@ class AsyncSendLoop:
 
     async def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
         """Send one attempt and read as much of it as the engine needs, within its time."""
-        _prepare(request, drive, plan)
+        _start(request, drive, plan)
         response: httpx.Response | None = None
-        finite = plan.timeout != _INF
-        drive.attempt_ends_at = time.monotonic() + plan.timeout + _GRACE if finite else None
         # The network backend ends reads at the attempt's end (see attempt_deadline); a
         # time limit bounds the transports it cannot reach: the loop's watchdog on
         # asyncio, anyio's cancel scope elsewhere (_attempt_in_scope).
-        dog: AttemptWatchdog | None = None
         watch: Watch | None = None
-        if finite and not self._bounded:
-            dog = self._watchdog
-            if dog is None or dog.loop is not dog.running_loop():
-                dog = self._watchdog = _new_watchdog(_running_asyncio_loop())
-                if dog is None:
-                    return await self._attempt_in_scope(drive, request, plan)
-            # (on the loop's own clock, read now: a test loop may keep virtual time, and a
-            # test may patch the clock the loop reads)
-            watch = dog.watch(dog.loop.time() + plan.timeout + _GRACE)
+        if not self._bounded and plan.timeout != _INF:
+            timer = self._timer
+            if timer is None:
+                from retrysafe.attempt_watchdog import AttemptTimer
+
+                timer = self._timer = AttemptTimer()
+            watch = timer.start(plan.timeout + _GRACE)
+            if watch is None:
+                return await self._attempt_in_scope(drive, request, plan)
         try:
             response = await self.transport.handle_async_request(request)
             if plan.read_body:
@@ -171,14 +132,14 @@ class AsyncSendLoop:
                 retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
                 failure = AttemptTimedOut("the attempt did not finish in its time")
             else:
-                if watch is not None and dog is not None:
-                    dog.forget(watch)  # before the shielded close: no cancel of its own
+                if watch is not None:
+                    watch.end()  # before the shielded close: no cancel of its own
                     watch = None
                 await _abandon(drive, response)
                 raise
         finally:
-            if watch is not None and dog is not None:
-                dog.forget(watch)
+            if watch is not None:
+                watch.end()
             drive.attempt_ends_at = None
         if response is not None:
             await response.aclose()

@@ -23,9 +23,11 @@ that one cancel taken back (``Task.uncancel``), the count is back where it was.
 The cancel is taken back however the attempt ends, even when the transport
 swallowed it, so the task is never left looking cancelled.
 
-Ends are on the loop's clock (``loop.time()``). A shell made for one transport
-keeps one watchdog for the loop its attempts run on; none is shared between
-transports, so nothing outlives the loop but what the transport itself keeps.
+Ends are on the loop's clock (``loop.time()``; read as ``time.monotonic()``, which
+is what the stock loop's clock is, unless the loop's ``time`` is its own). A shell
+made for one transport keeps one :class:`AttemptTimer`, which holds the watchdog of
+the loop its attempts last ran on; none is shared between transports, so nothing
+outlives the loop but what the transport itself keeps.
 
 Python 3.11+ (``Task.uncancel``); elsewhere, and on trio, the shell uses anyio's
 cancel scope.
@@ -36,17 +38,52 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-from collections.abc import Callable
+import time
+from asyncio import BaseEventLoop
+from typing import Any
 
-__all__ = ["AttemptWatchdog", "Watch"]
+__all__ = ["AttemptTimer", "AttemptWatchdog", "Watch"]
+
+#: Whether this Python's asyncio can take a cancel back (``Task.uncancel``, 3.11+).
+_CAN_UNCANCEL = hasattr(asyncio.Task, "uncancel")
+
+
+class AttemptTimer:
+    """Ends one transport's async attempts at their time, on whichever asyncio loop they
+    run: it holds the watchdog of the loop they last ran on."""
+
+    __slots__ = ("_dog",)
+
+    def __init__(self) -> None:
+        self._dog: AttemptWatchdog | None = None
+
+    def start(self, seconds: float) -> Watch | None:
+        """Cancel the current task unless the attempt it starts now ends within
+        ``seconds``; None if no watchdog can (no asyncio loop runs, as on trio, or it
+        cannot take a cancel back, before Python 3.11): the shell then bounds the attempt
+        itself."""
+        loop = asyncio._get_running_loop()
+        dog = self._dog
+        if dog is None or dog.loop is not loop:
+            if loop is None or not _CAN_UNCANCEL:
+                return None
+            dog = self._dog = AttemptWatchdog(loop)
+        return dog.watch(dog.now() + seconds)
 
 
 class Watch:
     """One attempt's end, kept by the watchdog while the attempt runs."""
 
-    __slots__ = ("cancelling", "ends_at", "fired", "taken_back", "task")
+    __slots__ = ("_dog", "cancelling", "ends_at", "fired", "taken_back", "task")
 
-    def __init__(self, task: asyncio.Task[object], ends_at: float, cancelling: int) -> None:
+    def __init__(
+        self,
+        dog: AttemptWatchdog,
+        task: asyncio.Task[object],
+        ends_at: float,
+        cancelling: int,
+    ) -> None:
+        self._dog = dog
         self.task = task
         #: When the attempt must end, on the loop's clock.
         self.ends_at = ends_at
@@ -65,6 +102,10 @@ class Watch:
             return False
         return self._take_back() <= self.cancelling
 
+    def end(self) -> None:
+        """The attempt ended (however): see :meth:`AttemptWatchdog.forget`."""
+        self._dog.forget(self)
+
     def _take_back(self) -> int:
         """Take the watchdog's cancel back; the task's cancel count after it."""
         self.taken_back = True
@@ -76,19 +117,24 @@ class Watch:
 class AttemptWatchdog:
     """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    __slots__ = ("_armed_at", "_handle", "_watches", "loop", "running_loop")
+    __slots__ = ("_armed_at", "_handle", "_loop_attributes", "_stock_clock", "_watches", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
         self.loop = loop
-        #: The asyncio loop running in this thread now, or None (a shell checks that its
-        #: watchdog is the running loop's before each attempt).
-        self.running_loop: Callable[[], asyncio.AbstractEventLoop | None] = (
-            asyncio._get_running_loop
-        )
+        # The loop's clock is time.monotonic, read directly (it is a Python method), if
+        # its class keeps the stock one and the loop was not given its own (see now).
+        self._stock_clock = type(loop).time is BaseEventLoop.time
+        self._loop_attributes: dict[str, Any] = getattr(loop, "__dict__", {})
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
+
+    def now(self) -> float:
+        """The loop's clock now (``loop.time()``)."""
+        if self._stock_clock and "time" not in self._loop_attributes:
+            return time.monotonic()
+        return self.loop.time()
 
     def watch(self, ends_at: float) -> Watch:
         """Cancel the current task unless the attempt it runs ends by ``ends_at`` (on
@@ -99,7 +145,7 @@ class AttemptWatchdog:
         cancelling = 0
         if sys.version_info >= (3, 11):  # (the shell uses a watchdog on 3.11+ only)
             cancelling = task.cancelling()
-        entry = Watch(task, ends_at, cancelling)
+        entry = Watch(self, task, ends_at, cancelling)
         self._watches.add(entry)
         if ends_at < self._armed_at:
             self._arm(ends_at)
