@@ -301,3 +301,30 @@ def test_a_clock_patched_between_calls_is_the_clock_of_the_next_attempt(
             return statuses
 
     assert asyncio.run(main()) == [200, 200]
+
+
+@pytest.mark.parametrize("shift", [-1000.0, 1000.0])
+async def test_the_attempts_end_is_on_the_loops_clock_when_a_test_patches_the_loop_class(
+    shift: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop class whose ``time`` is patched (a test's virtual clock) has its timers on
+    that clock: the attempt's end must be read from it too, or the limit fires at once
+    (clock ahead) or never (behind)."""
+
+    def shifted(self: asyncio.BaseEventLoop) -> float:
+        return time.monotonic() + shift
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "time", shifted)
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(1.5)
+        return httpx.Response(200)
+
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.3, deadline=5.0)
+    async with _client(slow, policy) as client:
+        started = time.monotonic()
+        with pytest.raises(retrysafe.TransportError) as caught:
+            await client.get("http://upstream.test/slow")
+        took = time.monotonic() - started
+    assert caught.value.history[0].outcome == "attempt_timeout"
+    assert 0.3 <= took < 1.2

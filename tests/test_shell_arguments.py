@@ -3,6 +3,7 @@ instead, rather than failing on the first call with an AttributeError."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
@@ -204,6 +205,40 @@ def test_timeouts_given_as_any_mapping_are_read() -> None:
     with httpx.Client(transport=retrysafe.RetryTransport(httpx.MockTransport(answer))) as c:
         assert c.send(request).status_code == 200
     assert seen == [{"connect": 1.0, "read": 2.0, "write": 3.0, "pool": 4.0}]
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        # within the attempt's 10 s: the caller's own stand
+        ({"connect": 5, "read": 7.5, "write": 1, "pool": True}, {"connect": 5, "read": 7.5}),
+        # one phase longer than the attempt: every phase is bounded by it
+        ({"connect": 20, "read": 5.0, "write": 5.0, "pool": 5.0}, {"connect": 10.0}),
+        # a NaN beside it hides nothing: the long phase is still bounded
+        ({"connect": 20, "read": math.nan, "write": 5.0, "pool": 5.0}, {"connect": 10.0}),
+        # an int too large for a float is longer than any attempt
+        ({"connect": 10**400, "read": 1.0, "write": 5.0, "pool": 5.0}, {"connect": 10.0}),
+        # "no timeout" (None) and a missing phase take the attempt's time
+        ({"connect": None, "read": 1.0, "write": 5.0, "pool": 5.0}, {"connect": 10.0}),
+        ({"read": 1.0, "write": 5.0, "pool": 5.0}, {"connect": 10.0, "read": 1.0}),
+    ],
+)
+def test_each_phase_timeout_is_cut_to_the_attempts_time(
+    given: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+    policy = retrysafe.RetryPolicy(attempt_timeout=10.0, deadline=30.0)
+    transport = retrysafe.RetryTransport(httpx.MockTransport(answer), policy=policy)
+    request = httpx.Request("GET", "http://api.test/", extensions={"timeout": given})
+    with httpx.Client(transport=transport) as client:
+        assert client.send(request).status_code == 200
+    assert {phase: seen[0][phase] for phase in sent} == sent
+    assert all(value is None or value <= 10.0 or value != value for value in seen[0].values())
 
 
 @pytest.mark.parametrize("header", [b"Request-Timeout", "", 5, "Request Timeout", "X:Y", "é"])

@@ -48,6 +48,21 @@ __all__ = ["AttemptTimer", "AttemptWatchdog", "Watch"]
 _CAN_UNCANCEL = hasattr(asyncio.Task, "uncancel")
 
 
+def _stock_time() -> object:
+    """asyncio's own ``BaseEventLoop.time`` (it reads ``time.monotonic``), or None if the
+    class's method is not that one now (patched before this module was imported)."""
+    method = BaseEventLoop.time
+    if (
+        getattr(method, "__module__", None) == "asyncio.base_events"
+        and getattr(method, "__qualname__", None) == "BaseEventLoop.time"
+    ):
+        return method
+    return None
+
+
+_STOCK_TIME = _stock_time()
+
+
 class AttemptTimer:
     """Ends one transport's async attempts at their time, on whichever asyncio loop they
     run: it holds the watchdog of the loop they last ran on."""
@@ -117,14 +132,12 @@ class Watch:
 class AttemptWatchdog:
     """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    __slots__ = ("_armed_at", "_handle", "_loop_attributes", "_stock_clock", "_watches", "loop")
+    __slots__ = ("_armed_at", "_handle", "_loop_attributes", "_watches", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
         self.loop = loop
-        # The loop's clock is time.monotonic, read directly (it is a Python method), if
-        # its class keeps the stock one and the loop was not given its own (see now).
-        self._stock_clock = type(loop).time is BaseEventLoop.time
+        # (read by now(): a loop given a clock of its own keeps it here)
         self._loop_attributes: dict[str, Any] = getattr(loop, "__dict__", {})
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
@@ -132,9 +145,18 @@ class AttemptWatchdog:
 
     def now(self) -> float:
         """The loop's clock now (``loop.time()``)."""
-        if self._stock_clock and "time" not in self._loop_attributes:
+        # Read directly (the stock method is a Python frame around it) while the loop's
+        # clock is the stock one: its class's method is asyncio's own, unpatched, and
+        # the loop was not given one of its own. Checked on every read: a test may
+        # patch either at any time.
+        loop = self.loop
+        if (
+            _STOCK_TIME is not None
+            and type(loop).time is _STOCK_TIME
+            and "time" not in self._loop_attributes
+        ):
             return time.monotonic()
-        return self.loop.time()
+        return loop.time()
 
     def watch(self, ends_at: float) -> Watch:
         """Cancel the current task unless the attempt it runs ends by ``ends_at`` (on

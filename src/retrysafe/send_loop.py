@@ -84,11 +84,15 @@ def _longest_phase(given: Mapping[str, Any]) -> float:
 
 
 def _seconds(value: object) -> float:
-    """A phase's timeout as seconds; infinite for None ("no timeout") or a non-number."""
+    """A phase's timeout as seconds; infinite for None ("no timeout"), NaN, a number too
+    large for a float, or a non-number (each leaves the phases to be bounded)."""
     if isinstance(value, float):
-        return value
+        return value if value == value else _INF  # (NaN: compares as nothing)
     if isinstance(value, int):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return _INF
     return _INF
 
 
