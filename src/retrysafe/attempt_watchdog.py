@@ -7,8 +7,8 @@ arm and cancel a timer for every attempt, which costs more than all of
 retrysafe's own decisions on a successful call. One :class:`AttemptWatchdog` per
 event loop serves every attempt instead:
 
-- an attempt tells it when it must end (:meth:`~AttemptWatchdog.watch`, a set
-  insert) and takes its watch back when it ends (:meth:`~AttemptWatchdog.forget`);
+- an attempt tells it how long it has (:meth:`~AttemptWatchdog.watch`, a set
+  insert) and takes its watch back when it ends (:meth:`~Watch.end`);
 - one timer, armed for the earliest end, cancels the task of every attempt due by
   then, and re-arms for the next end. While calls end in time it fires about once
   per attempt timeout, finds nothing due, and re-arms. An attempt is cancelled only
@@ -23,11 +23,10 @@ that one cancel taken back (``Task.uncancel``), the count is back where it was.
 The cancel is taken back however the attempt ends, even when the transport
 swallowed it, so the task is never left looking cancelled.
 
-Ends are on the loop's clock (``loop.time()``; read as ``time.monotonic()``, which
-is what the stock loop's clock is, unless the loop's ``time`` is its own). A shell
-made for one transport keeps one :class:`AttemptTimer`, which holds the watchdog of
-the loop its attempts last ran on; none is shared between transports, so nothing
-outlives the loop but what the transport itself keeps.
+Ends are on the loop's clock (``loop.time()``). A shell made for one transport keeps
+one :class:`AttemptTimer`, which holds the watchdog of the loop its attempts last ran
+on; none is shared between transports, so nothing outlives the loop but what the
+transport itself keeps.
 
 Python 3.11+ (``Task.uncancel``); elsewhere, and on trio, the shell uses anyio's
 cancel scope.
@@ -38,29 +37,11 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-import time
-from asyncio import BaseEventLoop
-from typing import Any
 
 __all__ = ["AttemptTimer", "AttemptWatchdog", "Watch"]
 
 #: Whether this Python's asyncio can take a cancel back (``Task.uncancel``, 3.11+).
 _CAN_UNCANCEL = hasattr(asyncio.Task, "uncancel")
-
-
-def _stock_time() -> object:
-    """asyncio's own ``BaseEventLoop.time`` (it reads ``time.monotonic``), or None if the
-    class's method is not that one now (patched before this module was imported)."""
-    method = BaseEventLoop.time
-    if (
-        getattr(method, "__module__", None) == "asyncio.base_events"
-        and getattr(method, "__qualname__", None) == "BaseEventLoop.time"
-    ):
-        return method
-    return None
-
-
-_STOCK_TIME = _stock_time()
 
 
 class AttemptTimer:
@@ -83,7 +64,7 @@ class AttemptTimer:
             if loop is None or not _CAN_UNCANCEL:
                 return None
             dog = self._dog = AttemptWatchdog(loop)
-        return dog.watch(dog.now() + seconds)
+        return dog.watch(seconds)
 
 
 class Watch:
@@ -106,7 +87,7 @@ class Watch:
         self.cancelling = cancelling
         #: The watchdog cancelled the task because this attempt ran out of time.
         self.fired = False
-        #: That cancel was taken back (by :meth:`caught` or the watchdog's ``forget``).
+        #: That cancel was taken back (by :meth:`caught` or :meth:`end`).
         self.taken_back = False
 
     def caught(self, exc: BaseException) -> bool:
@@ -118,8 +99,11 @@ class Watch:
         return self._take_back() <= self.cancelling
 
     def end(self) -> None:
-        """The attempt ended (however): see :meth:`AttemptWatchdog.forget`."""
-        self._dog.forget(self)
+        """The attempt ended (however): its time no longer matters, and a cancel of its
+        own that it did not take back (the transport swallowed it) is taken back now."""
+        self._dog._watches.discard(self)
+        if self.fired and not self.taken_back:
+            self._take_back()
 
     def _take_back(self) -> int:
         """Take the watchdog's cancel back; the task's cancel count after it."""
@@ -132,36 +116,23 @@ class Watch:
 class AttemptWatchdog:
     """The attempts in flight on one event loop, and the one timer that ends them."""
 
-    __slots__ = ("_armed_at", "_handle", "_loop_attributes", "_watches", "loop")
+    __slots__ = ("_armed_at", "_handle", "_watches", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         #: The loop this watchdog serves.
         self.loop = loop
-        # (read by now(): a loop given a clock of its own keeps it here)
-        self._loop_attributes: dict[str, Any] = getattr(loop, "__dict__", {})
         self._watches: set[Watch] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
 
-    def now(self) -> float:
-        """The loop's clock now (``loop.time()``)."""
-        # Read directly (the stock method is a Python frame around it) while the loop's
-        # clock is the stock one: its class's method is asyncio's own, unpatched, and
-        # the loop was not given one of its own. Checked on every read: a test may
-        # patch either at any time.
+    def watch(self, seconds: float) -> Watch:
+        """Cancel the current task unless the attempt it runs ends within ``seconds``
+        from now (the watch's :meth:`~Watch.end` says it did)."""
         loop = self.loop
-        if (
-            _STOCK_TIME is not None
-            and type(loop).time is _STOCK_TIME
-            and "time" not in self._loop_attributes
-        ):
-            return time.monotonic()
-        return loop.time()
-
-    def watch(self, ends_at: float) -> Watch:
-        """Cancel the current task unless the attempt it runs ends by ``ends_at`` (on
-        the loop's clock)."""
-        task = asyncio.current_task(self.loop)
+        # (on the loop's own clock, read now: a test loop may keep virtual time, and a
+        # test may patch the clock the loop reads)
+        ends_at = loop.time() + seconds
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("an attempt's time limit needs a running asyncio task")
         cancelling = 0
@@ -172,13 +143,6 @@ class AttemptWatchdog:
         if ends_at < self._armed_at:
             self._arm(ends_at)
         return entry
-
-    def forget(self, entry: Watch) -> None:
-        """The attempt ended (however): its time no longer matters, and a cancel of its
-        own that it did not take back (the transport swallowed it) is taken back now."""
-        self._watches.discard(entry)
-        if entry.fired and not entry.taken_back:
-            entry._take_back()
 
     def _arm(self, when: float) -> None:
         if self._handle is not None:

@@ -69,36 +69,10 @@ def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
     return bounded
 
 
-def _longest_phase(given: Mapping[str, Any]) -> float:
-    """The longest of httpx's four per-phase timeouts in ``given``; infinite if one is
-    missing, None ("no timeout") or not a number."""
-    # (not max() over a loop: the compiled build runs this natively)
-    timeouts: dict[str, Any] = given if isinstance(given, dict) else dict(given)
-    connect = _seconds(timeouts.get("connect"))
-    read = _seconds(timeouts.get("read"))
-    write = _seconds(timeouts.get("write"))
-    pool = _seconds(timeouts.get("pool"))
-    longest = connect if connect > read else read
-    longest = longest if longest > write else write
-    return longest if longest > pool else pool
-
-
-def _seconds(value: object) -> float:
-    """A phase's timeout as seconds; infinite for None ("no timeout"), NaN, a number too
-    large for a float, or a non-number (each leaves the phases to be bounded)."""
-    if isinstance(value, float):
-        return value if value == value else _INF  # (NaN: compares as nothing)
-    if isinstance(value, int):
-        try:
-            return float(value)
-        except OverflowError:
-            return _INF
-    return _INF
-
-
 def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
-    """:func:`_prepare` the attempt a shell sends itself, and set when it must end
-    (``drive.attempt_ends_at``: reads made for it are bounded by it)."""
+    """:func:`_prepare` the attempt the async shell sends itself, and set when it must
+    end (``drive.attempt_ends_at``: reads made for it are bounded by it). (The sync loop
+    does the same inline; the async one is plain Python, which this keeps short.)"""
     _prepare(request, drive, plan)
     limit = plan.timeout
     drive.attempt_ends_at = time.monotonic() + limit + _GRACE if limit != _INF else None
@@ -108,7 +82,10 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     """Bound each phase by the attempt's time and tell the server how long it has."""
     limit = plan.timeout
     given = drive.caller_timeouts
-    longest = _longest_phase(given)
+    try:  # (httpx's four phases; a missing one, or None for "no timeout", is not set)
+        longest = max(given["connect"], given["read"], given["write"], given["pool"])
+    except (KeyError, TypeError):
+        longest = _INF
     if longest <= limit and longest != _INF and len(given) == 4:
         # Every phase already ends within the attempt's time (httpx's default 5 s
         # against the default 10 s attempt): the caller's own timeouts stand (a copy: a
@@ -158,7 +135,9 @@ class SendLoop:
 
     def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
         """Send one attempt and read as much of it as the engine needs, within its time."""
-        _start(request, drive, plan)
+        _prepare(request, drive, plan)
+        ends_at = time.monotonic() + plan.timeout + _GRACE
+        drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:
             try:
