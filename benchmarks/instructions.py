@@ -3,7 +3,7 @@
 Wall-clock figures (``benchmarks/overhead.py``) move with the machine: its CPU, its other
 load, its frequency. This counts the CPU instructions a successful GET on
 ``httpx.MockTransport`` executes, through bare httpx and through each contender, sync and
-async, so two versions of retrysafe (or two builds) can be compared exactly, on any day.
+async, so two versions of retrysafe (or two builds) can be compared on any day.
 With ``--loopback`` the GETs go over loopback to a minimal HTTP/1.1 server instead (the
 one ``overhead.py`` uses, in a process of its own that is not counted): the figure
 ``overhead.py``'s loopback columns give only through several µs of noise. The kernel's
@@ -13,7 +13,14 @@ Each contender runs in a child interpreter under ``valgrind --tool=callgrind``; 
 warms up, then makes its calls inside ``functools.reduce``, and callgrind counts only
 inside that function (``--toggle-collect``), so neither start-up nor imports are counted.
 
-    .venv/bin/python benchmarks/instructions.py [--calls N] [--jobs J] [--loopback]
+    .venv/bin/python benchmarks/instructions.py [--calls N] [--jobs J] [--loopback] [--exact]
+
+Counts still move a little between runs: the garbage collector's passes land on different
+calls, and string hashing is randomised per process. To compare two versions or builds,
+use ``--exact``: the collector is off in the counted calls and ``PYTHONHASHSEED=0``. A
+count then repeats to within a few dozen instructions for one build; two builds of the same
+source still differ by up to about 2k (code and objects land at other addresses), so a
+change smaller than that is not measured here.
 
 Needs valgrind. Measures the retrysafe the child imports (``PYTHONPATH`` picks a build).
 Instructions are not time: the same count runs faster in C than in the interpreter's
@@ -26,6 +33,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -40,11 +48,11 @@ import httpx
 
 name, calls = sys.argv[1], int(sys.argv[2])
 # (a loopback server's URL, or the mock's)
-url = sys.argv[4] if len(sys.argv) > 4 else "http://api.test/items"
+url = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "mock" else "http://api.test/items"
 
 
 def mock():
-    if len(sys.argv) > 4:
+    if len(sys.argv) > 4 and sys.argv[4] != "mock":
         return None  # each client's own default transport, over loopback
     return httpx.MockTransport(lambda request: httpx.Response(200, content=b"ok"))
 
@@ -77,6 +85,10 @@ def async_client():
     )
 
 
+if len(sys.argv) > 5 and sys.argv[5] == "exact":
+    import gc
+    gc.disable()  # (after the imports and the client's setup)
+
 if sys.argv[3] == "sync":
     client = sync_client()
     for _ in range(300):
@@ -97,9 +109,12 @@ else:
 CONTENDERS = ("httpx", "retrysafe.Client", "httpx + RetryTransport", "httpx-retries")
 
 
-def count(name: str, mode: str, calls: int, url: str | None = None) -> float:
+def count(
+    name: str, mode: str, calls: int, url: str | None = None, *, exact: bool = False
+) -> float:
     """Instructions per call of ``name`` in ``mode`` (sync or async); over loopback to
-    the server at ``url`` if given, else on MockTransport."""
+    the server at ``url`` if given, else on MockTransport; ``exact``: see ``--exact``."""
+    env = dict(os.environ, PYTHONHASHSEED="0") if exact else None
     finished = subprocess.run(
         [
             "valgrind",
@@ -113,8 +128,10 @@ def count(name: str, mode: str, calls: int, url: str | None = None) -> float:
             name,
             str(calls),
             mode,
-            *([url] if url is not None else []),
+            url if url is not None else "mock",
+            *(["exact"] if exact else []),
         ],
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -132,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--loopback", action="store_true", help="over loopback to a local server, not the mock"
     )
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="collector off and PYTHONHASHSEED=0: to compare two versions or builds",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (e.g. apt-get install valgrind)", file=sys.stderr)
@@ -145,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
 
     build = "compiled" if retrysafe.compiled.is_compiled() else "plain Python"
     where = "over loopback" if args.loopback else "on MockTransport"
-    print(f"retrysafe build: {build}; instructions per successful call {where}")
+    exactly = "; collector off, PYTHONHASHSEED=0" if args.exact else ""
+    print(f"retrysafe build: {build}; instructions per successful call {where}{exactly}")
     pairs = [(mode, name) for mode in ("sync", "async") for name in names]
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(loopback_server()) if args.loopback else None
@@ -153,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             counted = dict(
                 zip(
                     pairs,
-                    pool.map(lambda pair: count(pair[1], pair[0], args.calls, url), pairs),
+                    pool.map(
+                        lambda pair: count(pair[1], pair[0], args.calls, url, exact=args.exact),
+                        pairs,
+                    ),
                     strict=True,
                 )
             )
