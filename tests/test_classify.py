@@ -211,3 +211,32 @@ def test_a_rule_with_a_bug_is_not_hidden() -> None:
 
     with pytest.raises(KeyError):
         classify(response(200), policy=RetryPolicy(rules=(buggy,)))
+
+
+def _as_httpx_maps_it(cause: Exception) -> httpx.LocalProtocolError:
+    """``cause``, raised inside httpcore's sync HTTP/2 connection, as httpx hands it on."""
+    import httpcore
+
+    try:
+        try:
+            try:
+                raise cause
+            except Exception as exc:
+                raise httpcore.LocalProtocolError(exc)  # noqa: B904 - as httpcore does
+        except httpcore.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+    except httpx.LocalProtocolError as error:
+        return error
+
+
+def test_h2_refusing_to_open_one_more_stream_was_never_sent_and_may_go_again() -> None:
+    h2_exceptions = pytest.importorskip("h2.exceptions")
+    error = _as_httpx_maps_it(h2_exceptions.TooManyStreamsError("Max outbound streams is 3"))
+    verdict = classify_exception(error, during_body=False)
+    assert (verdict.kind, verdict.reason, verdict.processed) == ("retry", "stream_limit", "no")
+
+
+def test_other_local_protocol_errors_stay_final() -> None:
+    error = _as_httpx_maps_it(ValueError("Invalid input ConnectionInputs.SEND_HEADERS"))
+    verdict = classify_exception(error, during_body=False)
+    assert (verdict.kind, verdict.reason) == ("permanent", "invalid_request")

@@ -12,6 +12,11 @@ server's limit of concurrent streams would fill up with forgotten ones, after
 which every request on the connection fails. So the connection is retired
 (:func:`~retrysafe.attempt_deadline.retire`): the requests on it finish, and new
 ones get a fresh connection.
+
+httpcore's sync HTTP/2 connection also makes a request wait, with no time limit, for
+its turn to read (:class:`_TurnToRead`) and for a free stream when the server's limit
+of concurrent streams is reached (:class:`_StreamSlots`). Both waits end by the
+waiting request's attempt deadline.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class BoundedStream(httpcore.NetworkStream):
         self.pool = pool
         #: It carries HTTP/2: several requests at once (seen from its preface).
         self.shared = False
+        #: Its HTTP/2 connection's stream slots are still httpcore's own (unbounded).
+        self._slots_unbounded = False
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
@@ -79,7 +86,11 @@ class BoundedStream(httpcore.NetworkStream):
             # HTTP/2: frames of every request on the connection, never cut by one attempt
             if not self.shared:
                 self.shared = True
-                _bound_turns_to_read(self)
+                self._slots_unbounded = _bound_turns_to_read(self)
+            elif self._slots_unbounded:
+                # (the first write after the preface: the connection has made its slots)
+                self._slots_unbounded = False
+                _bound_stream_slots(self)
             _written_by_call(self)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
@@ -142,6 +153,8 @@ class _TurnToRead:
     def __init__(self, stream: BoundedStream) -> None:
         self._lock = threading.Lock()
         self._stream = stream
+        #: The thread reading under it now, if any (see _StreamSlots.acquire).
+        self.reader: int | None = None
 
     def __enter__(self) -> _TurnToRead:
         left, _, _ = time_left(None)
@@ -150,14 +163,79 @@ class _TurnToRead:
         elif not self._lock.acquire(timeout=left):  # (left >= 0; 0: no wait at all)
             retire(self._stream)
             raise AttemptDeadlineReached(stalled=False)
+        self.reader = threading.get_ident()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.reader = None
         self._lock.release()
 
 
-def _bound_turns_to_read(stream: BoundedStream) -> None:
-    """Give the sync HTTP/2 connection ``stream`` carries a :class:`_TurnToRead` lock.
+class _StreamSlots:
+    """httpcore's count of the streams an HTTP/2 connection may still open, whose wait
+    for a free one ends by the waiting request's attempt deadline.
+
+    The server limits the streams open at once. At the limit, httpcore's sync
+    connection makes a new request wait until another one's stream closes, which its
+    own time does not bound. Here, a request whose time runs out while it waits fails
+    with a pool timeout: nothing of it was sent, so it may be sent again. It wraps the
+    same semaphore httpcore counts with, so nothing is lost whichever thread holds
+    which. The connection also takes slots back when the server lowers its limit,
+    while reading for everyone under :class:`_TurnToRead`: that wait stays unbounded,
+    as httpcore's own bookkeeping must not fail halfway.
+
+    A slot can also be free in httpcore's count while its stream is still open in h2's:
+    an attempt cut short gives its slot back without closing its stream (see
+    :func:`~retrysafe.attempt_deadline.retire`). h2 would refuse to open one more, so a
+    request that gets such a slot gives it back, the connection is retired, and the
+    pool sends the request on another connection.
+    """
+
+    def __init__(
+        self, semaphore: threading.Semaphore, turn: _TurnToRead, connection: typing.Any
+    ) -> None:
+        self._semaphore = semaphore
+        self._turn = turn
+        self._connection = weakref.ref(connection)
+
+    def acquire(self) -> None:
+        if self._turn.reader == threading.get_ident():  # (the server lowered its limit)
+            self._semaphore.acquire()
+            return
+        left, _, _ = time_left(None)
+        if left is None:  # no attempt in flight in this thread: wait as httpcore would
+            self._semaphore.acquire()
+        elif not self._semaphore.acquire(timeout=left):  # (left >= 0; 0: no wait at all)
+            raise httpcore.PoolTimeout(
+                "no stream of the HTTP/2 connection came free within the attempt's time "
+                "(the server's limit of concurrent streams was reached); nothing was sent"
+            )
+        connection = self._connection()
+        if connection is not None and _streams_all_open(connection):
+            self._semaphore.release()
+            connection._connection_error = True  # retired: see attempt_deadline.retire
+            raise httpcore.ConnectionNotAvailable()  # (the pool tries another connection)
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
+def _streams_all_open(connection: typing.Any) -> bool:
+    """Whether the HTTP/2 ``connection`` has as many streams open as its server allows
+    (in h2's count, which includes streams httpcore forgot); False if it cannot tell."""
+    try:
+        state = connection._h2_state
+        # (a snapshot: another thread may be moving the connection's state along)
+        streams = list(state.streams.items())
+        limit = int(state.remote_settings.max_concurrent_streams)
+    except Exception:  # httpcore's or h2's insides changed: let h2 decide, as before
+        return False
+    return sum(1 for number, each in streams if number % 2 == 1 and each.open) >= limit
+
+
+def _bound_turns_to_read(stream: BoundedStream) -> bool:
+    """Give the sync HTTP/2 connection ``stream`` carries a :class:`_TurnToRead` lock;
+    whether it did.
 
     Called as the connection writes its preface, before any request reads. It
     replaces httpcore's private ``_read_lock``, only where it finds one unlocked;
@@ -167,6 +245,24 @@ def _bound_turns_to_read(stream: BoundedStream) -> None:
     lock = getattr(getattr(connection, "_read_lock", None), "_lock", None)
     if isinstance(lock, type(threading.Lock())) and not lock.locked():
         connection._read_lock = _TurnToRead(stream)
+        return True
+    return False
+
+
+def _bound_stream_slots(stream: BoundedStream) -> None:
+    """Give the sync HTTP/2 connection ``stream`` carries :class:`_StreamSlots` around
+    its own count of free streams, which it makes after writing its preface.
+
+    Replaces httpcore's private ``_max_streams_semaphore`` only where it finds the one
+    httpcore makes, beside a :class:`_TurnToRead`; otherwise the connection is left as
+    it is.
+    """
+    connection = connection_carrying(stream)
+    turn = getattr(connection, "_read_lock", None)
+    slots = getattr(connection, "_max_streams_semaphore", None)
+    semaphore = getattr(slots, "_semaphore", None)
+    if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
+        connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
 
 
 class BoundedBackend(httpcore.NetworkBackend):

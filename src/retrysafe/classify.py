@@ -337,6 +337,22 @@ _PERMANENT: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
+def _refused_at_stream_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is h2 refusing to open the request's stream because the HTTP/2
+    connection's streams are all open: nothing of the request was sent, and another
+    connection may take it. (httpcore lets a request through to h2 while streams it
+    forgot, those of attempts cut short, still count there.)"""
+    seen: BaseException | None = exc
+    for _ in range(4):  # httpx's error, httpcore's, h2's
+        if seen is None:
+            return False
+        kind = type(seen)
+        if kind.__name__ == "TooManyStreamsError" and kind.__module__.startswith("h2."):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
     """Classify an exception by how far the request got.
 
@@ -354,6 +370,8 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
         for kind, reason in kinds:
             if isinstance(exc, kind):
                 return Verdict.retry(reason, processed="no" if processed == "no" else "maybe")
+    if isinstance(exc, httpx.LocalProtocolError) and _refused_at_stream_limit(exc):
+        return Verdict.retry("stream_limit", processed="no")
     for kind, reason in _PERMANENT:
         if isinstance(exc, kind):
             # Refused on this side (bad URL scheme, an unsendable header): nothing left.
