@@ -479,6 +479,31 @@ def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsew
     assert results["wait"] is None, results["wait"]
 
 
+async def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsewhere_async(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The same for tasks."""
+    results: dict[str, Any] = {}
+    cut_at_one_second = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
+        await client.get(h2_three_streams.url(chaos, "/status/200"))
+
+        async def hang() -> None:
+            url = h2_three_streams.url(chaos, "/hang")
+            await raised_by_async(client.get(url, policy=cut_at_one_second))
+
+        async def waits() -> None:
+            await anyio.sleep(0.4)  # the three hangs hold every stream
+            url = h2_three_streams.url(chaos, "/status/200")
+            results["wait"] = await raised_by_async(client.get(url, policy=FAST))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(hang)
+            group.start_soon(waits)
+    assert results["wait"] is None, results["wait"]
+
+
 async def test_h2_a_request_waiting_for_a_free_stream_ends_at_its_own_time_async(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:

@@ -87,6 +87,7 @@ class BoundedStream(httpcore.NetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unbounded = _bound_turns_to_read(self)
+                _open_no_stream_past_the_limit(self)
             elif self._slots_unbounded:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
@@ -183,20 +184,11 @@ class _StreamSlots:
     which. The connection also takes slots back when the server lowers its limit,
     while reading for everyone under :class:`_TurnToRead`: that wait stays unbounded,
     as httpcore's own bookkeeping must not fail halfway.
-
-    A slot can also be free in httpcore's count while its stream is still open in h2's:
-    an attempt cut short gives its slot back without closing its stream (see
-    :func:`~retrysafe.attempt_deadline.retire`). h2 would refuse to open one more, so a
-    request that gets such a slot gives it back, the connection is retired, and the
-    pool sends the request on another connection.
     """
 
-    def __init__(
-        self, semaphore: threading.Semaphore, turn: _TurnToRead, connection: typing.Any
-    ) -> None:
+    def __init__(self, semaphore: threading.Semaphore, turn: _TurnToRead) -> None:
         self._semaphore = semaphore
         self._turn = turn
-        self._connection = weakref.ref(connection)
 
     def acquire(self) -> None:
         if self._turn.reader == threading.get_ident():  # (the server lowered its limit)
@@ -210,11 +202,6 @@ class _StreamSlots:
                 "no stream of the HTTP/2 connection came free within the attempt's time "
                 "(the server's limit of concurrent streams was reached); nothing was sent"
             )
-        connection = self._connection()
-        if connection is not None and _streams_all_open(connection):
-            self._semaphore.release()
-            connection._connection_error = True  # retired: see attempt_deadline.retire
-            raise httpcore.ConnectionNotAvailable()  # (the pool tries another connection)
 
     def release(self) -> None:
         self._semaphore.release()
@@ -231,6 +218,41 @@ def _streams_all_open(connection: typing.Any) -> bool:
     except Exception:  # httpcore's or h2's insides changed: let h2 decide, as before
         return False
     return sum(1 for number, each in streams if number % 2 == 1 and each.open) >= limit
+
+
+def _open_no_stream_past_the_limit(stream: BoundedStream | AsyncBoundedStream) -> None:
+    """Have the HTTP/2 connection ``stream`` carries retired, and a request sent on
+    another, rather than refused by h2, when a stream it would open is one too many.
+
+    httpcore gives an attempt's stream slot back when the attempt is cut short, but
+    leaves its stream open (see :func:`~retrysafe.attempt_deadline.retire`): h2 still
+    counts it, so a request that gets that slot would be refused by h2 (which httpx
+    reports as an invalid request). Before a request takes a stream number, this
+    checks h2's count; at the limit it answers as h2 does when it has run out of
+    stream numbers, which httpcore takes for "this connection can take no more": it
+    stops using it and the pool sends the request on another. Called as the connection
+    writes its preface; reads httpcore's and h2's private state, and leaves a connection
+    whose state it does not find as it is (h2 then refuses, and the refusal is retried
+    as never sent: ``stream_limit``).
+    """
+    connection = connection_carrying(stream)
+    state = getattr(connection, "_h2_state", None)
+    own = getattr(state, "get_next_available_stream_id", None)
+    if state is None or own is None:
+        return
+    import h2.exceptions  # (loaded by httpcore's HTTP/2 connection already)
+
+    held = weakref.ref(connection)
+
+    def next_stream_id() -> int:
+        carrier = held()
+        if carrier is not None and _streams_all_open(carrier):
+            raise h2.exceptions.NoAvailableStreamIDError(
+                "every stream the server allows is open, some left by requests cut short"
+            )
+        return int(own())
+
+    state.get_next_available_stream_id = next_stream_id
 
 
 def _bound_turns_to_read(stream: BoundedStream) -> bool:
@@ -262,7 +284,7 @@ def _bound_stream_slots(stream: BoundedStream) -> None:
     slots = getattr(connection, "_max_streams_semaphore", None)
     semaphore = getattr(slots, "_semaphore", None)
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
-        connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
+        connection._max_streams_semaphore = _StreamSlots(semaphore, turn)
 
 
 class BoundedBackend(httpcore.NetworkBackend):
@@ -326,7 +348,9 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         if not buffer:  # (nothing is sent: see BoundedStream.write)
             return await self._inner.write(buffer, timeout)
         if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
-            self.shared = True
+            if not self.shared:
+                self.shared = True
+                _open_no_stream_past_the_limit(self)
             _written_by_call(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
