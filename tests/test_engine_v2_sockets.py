@@ -453,8 +453,9 @@ def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsew
 ) -> None:
     """The three hangs are cut at 1 s, and httpcore frees their slots without closing
     their streams: a GET that was waiting for one gets it while h2 still counts three
-    streams open, and would refuse to send (the GET failed as an invalid request: "fix
-    it"). The connection is retired instead, and the GET goes on a new one."""
+    streams open, and h2 refuses to send it (it failed as an invalid request: "fix it").
+    Nothing was sent: the GET goes again, and the first cut, which left every stream
+    open, retired the connection, so it goes on a new one."""
     results: dict[str, Any] = {}
     cut_at_one_second = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
     with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:

@@ -90,7 +90,8 @@ class SharedStream(Protocol):
 
 def retire(stream: SharedStream) -> None:
     """Let no new request onto the HTTP/2 connection ``stream`` carries, once the
-    streams its cut requests left open fill half of what the server allows.
+    streams its cut requests left open fill half of what the server allows, or the
+    streams open there reach it.
 
     A cut request's HTTP/2 stream stays open (httpcore does not reset the stream of
     a request it abandons) until the server ends it, which a server that hangs never
@@ -99,11 +100,17 @@ def retire(stream: SharedStream) -> None:
     marks one that failed: the requests on it go on, new ones open another
     connection, and the pool closes it once it is idle. (A losing hedged copy's
     stream usually ends soon after, when the server answers: the connection is kept.)
+
+    At the limit itself, the cut gives httpcore back a slot whose stream h2 still
+    counts: a request waiting for a free stream would get it and be refused by h2
+    (retried as never sent: ``stream_limit``). Retired now, the connection sends that
+    retry elsewhere.
+
     This reads httpcore's and h2's private state; where it is missing or cannot be
     read, the connection is retired at once.
     """
     connection = connection_carrying(stream)
-    if hasattr(connection, "_connection_error") and _abandoned_streams_fill_half(connection):
+    if hasattr(connection, "_connection_error") and _worth_retiring(connection):
         connection._connection_error = True
 
 
@@ -120,9 +127,10 @@ def connection_carrying(stream: SharedStream) -> Any:
     return None
 
 
-def _abandoned_streams_fill_half(connection: Any) -> bool:
-    """Whether ``connection``'s streams that no request waits on any more (this cut's
-    own included) fill half the server's limit; True when that cannot be told."""
+def _worth_retiring(connection: Any) -> bool:
+    """Whether ``connection`` should take no new request: its streams that no request
+    waits on any more (this cut's own included) fill half the server's limit, or its
+    open streams reach the limit; True when that cannot be told."""
     try:
         state = connection._h2_state
         waited_on = connection._events
@@ -133,10 +141,11 @@ def _abandoned_streams_fill_half(connection: Any) -> bool:
             for number, each in streams
             if number % 2 == 1 and each.open and number not in waited_on
         )
+        opened = sum(1 for number, each in streams if number % 2 == 1 and each.open)
         limit = int(state.remote_settings.max_concurrent_streams)
     except Exception:  # httpcore's or h2's insides changed: retire, to be safe
         return True
-    return (abandoned + 1) * 2 >= limit
+    return (abandoned + 1) * 2 >= limit or opened >= limit
 
 
 def retire_stream_of(call: RunningCall) -> None:

@@ -87,7 +87,6 @@ class BoundedStream(httpcore.NetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unbounded = _bound_turns_to_read(self)
-                _open_no_stream_past_the_limit(self)
             elif self._slots_unbounded:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
@@ -207,54 +206,6 @@ class _StreamSlots:
         self._semaphore.release()
 
 
-def _streams_all_open(connection: typing.Any) -> bool:
-    """Whether the HTTP/2 ``connection`` has as many streams open as its server allows
-    (in h2's count, which includes streams httpcore forgot); False if it cannot tell."""
-    try:
-        state = connection._h2_state
-        # (a snapshot: another thread may be moving the connection's state along)
-        streams = list(state.streams.items())
-        limit = int(state.remote_settings.max_concurrent_streams)
-    except Exception:  # httpcore's or h2's insides changed: let h2 decide, as before
-        return False
-    return sum(1 for number, each in streams if number % 2 == 1 and each.open) >= limit
-
-
-def _open_no_stream_past_the_limit(stream: BoundedStream | AsyncBoundedStream) -> None:
-    """Have the HTTP/2 connection ``stream`` carries retired, and a request sent on
-    another, rather than refused by h2, when a stream it would open is one too many.
-
-    httpcore gives an attempt's stream slot back when the attempt is cut short, but
-    leaves its stream open (see :func:`~retrysafe.attempt_deadline.retire`): h2 still
-    counts it, so a request that gets that slot would be refused by h2 (which httpx
-    reports as an invalid request). Before a request takes a stream number, this
-    checks h2's count; at the limit it answers as h2 does when it has run out of
-    stream numbers, which httpcore takes for "this connection can take no more": it
-    stops using it and the pool sends the request on another. Called as the connection
-    writes its preface; reads httpcore's and h2's private state, and leaves a connection
-    whose state it does not find as it is (h2 then refuses, and the refusal is retried
-    as never sent: ``stream_limit``).
-    """
-    connection = connection_carrying(stream)
-    state = getattr(connection, "_h2_state", None)
-    own = getattr(state, "get_next_available_stream_id", None)
-    if state is None or own is None:
-        return
-    import h2.exceptions  # (loaded by httpcore's HTTP/2 connection already)
-
-    held = weakref.ref(connection)
-
-    def next_stream_id() -> int:
-        carrier = held()
-        if carrier is not None and _streams_all_open(carrier):
-            raise h2.exceptions.NoAvailableStreamIDError(
-                "every stream the server allows is open, some left by requests cut short"
-            )
-        return int(own())
-
-    state.get_next_available_stream_id = next_stream_id
-
-
 def _bound_turns_to_read(stream: BoundedStream) -> bool:
     """Give the sync HTTP/2 connection ``stream`` carries a :class:`_TurnToRead` lock;
     whether it did.
@@ -348,9 +299,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         if not buffer:  # (nothing is sent: see BoundedStream.write)
             return await self._inner.write(buffer, timeout)
         if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
-            if not self.shared:
-                self.shared = True
-                _open_no_stream_past_the_limit(self)
+            self.shared = True
             _written_by_call(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
