@@ -406,46 +406,93 @@ async def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_async(
 
 #: Hangs that fill the h2_three_streams server's limit of concurrent streams.
 HANG_PAST_THE_WAIT = RetryPolicy(attempts=1, attempt_timeout=2.5, deadline=3.0)
+#: Hangs cut at one second.
+HANG_CUT_AT_ONE_SECOND = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
 #: A request with half a second, which must wait for a stream.
 HALF_A_SECOND = RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5)
+
+
+def _beside_three_hangs(
+    server: H2Chaos, chaos: KeyedChaos, hangs: RetryPolicy, policy: RetryPolicy
+) -> tuple[Exception | None, float]:
+    """Sync, on one connection to a server that allows three streams: three GETs hang
+    (``hangs``), then one more GET (``policy``) comes; what it raised and how long it
+    took. A GET after them all must succeed."""
+    results: dict[str, Any] = {}
+    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
+        client.get(server.url(chaos, "/status/200"))
+
+        def hang() -> None:
+            raised_by(lambda: client.get(server.url(chaos, "/hang"), policy=hangs))
+
+        def waits() -> None:
+            started = time.monotonic()
+            url = server.url(chaos, "/status/200")
+            results["error"] = raised_by(lambda: client.get(url, policy=policy))
+            results["seconds"] = time.monotonic() - started
+
+        threads = [threading.Thread(target=hang) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.4)  # the three hangs hold every stream
+        threads.append(threading.Thread(target=waits))
+        threads[-1].start()
+        for thread in threads:
+            thread.join(10)
+        after = client.get(server.url(chaos, "/status/200"), policy=FAST)
+    assert after.status_code == 200
+    return results["error"], results["seconds"]
+
+
+async def _beside_three_hangs_async(
+    server: H2Chaos, chaos: KeyedChaos, hangs: RetryPolicy, policy: RetryPolicy
+) -> tuple[Exception | None, float]:
+    """:func:`_beside_three_hangs` for tasks."""
+    results: dict[str, Any] = {}
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
+        await client.get(server.url(chaos, "/status/200"))
+
+        async def hang() -> None:
+            await raised_by_async(client.get(server.url(chaos, "/hang"), policy=hangs))
+
+        async def waits() -> None:
+            await anyio.sleep(0.4)  # the three hangs hold every stream
+            started = time.monotonic()
+            url = server.url(chaos, "/status/200")
+            results["error"] = await raised_by_async(client.get(url, policy=policy))
+            results["seconds"] = time.monotonic() - started
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(hang)
+            group.start_soon(waits)
+        after = await client.get(server.url(chaos, "/status/200"), policy=FAST)
+    assert after.status_code == 200
+    return results["error"], results["seconds"]
 
 
 def test_h2_a_request_waiting_for_a_free_stream_ends_at_its_own_time_sync(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:
-    """Sync, one HTTP/2 connection whose server allows three streams: three GETs hang
-    for 2.5 s; a fourth with half a second waits for a stream that long and no longer,
-    and fails as never sent (httpcore would have it wait until a hang ended)."""
-    results: dict[str, Any] = {}
-    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
-        client.get(h2_three_streams.url(chaos, "/status/200"))
-
-        def hang() -> None:
-            url = h2_three_streams.url(chaos, "/hang")
-            raised_by(lambda: client.get(url, policy=HANG_PAST_THE_WAIT))
-
-        def waits() -> None:
-            started = time.monotonic()
-            url = h2_three_streams.url(chaos, "/status/200")
-            results["wait"] = raised_by(lambda: client.get(url, policy=HALF_A_SECOND))
-            results["wait_seconds"] = time.monotonic() - started
-
-        hangs = [threading.Thread(target=hang) for _ in range(3)]
-        for thread in hangs:
-            thread.start()
-        time.sleep(0.4)  # the three hangs hold every stream
-        waiter = threading.Thread(target=waits)
-        waiter.start()
-        for thread in [*hangs, waiter]:
-            thread.join(10)
-        after = client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
-
-    error = results["wait"]
+    """Three GETs hang for 2.5 s; a fourth with half a second waits for a stream that
+    long and no longer, and fails as never sent (httpcore had it wait until a hang
+    ended)."""
+    error, seconds = _beside_three_hangs(h2_three_streams, chaos, HANG_PAST_THE_WAIT, HALF_A_SECOND)
     assert isinstance(error, retrysafe.ApiError), error
     assert error.outcome in ("pool_timeout", "deadline_exceeded"), error
     assert error.processed == "no"
-    assert results["wait_seconds"] < HALF_A_SECOND.deadline + SLACK
-    assert after.status_code == 200
+    assert seconds < HALF_A_SECOND.deadline + SLACK
+
+
+async def test_h2_a_request_waiting_for_a_free_stream_ends_at_its_own_time_async(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The same for tasks."""
+    error, seconds = await _beside_three_hangs_async(
+        h2_three_streams, chaos, HANG_PAST_THE_WAIT, HALF_A_SECOND
+    )
+    assert isinstance(error, retrysafe.ApiError), error
+    assert seconds < HALF_A_SECOND.deadline + SLACK
 
 
 def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsewhere_sync(
@@ -456,84 +503,18 @@ def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsew
     streams open, and h2 refuses to send it (it failed as an invalid request: "fix it").
     Nothing was sent: the GET goes again, and the first cut, which left every stream
     open, retired the connection, so it goes on a new one."""
-    results: dict[str, Any] = {}
-    cut_at_one_second = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
-    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
-        client.get(h2_three_streams.url(chaos, "/status/200"))
-
-        def hang() -> None:
-            url = h2_three_streams.url(chaos, "/hang")
-            raised_by(lambda: client.get(url, policy=cut_at_one_second))
-
-        def waits() -> None:
-            url = h2_three_streams.url(chaos, "/status/200")
-            results["wait"] = raised_by(lambda: client.get(url, policy=FAST))
-
-        hangs = [threading.Thread(target=hang) for _ in range(3)]
-        for thread in hangs:
-            thread.start()
-        time.sleep(0.4)  # the three hangs hold every stream
-        waiter = threading.Thread(target=waits)
-        waiter.start()
-        for thread in [*hangs, waiter]:
-            thread.join(10)
-    assert results["wait"] is None, results["wait"]
+    error, _ = _beside_three_hangs(h2_three_streams, chaos, HANG_CUT_AT_ONE_SECOND, FAST)
+    assert error is None, error
 
 
 async def test_h2_a_stream_freed_by_a_cut_request_is_still_open_there_so_it_goes_elsewhere_async(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:
     """The same for tasks."""
-    results: dict[str, Any] = {}
-    cut_at_one_second = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
-    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
-        await client.get(h2_three_streams.url(chaos, "/status/200"))
-
-        async def hang() -> None:
-            url = h2_three_streams.url(chaos, "/hang")
-            await raised_by_async(client.get(url, policy=cut_at_one_second))
-
-        async def waits() -> None:
-            await anyio.sleep(0.4)  # the three hangs hold every stream
-            url = h2_three_streams.url(chaos, "/status/200")
-            results["wait"] = await raised_by_async(client.get(url, policy=FAST))
-
-        async with anyio.create_task_group() as group:
-            for _ in range(3):
-                group.start_soon(hang)
-            group.start_soon(waits)
-    assert results["wait"] is None, results["wait"]
-
-
-async def test_h2_a_request_waiting_for_a_free_stream_ends_at_its_own_time_async(
-    h2_three_streams: H2Chaos, chaos: KeyedChaos
-) -> None:
-    """The same for tasks."""
-    results: dict[str, Any] = {}
-    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
-        await client.get(h2_three_streams.url(chaos, "/status/200"))
-
-        async def hang() -> None:
-            url = h2_three_streams.url(chaos, "/hang")
-            await raised_by_async(client.get(url, policy=HANG_PAST_THE_WAIT))
-
-        async def waits() -> None:
-            await anyio.sleep(0.4)  # the three hangs hold every stream
-            started = time.monotonic()
-            url = h2_three_streams.url(chaos, "/status/200")
-            results["wait"] = await raised_by_async(client.get(url, policy=HALF_A_SECOND))
-            results["wait_seconds"] = time.monotonic() - started
-
-        async with anyio.create_task_group() as group:
-            for _ in range(3):
-                group.start_soon(hang)
-            group.start_soon(waits)
-        after = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
-
-    error = results["wait"]
-    assert isinstance(error, retrysafe.ApiError), error
-    assert results["wait_seconds"] < HALF_A_SECOND.deadline + SLACK
-    assert after.status_code == 200
+    error, _ = await _beside_three_hangs_async(
+        h2_three_streams, chaos, HANG_CUT_AT_ONE_SECOND, FAST
+    )
+    assert error is None, error
 
 
 #: More timed-out requests than the server allows streams on one connection.
