@@ -61,6 +61,7 @@ class AttemptTimer:
         loop = asyncio._get_running_loop()
         dog = self._dog
         if dog is None or dog.loop is not loop:
+            self._dog = None  # (an earlier loop's: not kept alive by this transport)
             if loop is None or not _CAN_UNCANCEL:
                 return None
             dog = self._dog = AttemptWatchdog(loop)
