@@ -139,6 +139,20 @@ def _written_by_call(stream: BoundedStream | AsyncBoundedStream) -> None:
         call.shared_stream = stream
 
 
+class _Acquirable(typing.Protocol):
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+
+def _acquired_in_time(waited_on: _Acquirable) -> bool:
+    """Take ``waited_on`` (a lock or semaphore), waiting no longer than the attempt in
+    flight in this thread has left; False if its time ran out first. With no attempt
+    in flight, wait as httpcore would."""
+    left, _, _ = time_left(None)
+    if left is None:
+        return waited_on.acquire()
+    return waited_on.acquire(timeout=left)  # (left >= 0; 0: no wait at all)
+
+
 class _TurnToRead:
     """The lock an HTTP/2 connection's requests take turns to read under, whose wait
     ends by the waiting request's attempt deadline.
@@ -157,10 +171,7 @@ class _TurnToRead:
         self.reader: int | None = None
 
     def __enter__(self) -> _TurnToRead:
-        left, _, _ = time_left(None)
-        if left is None:  # no attempt in flight in this thread: wait as httpcore would
-            self._lock.acquire()
-        elif not self._lock.acquire(timeout=left):  # (left >= 0; 0: no wait at all)
+        if not _acquired_in_time(self._lock):
             retire(self._stream)
             raise AttemptDeadlineReached(stalled=False)
         self.reader = threading.get_ident()
@@ -193,10 +204,7 @@ class _StreamSlots:
         if self._turn.reader == threading.get_ident():  # (the server lowered its limit)
             self._semaphore.acquire()
             return
-        left, _, _ = time_left(None)
-        if left is None:  # no attempt in flight in this thread: wait as httpcore would
-            self._semaphore.acquire()
-        elif not self._semaphore.acquire(timeout=left):  # (left >= 0; 0: no wait at all)
+        if not _acquired_in_time(self._semaphore):
             raise httpcore.PoolTimeout(
                 "no stream of the HTTP/2 connection came free within the attempt's time "
                 "(the server's limit of concurrent streams was reached); nothing was sent"
