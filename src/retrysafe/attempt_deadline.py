@@ -36,6 +36,7 @@ __all__ = [
     "current_call",
     "current_copy",
     "retire",
+    "retire_if_full",
     "retire_stream_of",
     "time_left",
 ]
@@ -132,20 +133,41 @@ def _worth_retiring(connection: Any) -> bool:
     waits on any more (this cut's own included) fill half the server's limit, or its
     open streams reach the limit; True when that cannot be told."""
     try:
-        state = connection._h2_state
         waited_on = connection._events
-        # (a snapshot: another thread may be moving the connection's state along)
-        streams = list(state.streams.items())
-        abandoned = sum(
-            1
-            for number, each in streams
-            if number % 2 == 1 and each.open and number not in waited_on
-        )
-        opened = sum(1 for number, each in streams if number % 2 == 1 and each.open)
-        limit = int(state.remote_settings.max_concurrent_streams)
+        opened, limit = _open_streams_and_limit(connection)
+        abandoned = sum(1 for number in opened if number not in waited_on)
     except Exception:  # httpcore's or h2's insides changed: retire, to be safe
         return True
-    return (abandoned + 1) * 2 >= limit or opened >= limit
+    return (abandoned + 1) * 2 >= limit or len(opened) >= limit
+
+
+def _open_streams_and_limit(connection: Any) -> tuple[list[int], int]:
+    """The numbers of the streams the client opened that are open on the HTTP/2
+    ``connection`` (httpcore's), and the server's limit of concurrent streams."""
+    state = connection._h2_state
+    # (a snapshot: another thread may be moving the connection's state along)
+    streams = list(state.streams.items())
+    opened = [number for number, each in streams if number % 2 == 1 and each.open]
+    return opened, int(state.remote_settings.max_concurrent_streams)
+
+
+def retire_if_full(connection: Any) -> None:
+    """Retire the HTTP/2 ``connection`` (httpcore's) if the streams open there already
+    fill the server's limit; called as a request gets one of httpcore's stream slots
+    there.
+
+    httpcore counts the slots, and h2 the open streams. They part when a cut request's
+    stream stays open (see :func:`retire`) and the server then lowers its limit: h2
+    counts that stream against the new limit, httpcore gave its slot back. A request
+    given a slot then is refused by h2 before it is sent (``stream_limit``); retired
+    now, the connection sends its retry elsewhere. Where the state cannot be read,
+    nothing is done (the request goes as httpcore would send it)."""
+    try:
+        opened, limit = _open_streams_and_limit(connection)
+    except Exception:
+        return
+    if len(opened) >= limit and hasattr(connection, "_connection_error"):
+        connection._connection_error = True
 
 
 def retire_stream_of(call: RunningCall) -> None:

@@ -37,6 +37,7 @@ from retrysafe.attempt_deadline import (
     current_call,
     current_copy,
     retire,
+    retire_if_full,
     time_left,
 )
 
@@ -194,11 +195,17 @@ class _StreamSlots:
     which. The connection also takes slots back when the server lowers its limit,
     while reading for everyone under :class:`_TurnToRead`: that wait stays unbounded,
     as httpcore's own bookkeeping must not fail halfway.
+
+    A request that gets a slot while h2 counts the server's limit full retires the
+    connection (:func:`~retrysafe.attempt_deadline.retire_if_full`).
     """
 
-    def __init__(self, semaphore: threading.Semaphore, turn: _TurnToRead) -> None:
+    def __init__(
+        self, semaphore: threading.Semaphore, turn: _TurnToRead, connection: object
+    ) -> None:
         self._semaphore = semaphore
         self._turn = turn
+        self._connection = weakref.ref(connection)
 
     def acquire(self) -> None:
         if self._turn.reader == threading.get_ident():  # (the server lowered its limit)
@@ -209,9 +216,50 @@ class _StreamSlots:
                 "no stream of the HTTP/2 connection came free within the attempt's time "
                 "(the server's limit of concurrent streams was reached); nothing was sent"
             )
+        retire_if_full(self._connection())
 
     def release(self) -> None:
         self._semaphore.release()
+
+
+class _AsyncStreamSlots:
+    """httpcore's count of the streams an async HTTP/2 connection may still open, as it
+    counts them: a request that gets a slot while h2 counts the server's limit full
+    retires the connection (:func:`~retrysafe.attempt_deadline.retire_if_full`). (The
+    wait itself is bounded by the attempt's cancellation, as every async wait is.)
+
+    httpcore also takes slots back when the server lowers its limit; that is no request,
+    and is left alone, as in the sync :class:`_StreamSlots`. It is told by httpcore's
+    own count of the streams it allows, which stays above the new limit until every
+    slot is taken back.
+    """
+
+    def __init__(self, semaphore: typing.Any, connection: object) -> None:
+        self._semaphore = semaphore
+        self._connection = weakref.ref(connection)
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+        connection = self._connection()
+        if not _taking_slots_back(connection):
+            retire_if_full(connection)
+
+    async def release(self) -> None:
+        await self._semaphore.release()
+
+
+def _taking_slots_back(connection: typing.Any) -> bool:
+    """Whether httpcore's HTTP/2 ``connection`` is taking stream slots back, after the
+    server lowered its limit (True when that cannot be told: nothing is then retired)."""
+    try:
+        state = connection._h2_state
+        allowed = min(
+            state.remote_settings.max_concurrent_streams,
+            state.local_settings.max_concurrent_streams,
+        )
+        return bool(connection._max_streams > allowed)
+    except Exception:
+        return True
 
 
 def _bound_turns_to_read(stream: BoundedStream) -> bool:
@@ -243,7 +291,17 @@ def _bound_stream_slots(stream: BoundedStream) -> None:
     slots = getattr(connection, "_max_streams_semaphore", None)
     semaphore = getattr(slots, "_semaphore", None)
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
-        connection._max_streams_semaphore = _StreamSlots(semaphore, turn)
+        connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
+
+
+def _watch_stream_slots_async(stream: AsyncBoundedStream) -> None:
+    """Give the async HTTP/2 connection ``stream`` carries :class:`_AsyncStreamSlots`
+    around its own count of free streams, which it makes after writing its preface;
+    only where it finds httpcore's own ``AsyncSemaphore``."""
+    connection = connection_carrying(stream)
+    slots = getattr(connection, "_max_streams_semaphore", None)
+    if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
+        connection._max_streams_semaphore = _AsyncStreamSlots(slots, connection)
 
 
 class BoundedBackend(httpcore.NetworkBackend):
@@ -287,6 +345,8 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         #: See :class:`BoundedStream`.
         self.pool = pool
         self.shared = False
+        #: Its HTTP/2 connection's stream slots are still httpcore's own.
+        self._slots_unwatched = False
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
@@ -307,7 +367,13 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         if not buffer:  # (nothing is sent: see BoundedStream.write)
             return await self._inner.write(buffer, timeout)
         if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
-            self.shared = True
+            if not self.shared:
+                self.shared = True
+                self._slots_unwatched = True
+            elif self._slots_unwatched:
+                # (the first write after the preface: the connection has made its slots)
+                self._slots_unwatched = False
+                _watch_stream_slots_async(self)
             _written_by_call(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)

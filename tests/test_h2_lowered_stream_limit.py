@@ -1,0 +1,141 @@
+"""An HTTP/2 server that lowers its limit of concurrent streams below the streams a
+cut request left open: the next request is refused by the client's own h2 before
+anything is sent, and its retry must go on another connection.
+
+A cut request's stream stays open (httpcore forgets it without a reset; see
+``retrysafe.attempt_deadline.retire``). With the server's limit at eight, one such
+stream is no reason to retire the connection. When the server then lowers its limit
+to one, that stream fills it: every request httpcore lets onto the connection is
+refused by h2 (``stream_limit``, never sent). Those requests are retried, and each
+retry went to the same connection until the call's attempts ran out. Now a request
+that gets a slot on a connection whose open streams already fill the server's limit
+retires it, so its retry opens a new one.
+
+The server is written on h2 here (hypercorn cannot change its limit mid-connection):
+it allows eight streams, never answers ``/hang``, lowers its limit to one when asked
+for ``/lower``, and answers anything else with 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos.connection import listening_socket
+
+h2_connection = pytest.importorskip("h2.connection")
+h2_config = pytest.importorskip("h2.config")
+h2_events = pytest.importorskip("h2.events")
+h2_settings = pytest.importorskip("h2.settings")
+
+pytestmark = pytest.mark.anyio
+
+_LIMIT = h2_settings.SettingCodes.MAX_CONCURRENT_STREAMS
+#: A hang cut at a tenth of a second: its stream stays open on the server.
+CUT_AT_ONCE = RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=0.5)
+#: Two attempts, with short waits: one refused on the old connection, one on a new one.
+TWO_ATTEMPTS = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.02, deadline=3.0)
+H2_ONLY = {"http1": False, "http2": True}
+
+
+class LoweringServer:
+    """The HTTP/2 server of this module, on a free loopback port, one thread per
+    connection; it counts the connections it has accepted."""
+
+    def __init__(self) -> None:
+        self._listener = listening_socket("127.0.0.1")
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.connections = 0
+        self._open: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="h2-lowering", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # closed: the fixture is done
+                return
+            self.connections += 1
+            self._open.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
+        conn.local_settings = h2_settings.Settings(client=False, initial_values={_LIMIT: 8})
+        conn.initiate_connection()
+        with contextlib.suppress(OSError):
+            sock.sendall(conn.data_to_send())
+            while data := sock.recv(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2_events.RequestReceived):
+                        self._answer(conn, event.stream_id, dict(event.headers)[b":path"])
+                sock.sendall(conn.data_to_send())
+
+    @staticmethod
+    def _answer(conn: object, stream_id: int, path: bytes) -> None:
+        if path == b"/hang":
+            return
+        if path == b"/lower":
+            conn.update_settings({_LIMIT: 1})  # type: ignore[attr-defined]
+        conn.send_headers(  # type: ignore[attr-defined]
+            stream_id, [(":status", "200"), ("content-length", "2")]
+        )
+        conn.send_data(stream_id, b"ok", end_stream=True)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.fixture
+def lowering() -> Iterator[LoweringServer]:
+    server = LoweringServer()
+    yield server
+    server.close()
+
+
+def unprotected() -> retrysafe.Governor:
+    """No load protection: the breaker is not what these tests are about."""
+    return retrysafe.Governor(retrysafe.GovernorSettings.off())
+
+
+def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_connection_sync(
+    lowering: LoweringServer,
+) -> None:
+    """One hang cut (its stream left open), then the server lowers its limit to one:
+    the next GET is refused before it is sent, and its retry succeeds on a new
+    connection (it was refused on the same one until its attempts ran out)."""
+    with retrysafe.Client(governor=unprotected(), **H2_ONLY) as client:
+        with pytest.raises(retrysafe.ApiError):
+            client.get(f"{lowering.url}/hang", policy=CUT_AT_ONCE)
+        assert client.get(f"{lowering.url}/lower").status_code == 200
+        response = client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert [record.outcome for record in report.history] == ["stream_limit", "success"]
+    assert lowering.connections == 2
+
+
+async def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_connection_async(
+    lowering: LoweringServer,
+) -> None:
+    """The same for tasks."""
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_ONLY) as client:
+        with pytest.raises(retrysafe.ApiError):
+            await client.get(f"{lowering.url}/hang", policy=CUT_AT_ONCE)
+        assert (await client.get(f"{lowering.url}/lower")).status_code == 200
+        response = await client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert [record.outcome for record in report.history] == ["stream_limit", "success"]
+    assert lowering.connections == 2
