@@ -328,3 +328,43 @@ async def test_the_attempts_end_is_on_the_loops_clock_when_a_test_patches_the_lo
         took = time.monotonic() - started
     assert caught.value.history[0].outcome == "attempt_timeout"
     assert 0.3 <= took < 1.2
+
+
+def test_trio_run_as_a_guest_of_asyncio_ends_its_attempts_under_trio_not_the_watchdog() -> None:
+    """trio as a guest of an asyncio loop (``trio.lowlevel.start_guest_run``; trio-asyncio
+    is alike): an asyncio loop runs, but the attempt is a trio task's, which the
+    watchdog cannot cancel. It runs under anyio's cancel scope, as under ``trio.run``
+    (every call failed at once with "an attempt's time limit needs a running asyncio
+    task", even one the server answered)."""
+    trio = pytest.importorskip("trio")
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=1.0)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/hang":
+            await trio.sleep(3600)
+        return httpx.Response(200)
+
+    async def calls() -> tuple[int, BaseException, float]:
+        async with _client(handler, policy) as client:
+            status = (await client.get("http://upstream.test/")).status_code
+            started = time.monotonic()
+            with pytest.raises(retrysafe.TransportError) as hang:
+                await client.get("http://upstream.test/hang")
+            return status, hang.value, time.monotonic() - started
+
+    async def host() -> tuple[int, BaseException, float]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[object] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            calls,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=done.set_result,
+        )
+        outcome = await done
+        return outcome.unwrap()  # type: ignore[attr-defined, no-any-return]
+
+    status, hang, seconds = asyncio.run(host())
+    assert status == 200
+    assert isinstance(hang, retrysafe.ApiError)
+    assert hang.outcome == "attempt_timeout", hang
+    assert policy.attempt_timeout <= seconds < policy.attempt_timeout + 0.5

@@ -56,8 +56,9 @@ class AttemptTimer:
     def start(self, seconds: float) -> Watch | None:
         """Cancel the current task unless the attempt it starts now ends within
         ``seconds``; None if no watchdog can (no asyncio loop runs, as on trio, or it
-        cannot take a cancel back, before Python 3.11): the shell then bounds the attempt
-        itself."""
+        cannot take a cancel back, before Python 3.11; or the attempt is no asyncio
+        task's, as trio code run beside an asyncio loop is): the shell then bounds the
+        attempt itself."""
         loop = asyncio._get_running_loop()
         dog = self._dog
         if dog is None or dog.loop is not loop:
@@ -126,16 +127,18 @@ class AttemptWatchdog:
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = math.inf
 
-    def watch(self, seconds: float) -> Watch:
+    def watch(self, seconds: float) -> Watch | None:
         """Cancel the current task unless the attempt it runs ends within ``seconds``
-        from now (the watch's :meth:`~Watch.end` says it did)."""
+        from now (the watch's :meth:`~Watch.end` says it did); None if no asyncio task
+        runs it: trio code run while an asyncio loop runs (trio-asyncio's loop, trio as
+        a guest of asyncio) is not the loop's to cancel."""
         loop = self.loop
+        task = asyncio.current_task(loop)
+        if task is None:
+            return None
         # (on the loop's own clock, read now: a test loop may keep virtual time, and a
         # test may patch the clock the loop reads)
         ends_at = loop.time() + seconds
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("an attempt's time limit needs a running asyncio task")
         cancelling = 0
         if sys.version_info >= (3, 11):  # (the shell uses a watchdog on 3.11+ only)
             cancelling = task.cancelling()
