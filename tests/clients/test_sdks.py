@@ -2,7 +2,8 @@
 
 The openai SDK (on httpx) gets ``RetryTransport`` under its ``http_client``; the
 stripe SDK gets ``RequestsClient`` over a ``requests.Session`` with ``RetryAdapter``
-mounted (its ``HTTPXClient`` takes no transport). Against the chaos server's fake
+mounted (its ``HTTPXClient`` takes no transport), and ``AIOHTTPClient`` over an
+``aiohttp.ClientSession`` with ``RetryMiddleware``. Against the chaos server's fake
 endpoints: a 503 then a success is retried once, by retrysafe (the SDKs are told
 ``max_retries=0`` / ``max_network_retries=0``, and retrysafe's report on the
 response counts both attempts), and a keyed POST keeps its key on every attempt.
@@ -10,6 +11,9 @@ response counts both attempts), and a keyed POST keeps its key on every attempt.
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import httpx
 import openai
 import pytest
@@ -18,6 +22,7 @@ import stripe
 
 import retrysafe
 from retrysafe import RetryPolicy
+from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.chaos import KeyedChaos
 from retrysafe.requests import RetryAdapter
 
@@ -120,3 +125,38 @@ def test_stripe_final_failure_is_the_sdks_own_error(chaos: KeyedChaos) -> None:
         )
     assert caught.value.http_status == 503
     assert len(chaos.log()) == FAST.attempts
+
+
+async def _create_over_aiohttp(chaos: KeyedChaos, fail_times: int, fail_status: int) -> object:
+    """A customer created by the stripe SDK over aiohttp with ``RetryMiddleware`` (its
+    own retries off); or the error it raised."""
+    # raise_on_status=False, as over requests: the SDK reads a final failure's body.
+    middleware = RetryMiddleware(policy=FAST, raise_on_status=False)
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        client = stripe.StripeClient(
+            "sk_test_123",
+            base_addresses={"api": _stripe_base(chaos, fail_times, fail_status)},
+            max_network_retries=0,
+            http_client=stripe.AIOHTTPClient(session=session),
+        )
+        try:
+            return await client.v1.customers.create_async(params={"email": "ada@example.com"})
+        except stripe.StripeError as error:
+            return error
+
+
+def test_stripe_over_aiohttp_a_503_then_success_is_the_customer(chaos: KeyedChaos) -> None:
+    """The middleware reads the success's body for the engine: the SDK, which reads
+    aiohttp's stream, still gets it (it got an empty body, and raised APIError for a
+    customer the server had created)."""
+    customer = asyncio.run(_create_over_aiohttp(chaos, 1, 503))
+    assert isinstance(customer, stripe.Customer), customer
+    assert customer.email == "ada@example.com"
+    assert [record.action for record in chaos.log()] == ["status:503", "status:200"]
+
+
+def test_stripe_over_aiohttp_a_final_400_is_the_sdks_typed_error(chaos: KeyedChaos) -> None:
+    error = asyncio.run(_create_over_aiohttp(chaos, 10, 400))
+    assert isinstance(error, stripe.InvalidRequestError), error
+    assert error.http_status == 400
+    assert len(chaos.log()) == 1  # a 400 is not retried

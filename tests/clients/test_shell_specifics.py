@@ -235,6 +235,36 @@ def test_aiohttp_stream_hands_the_body_over_as_it_arrives(chaos: KeyedChaos) -> 
     assert whole >= 0.7
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_aiohttp_a_body_read_for_the_engine_is_still_on_the_stream_for_the_caller(
+    chaos: KeyedChaos, stream: bool
+) -> None:
+    """The middleware reads a success's body (unless it streams) and a failure's: the
+    caller still finds it on ``response.content``, where ``content.read()``,
+    ``iter_chunked()`` and stripe's AIOHTTPClient read it (it was empty there)."""
+    middleware = RetryMiddleware(policy=FAST, stream=stream, raise_on_status=False)
+
+    async def run() -> list[tuple[int, bytes, bytes]]:
+        """(status, the body read from the stream, the body as read() gives it)."""
+        seen = []
+        async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+            for path in ("/echo", "/status/400", "/status/503"):
+                async with session.get(chaos.url(path)) as response:
+                    from_stream = await response.content.read()
+                    seen.append((response.status, from_stream, await response.read()))
+            async with session.get(chaos.url("/echo")) as response:
+                chunks = [chunk async for chunk in response.content.iter_chunked(7)]
+                seen.append((response.status, b"".join(chunks), await response.read()))
+        return seen
+
+    seen = asyncio.run(run())
+    assert [status for status, _, _ in seen] == [200, 400, 503, 200]
+    for status, from_stream, read in seen:
+        assert from_stream.startswith(b"{"), (status, from_stream)  # the JSON body, whole
+        if not stream or status >= 400:  # (a streamed success's is the caller's to read once)
+            assert from_stream == read, status
+
+
 def test_aiohttp_total_timeout_ends_the_call_and_sends_nothing_more(chaos: KeyedChaos) -> None:
     """aiohttp's ClientTimeout(total=...) is around the whole call: when it runs out, the
     caller gets aiohttp's TimeoutError, and no attempt goes to the server after it."""

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import aiohttp
 import anyio
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+from aiohttp.base_protocol import BaseProtocol
 from aiohttp.payload import BytesPayload
 from yarl import URL
 
@@ -269,11 +270,11 @@ class _Attempt:
             try:
                 async with _time_limit(None if limit == math.inf else limit) as time_limit:
                     response = await self.handler(self.request)
-                    body = await response.read() if plan.read_body else None
+                    body = await _read(response) if plan.read_body else None
                     step = drive.returned(plan, _view_of(drive, response, body))
                     if type(step) is ReadBody:
                         step = drive.returned(
-                            plan, _view_of(drive, response, await response.read())
+                            plan, _view_of(drive, response, await _read(response))
                         )
                 self.response = response
                 return step
@@ -322,6 +323,31 @@ def _note_connection(request: ClientRequest, progress: _Progress) -> None:
         request.send = send_on  # type: ignore[method-assign, assignment]
     except AttributeError:  # pragma: no cover - a ClientRequest with __slots__
         progress.connected = True  # cannot tell: count it as maybe sent
+
+
+async def _read(response: ClientResponse) -> bytes:
+    """Read ``response``'s body, and leave it on ``response.content`` to be read again.
+
+    ``read()`` keeps a copy that ``read()``, ``text()`` and ``json()`` return later, but
+    leaves aiohttp's stream, ``response.content``, at its end. A caller that reads the
+    stream (``content.read()``, ``iter_chunked()``, stripe's ``AIOHTTPClient``) would
+    find it empty: the body was read here, for the engine, not by the caller. So the
+    stream is replaced by one holding the whole body.
+    """
+    body = await response.read()
+    loop = asyncio.get_running_loop()
+    stream = aiohttp.StreamReader(
+        # (a protocol with no transport: nothing is read from a socket any more; and the
+        # body fits under the stream's limit, so it never asks to pause reading)
+        BaseProtocol(loop),
+        limit=max(len(body), 2**16),
+        loop=loop,
+    )
+    if body:
+        stream.feed_data(body)
+    stream.feed_eof()
+    response.content = stream
+    return body
 
 
 def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:
