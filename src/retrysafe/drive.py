@@ -16,6 +16,7 @@ contexts a call lives in:
 from __future__ import annotations
 
 import contextvars
+import datetime
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -617,6 +618,8 @@ class Drive:
             response = step.response
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
+            if response.is_closed:
+                self._time_read_body(response)
             return response
         assert isinstance(step, Fail)
         if step.retried:
@@ -626,6 +629,8 @@ class Drive:
         if step.response is not None:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
+            if step.response.is_closed:
+                self._time_read_body(step.response)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
             raise step.cause
@@ -633,6 +638,18 @@ class Drive:
         error = step.error
         error.__cause__ = step.cause
         raise error
+
+    def _time_read_body(self, response: httpx.Response) -> None:
+        """Set ``response.elapsed`` on a response whose body an attempt read: the call's
+        time so far, from its start (as httpx counts a call's through a transport that
+        retries: every attempt and wait in it).
+
+        httpx sets it as it closes the stream it wraps the transport's response in; a
+        body read within the attempt closed the response before httpx wrapped it, so
+        httpx never does, and ``elapsed`` raised ``RuntimeError``."""
+        response.elapsed = datetime.timedelta(
+            seconds=self.settings.clock.monotonic() - self._started
+        )
 
     def _continue_chain(self) -> None:
         """Leave this hop's deadline and retries for the redirect's next hop to find."""

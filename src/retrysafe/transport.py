@@ -16,6 +16,8 @@ and a final transport failure re-raises httpx's own exception::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import TracebackType
+from typing import TypeVar
 
 import httpx
 
@@ -31,6 +33,9 @@ from retrysafe.send_loop import AsyncSender, Sender, SendLoop
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["OPTIONS_EXTENSION", "AsyncRetryTransport", "CallOptions", "RetryTransport"]
+
+_SyncShell = TypeVar("_SyncShell", bound="RetryTransport")
+_AsyncShell = TypeVar("_AsyncShell", bound="AsyncRetryTransport")
 
 
 def _not_a_transport(given: object, *, sync: bool) -> str:
@@ -145,6 +150,26 @@ class RetryTransport(_Shell, httpx.BaseTransport):
     def close(self) -> None:
         self.transport.close()
 
+    def __enter__(self: _SyncShell) -> _SyncShell:
+        # httpx's client enters its transport as it is entered; the one wrapped here is
+        # entered too (a custom transport may set itself up there).
+        enter = getattr(self.transport, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        leave = getattr(self.transport, "__exit__", None)
+        if leave is not None:
+            leave(exc_type, exc_value, traceback)  # (httpx's own close as they leave)
+        else:
+            self.transport.close()
+
     def __repr__(self) -> str:
         return f"RetryTransport({self.transport!r}, policy={self.policy!r})"
 
@@ -202,6 +227,25 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+
+    async def __aenter__(self: _AsyncShell) -> _AsyncShell:
+        # (as RetryTransport.__enter__)
+        enter = getattr(self.transport, "__aenter__", None)
+        if enter is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        leave = getattr(self.transport, "__aexit__", None)
+        if leave is not None:
+            await leave(exc_type, exc_value, traceback)
+        else:
+            await self.transport.aclose()
 
     def __repr__(self) -> str:
         return f"AsyncRetryTransport({self.transport!r}, policy={self.policy!r})"
