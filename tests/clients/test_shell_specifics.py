@@ -26,6 +26,7 @@ import requests
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from urllib3.util import Timeout as Urllib3Timeout
 
 import retrysafe
 from retrysafe import Governor, RetryPolicy
@@ -84,6 +85,30 @@ def test_a_requests_timeout_handler_catches_a_timed_out_transport_error(
     with session, pytest.raises(requests.Timeout) as caught:
         session.get(chaos.url("/hang"))
     assert isinstance(caught.value, retrysafe.TransportError)
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [Urllib3Timeout(total=2), Urllib3Timeout(total=2, read=1), Urllib3Timeout(connect=1, read=1)],
+    ids=repr,
+)
+def test_requests_takes_urllib3s_timeout_as_requests_does(
+    chaos: KeyedChaos, timeout: Urllib3Timeout
+) -> None:
+    """urllib3's ``Timeout`` is a ``timeout=`` requests takes; with ``total`` set, it
+    crashed the adapter before anything was sent (urllib3's TimeoutStateError, no
+    RequestException: its read timeout needs a connect under way)."""
+    with session_with(RetryAdapter(policy=FAST)) as session:
+        assert session.get(chaos.url("/echo"), timeout=timeout).status_code == 200
+
+
+def test_requests_urllib3s_total_bounds_each_read(chaos: KeyedChaos) -> None:
+    """Before a connect, urllib3 bounds each read by the total, and so does each attempt."""
+    policy = RetryPolicy(attempts=1, attempt_timeout=5.0)
+    started = time.monotonic()
+    with session_with(RetryAdapter(policy=policy)) as session, pytest.raises(requests.Timeout):
+        session.get(chaos.url("/hang"), timeout=Urllib3Timeout(total=0.3))
+    assert time.monotonic() - started < 2.0
 
 
 def test_aiohttp_errors_are_retrysafes_and_aiohttps_own(chaos: KeyedChaos) -> None:

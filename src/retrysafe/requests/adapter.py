@@ -412,12 +412,15 @@ def _connect_and_read(timeout: TimeoutArg) -> tuple[float | None, float | None]:
     if timeout is None:
         return None, None
     if isinstance(timeout, Urllib3Timeout):
+        # (its read_timeout needs a connect under way once total is set: urllib3 counts
+        # the connect against the total. Before one, urllib3 itself bounds connect and
+        # each read by the total, and so does each attempt here.)
+        total = timeout.total if isinstance(timeout.total, (int, float)) else None
         connect = timeout.connect_timeout
-        read = timeout.read_timeout
-        return (
-            connect if isinstance(connect, (int, float)) else None,
-            read if isinstance(read, (int, float)) else None,
-        )
+        read: object = timeout._read  # (the read as given, before total is applied)
+        if not isinstance(read, (int, float)) or (total is not None and total < read):
+            read = total
+        return (connect if isinstance(connect, (int, float)) else None, read)
     if isinstance(timeout, tuple):
         if len(timeout) != 2:
             raise ValueError(f"timeout must be seconds or a (connect, read) pair, got {timeout!r}")
