@@ -9,6 +9,7 @@ chaos server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.server
 import logging
 import socket
@@ -621,6 +622,115 @@ def test_urllib3s_own_debug_log_shows_no_secret_query_value(
     pool_lines = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
     assert any("api_key=[REDACTED]" in line for line in pool_lines), pool_lines
     assert not any(SECRET_QUERY_VALUE in line for line in pool_lines)
+
+
+# -- challenge-answering auth ---------------------------------------------------------------
+
+
+class _DigestHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP digest authentication (RFC 7616, MD5, qop=auth) for user ``ada``, password
+    ``lovelace``: a 401 with the challenge, then a 200 to a request answering it."""
+
+    protocol_version = "HTTP/1.1"
+    realm, nonce = "api", "5f1c0ffee"
+
+    def do_GET(self) -> None:
+        if self._answered(self.headers.get("Authorization", "")):
+            self._reply(200, {}, b"welcome")
+        else:
+            challenge = f'Digest realm="{self.realm}", nonce="{self.nonce}", qop="auth"'
+            self._reply(401, {"WWW-Authenticate": challenge}, b"who are you?")
+
+    def _answered(self, authorization: str) -> bool:
+        if not authorization.startswith("Digest "):
+            return False
+        fields = dict(
+            (name.strip(), value.strip().strip('"'))
+            for name, _, value in (part.partition("=") for part in authorization[7:].split(","))
+        )
+
+        def md5(text: str) -> str:
+            return hashlib.md5(text.encode()).hexdigest()
+
+        known = md5(f"ada:{self.realm}:lovelace")
+        expected = md5(
+            f"{known}:{self.nonce}:{fields.get('nc')}:{fields.get('cnonce')}:auth:"
+            + md5(f"GET:{fields.get('uri')}")
+        )
+        return fields.get("username") == "ada" and fields.get("response") == expected
+
+    def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def digest_server() -> Any:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DigestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_requests_digest_auth_answers_its_challenge_through_the_adapter(
+    digest_server: str,
+) -> None:
+    """requests' HTTPDigestAuth answers the 401 challenge from a response hook, which
+    runs on what the adapter returns: the challenge goes back to it, though failures
+    raise (the adapter raised the 401, and the handshake never got its second step)."""
+    auth = requests.auth.HTTPDigestAuth("ada", "lovelace")
+    with session_with(RetryAdapter(policy=FAST)) as session:
+        response = session.get(f"{digest_server}/reports", auth=auth)
+    assert (response.status_code, response.text) == (200, "welcome")
+    assert [hop.status_code for hop in response.history] == [401]
+
+
+def test_requests_digest_auth_with_wrong_credentials_still_raises(digest_server: str) -> None:
+    """The answer to the challenge carries credentials: its 401 is a failure, raised."""
+    auth = requests.auth.HTTPDigestAuth("ada", "babbage")
+    with (
+        session_with(RetryAdapter(policy=FAST)) as session,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        session.get(f"{digest_server}/reports", auth=auth)
+    assert caught.value.status == 401
+
+
+def test_aiohttp_digest_auth_answers_its_challenge_within_each_attempt(
+    digest_server: str,
+) -> None:
+    """Listed first, the middleware runs outermost: aiohttp's DigestAuthMiddleware,
+    listed after it, answers the challenge within the attempt (docs/clients.md)."""
+
+    async def run() -> tuple[int, bytes]:
+        middlewares = (
+            RetryMiddleware(policy=FAST),
+            aiohttp.DigestAuthMiddleware("ada", "lovelace"),
+        )
+        async with (
+            aiohttp.ClientSession(middlewares=middlewares) as session,
+            session.get(f"{digest_server}/reports") as response,
+        ):
+            return response.status, await response.read()
+
+    assert asyncio.run(run()) == (200, b"welcome")
+
+
+def test_requests_a_challenge_no_hook_answers_raises(digest_server: str) -> None:
+    with (
+        session_with(RetryAdapter(policy=FAST)) as session,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        session.get(f"{digest_server}/reports")
+    assert caught.value.status == 401
 
 
 # -- headers beyond ASCII -------------------------------------------------------------------

@@ -224,7 +224,7 @@ class RetryAdapter(HTTPAdapter):
         assert isinstance(step, Fail)
         assert response is not None
         setattr(response, _REPORT_ATTRIBUTE, step.report)
-        if not self.raise_on_status:
+        if not self.raise_on_status or _challenge_to_answer(attempt.request, response):
             return response
         raise as_requests_error(
             step.error, cause=step.cause, response=response, request=attempt.request
@@ -232,6 +232,24 @@ class RetryAdapter(HTTPAdapter):
 
     def __repr__(self) -> str:
         return f"RetryAdapter(policy={self.policy!r})"
+
+
+def _challenge_to_answer(request: requests.PreparedRequest, response: requests.Response) -> bool:
+    """Whether ``response`` is an authentication challenge that a hook on ``request`` may
+    answer by sending the request again: a 401 with ``WWW-Authenticate``, to a request
+    that carried no credentials yet, with response hooks (``HTTPDigestAuth`` and other
+    challenge-answering auth handlers register one).
+
+    Such a response goes back to requests even when failures raise: the hooks run on
+    what the adapter returns, so a raised 401 would end the handshake before its
+    second step (and a 401 to a request that did carry credentials still raises).
+    """
+    return (
+        response.status_code == 401
+        and "WWW-Authenticate" in response.headers
+        and "Authorization" not in request.headers
+        and bool(request.hooks.get("response"))
+    )
 
 
 #: requests' own reading of a redirect's Location (a method that uses no session state).
