@@ -482,6 +482,38 @@ def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedC
     assert statuses == [200, 200, 200]
 
 
+@pytest.mark.parametrize(("path", "params"), [("/status/503", {}), ("/delay", {"ms": 2000})])
+def test_aiohttp_a_session_closed_during_a_call_ends_it_with_aiohttps_error(
+    chaos: KeyedChaos, path: str, params: dict[str, Any]
+) -> None:
+    """The caller closes the session in a wait between attempts (503s), or while an
+    attempt waits for its answer: the call ends at once with an
+    ``aiohttp.ClientConnectionError`` (the next attempt went through aiohttp's handler
+    on the closed session, and failed with a bare ``AssertionError``)."""
+    policy = RetryPolicy(attempts=4, backoff_base=0.3, backoff_cap=0.3, deadline=5.0)
+
+    async def run() -> tuple[BaseException, float, int]:
+        session = aiohttp.ClientSession(middlewares=(RetryMiddleware(policy=policy),))
+
+        async def call() -> int:
+            async with session.get(chaos.url(path, **params)) as response:
+                return response.status
+
+        task = asyncio.create_task(call())
+        await asyncio.sleep(0.15)
+        await session.close()
+        closed = time.monotonic()
+        sent_before_the_close = len(chaos.log())
+        with pytest.raises(aiohttp.ClientConnectionError) as caught:
+            await task
+        return caught.value, time.monotonic() - closed, sent_before_the_close
+
+    error, seconds, sent_before_the_close = asyncio.run(run())
+    assert seconds < 1.0, error  # no wait for more attempts
+    time.sleep(0.4)  # (long enough for a late attempt to reach the server)
+    assert len(chaos.log()) == sent_before_the_close  # and none sent
+
+
 @pytest.mark.parametrize("shell", [RetryAdapter, RetryMiddleware])
 def test_a_hedging_policy_is_refused_with_what_to_use_instead(shell: Any) -> None:
     with pytest.raises(ValueError, match=r"hedge_after=None.*retrysafe\.Client"):

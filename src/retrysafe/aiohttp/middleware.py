@@ -257,6 +257,11 @@ class _Attempt:
     async def run(self, drive: Drive, plan: AttemptPlan) -> Step:
         """Send the attempt and read as much as the engine needs, within its time."""
         self.discard()
+        if _session_closed(self.request):
+            # (closed by the caller between attempts: aiohttp's handler cannot send on it)
+            raise aiohttp.ClientConnectionError(
+                "the session was closed during the call: no more attempts are sent"
+            )
         if self.trace_headers is not None:
             self.trace_headers.copy_onto(drive.request, self.request.headers)
         limit = plan.timeout
@@ -279,8 +284,8 @@ class _Attempt:
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:
-                if raised_downstream(exc):
-                    raise
+                if raised_downstream(exc) or _session_closed(self.request):
+                    raise  # (a session closed under the attempt ends the call, as it is)
                 failure = attempt_failure(exc)
             except TimeoutError as exc:
                 if not time_limit.expired():
@@ -304,6 +309,12 @@ class _Attempt:
         if self.response is not None:
             self.response.release()
             self.response = None
+
+
+def _session_closed(request: ClientRequest) -> bool:
+    """Whether the session ``request`` is sent with has been closed (by its caller)."""
+    session = getattr(request, "session", None)
+    return session is not None and bool(session.closed)
 
 
 def _note_connection(request: ClientRequest, progress: _Progress) -> None:
