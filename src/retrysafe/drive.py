@@ -55,7 +55,7 @@ from retrysafe.governor.explain import (
 from retrysafe.governor.guard import GRANTED, DependencyGuard
 from retrysafe.observe import CallTrace, RetryEvent
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import default_dependency
+from retrysafe.request_facts import default_dependency, replayable_body
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
 from retrysafe.timing import Deadline
@@ -426,7 +426,7 @@ class Drive:
                 admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
                 if admission is not None:
                     plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
-                    replayable = isinstance(self.request.stream, httpx.ByteStream)
+                    replayable = replayable_body(self.request.stream)
                     self._first = _FirstAttempt(plan, admission.permit, replayable, now)
                     return plan
         call = self.call

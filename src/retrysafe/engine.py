@@ -69,6 +69,7 @@ from retrysafe.request_facts import (
     KEY_SENT_BEFORE_EXTENSION,
     default_dependency,
     idempotency_key_of,
+    replayable_body,
 )
 from retrysafe.timing import Deadline
 from retrysafe.waits import backoff_wait, hinted_wait, safe_to_repeat
@@ -146,9 +147,7 @@ class Call:
         #: The body can be sent again byte for byte (bytes, not a one-shot stream). Read
         #: before the first attempt is sent: sending a one-shot stream may leave it
         #: replaced by the bytes it held (so a Call made for an attempt in flight is told).
-        self.replayable = (
-            isinstance(request.stream, httpx.ByteStream) if replayable is None else replayable
-        )
+        self.replayable = replayable_body(request.stream) if replayable is None else replayable
         self._clock = clock
         #: When the call started (default now): a Call made for an attempt already in
         #: flight (see adopt_attempt) started when that attempt did.

@@ -61,6 +61,12 @@ _UNSAFE_ADVICE = (
     "not repeated, since the server may already have acted on it: check before sending "
     "it again, or send it with an idempotency key (idempotency_key=True) to make retries safe"
 )
+#: Why a request the server surely did not act on, or one with a key, was not repeated:
+#: nothing else keeps it from being sent again (see waits.safe_to_repeat).
+_SPENT_BODY_ADVICE = (
+    "not repeated, since its body was a stream (a generator, or a file that cannot be "
+    "rewound), spent once sent: send the body as bytes to let retries send it again"
+)
 
 
 class ApiError(Exception):
@@ -116,11 +122,18 @@ class ApiError(Exception):
             what += f" ({body_excerpt})"
         why = "" if self.reason == self.outcome else f", gave up: {self.reason}"
         plural = "" if self.attempts == 1 else "s"
-        advice = _UNSAFE_ADVICE if self.reason == "unsafe_to_repeat" else self._advice()
+        advice = self._unsafe_advice() if self.reason == "unsafe_to_repeat" else self._advice()
         return (
             f"{self.method} {self.url} failed: {what} after {self.attempts} attempt{plural}"
             f" in {self.elapsed:.2f}s{why}; {advice}"
         )
+
+    def _unsafe_advice(self) -> str:
+        """Why the request was not repeated: the server may have acted on it, or (when
+        it surely did not, or the request had a key) only its body stood in the way."""
+        if self.processed == "no" or self.idempotency_key is not None:
+            return _SPENT_BODY_ADVICE
+        return _UNSAFE_ADVICE
 
     def _advice(self) -> str:
         """What to do, with this error's own numbers in it (never an attribute's name)."""

@@ -120,8 +120,10 @@ class HedgedCall(Call):
         #: Seconds after a copy starts before the next one is due.
         self.hedge_delay = hedge_delay
         policy = self.policy
-        #: Whether this request may be sent twice at all (else no copy is ever sent).
-        self.hedgeable = self.replayable and (
+        #: Whether this request may be sent twice at all (else no copy is ever sent):
+        #: copies in flight at once share its body, so only bytes (a multipart form's
+        #: files are read as they are sent).
+        self.hedgeable = isinstance(request.stream, httpx.ByteStream) and (
             self.method in policy.idempotent_methods or self.idempotency_key is not None
         )
         self._flights: dict[AttemptPlan, _Flight] = {}

@@ -1,7 +1,8 @@
 """Facts about a request that every layer reads the same way.
 
-Its idempotency key (a blank header is none) and the dependency it belongs to
-by default (its origin), worked out cheaply: both are read for every call.
+Its idempotency key (a blank header is none), the dependency it belongs to
+by default (its origin), and whether its body can be sent again, worked out
+cheaply: all are read for every call.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Final
 
 import httpx
+from httpx._multipart import FileField, MultipartStream
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -17,6 +19,7 @@ __all__ = [
     "DependencyNamer",
     "default_dependency",
     "idempotency_key_of",
+    "replayable_body",
 ]
 
 #: Names the dependency a request belongs to: load protection (budget, breaker,
@@ -67,3 +70,27 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
             key = triple[2].decode("latin-1")
             return key if key.strip() else None
     return None
+
+
+def replayable_body(stream: object) -> bool:
+    """Whether a request whose body is httpx's ``stream`` can be sent again, byte for
+    byte, after an attempt sent it: bytes (``content=``, ``json=``, ``data=`` a dict),
+    or a multipart form (``files=``) whose every file is bytes, text, or a file httpx
+    can rewind (``seekable()``: httpx seeks each file back to its start as it sends
+    it). A generator, or a file that cannot be rewound, is spent once sent.
+
+    (One attempt after another: copies sent at once, as hedging does, share the
+    stream, so only bytes are hedged.)
+    """
+    if isinstance(stream, httpx.ByteStream):
+        return True
+    if not isinstance(stream, MultipartStream):
+        return False
+    for field in stream.fields:
+        if isinstance(field, FileField) and not isinstance(field.file, (str, bytes)):
+            try:
+                if not field.file.seekable():
+                    return False
+            except Exception:  # (no seekable(), or it failed: cannot be told, so no)
+                return False
+    return True

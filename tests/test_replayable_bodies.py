@@ -1,0 +1,133 @@
+"""Which request bodies a retry may send again, over real sockets (sync Client,
+AsyncClient on asyncio and on trio).
+
+A body is sent again only if the same bytes can be sent: bytes, and now a
+multipart form (``files=``) whose files are bytes or can be rewound, since httpx
+seeks each file back to its start as it sends it (such a PUT, or a keyed POST, was
+never retried). A generator, or a file that cannot be rewound, is spent once sent:
+the request is not repeated, and the error says that its body is why (it said the
+server "may already have acted", with ``processed="no"``, and told a caller whose
+request had a key to add one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos import KeyedChaos
+
+pytestmark = pytest.mark.anyio
+
+FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
+EMPTY_BODY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"report": ("report.csv", b"a,b\n1,2\n", "text/csv")},
+        {"report": ("report.csv", io.BytesIO(b"a,b\n1,2\n" * 5000), "text/csv")},
+    ],
+    ids=["bytes", "rewindable file"],
+)
+def test_a_multipart_form_is_sent_again_whole(api: Any, chaos: KeyedChaos, files: Any) -> None:
+    response = api.request(
+        "PUT",
+        chaos.url("/fail/{key}", times=1),
+        policy=FAST,
+        files=files,
+        data={"note": "monthly"},
+    )
+    assert response.status_code == 200
+    records = chaos.log()
+    assert [record.action for record in records] == ["status:503", "status:200"]
+    # the same bytes both times, and not an empty body the second
+    assert len({record.body_sha256 for record in records}) == 1
+    assert records[0].body_sha256 != EMPTY_BODY_SHA256
+
+
+class _Pipe(io.RawIOBase):
+    """A file that can be read once and never rewound (a pipe, a socket's file)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer: Any) -> int:
+        size = min(len(buffer), len(self._data))
+        buffer[:size] = self._data[:size]
+        self._data = self._data[size:]
+        return size
+
+
+def test_a_multipart_form_with_a_file_that_cannot_be_rewound_is_not_sent_again(
+    api: Any, chaos: KeyedChaos
+) -> None:
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request(
+            "PUT",
+            chaos.url("/fail/{key}", times=1),
+            policy=FAST,
+            files={"report": ("report.csv", _Pipe(b"a,b\n1,2\n"), "text/csv")},
+        )
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert "body was a stream" in str(caught.value)
+    assert len(chaos.log()) == 1
+
+
+def test_a_keyed_generator_body_is_not_sent_again_and_the_error_says_why(
+    chaos: KeyedChaos,
+) -> None:
+    def body() -> Iterator[bytes]:
+        yield b'{"amount": '
+        yield b"100}"
+
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ServerError) as caught:
+        client.post(chaos.url("/fail/{key}", times=1), content=body(), idempotency_key="pay-1")
+    error = caught.value
+    assert (error.reason, error.processed, error.idempotency_key) == (
+        "unsafe_to_repeat",
+        "no",
+        "pay-1",
+    )
+    message = str(error)
+    assert "body was a stream" in message
+    assert "may already have acted" not in message
+    assert "idempotency key" not in message
+    assert len(chaos.log()) == 1
+
+
+async def test_an_async_generator_body_is_not_sent_again_and_the_error_says_why(
+    chaos: KeyedChaos,
+) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"line 1\n"
+
+    async with retrysafe.AsyncClient(policy=FAST) as client:
+        with pytest.raises(retrysafe.ServerError) as caught:
+            await client.put(chaos.url("/fail/{key}", times=1), content=body())
+    assert caught.value.reason == "unsafe_to_repeat"
+    assert "body was a stream" in str(caught.value)
+
+
+def test_a_post_without_key_that_may_have_been_acted_on_keeps_its_advice(
+    chaos: KeyedChaos,
+) -> None:
+    """A bytes body, a 502 (the server may have acted): the advice is the key's."""
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ServerError) as caught:
+        client.post(chaos.url("/fail/{key}", times=1, status=502), json={"amount": 100})
+    assert caught.value.processed == "maybe"
+    assert "may already have acted" in str(caught.value)
+    assert "idempotency key" in str(caught.value)
