@@ -97,10 +97,11 @@ def test_a_keyed_generator_body_is_not_sent_again_and_the_error_says_why(
     with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ServerError) as caught:
         client.post(chaos.url("/fail/{key}", times=1), content=body(), idempotency_key="pay-1")
     error = caught.value
-    assert (error.reason, error.processed, error.idempotency_key) == (
+    assert (error.reason, error.processed, error.idempotency_key, error.spent_body) == (
         "unsafe_to_repeat",
         "no",
         "pay-1",
+        True,
     )
     message = str(error)
     assert "body was a stream" in message
@@ -122,6 +123,23 @@ async def test_an_async_generator_body_is_not_sent_again_and_the_error_says_why(
     assert "body was a stream" in str(caught.value)
 
 
+def test_a_stream_the_server_may_have_acted_on_names_both_reasons(chaos: KeyedChaos) -> None:
+    """A PUT (idempotent: its bytes would go again) with a generator body, reset after
+    the server read it: the body and the maybe-processed request both kept it from
+    being repeated, and the advice names both."""
+
+    def body() -> Iterator[bytes]:
+        yield b"row\n"
+
+    url = chaos.url("/sequence/{key}", steps=["reset", 200])
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.TransportError) as caught:
+        client.put(url, content=body())
+    error = caught.value
+    assert (error.reason, error.processed, error.spent_body) == ("unsafe_to_repeat", "maybe", True)
+    assert "may already have acted on it and its body was a stream" in str(error)
+    assert len(chaos.log()) == 1
+
+
 def test_a_post_without_key_that_may_have_been_acted_on_keeps_its_advice(
     chaos: KeyedChaos,
 ) -> None:
@@ -129,5 +147,6 @@ def test_a_post_without_key_that_may_have_been_acted_on_keeps_its_advice(
     with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ServerError) as caught:
         client.post(chaos.url("/fail/{key}", times=1, status=502), json={"amount": 100})
     assert caught.value.processed == "maybe"
+    assert not caught.value.spent_body
     assert "may already have acted" in str(caught.value)
     assert "idempotency key" in str(caught.value)

@@ -431,7 +431,9 @@ class Call:
             # not for blind resending.
             return self._stop("deadline", "deadline_exceeded", retryable=safe)
         if not safe:
-            return self._stop("outcome", "unsafe_to_repeat", retryable=False)
+            return self._stop(
+                "outcome", "unsafe_to_repeat", retryable=False, spent_body=not self.replayable
+            )
         if self._nested_gave_up:
             return self._stop("outcome", "nested_retry_exhausted")
         if len(self._history) >= self.max_attempts:
@@ -533,6 +535,7 @@ class Call:
         retryable: bool = True,
         retry_after: float | None = None,
         detail: str = "",
+        spent_body: bool = False,
     ) -> Fail:
         """Give up now with the error ``stop`` and ``reason`` call for."""
         # Loaded here, not with the engine: most processes' calls never give up, and
@@ -564,6 +567,7 @@ class Call:
             retry_after=retry_after,
             redactor=Redactor.for_request(self._request),
             detail=detail,
+            spent_body=spent_body,
         )
         report = self._report(error=error)
         if response is not None:

@@ -61,11 +61,14 @@ _UNSAFE_ADVICE = (
     "not repeated, since the server may already have acted on it: check before sending "
     "it again, or send it with an idempotency key (idempotency_key=True) to make retries safe"
 )
-#: Why a request the server surely did not act on, or one with a key, was not repeated:
-#: nothing else keeps it from being sent again (see waits.safe_to_repeat).
 _SPENT_BODY_ADVICE = (
     "not repeated, since its body was a stream (a generator, or a file that cannot be "
     "rewound), spent once sent: send the body as bytes to let retries send it again"
+)
+_UNSAFE_AND_SPENT_ADVICE = (
+    "not repeated, since the server may already have acted on it and its body was a "
+    "stream, spent once sent: check before sending it again, and send the body as bytes "
+    "with an idempotency key (idempotency_key=True) to make retries safe"
 )
 
 
@@ -98,6 +101,7 @@ class ApiError(Exception):
         elapsed: float = 0.0,
         processed: Literal["no", "maybe"] = "no",
         idempotency_key: str | None = None,
+        spent_body: bool = False,
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -114,6 +118,9 @@ class ApiError(Exception):
         #: The key the request carried (every attempt the same): resend under it after
         #: an ambiguous failure, and the server runs the work at most once.
         self.idempotency_key = idempotency_key
+        #: The request's body was a stream (a generator, a file that cannot be rewound),
+        #: spent once sent: it could not be sent again, whatever else allowed a repeat.
+        self.spent_body = spent_body
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:
@@ -129,11 +136,13 @@ class ApiError(Exception):
         )
 
     def _unsafe_advice(self) -> str:
-        """Why the request was not repeated: the server may have acted on it, or (when
-        it surely did not, or the request had a key) only its body stood in the way."""
-        if self.processed == "no" or self.idempotency_key is not None:
-            return _SPENT_BODY_ADVICE
-        return _UNSAFE_ADVICE
+        """Why the request was not repeated: the server may have acted on it, its body
+        was spent, or both."""
+        if not self.spent_body:
+            return _UNSAFE_ADVICE
+        if self.processed == "maybe" and self.idempotency_key is None:
+            return _UNSAFE_AND_SPENT_ADVICE
+        return _SPENT_BODY_ADVICE
 
     def _advice(self) -> str:
         """What to do, with this error's own numbers in it (never an attribute's name)."""

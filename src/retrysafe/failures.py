@@ -85,8 +85,10 @@ def give_up_error(
     retry_after: float | None,
     redactor: Redactor,
     detail: str = "",
+    spent_body: bool = False,
 ) -> tuple[ApiError, str]:
-    """The error for a call that stops now, and a one-line excerpt of the failing body."""
+    """The error for a call that stops now, and a one-line excerpt of the failing body
+    (``spent_body``: the request's body could not be sent again)."""
     body, excerpt = describe_body(response, redactor)
     if cause is not None:
         redactor.scrub_exception(cause)  # (it becomes the error's __cause__, or is raised)
@@ -105,6 +107,7 @@ def give_up_error(
         "elapsed": summary.elapsed,
         "processed": summary.processed,
         "idempotency_key": summary.idempotency_key,
+        "spent_body": spent_body,
     }
     error: ApiError
     if stop == "deadline":

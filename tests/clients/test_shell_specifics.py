@@ -103,6 +103,24 @@ def test_requests_takes_urllib3s_timeout_as_requests_does(
         assert session.get(chaos.url("/echo"), timeout=timeout).status_code == 200
 
 
+def test_requests_urllib3s_default_read_is_the_socket_default(chaos: KeyedChaos) -> None:
+    """A read left at urllib3's default waits as long as the socket default, as urllib3
+    has it (given ``total``, the adapter had stopped bounding it at all)."""
+    policy = RetryPolicy(attempts=1, attempt_timeout=5.0)
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(0.3)
+    try:
+        started = time.monotonic()
+        with (
+            session_with(RetryAdapter(policy=policy)) as session,
+            pytest.raises(requests.Timeout),
+        ):
+            session.get(chaos.url("/hang"), timeout=Urllib3Timeout(connect=2))
+    finally:
+        socket.setdefaulttimeout(before)
+    assert time.monotonic() - started < 2.0
+
+
 def test_requests_urllib3s_total_bounds_each_read(chaos: KeyedChaos) -> None:
     """Before a connect, urllib3 bounds each read by the total, and so does each attempt."""
     policy = RetryPolicy(attempts=1, attempt_timeout=5.0)
@@ -482,14 +500,17 @@ def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedC
     assert statuses == [200, 200, 200]
 
 
-@pytest.mark.parametrize(("path", "params"), [("/status/503", {}), ("/delay", {"ms": 2000})])
+@pytest.mark.parametrize(
+    ("path", "params"), [("/status/503", {"retry_after": 1}), ("/delay", {"ms": 2000})]
+)
 def test_aiohttp_a_session_closed_during_a_call_ends_it_with_aiohttps_error(
     chaos: KeyedChaos, path: str, params: dict[str, Any]
 ) -> None:
-    """The caller closes the session in a wait between attempts (503s), or while an
-    attempt waits for its answer: the call ends at once with an
-    ``aiohttp.ClientConnectionError`` (the next attempt went through aiohttp's handler
-    on the closed session, and failed with a bare ``AssertionError``)."""
+    """The caller closes the session in a wait between attempts (a 503 asking for a
+    second), or while an attempt waits for its answer: the call ends with an
+    ``aiohttp.ClientConnectionError``, at once or when its wait is over, and sends
+    nothing more (the next attempt went through aiohttp's handler on the closed
+    session, and failed with a bare ``AssertionError``)."""
     policy = RetryPolicy(attempts=4, backoff_base=0.3, backoff_cap=0.3, deadline=5.0)
 
     async def run() -> tuple[BaseException, float, int]:
@@ -509,7 +530,7 @@ def test_aiohttp_a_session_closed_during_a_call_ends_it_with_aiohttps_error(
         return caught.value, time.monotonic() - closed, sent_before_the_close
 
     error, seconds, sent_before_the_close = asyncio.run(run())
-    assert seconds < 1.0, error  # no wait for more attempts
+    assert seconds < 1.25 + 0.5, error  # (a wait is not cut short: 1 s, jittered)
     time.sleep(0.4)  # (long enough for a late attempt to reach the server)
     assert len(chaos.log()) == sent_before_the_close  # and none sent
 
@@ -756,13 +777,21 @@ def test_aiohttp_digest_auth_answers_its_challenge_within_each_attempt(
     assert asyncio.run(run()) == (200, b"welcome")
 
 
-def test_requests_a_challenge_no_hook_answers_raises(digest_server: str) -> None:
+@pytest.mark.parametrize("hooked", [False, True], ids=["no hook", "a logging hook"])
+def test_requests_a_challenge_no_auth_handler_answers_raises(
+    digest_server: str, hooked: bool
+) -> None:
+    """Only an auth handler's hook answers a challenge: a 401 on a request with none
+    raises, whatever other response hooks the request has."""
+    seen: list[int] = []
+    hooks = {"response": [lambda response, **_: seen.append(response.status_code)]}
     with (
         session_with(RetryAdapter(policy=FAST)) as session,
         pytest.raises(retrysafe.ClientError) as caught,
     ):
-        session.get(f"{digest_server}/reports")
+        session.get(f"{digest_server}/reports", hooks=hooks if hooked else None)
     assert caught.value.status == 401
+    assert seen == []  # (the adapter raised: requests ran no hook)
 
 
 # -- headers beyond ASCII -------------------------------------------------------------------

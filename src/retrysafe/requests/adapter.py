@@ -18,6 +18,7 @@ The engine sees the requests objects through httpx views
 from __future__ import annotations
 
 import math
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import Any, Literal
 from urllib.parse import urljoin, urlparse
 
 import requests
+import requests.auth
 from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
 from requests.sessions import SessionRedirectMixin
@@ -234,11 +236,22 @@ class RetryAdapter(HTTPAdapter):
         return f"RetryAdapter(policy={self.policy!r})"
 
 
+def _within_total(given: object, total: float | None) -> float | None:
+    """One of urllib3's ``Timeout`` phases in seconds (None: no limit), no longer than
+    ``total``; a phase left at urllib3's default is the socket default, as in urllib3."""
+    if given is Urllib3Timeout.DEFAULT_TIMEOUT:
+        given = socket.getdefaulttimeout()
+    if not isinstance(given, (int, float)) or (total is not None and total < given):
+        return total
+    return given
+
+
 def _challenge_to_answer(request: requests.PreparedRequest, response: requests.Response) -> bool:
     """Whether ``response`` is an authentication challenge that a hook on ``request`` may
     answer by sending the request again: a 401 with ``WWW-Authenticate``, to a request
-    that carried no credentials yet, with response hooks (``HTTPDigestAuth`` and other
-    challenge-answering auth handlers register one).
+    that carried no credentials yet, with a response hook of an auth handler's
+    (``HTTPDigestAuth`` and other ``requests.auth.AuthBase`` handlers that answer a
+    challenge register one; a logging hook is no answer).
 
     Such a response goes back to requests even when failures raise: the hooks run on
     what the adapter returns, so a raised 401 would end the handshake before its
@@ -248,7 +261,10 @@ def _challenge_to_answer(request: requests.PreparedRequest, response: requests.R
         response.status_code == 401
         and "WWW-Authenticate" in response.headers
         and "Authorization" not in request.headers
-        and bool(request.hooks.get("response"))
+        and any(
+            isinstance(getattr(hook, "__self__", None), requests.auth.AuthBase)
+            for hook in request.hooks.get("response", ())
+        )
     )
 
 
@@ -434,11 +450,10 @@ def _connect_and_read(timeout: TimeoutArg) -> tuple[float | None, float | None]:
         # the connect against the total. Before one, urllib3 itself bounds connect and
         # each read by the total, and so does each attempt here.)
         total = timeout.total if isinstance(timeout.total, (int, float)) else None
-        connect = timeout.connect_timeout
-        read: object = timeout._read  # (the read as given, before total is applied)
-        if not isinstance(read, (int, float)) or (total is not None and total < read):
-            read = total
-        return (connect if isinstance(connect, (int, float)) else None, read)
+        return (
+            _within_total(timeout._connect, total),
+            _within_total(timeout._read, total),
+        )
     if isinstance(timeout, tuple):
         if len(timeout) != 2:
             raise ValueError(f"timeout must be seconds or a (connect, read) pair, got {timeout!r}")
