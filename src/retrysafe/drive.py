@@ -32,6 +32,7 @@ from retrysafe.decisions import (
     AskRetry,
     AttemptPlan,
     AwaitOthers,
+    CallReport,
     Decision,
     EmitEvent,
     Fail,
@@ -169,6 +170,17 @@ def _take_off_stale(request: httpx.Request, left: object) -> None:
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: Testing mode's wait: none at all.
 _INSTANT: Final = Wait(0.0)
+
+
+def _time_read_body(response: httpx.Response, report: CallReport) -> None:
+    """Set ``response.elapsed`` on a response whose body is read already: the call's
+    time (``report``'s), from its start, as httpx counts a call's through a transport
+    that retries: every attempt and wait in it.
+
+    httpx sets it as it closes the stream it wraps the transport's response in; a
+    body read within the attempt closed the response before httpx wrapped it, so
+    httpx never did, and ``elapsed`` raised ``RuntimeError``."""
+    response.elapsed = datetime.timedelta(0, report.elapsed)
 
 
 class _FirstAttempt:
@@ -619,7 +631,7 @@ class Drive:
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
             if response.is_closed:
-                self._time_read_body(response)
+                _time_read_body(response, step.report)
             return response
         assert isinstance(step, Fail)
         if step.retried:
@@ -630,7 +642,7 @@ class Drive:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
             if step.response.is_closed:
-                self._time_read_body(step.response)
+                _time_read_body(step.response, step.report)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
             raise step.cause
@@ -638,18 +650,6 @@ class Drive:
         error = step.error
         error.__cause__ = step.cause
         raise error
-
-    def _time_read_body(self, response: httpx.Response) -> None:
-        """Set ``response.elapsed`` on a response whose body an attempt read: the call's
-        time so far, from its start (as httpx counts a call's through a transport that
-        retries: every attempt and wait in it).
-
-        httpx sets it as it closes the stream it wraps the transport's response in; a
-        body read within the attempt closed the response before httpx wrapped it, so
-        httpx never does, and ``elapsed`` raised ``RuntimeError``."""
-        response.elapsed = datetime.timedelta(
-            seconds=self.settings.clock.monotonic() - self._started
-        )
 
     def _continue_chain(self) -> None:
         """Leave this hop's deadline and retries for the redirect's next hop to find."""
