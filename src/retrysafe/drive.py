@@ -438,7 +438,8 @@ class Drive:
                 admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
                 if admission is not None:
                     plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
-                    replayable = replayable_body(self.request.stream)
+                    stream = self.request.stream  # (bytes, the usual body, asked inline)
+                    replayable = isinstance(stream, httpx.ByteStream) or replayable_body(stream)
                     self._first = _FirstAttempt(plan, admission.permit, replayable, now)
                     return plan
         call = self.call
