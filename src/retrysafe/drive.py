@@ -631,7 +631,7 @@ class Drive:
             response = step.response
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
-            if response.is_closed:
+            if not self._stream and response.is_closed:  # (its body read in the attempt)
                 _time_read_body(response, step.report)
             return response
         assert isinstance(step, Fail)
@@ -642,7 +642,7 @@ class Drive:
         if step.response is not None:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
-            if step.response.is_closed:
+            if step.response.is_closed:  # (a failure's body is read in the attempt)
                 _time_read_body(step.response, step.report)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
