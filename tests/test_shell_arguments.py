@@ -167,10 +167,83 @@ def test_setting_a_transports_inner_transport_or_settings_takes_effect() -> None
 
 
 def test_the_async_transport_sends_through_a_coroutine_function() -> None:
-    # Mocks (create_autospec) and frameworks tell async methods by this.
+    # Mocks (create_autospec) and frameworks tell async methods by this: on the class,
+    # and on an instance (whose method is its send loop's own, one coroutine fewer).
     import inspect
 
     assert inspect.iscoroutinefunction(retrysafe.AsyncRetryTransport.handle_async_request)
+    shell = retrysafe.AsyncRetryTransport(httpx.MockTransport(lambda r: httpx.Response(200)))
+    assert inspect.iscoroutinefunction(shell.handle_async_request)
+
+
+@pytest.mark.anyio
+async def test_setting_the_async_transports_inner_transport_takes_effect() -> None:
+    shell = retrysafe.AsyncRetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(500)),
+        policy=retrysafe.RetryPolicy(attempts=1),
+    )
+    shell.transport = httpx.MockTransport(lambda request: httpx.Response(200, text="new"))
+    async with httpx.AsyncClient(transport=shell) as client:
+        assert (await client.get("http://api.test/")).text == "new"
+
+
+@pytest.mark.anyio
+async def test_an_async_transport_subclass_that_sends_its_own_way_is_called() -> None:
+    seen: list[str] = []
+
+    class Counting(retrysafe.AsyncRetryTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            seen.append(request.url.path)
+            return await super().handle_async_request(request)
+
+    shell = Counting(httpx.MockTransport(lambda request: httpx.Response(200)))
+    async with httpx.AsyncClient(transport=shell) as client:
+        await client.get("http://api.test/a")
+    shell.transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    async with httpx.AsyncClient(transport=shell) as client:
+        await client.get("http://api.test/b")
+    assert seen == ["/a", "/b"]
+
+
+def test_a_client_subclass_whose_send_is_its_own_gets_every_request_through_it() -> None:
+    # request() sends without calling retrysafe's own send() (one call fewer), but only
+    # when send() is retrysafe's: a subclass's send() sees every request, as on httpx.
+    seen: list[str] = []
+
+    class Sending(retrysafe.Client):
+        def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.url.path)
+            return super().send(request, **kwargs)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200 if request.url.path != "/gone" else 404)
+
+    with Sending(transport=httpx.MockTransport(answer)) as client:
+        client.get("http://api.test/a")
+        client.post("http://api.test/b", json={})
+        with pytest.raises(retrysafe.ApiError):
+            client.get("http://api.test/gone")
+    assert seen == ["/a", "/b", "/gone"]
+
+
+@pytest.mark.anyio
+async def test_an_async_client_subclass_whose_send_is_its_own_gets_every_request() -> None:
+    seen: list[str] = []
+
+    class Sending(retrysafe.AsyncClient):
+        async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.url.path)
+            return await super().send(request, **kwargs)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200 if request.url.path != "/gone" else 404)
+
+    async with Sending(transport=httpx.MockTransport(answer)) as client:
+        await client.get("http://api.test/a")
+        await client.post("http://api.test/b", json={})
+        with pytest.raises(retrysafe.ApiError):
+            await client.get("http://api.test/gone")
+    assert seen == ["/a", "/b", "/gone"]
 
 
 @pytest.mark.parametrize(
