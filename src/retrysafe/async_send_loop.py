@@ -73,16 +73,70 @@ class AsyncSendLoop:
         self._timer: AttemptTimer | None = None
 
     async def send(self, request: httpx.Request) -> httpx.Response:
-        """Drive ``request`` to its end: the response httpx expects, or the call's error."""
+        """Drive ``request`` to its end: the response httpx expects, or the call's error.
+
+        Each attempt is sent here, inline rather than in a coroutine of its own: every
+        await of the transport's passes through each coroutine it is nested in, so one
+        fewer is cheaper on every call (the sync loop keeps its attempts apart)."""
         drive = Drive(self.settings, request)
         try:
             step: Step = drive.next_attempt()
             while True:
                 if type(step) is AttemptPlan:
-                    if drive.policy.hedge_after is None:
-                        step = await self._attempt(drive, request, step)
-                    else:
+                    if drive.policy.hedge_after is not None:
                         step = await self._hedged_attempt(drive, request, step)
+                        continue
+                    plan = step
+                    _start(request, drive, plan)
+                    response: httpx.Response | None = None
+                    # The network backend ends reads at the attempt's end (see
+                    # attempt_deadline); a time limit bounds the transports it cannot
+                    # reach: the loop's watchdog on asyncio, anyio's cancel scope
+                    # elsewhere (_attempt_in_scope).
+                    watch: Watch | None = None
+                    if not self._bounded and plan.timeout != _INF:
+                        timer = self._timer
+                        if timer is None:
+                            from retrysafe.attempt_watchdog import AttemptTimer
+
+                            timer = self._timer = AttemptTimer()
+                        watch = timer.start(plan.timeout + _GRACE)
+                        if watch is None:
+                            step = await self._attempt_in_scope(drive, request, plan)
+                            continue
+                    try:
+                        response = await self.transport.handle_async_request(request)
+                        if plan.read_body:
+                            await response.aread()
+                        step = drive.returned(plan, response)
+                        if type(step) is ReadBody:
+                            await response.aread()
+                            step = drive.returned(plan, response)
+                        continue
+                    except AttemptDeadlineReached as reached:
+                        failure: Exception = reached.as_outcome()
+                    except TimeoutError:  # (a transport's own time limit)
+                        retire_stream_of(drive)
+                        failure = AttemptTimedOut("the attempt did not finish in its time")
+                    except (httpx.TransportError, httpx.DecodingError) as exc:
+                        failure = exc
+                    except BaseException as exc:
+                        if watch is not None and watch.caught(exc):
+                            retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
+                            failure = AttemptTimedOut("the attempt did not finish in its time")
+                        else:
+                            if watch is not None:
+                                watch.end()  # before the shielded close: no cancel of its own
+                                watch = None
+                            await _abandon(drive, response)
+                            raise
+                    finally:
+                        if watch is not None:
+                            watch.end()
+                        drive.attempt_ends_at = None
+                    if response is not None:
+                        await response.aclose()
+                    step = drive.raised(plan, failure, during_body=response is not None)
                 elif type(step) is Wait:
                     await self.settings.clock.async_sleep(step.seconds)
                     step = drive.next_attempt()
@@ -94,66 +148,15 @@ class AsyncSendLoop:
         finally:
             drive.close()
 
-    async def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
-        """Send one attempt and read as much of it as the engine needs, within its time."""
-        _start(request, drive, plan)
-        response: httpx.Response | None = None
-        # The network backend ends reads at the attempt's end (see attempt_deadline); a
-        # time limit bounds the transports it cannot reach: the loop's watchdog on
-        # asyncio, anyio's cancel scope elsewhere (_attempt_in_scope).
-        watch: Watch | None = None
-        if not self._bounded and plan.timeout != _INF:
-            timer = self._timer
-            if timer is None:
-                from retrysafe.attempt_watchdog import AttemptTimer
-
-                timer = self._timer = AttemptTimer()
-            watch = timer.start(plan.timeout + _GRACE)
-            if watch is None:
-                return await self._attempt_in_scope(drive, request, plan)
-        try:
-            response = await self.transport.handle_async_request(request)
-            if plan.read_body:
-                await response.aread()
-            step = drive.returned(plan, response)
-            if type(step) is ReadBody:
-                await response.aread()
-                step = drive.returned(plan, response)
-            return step
-        except AttemptDeadlineReached as reached:
-            failure: Exception = reached.as_outcome()
-        except TimeoutError:  # (a transport's own time limit)
-            retire_stream_of(drive)
-            failure = AttemptTimedOut("the attempt did not finish in its time")
-        except (httpx.TransportError, httpx.DecodingError) as exc:
-            failure = exc
-        except BaseException as exc:
-            if watch is not None and watch.caught(exc):
-                retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
-                failure = AttemptTimedOut("the attempt did not finish in its time")
-            else:
-                if watch is not None:
-                    watch.end()  # before the shielded close: no cancel of its own
-                    watch = None
-                await _abandon(drive, response)
-                raise
-        finally:
-            if watch is not None:
-                watch.end()
-            drive.attempt_ends_at = None
-        if response is not None:
-            await response.aclose()
-        return drive.raised(plan, failure, during_body=response is not None)
-
     async def _attempt_in_scope(
         self, drive: Drive, request: httpx.Request, plan: AttemptPlan
     ) -> Step:
-        """:meth:`_attempt` where no asyncio watchdog can end it (trio; Python before
-        3.11): under anyio's cancel scope, which raises TimeoutError at its end.
+        """An attempt where no asyncio watchdog can end it (trio; Python before 3.11):
+        under anyio's cancel scope, which raises TimeoutError at its end.
 
-        Its body repeats :meth:`_attempt`'s on purpose (a change to one goes to the
-        other): sharing it would put a coroutine, or a null context, on every asyncio
-        attempt, which is what keeping this path apart saves."""
+        Its body repeats the attempt in :meth:`send` on purpose (a change to one goes to
+        the other): sharing it would put a coroutine, or a null context, on every
+        asyncio attempt, which is what keeping this path apart saves."""
         import anyio  # (not with the package: sync-only processes never need it)
 
         response: httpx.Response | None = None
