@@ -139,9 +139,9 @@ class AttemptWatchdog:
         # (on the loop's own clock, read now: a test loop may keep virtual time, and a
         # test may patch the clock the loop reads)
         ends_at = loop.time() + seconds
-        cancelling = 0
-        if sys.version_info >= (3, 11):  # (the shell uses a watchdog on 3.11+ only)
-            cancelling = task.cancelling()
+        # (a watchdog is made on 3.11+ only, where tasks count their cancels; a constant,
+        # not a version check, on every attempt)
+        cancelling: int = task.cancelling()  # type: ignore[attr-defined,unused-ignore]
         entry = Watch(self, task, ends_at, cancelling)
         self._watches.add(entry)
         if ends_at < self._armed_at:

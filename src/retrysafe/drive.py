@@ -16,8 +16,9 @@ contexts a call lives in:
 from __future__ import annotations
 
 import contextvars
-import datetime
+import logging
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
@@ -54,7 +55,8 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
-from retrysafe.observe import CallTrace, RetryEvent
+from retrysafe.observe import CallTrace, Observer, RetryEvent
+from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency, replayable_body
 from retrysafe.shell_settings import ShellSettings
@@ -118,7 +120,7 @@ def _hedged_call(
         retries_used=retries_used,
         max_attempts=max_attempts,
         stream=stream,
-        observed=settings.observer.listening,
+        observed=_listening(settings.observer),
         started=started,
     )
 
@@ -167,6 +169,8 @@ def _take_off_stale(request: httpx.Request, left: object) -> None:
             del request.headers[name]
 
 
+#: What a context variable's token holds as its old value when it had none.
+_MISSING: Final = contextvars.Token.MISSING
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: Testing mode's wait: none at all.
 _INSTANT: Final = Wait(0.0)
@@ -180,7 +184,13 @@ def _time_read_body(response: httpx.Response, report: CallReport) -> None:
     httpx sets it as it closes the stream it wraps the transport's response in; a
     body read within the attempt closed the response before httpx wrapped it, so
     httpx never did, and ``elapsed`` raised ``RuntimeError``."""
-    response.elapsed = datetime.timedelta(0, report.elapsed)
+    response.elapsed = timedelta(0, report.elapsed)
+
+
+def _listening(observer: Observer) -> bool:
+    """``observer.listening``: with no hook, whether the log takes DEBUG events (asked
+    here, on every call, without the property's frame)."""
+    return observer.listening if observer.hooked else _log.isEnabledFor(logging.DEBUG)
 
 
 class _FirstAttempt:
@@ -300,7 +310,7 @@ class Drive:
         #: What ran in this context when this call started (the call it is nested in, if
         #: any), kept for after close: some shells close before they finish.
         outer = token.old_value
-        if outer is contextvars.Token.MISSING:  # (nothing ever ran in this context)
+        if outer is _MISSING:  # (nothing ever ran in this context)
             outer = None
         self._outer: object = outer
         if outer is not None and outer.attempt_ends_at is not None:
@@ -312,7 +322,7 @@ class Drive:
             if (
                 deadline is not None
                 or policy.hedge_after is not None
-                or settings.observer.listening
+                or _listening(settings.observer)
             ):
                 self.call  # noqa: B018 - not a fresh call: its engine from the start
         except BaseException:
@@ -381,7 +391,7 @@ class Drive:
             # (policy.deadline is validated already: no need for Deadline.after's checks)
             deadline = Deadline(self._started + policy.deadline, settings.clock)
         observer = settings.observer
-        observed = observer.listening
+        observed = _listening(observer)
         # A nested call retries less; testing mode caps every call's attempts.
         max_attempts = (
             None if self._enclosing() is None else settings.governor.settings.nested_attempts

@@ -222,7 +222,7 @@ class _Traces:
 class Observer:
     """Sends each event to the log and to every hook; a failing hook never fails the call."""
 
-    __slots__ = ("_always", "_hooks", "_instruments", "_sometimes", "instrumented")
+    __slots__ = ("_always", "_hooks", "_instruments", "_sometimes", "hooked", "instrumented")
 
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
@@ -230,12 +230,15 @@ class Observer:
         #: Whether some hook follows every call (a :class:`CallInstrument`): a plain
         #: attribute, read once per call.
         self.instrumented = bool(self._instruments)
+        #: Whether there is any hook at all: with none, only the log can listen (see
+        #: :func:`debug_logged`), which the drive asks without this property's frame.
+        self.hooked = bool(self._hooks)
         #: Hooks that say when they listen (``listening``), and whether any other hook is.
         self._sometimes = tuple(hook for hook in self._hooks if hasattr(hook, "listening"))
         self._always = len(self._sometimes) < len(self._hooks)
 
     @property
-    def listening(self) -> bool:
+    def listening(self) -> bool:  # (drive.py asks the same, in short, when not hooked)
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
         if self._always or logger.isEnabledFor(logging.DEBUG):
