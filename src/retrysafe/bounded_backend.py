@@ -26,8 +26,8 @@ import socket
 import threading
 import typing
 import weakref
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Coroutine, Iterable
+from typing import Any, Final
 
 import httpcore
 
@@ -55,6 +55,10 @@ class BoundedStream(httpcore.NetworkStream):
 
     def __init__(self, inner: httpcore.NetworkStream, pool: _PoolRef = None) -> None:
         self._inner = inner
+        # httpcore asks these of every request's connection: the inner stream's own
+        # methods answer them, with no frame of this class's around each.
+        self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
+        self.close = inner.close  # type: ignore[method-assign]
         #: The pool its connection is in (to retire an HTTP/2 connection; see retire).
         self.pool = pool
         #: It carries HTTP/2: several requests at once (seen from its preface).
@@ -342,6 +346,8 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
 
     def __init__(self, inner: httpcore.AsyncNetworkStream, pool: _PoolRef = None) -> None:
         self._inner = inner
+        # (as BoundedStream's: httpcore asks it of every request's connection)
+        self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
         #: See :class:`BoundedStream`.
         self.pool = pool
         self.shared = False
@@ -363,9 +369,15 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 retire(self)
             raise AttemptDeadlineReached(stalled=not binds) from None
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:  # (nothing is sent: see BoundedStream.write)
-            return await self._inner.write(buffer, timeout)
+    def write(self, buffer: bytes, timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        # A plain function handing back the write to await: an empty one (nothing is
+        # sent: see BoundedStream.write), two of a GET's three, is the inner stream's
+        # own, with no coroutine of this class's around it.
+        if not buffer:
+            return self._inner.write(buffer, timeout)
+        return self._write(buffer, timeout)
+
+    async def _write(self, buffer: bytes, timeout: float | None) -> None:
         if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
             if not self.shared:
                 self.shared = True
