@@ -344,3 +344,86 @@ def test_a_dependency_namer_that_returns_no_name_says_so(returned: Any) -> None:
         pytest.raises(TypeError, match=r"must return the dependency's name \(str\)"),
     ):
         client.get("http://api.test/")
+
+
+# -- what a user's test or library may put in place of the shells' methods ------------------
+
+
+@pytest.mark.anyio
+async def test_a_patch_on_the_async_transports_class_is_what_sends() -> None:
+    from unittest import mock
+
+    shell = retrysafe.AsyncRetryTransport(httpx.MockTransport(lambda r: httpx.Response(200)))
+    with mock.patch.object(
+        retrysafe.AsyncRetryTransport,
+        "handle_async_request",
+        new_callable=mock.AsyncMock,
+        return_value=httpx.Response(418),
+    ) as patched:
+        async with httpx.AsyncClient(transport=shell) as client:
+            assert (await client.get("http://api.test/")).status_code == 418
+    assert patched.await_count == 1
+
+
+def test_a_send_of_a_class_after_client_in_the_mro_is_called() -> None:
+    seen: list[str] = []
+
+    class Signing(httpx.Client):
+        def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.url.path)
+            return super().send(request, **kwargs)
+
+    class Signed(retrysafe.Client, Signing):  # type: ignore[misc]  # (send: **kwargs)
+        pass
+
+    with Signed(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        client.get("http://api.test/a")
+    assert seen == ["/a"]
+
+
+@pytest.mark.anyio
+async def test_an_async_send_of_a_class_after_async_client_in_the_mro_is_called() -> None:
+    seen: list[str] = []
+
+    class Signing(httpx.AsyncClient):
+        async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.url.path)
+            return await super().send(request, **kwargs)
+
+    class Signed(retrysafe.AsyncClient, Signing):  # type: ignore[misc]  # (send: **kwargs)
+        pass
+
+    async with Signed(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        await client.get("http://api.test/a")
+    assert seen == ["/a"]
+
+
+def test_a_send_patched_on_the_client_or_its_class_sees_every_request() -> None:
+    from unittest import mock
+
+    with retrysafe.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+        with mock.patch.object(client, "send", wraps=client.send) as on_instance:
+            client.get("http://api.test/a")
+        with mock.patch.object(
+            retrysafe.Client, "send", autospec=True, return_value=httpx.Response(418)
+        ) as on_class:
+            assert client.get("http://api.test/b").status_code == 418
+    assert (on_instance.call_count, on_class.call_count) == (1, 1)
+
+
+@pytest.mark.anyio
+async def test_an_async_send_patched_on_the_client_or_its_class_sees_every_request() -> None:
+    from unittest import mock
+
+    mock_transport = httpx.MockTransport(lambda r: httpx.Response(200))
+    async with retrysafe.AsyncClient(transport=mock_transport) as client:
+        with mock.patch.object(client, "send", wraps=client.send) as on_instance:
+            await client.get("http://api.test/a")
+        with mock.patch.object(
+            retrysafe.AsyncClient,
+            "send",
+            new_callable=mock.AsyncMock,
+            return_value=httpx.Response(418),
+        ) as on_class:
+            assert (await client.get("http://api.test/b")).status_code == 418
+    assert (on_instance.call_count, on_class.await_count) == (1, 1)

@@ -196,22 +196,8 @@ class AsyncClient(httpx.AsyncClient):
             extensions=extensions,
         )
         if operation is None:
-            if type(self).send is not AsyncClient.send:  # (a subclass's own send)
-                return await self.send(request, auth=auth, follow_redirects=follow_redirects)
-            # send()'s work, inline: one coroutine fewer on every call
-            extensions = request.extensions
-            if OPTIONS_EXTENSION in extensions:
-                mark_stream(request, False)
-            else:
-                extensions[OPTIONS_EXTENSION] = READ_OPTIONS
-            response = await httpx.AsyncClient.send(
-                self, request, auth=auth, follow_redirects=follow_redirects
-            )
-            report = response.extensions.get(OPTIONS_EXTENSION)
-            if type(report) is CallReport and report.error is not None:
-                await response.aclose()
-                raise report.error
-            return response
+            # (built and sent here, as httpx's own request() does: one call level fewer)
+            return await self.send(request, auth=auth, follow_redirects=follow_redirects)
         if self.journal is not None and not isinstance(request.stream, httpx.ByteStream):
             # The journal fingerprints the body it will resume: an async stream is read
             # here, as the sync client's generator is read by the journal itself.

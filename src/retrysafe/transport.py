@@ -107,8 +107,6 @@ class RetryTransport(_Shell, httpx.BaseTransport):
     its own stream.
     """
 
-    _loop: SendLoop
-
     def __init__(
         self,
         transport: httpx.BaseTransport | None = None,
@@ -134,7 +132,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             transport = httpx.HTTPTransport()
         elif not callable(getattr(transport, "handle_request", None)):
             raise TypeError(_not_a_transport(transport, sync=True))
-        self._loop = SendLoop(settings, transport)
+        self._loop: SendLoop = SendLoop(settings, transport)
         redact_httpx_logs()
 
     @property
@@ -187,8 +185,6 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
     time limit.
     """
 
-    _loop: AsyncSendLoop
-
     def __init__(
         self,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -214,17 +210,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
             transport = httpx.AsyncHTTPTransport()
         elif not callable(getattr(transport, "handle_async_request", None)):
             raise TypeError(_not_a_transport(transport, sync=False))
-        self._use(AsyncSendLoop(settings, transport))
+        self._loop: AsyncSendLoop = AsyncSendLoop(settings, transport)
         redact_httpx_logs()
-
-    def _use(self, loop: AsyncSendLoop) -> None:
-        """Send through ``loop`` from now on."""
-        self._loop = loop
-        if type(self).handle_async_request is AsyncRetryTransport.handle_async_request:
-            # httpx awaits the loop's own coroutine: one coroutine fewer on every request,
-            # and still a coroutine function. (A subclass that sends its own way keeps
-            # its method.)
-            self.handle_async_request = loop.send  # type: ignore[method-assign]
 
     @property
     def transport(self) -> AsyncSender:
@@ -233,7 +220,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
 
     @transport.setter
     def transport(self, transport: AsyncSender) -> None:
-        self._use(AsyncSendLoop(self.settings, transport))
+        self._loop = AsyncSendLoop(self.settings, transport)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._loop.send(request)
