@@ -41,7 +41,13 @@ from retrysafe.attempt_deadline import (
     time_left,
 )
 
-__all__ = ["AsyncBoundedBackend", "AsyncBoundedStream", "BoundedBackend", "BoundedStream"]
+__all__ = [
+    "AsyncBoundedBackend",
+    "AsyncBoundedStream",
+    "BoundedBackend",
+    "BoundedStream",
+    "withdraw_queued",
+]
 
 #: What an HTTP/2 client writes first on a connection (RFC 9113, 3.4).
 _H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -306,6 +312,36 @@ def _watch_stream_slots_async(stream: AsyncBoundedStream) -> None:
     slots = getattr(connection, "_max_streams_semaphore", None)
     if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
         connection._max_streams_semaphore = _AsyncStreamSlots(slots, connection)
+
+
+class _Withdrawn:
+    """What a request taken out of its pool's queue gets instead of a connection: its
+    attempt ends there, before it sends anything (httpcore then drops it from the queue)."""
+
+    def handle_request(self, request: object) -> typing.NoReturn:
+        raise AttemptDeadlineReached(stalled=False)
+
+
+def withdraw_queued(transport: object, extensions: object) -> bool:
+    """End the wait of the request whose ``extensions`` (the dict httpx hands httpcore as
+    is) still waits for a connection in ``transport``'s sync httpcore pool: a hedged copy
+    that lost, which then takes no connection and sends nothing. False if no such request
+    waits there (it has a connection already, or the transport has no such pool).
+
+    Left alone, it would wait until a connection frees, take it, be refused before it
+    writes (its time is over), and so leave that kept-alive connection closed."""
+    pool = getattr(transport, "_pool", None)
+    queued = getattr(pool, "_requests", None)
+    lock = getattr(pool, "_optional_thread_lock", None)
+    if not isinstance(queued, list) or lock is None:
+        return False
+    with lock:  # (httpcore assigns connections under it)
+        for pool_request in queued:
+            request = getattr(pool_request, "request", None)
+            if getattr(request, "extensions", None) is extensions and pool_request.is_queued():
+                pool_request.assign_to_connection(_Withdrawn())
+                return True
+    return False
 
 
 class BoundedBackend(httpcore.NetworkBackend):

@@ -81,7 +81,13 @@ class _Copy:
     """One copy in flight: its plan and request, when its time ends, and (sync) the
     connections it wrote to, which are cut if it loses."""
 
-    def __init__(self, plan: AttemptPlan, request: httpx.Request, drive: Drive) -> None:
+    def __init__(
+        self,
+        plan: AttemptPlan,
+        request: httpx.Request,
+        drive: Drive,
+        transport: Sender | None = None,
+    ) -> None:
         self.plan = plan
         self.request = request
         #: The hedging call this is a copy of: a retrysafe call made inside the copy's
@@ -96,6 +102,9 @@ class _Copy:
         self.cancelled = False
         self.finished = False
         self.scope: anyio.CancelScope | None = None
+        #: (sync) The transport it is sent through: if it loses while still waiting there
+        #: for a connection, it is taken out of the pool's queue.
+        self.transport = transport
 
     def watch(self, connection: Severable) -> None:
         """The copy writes to ``connection`` (called on the copy's own thread)."""
@@ -116,8 +125,19 @@ class _Copy:
             connections, self.connections = self.connections, []
         for connection in connections:
             connection.sever()
+        if not connections and self.transport is not None:
+            self._withdraw()
         if self.scope is not None:
             self.scope.cancel()
+
+    def _withdraw(self) -> None:
+        """A losing copy that has written nothing may still wait for a connection in its
+        pool (one full with other requests): end that wait, so it takes none."""
+        if getattr(self.transport, "_pool", None) is None:
+            return  # (no httpcore pool: nothing to wait in)
+        from retrysafe.bounded_backend import withdraw_queued
+
+        withdraw_queued(self.transport, self.request.extensions)
 
     def overdue(self, now: float) -> bool:
         return self.attempt_ends_at is not None and now > self.attempt_ends_at + _OVERDUE
@@ -280,7 +300,7 @@ class _SyncRound:
 
     def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
-        copy = _Copy(plan, copy_request, self.drive)
+        copy = _Copy(plan, copy_request, self.drive, self.transport)
         self.copies[plan] = copy
         run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 

@@ -1,0 +1,100 @@
+"""A sync hedging call whose copies wait for a connection in a full pool.
+
+With ``max_connections=1`` the first copy holds the only connection, and the hedged
+copy waits in httpcore's queue for it. When the first copy wins, the copy still waiting
+has lost: it must leave the queue at once, take no connection and send nothing, so the
+winner's kept-alive connection is there for the next call. (Left waiting, it took the
+connection as soon as the winner's streamed body was closed, was refused before
+writing, and left that connection closed.)
+
+A keep-alive HTTP/1.1 server of its own, in a thread, counts requests and connections.
+Wall-clock assertions are loose bounds.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+
+#: A copy goes after 50 ms; the first request takes 300 ms.
+HEDGED = RetryPolicy(hedge_after=0.05, attempt_timeout=5.0, deadline=8.0)
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: list[str]
+    connections: list[int]
+
+    def setup(self) -> None:
+        super().setup()
+        self.connections.append(1)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.requests.append(self.path)
+        if "slow" in self.path and self.requests.count(self.path) == 1:
+            time.sleep(0.3)
+        if self.path.startswith("/stream"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _ in range(3):
+                self.wfile.write(b"2\r\nok\r\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, type[_Counting]]]:
+    handler = type("Handler", (_Counting,), {"requests": [], "connections": []})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _queued(client: retrysafe.Client) -> int:
+    """Requests waiting for a connection in the client's pool."""
+    pool = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+    return sum(1 for request in pool._requests if request.is_queued())
+
+
+def test_a_copy_that_lost_while_waiting_for_the_pool_leaves_it_and_sends_nothing(
+    server: tuple[str, type[_Counting]],
+) -> None:
+    url, handler = server
+    with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
+        client.get(f"{url}/warm")
+        started = time.monotonic()
+        with client.stream("GET", f"{url}/stream/slow") as response:
+            report = retrysafe.report_of(response)
+            assert report is not None
+            assert (report.hedges, report.winner) == (1, 1)  # the copy went, and lost
+            time.sleep(0.05)
+            # The losing copy is out of the queue at once, not waiting for the
+            # connection the winner's body still holds.
+            assert _queued(client) == 0
+            assert response.read() == b"okokok"
+        assert time.monotonic() - started < 3.0
+        time.sleep(0.2)  # (a copy still waiting would have taken the connection by now)
+        assert client.get(f"{url}/after").text == "ok"
+    # The server saw the winner only, and every call went over the one connection.
+    assert handler.requests == ["/warm", "/stream/slow", "/after"]
+    assert len(handler.connections) == 1
