@@ -37,7 +37,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
         super().setup()
         self.connections.append(1)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.requests.append(self.path)
         if "slow" in self.path and self.requests.count(self.path) == 1:
             time.sleep(0.3)
