@@ -41,6 +41,13 @@ class _Counting(http.server.BaseHTTPRequestHandler):
         self.requests.append(self.path)
         if "slow" in self.path and self.requests.count(self.path) == 1:
             time.sleep(0.3)
+            if "broken" in self.path:  # a 200 whose body stops short
+                self.send_response(200)
+                self.send_header("Content-Length", "10")
+                self.end_headers()
+                self.wfile.write(b"ok")
+                self.close_connection = True
+                return
         if self.path.startswith("/stream"):
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -98,3 +105,48 @@ def test_a_copy_that_lost_while_waiting_for_the_pool_leaves_it_and_sends_nothing
     # The server saw the winner only, and every call went over the one connection.
     assert handler.requests == ["/warm", "/stream/slow", "/after"]
     assert len(handler.connections) == 1
+
+
+def test_a_copy_waiting_for_the_pool_does_not_take_the_winners_connection_as_it_frees(
+    server: tuple[str, type[_Counting]],
+) -> None:
+    # The winner reads its body on its own thread, which frees its connection before the
+    # caller's thread has judged the round: the copy waiting for that connection must be
+    # out of the queue by then, or it is sent (and cut, and the connection lost).
+    url, handler = server
+    with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
+        client.get(f"{url}/warm")
+        for number in range(3):
+            response = client.get(f"{url}/slow/{number}")
+            report = retrysafe.report_of(response)
+            assert report is not None
+            assert (report.hedges, report.winner) == (1, 1)
+            assert sorted(record.outcome for record in report.history) == [
+                "hedge_lost",
+                "success",
+            ]
+        time.sleep(0.2)
+        assert client.get(f"{url}/after").text == "ok"
+    assert handler.requests == ["/warm", "/slow/0", "/slow/1", "/slow/2", "/after"]
+    assert len(handler.connections) == 1
+
+
+def test_copies_set_aside_for_an_answer_whose_body_then_fails_are_heard_of_at_once(
+    server: tuple[str, type[_Counting]],
+) -> None:
+    # The first copy's 200 sets the waiting copy aside, then its body stops short: the
+    # call goes on from there (a retry) rather than waiting out the copy set aside.
+    url, handler = server
+    with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
+        client.get(f"{url}/warm")
+        started = time.monotonic()
+        response = client.get(f"{url}/slow/broken")
+        elapsed = time.monotonic() - started
+    assert response.text == "ok"
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.history[0].outcome != "success"  # the 200 whose body failed
+    assert report.history[-1].outcome == "success"
+    assert elapsed < 3.0  # not the copy set aside's 5 s attempt
+    # The copy set aside was never sent: the server saw the broken answer, then the retry.
+    assert handler.requests == ["/warm", "/slow/broken", "/slow/broken"]
