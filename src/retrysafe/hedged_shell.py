@@ -20,7 +20,9 @@ coordinator only (the caller); copies only send and read.
   for reuse). A losing copy is cancelled by cutting the connection it writes to
   (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
   returns at once and the server sees the disconnect, and by ending its
-  attempt's time, so it sends or reads nothing more.
+  attempt's time, so it sends or reads nothing more. A copy still waiting for a
+  connection in its pool is taken out of the queue (as soon as another copy's
+  answer ends the call, before that copy frees its connection by reading its body).
 - async: every copy is a task in a task group with its own cancel scope;
   a losing copy is cancelled, which closes its connection.
 """
