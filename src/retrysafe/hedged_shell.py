@@ -20,9 +20,8 @@ coordinator only (the caller); copies only send and read.
   for reuse). A losing copy is cancelled by cutting the connection it writes to
   (:meth:`retrysafe.bounded_backend.BoundedStream.sever`), so a blocked read
   returns at once and the server sees the disconnect, and by ending its
-  attempt's time, so it sends or reads nothing more. A copy still waiting for a
-  connection in its pool is taken out of the queue (as soon as another copy's
-  answer ends the call, before that copy frees its connection by reading its body).
+  attempt's time, so it sends or reads nothing more; one still waiting for a
+  connection in its pool is taken out of the queue.
 - async: every copy is a task in a task group with its own cancel scope;
   a losing copy is cancelled, which closes its connection.
 """
@@ -35,7 +34,6 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 import anyio
@@ -54,7 +52,6 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
-from retrysafe.first_attempt import settled_at_once
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.send_loop import _GRACE, AsyncSender, Sender, _prepare
@@ -109,11 +106,6 @@ class _Copy:
         #: (sync) The transport it is sent through: if it loses while still waiting there
         #: for a connection, it is taken out of the pool's queue.
         self.transport = transport
-        #: (sync) The copy whose answer, ending the call, took this one out of its pool's
-        #: queue (see _SyncRound._settling): the engine hears of this one after that one.
-        self.set_aside_by: _Copy | None = None
-        #: (sync) The engine has been told what this copy got.
-        self.heard = False
 
     def watch(self, connection: Severable) -> None:
         """The copy writes to ``connection`` (called on the copy's own thread)."""
@@ -138,22 +130,6 @@ class _Copy:
             self._withdraw()
         if self.scope is not None:
             self.scope.cancel()
-
-    def step_aside(self, by: _Copy) -> None:
-        """(On the thread of copy ``by``, whose answer ends the call.) If this copy still
-        waits for a connection in its pool, take it out of the queue: the connection
-        ``by`` frees as it reads its body is not this one's to send on."""
-        if getattr(self.transport, "_pool", None) is None:
-            return
-        from retrysafe.bounded_backend import withdraw_queued
-
-        with self.lock:
-            if self.finished or self.cancelled or self.connections:
-                return
-            self.set_aside_by = by  # (before its wait ends: its answer is known for one)
-        if not withdraw_queued(self.transport, self.request.extensions):
-            with self.lock:
-                self.set_aside_by = None  # (not waiting in the queue: it carries on)
 
     def _withdraw(self) -> None:
         """A losing copy that has written nothing may still wait for a connection in its
@@ -231,16 +207,11 @@ def _hedge_if_due(
 # -- sync ----------------------------------------------------------------------------------
 
 
-def _send(
-    transport: Sender,
-    copy: _Copy,
-    settling: Callable[[_Copy, httpx.Response], None] | None = None,
-) -> _Result:
+def _send(transport: Sender, copy: _Copy) -> _Result:
     """Send one copy on this thread, bounded by its own time; what it got.
 
     While it runs, the copy is this thread's running call (reads end by its time) and
-    its watcher (the connections it writes to can be cut if it loses). ``settling`` is
-    told of the response before its body is read here.
+    its watcher (the connections it writes to can be cut if it loses).
     """
     call_token = current_call.set(copy)
     copy_token = current_copy.set(copy)
@@ -248,8 +219,6 @@ def _send(
     try:
         response = transport.handle_request(copy.request)
         if copy.plan.read_body:
-            if settling is not None:
-                settling(copy, response)
             response.read()
         return _Result(copy, response, None)
     except AttemptDeadlineReached as reached:
@@ -329,9 +298,6 @@ class _SyncRound:
         self.lock = threading.Lock()
         self.done = False
         self.winner: _Copy | None = None
-        #: Answers of copies set aside by another's (see _settling), held until that
-        #: copy's answer has been told to the engine.
-        self.set_aside: list[_Result] = []
 
     def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
@@ -342,7 +308,7 @@ class _SyncRound:
     def _run(self, copy: _Copy) -> None:
         """(On a copy's thread.) Send it and hand what it got to the caller's thread."""
         try:
-            result = _send(self.transport, copy, self._settling)
+            result = _send(self.transport, copy)
         except BaseException as exc:  # handed to the caller, who raises it
             result = _Result(copy, None, None, fatal=exc)
         with self.lock:
@@ -351,17 +317,6 @@ class _SyncRound:
                 return
         if result.response is not None:  # the round is over: nobody will read it
             result.response.close()
-
-    def _settling(self, copy: _Copy, response: httpx.Response) -> None:
-        """(On ``copy``'s thread, before it reads its body.) If ``response`` ends the call
-        as it is, take the other copies still waiting for a connection out of the pool's
-        queue now: reading the body frees this copy's connection, before the caller's
-        thread has judged the round, and a copy waiting for it would be sent."""
-        if not settled_at_once(self.drive.policy, response):
-            return
-        for other in list(self.copies.values()):
-            if other is not copy:
-                other.step_aside(copy)
 
     def run(self, plan: AttemptPlan) -> Step:
         """(On the caller's thread.) Send ``plan``'s copy and the hedged copies due, tell
@@ -392,34 +347,12 @@ class _SyncRound:
                     if result.response is not None:
                         result.response.close()
                     continue
-                setter = result.copy.set_aside_by
-                if setter is not None and not setter.heard:
-                    self.set_aside.append(result)  # (heard of after the answer that set it aside)
-                    continue
                 step = _conclude(drive, result)
-                result.copy.heard = True
-                ended_by = result.copy
-                if type(step) is AwaitOthers:
-                    # An answer that set copies aside did not end the call after all (its
-                    # body failed): those copies are heard of now.
-                    step, ended_by = self._conclude_set_aside(step, ended_by)
                 if type(step) is not AwaitOthers:
-                    self.winner = ended_by
+                    self.winner = result.copy
                     return step
         finally:
             self.end()
-
-    def _conclude_set_aside(self, step: Step, ended_by: _Copy) -> tuple[Step, _Copy]:
-        """Tell the engine what the copies set aside by ``ended_by`` got, until one ends
-        the round: its step and copy (``step`` and ``ended_by`` as given if none does)."""
-        setter = ended_by
-        for result in [held for held in self.set_aside if held.copy.set_aside_by is setter]:
-            if type(step) is not AwaitOthers:
-                break
-            self.set_aside.remove(result)
-            step, ended_by = _conclude(self.drive, result), result.copy
-            result.copy.heard = True
-        return step, ended_by
 
     def end(self) -> None:
         """The round is over (or the caller was interrupted): cancel every other copy and
@@ -436,9 +369,6 @@ class _SyncRound:
                 break
             if late.copy is not self.winner and late.response is not None:
                 late.response.close()
-        for held in self.set_aside:
-            if held.response is not None:
-                held.response.close()
 
 
 def hedged_round(
