@@ -322,11 +322,11 @@ class _Withdrawn:
         raise AttemptDeadlineReached(stalled=False)
 
 
-def withdraw_queued(transport: object, extensions: object) -> bool:
+def withdraw_queued(transport: object, extensions: object) -> None:
     """End the wait of the request whose ``extensions`` (the dict httpx hands httpcore as
     is) still waits for a connection in ``transport``'s sync httpcore pool: a hedged copy
-    that lost, which then takes no connection and sends nothing. False if no such request
-    waits there (it has a connection already, or the transport has no such pool).
+    that lost, which then takes no connection and sends nothing. Nothing happens if no
+    such request waits there (it has a connection already, or there is no such pool).
 
     Left alone, it would wait until a connection frees, take it, be refused before it
     writes (its time is over), and so leave that kept-alive connection closed."""
@@ -334,14 +334,13 @@ def withdraw_queued(transport: object, extensions: object) -> bool:
     queued = getattr(pool, "_requests", None)
     lock = getattr(pool, "_optional_thread_lock", None)
     if not isinstance(queued, list) or lock is None:
-        return False
+        return
     with lock:  # (httpcore assigns connections under it)
         for pool_request in queued:
             request = getattr(pool_request, "request", None)
             if getattr(request, "extensions", None) is extensions and pool_request.is_queued():
                 pool_request.assign_to_connection(_Withdrawn())
-                return True
-    return False
+                return
 
 
 class BoundedBackend(httpcore.NetworkBackend):
