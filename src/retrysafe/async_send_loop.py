@@ -28,6 +28,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
+from retrysafe.kept_body import aread_keeping_raw
 from retrysafe.send_loop import _GRACE, _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
@@ -110,7 +111,7 @@ class AsyncSendLoop:
                             await response.aread()
                         step = drive.returned(plan, response)
                         if type(step) is ReadBody:
-                            await response.aread()
+                            await aread_keeping_raw(response)
                             step = drive.returned(plan, response)
                         continue
                     except AttemptDeadlineReached as reached:
@@ -167,7 +168,7 @@ class AsyncSendLoop:
                     await response.aread()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    await response.aread()
+                    await aread_keeping_raw(response)
                     step = drive.returned(plan, response)
                 return step
         except AttemptDeadlineReached as reached:

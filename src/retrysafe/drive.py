@@ -55,6 +55,7 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
+from retrysafe.kept_body import unread
 from retrysafe.observe import CallTrace, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
@@ -641,8 +642,11 @@ class Drive:
             response = step.response
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
-            if not self._stream and response.is_closed:  # (its body read in the attempt)
-                _time_read_body(response, step.report)
+            if response.is_closed:
+                if not self._stream:  # (its body read in the attempt)
+                    _time_read_body(response, step.report)
+                else:  # (read for a rule: see kept_body)
+                    unread(response)
             return response
         assert isinstance(step, Fail)
         if step.retried:
@@ -654,6 +658,8 @@ class Drive:
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
             if step.response.is_closed:  # (a failure's body is read in the attempt)
                 _time_read_body(step.response, step.report)
+                if self._stream:
+                    unread(step.response)  # (the caller streams it: see kept_body)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
             raise step.cause

@@ -54,6 +54,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
+from retrysafe.kept_body import aread_keeping_raw, read_keeping_raw
 from retrysafe.send_loop import _GRACE, AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
@@ -257,7 +258,7 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
         drive.attempt_ends_at = copy.attempt_ends_at
         failure: Exception
         try:
-            response.read()
+            read_keeping_raw(response)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except (httpx.TransportError, httpx.DecodingError) as exc:
@@ -445,7 +446,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
         failure: Exception
         try:
             with anyio.fail_after(max(0.0, timeout) if timeout is not None else None):
-                await response.aread()
+                await aread_keeping_raw(response)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except TimeoutError:

@@ -26,6 +26,7 @@ from retrysafe.attempt_deadline import (
 )
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
+from retrysafe.kept_body import read_keeping_raw
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["AsyncSender", "SendLoop", "Sender"]
@@ -146,7 +147,7 @@ class SendLoop:
                     response.read()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    response.read()
+                    read_keeping_raw(response)
                     step = drive.returned(plan, response)
                 return step
             except AttemptDeadlineReached as reached:

@@ -1,0 +1,78 @@
+"""A streamed call's body that retrysafe had to read: kept so the caller can read it again.
+
+A streamed call (``client.stream()``, ``send(..., stream=True)``, or any request
+through the drop-in transports, which cannot tell whether their caller streams)
+hands the body over unread, unless the engine needs it first: a failure's body
+is read for its verdict and its error's excerpt, and so is a success's when a
+rule reads it. httpx's ``read()`` keeps only the decoded body, so such a
+response, handed back, would raise ``StreamConsumed`` from ``iter_raw()``,
+where the same response from bare httpx streams its bytes as they came (a
+gateway that forwards an upstream's error unchanged reads it that way).
+
+So the shells read such a body through :func:`read_keeping_raw` (or
+:func:`aread_keeping_raw`), which keeps the raw bytes as they pass, and the
+drive hands the response back with :func:`unread`: ``iter_raw()`` then gives the
+raw bytes, ``read()``, ``text`` and ``iter_bytes()`` the decoded body.
+
+Only these bodies are kept twice; a call that does not stream reads its body once,
+as bare httpx does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+
+__all__ = ["RawKeepingStream", "aread_keeping_raw", "read_keeping_raw", "unread"]
+
+
+class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response's stream that passes its chunks on and keeps each as it was received."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream) -> None:
+        self._inner = inner
+        #: The raw chunks passed on so far.
+        self.chunks: list[bytes] = []
+
+    def __iter__(self) -> Iterator[bytes]:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        for chunk in self._inner:
+            self.chunks.append(chunk)
+            yield chunk
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        async for chunk in self._inner:
+            self.chunks.append(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        await self._inner.aclose()
+
+
+def read_keeping_raw(response: httpx.Response) -> None:
+    """``response.read()``, keeping the raw bytes for :func:`unread`."""
+    response.stream = RawKeepingStream(response.stream)
+    response.read()
+
+
+async def aread_keeping_raw(response: httpx.Response) -> None:
+    """``await response.aread()``, keeping the raw bytes for :func:`unread`."""
+    response.stream = RawKeepingStream(response.stream)
+    await response.aread()
+
+
+def unread(response: httpx.Response) -> None:
+    """Make a body read by :func:`read_keeping_raw` readable again, from its raw bytes
+    (nothing for any other response). Its decoded body stays: ``read()`` returns it."""
+    stream = response.stream
+    if type(stream) is RawKeepingStream and response.is_stream_consumed:
+        response.stream = httpx.ByteStream(b"".join(stream.chunks))
+        response.is_stream_consumed = False
+        response.is_closed = False

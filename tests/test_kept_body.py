@@ -1,0 +1,141 @@
+"""A streamed call's body that retrysafe read for its verdict streams again, raw, as bare
+httpx's would: a failure handed back by the drop-in transports, or a success a rule read.
+
+Over a real socket, against a server whose bodies are gzip-encoded, so the raw bytes
+(``iter_raw``) and the decoded ones (``iter_bytes``, ``text``) differ.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy, Verdict
+
+pytestmark = pytest.mark.anyio
+
+BODY = b'{"error": "busy, try later"}' * 20
+RAW = gzip.compress(BODY, mtime=0)
+ONCE = RetryPolicy(attempts=1)
+QUICK = {"attempts": 2, "backoff_base": 0.01, "backoff_cap": 0.01}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        status = 503 if self.path.startswith("/busy") else 200
+        self.send_response(status)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(RAW)))
+        self.end_headers()
+        self.wfile.write(RAW)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _reads_body(response: httpx.Response) -> Verdict | None:
+    """A rule that reads the body (so a streamed success is read before it is handed over)."""
+    return Verdict.success() if b"busy" in response.content else None
+
+
+def test_bare_httpx_streams_the_raw_bytes(server: str) -> None:
+    """What the tests below hold retrysafe to."""
+    with httpx.Client() as client, client.stream("GET", f"{server}/busy") as response:
+        assert b"".join(response.iter_raw()) == RAW
+
+
+def test_a_failure_handed_back_by_the_drop_in_transport_streams_raw(server: str) -> None:
+    transport = retrysafe.RetryTransport(policy=ONCE)
+    with httpx.Client(transport=transport) as client:
+        with client.stream("GET", f"{server}/busy") as response:
+            assert response.status_code == 503
+            assert b"".join(response.iter_raw()) == RAW
+            assert response.read() == BODY
+        # Closed at the end of the block, and timed, as httpx's own streamed responses are.
+        assert response.is_closed
+        assert response.elapsed.total_seconds() > 0
+        assert retrysafe.report_of(response).error is not None
+
+
+def test_a_failure_streams_decoded_too(server: str) -> None:
+    transport = retrysafe.RetryTransport(policy=ONCE)
+    with (
+        httpx.Client(transport=transport) as client,
+        client.stream("GET", f"{server}/busy") as response,
+    ):
+        assert b"".join(response.iter_bytes()) == BODY
+
+
+def test_a_failure_of_a_call_that_does_not_stream_reads_as_before(server: str) -> None:
+    transport = retrysafe.RetryTransport(policy=ONCE)
+    with httpx.Client(transport=transport) as client:
+        response = client.get(f"{server}/busy")
+    assert response.status_code == 503
+    assert response.content == BODY
+    assert response.text.startswith('{"error": "busy')
+
+
+def test_a_success_a_rule_read_streams_raw(server: str) -> None:
+    policy = RetryPolicy(rules=(_reads_body,))
+    with (
+        retrysafe.Client(policy=policy) as client,
+        client.stream("GET", f"{server}/ok") as response,
+    ):
+        assert response.status_code == 200
+        assert b"".join(response.iter_raw()) == RAW
+        assert response.read() == BODY
+
+
+def test_a_hedging_call_hands_back_a_failure_that_streams_raw(server: str) -> None:
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(hedge_after=5.0, **QUICK))
+    with (
+        httpx.Client(transport=transport) as client,
+        client.stream("GET", f"{server}/busy") as response,
+    ):
+        assert response.status_code == 503
+        assert b"".join(response.iter_raw()) == RAW
+
+
+@pytest.mark.parametrize("hedge_after", [None, 5.0])
+async def test_async_a_failure_handed_back_streams_raw(
+    server: str, hedge_after: float | None
+) -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=RetryPolicy(hedge_after=hedge_after, **QUICK))
+    async with (
+        httpx.AsyncClient(transport=transport) as client,
+        client.stream("GET", f"{server}/busy") as response,
+    ):
+        assert response.status_code == 503
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert raw == RAW
+        assert await response.aread() == BODY
+    assert response.is_closed
+
+
+async def test_async_a_success_a_rule_read_streams_raw(server: str) -> None:
+    policy = RetryPolicy(rules=(_reads_body,))
+    async with (
+        retrysafe.AsyncClient(policy=policy) as client,
+        client.stream("GET", f"{server}/ok") as response,
+    ):
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert raw == RAW
