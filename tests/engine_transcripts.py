@@ -1021,6 +1021,13 @@ def _unsafe_to_repeat(run: Run, rec: OutcomeRec) -> bool:
     return run.call.method not in run.policy.idempotent_methods and not run.keyed and maybe
 
 
+def _retryable_later(run: Run, rec: OutcomeRec) -> bool:
+    """Whether the caller's own later retry may help after ``rec``: safe to repeat, or
+    safe but for a spent body, which the caller can send again."""
+    maybe = rec.verdict.processed == "maybe"
+    return not (run.call.method not in run.policy.idempotent_methods and not run.keyed and maybe)
+
+
 def check_no_unsafe_repeat(run: Run, expect: Expect) -> None:
     """No unsafe repeat. After an attempt of a method outside the policy's idempotent
     methods (POST, PATCH), sent without a non-blank Idempotency-Key, whose outcome the
@@ -1371,10 +1378,10 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
     ):
         # Out of time; retryable only if the work may be repeated blindly. (A timeout
         # that fires with time to spare for another attempt is an ordinary failure.)
-        safe = not _unsafe_to_repeat(run, last)
-        return DeadlineExceeded, safe, "an attempt cut short by the deadline timed out"
+        retryable = _retryable_later(run, last)
+        return DeadlineExceeded, retryable, "an attempt cut short by the deadline timed out"
     if _unsafe_to_repeat(run, last):
-        return by_outcome, False, "unsafe to repeat"
+        return by_outcome, _retryable_later(run, last), "unsafe to repeat"
     if isinstance(run.final, Fail) and run.final.error.reason == "retry_after_too_long":
         return RetryAfterTooLong, True, "a Retry-After longer than the time or limit left"
     return by_outcome, True, "retries stopped"
@@ -1394,7 +1401,8 @@ def check_single_ending(run: Run, expect: Expect) -> None:
     without the engine raising. A Succeed hands back the last attempt's response, whose
     ``extensions["retrysafe"]`` is the report; a Fail carries an ApiError subclass
     matching why it stopped, ``retryable=False`` exactly when the outcome was final or
-    unsafe to repeat, the report (also on its last response) and ``may_have_processed``
+    unsafe to repeat even with the body sent again, the report (also on its last
+    response) and ``may_have_processed``
     as classify's ``may_have_acted`` over the attempts."""
     expect(run.error is None, "raised %r at %s", run.error, run.error_at)
     expect(run.final is not None or run.error is not None, "no ending after %d steps", MAX_STEPS)

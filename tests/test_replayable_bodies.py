@@ -103,6 +103,8 @@ def test_a_keyed_generator_body_is_not_sent_again_and_the_error_says_why(
         "pay-1",
         True,
     )
+    # Only the spent body stopped it: the caller's retry, with the body again, may help.
+    assert error.retryable
     message = str(error)
     assert "body was a stream" in message
     assert "may already have acted" not in message
@@ -136,8 +138,25 @@ def test_a_stream_the_server_may_have_acted_on_names_both_reasons(chaos: KeyedCh
         client.put(url, content=body())
     error = caught.value
     assert (error.reason, error.processed, error.spent_body) == ("unsafe_to_repeat", "maybe", True)
+    assert error.retryable  # (a PUT: sent again whole, acting twice is acting once)
     assert "may already have acted on it and its body was a stream" in str(error)
     assert len(chaos.log()) == 1
+
+
+def test_an_unkeyed_post_stream_the_server_may_have_acted_on_is_not_retryable(
+    chaos: KeyedChaos,
+) -> None:
+    """A POST with a generator body, reset after the server read it, and no key: even
+    with the body again, a repeat could act twice, so the error is not retryable."""
+
+    def body() -> Iterator[bytes]:
+        yield b"row\n"
+
+    url = chaos.url("/sequence/{key}", steps=["reset", 200])
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.TransportError) as caught:
+        client.post(url, content=body())
+    assert (caught.value.processed, caught.value.spent_body) == ("maybe", True)
+    assert not caught.value.retryable
 
 
 def test_a_post_without_key_that_may_have_been_acted_on_keeps_its_advice(
@@ -148,5 +167,6 @@ def test_a_post_without_key_that_may_have_been_acted_on_keeps_its_advice(
         client.post(chaos.url("/fail/{key}", times=1, status=502), json={"amount": 100})
     assert caught.value.processed == "maybe"
     assert not caught.value.spent_body
+    assert not caught.value.retryable
     assert "may already have acted" in str(caught.value)
     assert "idempotency key" in str(caught.value)

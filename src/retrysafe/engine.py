@@ -421,6 +421,19 @@ class Call:
             responded=response is not None,
             policy=self.policy,
         )
+        # Whether the caller may try again later: as safe, or (when only a spent body
+        # keeps this call from repeating it) with the body again.
+        retryable = safe or (
+            not self.replayable
+            and safe_to_repeat(
+                verdict,
+                method=self.method,
+                keyed=self.idempotency_key is not None,
+                replayable=True,
+                responded=response is not None,
+                policy=self.policy,
+            )
+        )
         if (
             isinstance(cause, httpx.TimeoutException)
             and self._plan.cut_by_deadline
@@ -429,10 +442,10 @@ class Call:
             # Out of time (a shorter phase timeout that fired with time to spare is an
             # attempt's failure like any other); and a write the server may have done is
             # not for blind resending.
-            return self._stop("deadline", "deadline_exceeded", retryable=safe)
+            return self._stop("deadline", "deadline_exceeded", retryable=retryable)
         if not safe:
             return self._stop(
-                "outcome", "unsafe_to_repeat", retryable=False, spent_body=not self.replayable
+                "outcome", "unsafe_to_repeat", retryable=retryable, spent_body=not self.replayable
             )
         if self._nested_gave_up:
             return self._stop("outcome", "nested_retry_exhausted")

@@ -79,7 +79,8 @@ class ApiError(Exception):
     the last response (body read) or None when none came back.
     ``processed`` is ``"maybe"`` when any attempt may have been acted on by the
     server (check, or resend under the same idempotency key, before writing
-    again) and ``"no"`` when surely none was.
+    again) and ``"no"`` when surely none was. ``retryable`` says whether trying again
+    later may help, and is safe: with a ``spent_body``, by sending the body again.
     """
 
     advice: ClassVar[str] = "see .reason and .history"
