@@ -173,6 +173,26 @@ def test_secret_fields_of_a_form_body_echoed_back_are_scrubbed() -> None:
     assert "grant_type=refresh_token" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"grant_type=refresh_token&refresh_token=rt-UNTYPED-FORM-1&client_id=app",
+        b'{"grant_type": "refresh_token", "refresh_token": "rt-UNTYPED-FORM-1"}',
+    ],
+)
+def test_secret_fields_of_a_body_sent_without_a_type_are_scrubbed(content: bytes) -> None:
+    """``content=`` (or the CLI's ``--data``) sends no Content-Type: the body is read as
+    the form or the JSON it looks like."""
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://auth.test/token", content=content)
+    assert "rt-UNTYPED-FORM-1" not in str(caught.value)
+    assert "rt-UNTYPED-FORM-1" not in str(caught.value.body)
+    assert "refresh_token" in str(caught.value)
+
+
 def _raise_chained(token: str) -> None:
     try:
         raise ValueError(f"Illegal header value b'Bearer {token}\\n'")

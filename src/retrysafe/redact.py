@@ -401,6 +401,10 @@ def _body_secrets(request: httpx.Request) -> list[str]:
         return []
     kind = request.headers.get("content-type", "").lower()
     text = content.decode("utf-8", errors="replace")
+    if not kind:
+        # Sent with no type (httpx's ``content=``, the CLI's ``--data``): read as what it
+        # looks like, JSON or a form, since a server may echo it all the same.
+        kind = "json" if text.lstrip()[:1] in ("{", "[") else "x-www-form-urlencoded"
     secrets: list[str] = []
     if "x-www-form-urlencoded" in kind:
         for name, value in urllib.parse.parse_qsl(text, keep_blank_values=False):
