@@ -166,6 +166,31 @@ async def stream(request: Request) -> Response:
     return StreamingResponse(chunks(), media_type="text/plain")
 
 
+async def stream_then_fail(request: Request) -> Response:
+    """Does its work (counted), answers 201 and starts its body, then fails mid-body."""
+    await _count(request)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"charged": true, '
+        raise RuntimeError("the body failed half-way")
+
+    return StreamingResponse(chunks(), status_code=201, media_type="application/json")
+
+
+async def feed(request: Request) -> Response:
+    """An endless event stream (counted once): one event every 10 ms, each counted in
+    ``shop.runs["/feed events"]``, until the server stops it."""
+    shop, _ = await _count(request)
+
+    async def events() -> AsyncIterator[bytes]:
+        while True:
+            shop.runs["/feed events"] += 1
+            yield b"data: tick\n\n"
+            await anyio.sleep(0.01)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 def build_app(
     store: IdempotencyStore, *, shop: Shop | None = None, **middleware_options: Any
 ) -> Starlette:
@@ -183,6 +208,8 @@ def build_app(
             Route("/big", big, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
             Route("/stream", stream, methods=["POST"]),
+            Route("/stream-then-fail", stream_then_fail, methods=["POST"]),
+            Route("/feed", feed, methods=["POST"]),
         ],
         middleware=[
             Middleware(TokenAuth),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -14,8 +15,14 @@ import httpx
 import pytest
 from idempotency_app import Shop, build_app, client_for, headers
 from idempotency_stores import InterposedStore, StoreFactory
+from starlette.requests import ClientDisconnect
 
-from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+from retrysafe.idempotency import (
+    PROBLEM_TYPE_PREFIX,
+    IdempotencyMiddleware,
+    IdempotencyStore,
+    MemoryStore,
+)
 from retrysafe.idempotency.asgi import Message
 
 pytestmark = pytest.mark.anyio
@@ -205,6 +212,99 @@ async def test_a_streamed_response_goes_out_whole_when_the_server_send_waits(
     chunks = [message for message in sent if message["type"] == "http.response.body"]
     assert b"".join(message.get("body", b"") for message in chunks) == b"chunk0\nchunk1\nchunk2\n"
     assert not chunks[-1].get("more_body", False)
+
+
+async def test_a_success_that_fails_mid_body_is_not_run_again(store: IdempotencyStore) -> None:
+    """The 201 went out, and the work with it; the body then failed. A retry under the
+    key must not run the work again: it gets the not-replayable 409."""
+    app = build_app(store)
+    async with client_for(app) as client:
+        with contextlib.suppress(httpx.HTTPError):  # (the half body, as the server cut it)
+            await client.post("/stream-then-fail", json={}, headers=headers("k1"))
+        retry = await client.post("/stream-then-fail", json={}, headers=headers("k1"))
+
+    assert app.state.shop.runs["/stream-then-fail"] == 1
+    assert retry.status_code == 409
+    assert retry.json()["type"] == PROBLEM_TYPE_PREFIX + "result-not-replayable"
+
+
+async def test_a_failure_status_that_fails_mid_body_still_frees_the_key(
+    store: IdempotencyStore,
+) -> None:
+    """A 5xx frees the key whole or cut: the corrected request runs under it."""
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def fails_mid_body(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b"half", "more_body": True})
+        raise RuntimeError("the body failed half-way")
+
+    guarded = IdempotencyMiddleware(
+        fails_mid_body, store=store, scope=lambda request: "alice", required=True
+    )
+    with pytest.raises(RuntimeError):
+        await guarded(_scope("k1", "/orders"), receive, send)
+    app_again = build_app(store)
+    async with client_for(app_again) as client:
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+    assert retry.status_code == 201
+    assert app_again.state.shop.runs["/orders"] == 1
+
+
+async def test_an_endless_stream_stops_once_its_client_left_and_it_outgrew_the_copy(
+    store: IdempotencyStore,
+) -> None:
+    """A stream that only ends when its client leaves runs on after the client left only
+    while its copy may still be kept for a retry: once the copy is too large to keep, it
+    stops as it would without the middleware, and the key is not run again."""
+    await _run_a_feed_whose_client_leaves(store, max_response_size=200)
+
+
+async def test_an_endless_stream_stops_once_its_client_left_a_lease_ago() -> None:
+    """Or once a lease has passed since the client left (a lease this short needs the
+    memory store: the others refuse one shorter than their own timeouts)."""
+    await _run_a_feed_whose_client_leaves(MemoryStore(), lease=0.3)
+
+
+async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: Any) -> None:
+    app = build_app(store, **options)
+    shop = app.state.shop
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    delivered = 0
+
+    async def send(message: Message) -> None:
+        nonlocal delivered
+        if message["type"] == "http.response.body":
+            delivered += 1
+            if delivered > 2:
+                raise OSError("the client closed the connection")  # as ASGI 2.4 servers do
+
+    # (Starlette turns the server's OSError into its ClientDisconnect, as without the
+    # middleware)
+    with anyio.fail_after(10), pytest.raises(ClientDisconnect):
+        await app(_scope("k1", "/feed"), receive, send)
+    events_when_stopped = shop.runs["/feed events"]
+    await anyio.sleep(0.1)
+    assert shop.runs["/feed events"] == events_when_stopped  # stopped for good
+    async with client_for(app) as client:
+        retry = await client.post("/feed", json={}, headers=headers("k1"))
+    assert retry.status_code == 409
+    assert retry.json()["type"] == PROBLEM_TYPE_PREFIX + "result-not-replayable"
+    assert shop.runs["/feed"] == 1
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ class IdempotencyMiddleware:
     claims (caller, key) atomically in ``store`` before the handler runs. A repeat of the
     same request gets the kept response again, marked ``Idempotent-Replayed: true``; a
     repeat while the first runs gets 409 with ``Retry-After``; the same key with another
-    method, path, query or body gets 422. Refusals are ``application/problem+json`` with
+    method, path, query, body or media type gets 422. Refusals are ``application/problem+json`` with
     an ``Idempotency-Problem`` header naming the problem (``key-reused`` for that 422), so
     a client tells them from the app's own answers of the same status. If the store
     cannot be used, the request gets 503 with ``Retry-After`` and the handler does not
@@ -274,7 +274,10 @@ class IdempotencyMiddleware:
             await held.finish(finish, _kept_response(finish, capture))
 
         capture = ResponseCapture(
-            send, max_size=self.settings.max_response_size, on_complete=on_complete
+            send,
+            max_size=self.settings.max_response_size,
+            on_complete=on_complete,
+            runs_on_for=self.settings.lease,
         )
         inner_scope = dict(scope)
         inner_scope[SCOPE_KEY] = guarded
@@ -296,9 +299,16 @@ class IdempotencyMiddleware:
                 failure = exc
             finally:
                 if not capture.recorded:
-                    # No complete response: the handler raised, was cancelled or sent nothing.
+                    # No complete response: the handler raised, was cancelled or sent nothing;
+                    # or it stopped in the middle of its body, after a status the client may
+                    # have read as done (a 201): one that would be kept is then not
+                    # replayable (a retry must not run it again), and one that would free
+                    # the key (a 5xx) still does. There is no whole body to keep.
                     finish = finish_claim(
-                        None, committed=guarded.committed, oversized=False, settings=self.settings
+                        capture.status,
+                        committed=guarded.committed,
+                        oversized=capture.status is not None,
+                        settings=self.settings,
                     )
                     with anyio.CancelScope(shield=True):
                         await held.finish(finish, None)

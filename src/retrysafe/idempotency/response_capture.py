@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -17,10 +18,16 @@ class ResponseCapture:
     When the app sends the last body chunk, ``on_complete`` runs (shielded from
     cancellation) *before* that chunk goes out, so the outcome is stored even when the
     client is gone by then; ``recorded`` says it ran. ``sent`` is set once the last chunk
-    has been forwarded (or could not be). If the server's ``send`` fails because the
-    client left (ASGI servers raise ``OSError``), nothing more is forwarded but the app
-    runs on and the copy is still completed. A body over ``max_size`` is not kept;
+    has been forwarded (or could not be). A body over ``max_size`` is not kept;
     ``oversized`` says so.
+
+    If the server's ``send`` fails because the client left (ASGI servers raise
+    ``OSError``), nothing more is forwarded, but the app runs on so the copy is
+    completed for the client's retry, for ``runs_on_for`` seconds at most. Once the copy
+    cannot be kept (too large) or that time has passed, the app's next ``send`` raises
+    that ``OSError`` again, and the app stops as it would without the middleware: a
+    stream that only ends when its client leaves (server-sent events) does not run on
+    for good.
     """
 
     def __init__(
@@ -29,20 +36,30 @@ class ResponseCapture:
         *,
         max_size: int,
         on_complete: Callable[[ResponseCapture], Awaitable[None]],
+        runs_on_for: float = math.inf,
     ) -> None:
         self._send = send
         self._max_size = max_size
         self._on_complete = on_complete
+        self._runs_on_for = runs_on_for
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.body = bytearray()
         self.oversized = False
         self.client_gone = False
+        #: What the server's ``send`` raised when the client left, and when (anyio's clock).
+        self._gone: OSError | None = None
+        self._gone_at = 0.0
         self.recorded = False
         self.sent = anyio.Event()
 
     async def send(self, message: Message) -> None:
         """The ``send`` handed to the app."""
+        gone = self._gone
+        if gone is not None and (
+            self.oversized or anyio.current_time() - self._gone_at >= self._runs_on_for
+        ):
+            raise gone  # nothing left to keep for a retry: stop the app
         kind = message["type"]
         last = False
         if kind == "http.response.start":
@@ -75,5 +92,6 @@ class ResponseCapture:
             return
         try:
             await self._send(message)
-        except OSError:
+        except OSError as exc:
             self.client_gone = True
+            self._gone, self._gone_at = exc, anyio.current_time()
