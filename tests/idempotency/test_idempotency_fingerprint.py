@@ -117,6 +117,19 @@ def test_a_deeply_nested_body_is_fingerprinted_without_failing() -> None:
     assert fingerprint(deep) != fingerprint(deep[1:-1])
 
 
+def test_the_media_type_counts_but_not_its_parameters_or_case() -> None:
+    """The same bytes as JSON and as plain text are read differently by the app: two
+    requests. A charset parameter, or the letter case, changes nothing."""
+    body = b'{"a":1}'
+    assert fingerprint(body, content_type=JSON) != fingerprint(body, content_type="text/plain")
+    assert fingerprint(body, content_type=JSON) != fingerprint(body, content_type=None)
+    assert fingerprint(body, content_type=JSON) == fingerprint(
+        body, content_type="Application/JSON; charset=utf-8"
+    )
+    form = "application/x-www-form-urlencoded"
+    assert fingerprint(b"a=1", content_type=form) != fingerprint(b"a=1", content_type=None)
+
+
 def test_method_path_and_query_each_count() -> None:
     base = fingerprint(b"{}")
 

@@ -12,11 +12,13 @@ __all__ = ["canonical_body", "canonical_query", "request_fingerprint"]
 def request_fingerprint(
     method: str, path: str, query: bytes, body: bytes, content_type: str | None
 ) -> str:
-    """A SHA-256 over the method, path, query and body, in canonical forms.
+    """A SHA-256 over the method, path, query, body and media type, in canonical forms.
 
-    Two requests that differ only in JSON formatting (key order, whitespace) or in the
-    order of distinct query parameters get the same fingerprint; any other difference in
-    method, path, query or body gives another.
+    Two requests that differ only in JSON formatting (key order, whitespace), in the
+    order of distinct query parameters, or in their ``Content-Type``'s parameters or
+    letter case get the same fingerprint; any other difference in method, path, query,
+    body or media type gives another (the same bytes as JSON and as a form are read as
+    different requests by the app, so they are different requests here too).
     """
     digest = hashlib.sha256()
     for part in (
@@ -24,6 +26,7 @@ def request_fingerprint(
         path.encode("utf-8", "surrogateescape"),
         canonical_query(query),
         canonical_body(body, content_type),
+        _media_type(content_type).encode("latin-1", "replace"),
     ):
         # Length-prefixed, so no two different splits of the same bytes collide.
         digest.update(len(part).to_bytes(8, "big"))
@@ -108,8 +111,13 @@ def _write_canonical(document: object) -> str:
     return "".join(out)
 
 
-def _is_json(content_type: str | None) -> bool:
+def _media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` (lower-cased, no parameters); "" for none."""
     if content_type is None:
-        return False
-    media_type = content_type.split(";", 1)[0].strip().lower()
+        return ""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _is_json(content_type: str | None) -> bool:
+    media_type = _media_type(content_type)
     return media_type == "application/json" or media_type.endswith("+json")

@@ -108,8 +108,8 @@ def key_reused(header: str) -> Problem:
         422,
         "key-reused",
         "Idempotency key reused",
-        f"This {header} was first used with a different request (method, path, query or"
-        " body). Send a new key for a new operation.",
+        f"This {header} was first used with a different request (method, path, query,"
+        " body or Content-Type). Send a new key for a new operation.",
     )
 
 
