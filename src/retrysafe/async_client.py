@@ -36,11 +36,12 @@ from retrysafe.client_options import (
     READ_OPTIONS,
     STREAMED_OPTIONS,
     IdempotencyMode,
+    add_auto_key,
     begin_operation,
     check_idempotency_mode,
     finish_operation,
     mark_stream,
-    operation_headers,
+    upload_headers,
     warn_per_request_cookies,
     with_call_options,
     wrap_transports,
@@ -161,27 +162,21 @@ class AsyncClient(httpx.AsyncClient):
         The journal is SQLite on local disk: its writes are brief and made inline.
         """
         if not (
-            idempotency_key is None
-            and policy is None
-            and dependency is None
-            and operation is None
-            and self.idempotency == "off"
+            idempotency_key is None and policy is None and dependency is None and operation is None
         ):  # (the usual call has nothing to add: not even a function call, on every call)
             headers, extensions = with_call_options(
-                method,
                 headers,
                 extensions,
                 # An operation's key comes from the journal (begin_operation checks none is
                 # given).
                 idempotency_key=idempotency_key if operation is None else None,
-                idempotency=self.idempotency if operation is None else "off",
                 policy=policy,
                 dependency=dependency,
             )
         if cookies is not None:
             warn_per_request_cookies()
-        if operation is not None:
-            headers = operation_headers(headers, operation, files)
+        if files is not None:
+            headers = upload_headers(headers, operation)
         request = self.build_request(
             method,
             url,
@@ -241,14 +236,14 @@ class AsyncClient(httpx.AsyncClient):
         response is then yielded unread.
         """
         headers, extensions = with_call_options(
-            method,
             headers,
             extensions,
             idempotency_key=idempotency_key,
-            idempotency=self.idempotency,
             policy=policy,
             dependency=dependency,
         )
+        if files is not None:
+            headers = upload_headers(headers, None)
         async with super().stream(
             method,
             url,
@@ -275,6 +270,8 @@ class AsyncClient(httpx.AsyncClient):
         follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
     ) -> httpx.Response:
         """httpx's ``send``; raises the call's ``ApiError`` if it failed for good."""
+        if self.idempotency == "auto":
+            add_auto_key(request)
         extensions = request.extensions
         if OPTIONS_EXTENSION in extensions:
             mark_stream(request, stream)  # options of the call's own

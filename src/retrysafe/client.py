@@ -46,12 +46,13 @@ from retrysafe.client_options import (
     READ_OPTIONS,
     STREAMED_OPTIONS,
     IdempotencyMode,
+    add_auto_key,
     begin_operation,
     check_idempotency_mode,
     finish_operation,
     mark_stream,
-    operation_headers,
     report_of,
+    upload_headers,
     warn_per_request_cookies,
     with_call_options,
     wrap_transports,
@@ -74,7 +75,7 @@ class Client(httpx.Client):
 
     ``governor`` holds the load protection per dependency (one per client by
     default; pass a shared one to share budgets and breakers across clients).
-    ``idempotency="auto"`` gives every POST and PATCH a key of its own;
+    ``idempotency="auto"`` gives every POST and PATCH without a key one of its own;
     ``journal`` keeps named operations (``request(..., operation=...)``).
     Other retrysafe arguments are as for :class:`~retrysafe.RetryTransport`;
     the rest are ``httpx.Client``'s, with its defaults.
@@ -180,27 +181,21 @@ class Client(httpx.Client):
         operation resumes it with the same key and bytes.
         """
         if not (
-            idempotency_key is None
-            and policy is None
-            and dependency is None
-            and operation is None
-            and self.idempotency == "off"
+            idempotency_key is None and policy is None and dependency is None and operation is None
         ):  # (the usual call has nothing to add: not even a function call, on every call)
             headers, extensions = with_call_options(
-                method,
                 headers,
                 extensions,
                 # An operation's key comes from the journal (begin_operation checks none is
                 # given).
                 idempotency_key=idempotency_key if operation is None else None,
-                idempotency=self.idempotency if operation is None else "off",
                 policy=policy,
                 dependency=dependency,
             )
         if cookies is not None:
             warn_per_request_cookies()
-        if operation is not None:
-            headers = operation_headers(headers, operation, files)
+        if files is not None:
+            headers = upload_headers(headers, operation)
         request = self.build_request(
             method,
             url,
@@ -256,14 +251,14 @@ class Client(httpx.Client):
         response is then yielded unread.
         """
         headers, extensions = with_call_options(
-            method,
             headers,
             extensions,
             idempotency_key=idempotency_key,
-            idempotency=self.idempotency,
             policy=policy,
             dependency=dependency,
         )
+        if files is not None:
+            headers = upload_headers(headers, None)
         with super().stream(
             method,
             url,
@@ -290,6 +285,8 @@ class Client(httpx.Client):
         follow_redirects: bool | UseClientDefault = USE_CLIENT_DEFAULT,
     ) -> httpx.Response:
         """httpx's ``send``; raises the call's ``ApiError`` if it failed for good."""
+        if self.idempotency == "auto":
+            add_auto_key(request)
         extensions = request.extensions
         if OPTIONS_EXTENSION in extensions:
             mark_stream(request, stream)  # options of the call's own

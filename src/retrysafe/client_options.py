@@ -11,16 +11,20 @@ import hashlib
 import uuid
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import httpx
 from httpx._types import HeaderTypes, RequestExtensions
 
 from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
-from retrysafe.idempotency.journal import Journal, state_after
+from retrysafe.idempotency.journal import Journal, JournalState, state_after
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import IDEMPOTENCY_HEADER, KEY_SENT_BEFORE_EXTENSION
+from retrysafe.request_facts import (
+    IDEMPOTENCY_HEADER,
+    KEY_SENT_BEFORE_EXTENSION,
+    idempotency_key_of,
+)
 from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
 
 __all__ = [
@@ -28,7 +32,9 @@ __all__ = [
     "STREAMED_OPTIONS",
     "IdempotencyMode",
     "begin_operation",
-    "operation_headers",
+    "NO_KEY_EXTENSION",
+    "add_auto_key",
+    "upload_headers",
     "check_idempotency_mode",
     "finish_operation",
     "mark_stream",
@@ -42,6 +48,11 @@ __all__ = [
 IdempotencyMode = Literal["off", "auto"]
 
 _AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
+#: Request extension of a call made with ``idempotency_key=False``: it goes without a key,
+#: even from a client with ``idempotency="auto"``.
+NO_KEY_EXTENSION: Final = "retrysafe.no_key"
+#: Redirects that ask for the same request at another URL (a 303 points at a result).
+_RESEND_ELSEWHERE: Final = frozenset({307, 308})
 
 
 def check_idempotency_mode(mode: str) -> IdempotencyMode:
@@ -69,22 +80,15 @@ def warn_per_request_cookies() -> None:
 
 
 def with_call_options(
-    method: str,
     headers: HeaderTypes | None,
     extensions: RequestExtensions | None,
     *,
     idempotency_key: str | bool | None,
     policy: RetryPolicy | None,
     dependency: str | None,
-    idempotency: IdempotencyMode = "off",
 ) -> tuple[HeaderTypes | None, RequestExtensions | None]:
     """The request's headers with its key, and its extensions with the per-call options."""
-    if (
-        idempotency_key is None
-        and policy is None
-        and dependency is None
-        and (idempotency == "off" or method.upper() not in _AUTO_KEYED_METHODS)
-    ):
+    if idempotency_key is None and policy is None and dependency is None:
         return headers, extensions  # the usual call: nothing to add
     # Made first: CallOptions checks the policy and dependency, before any key is made.
     call_options = (
@@ -92,12 +96,13 @@ def with_call_options(
         if policy is None and dependency is None
         else CallOptions(policy=policy, dependency=dependency)
     )
-    if idempotency_key is None and idempotency == "auto" and method.upper() in _AUTO_KEYED_METHODS:
-        idempotency_key = True
+    options = dict(extensions or {})
     if idempotency_key is True:
         # One key for the whole call: built once here, so every attempt sends the same one.
         idempotency_key = str(uuid.uuid4())
-    if idempotency_key is not None and idempotency_key is not False:
+    if idempotency_key is False:
+        options[NO_KEY_EXTENSION] = True  # (not even idempotency="auto"'s: see add_auto_key)
+    elif idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key.strip():
             raise ValueError(
                 "idempotency_key must be True (make one) or a non-empty string, "
@@ -105,10 +110,26 @@ def with_call_options(
             )
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
-    options = dict(extensions or {})
     if call_options is not None:
         options[OPTIONS_EXTENSION] = call_options
     return headers, options
+
+
+def add_auto_key(request: httpx.Request) -> None:
+    """``idempotency="auto"``: a key of its own for a POST or PATCH that carries none.
+
+    Made as the request is sent, after httpx merged the client's default headers into
+    it: a key the caller set (in the call's headers or the client's) is kept, and a
+    request built with ``build_request()`` and sent with ``send()`` gets one too. A
+    blank key header is no key, and is replaced. ``idempotency_key=False`` asks for
+    none.
+    """
+    if (
+        request.method in _AUTO_KEYED_METHODS
+        and NO_KEY_EXTENSION not in request.extensions
+        and idempotency_key_of(request) is None
+    ):
+        request.headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
 
 
 def mark_stream(request: httpx.Request, stream: bool) -> None:
@@ -143,24 +164,24 @@ def report_of(response: httpx.Response) -> CallReport | None:
     return report if isinstance(report, CallReport) else None
 
 
-def operation_headers(
-    headers: HeaderTypes | None, operation: str, files: object | None
-) -> HeaderTypes | None:
-    """The headers of a named operation's request: for a multipart body (``files=``),
-    with a boundary of the operation's own.
+def upload_headers(headers: HeaderTypes | None, operation: str | None) -> HeaderTypes | None:
+    """The headers of a multipart upload (``files=``) made under a name that outlives
+    the call: a named operation's, or the idempotency key in its headers. The upload's
+    boundary is derived from that name.
 
     httpx draws a random boundary for each multipart request, so the same upload would
-    come out as other bytes when the operation is run again after a crash: the journal
-    would take it for a different request, and the server's idempotency check for a
-    different body. A boundary derived from the operation's name makes the same call
-    give the same bytes. A Content-Type the caller set stays as it is.
+    come out as other bytes when it is sent again (an operation run again after a crash,
+    or a call resent under its key after an ambiguous failure): the journal would take
+    it for a different request, and the server's idempotency check for a different body
+    (422). A boundary derived from the name makes the same call give the same bytes. A
+    Content-Type the caller set stays as it is; with no name, httpx's boundary stays.
     """
-    if files is None:
-        return headers
     merged = httpx.Headers(headers)
-    if "content-type" not in merged:
-        digest = hashlib.sha256(operation.encode("utf-8")).hexdigest()[:32]
-        merged["Content-Type"] = f"multipart/form-data; boundary=retrysafe-{digest}"
+    name = operation if operation is not None else merged.get(IDEMPOTENCY_HEADER, "").strip()
+    if not name or "content-type" in merged:
+        return headers
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    merged["Content-Type"] = f"multipart/form-data; boundary=retrysafe-{digest}"
     return merged
 
 
@@ -193,8 +214,11 @@ def finish_operation(journal: Journal, operation: str, outcome: httpx.Response |
         return
     report = report_of(outcome)
     attempts = report.attempts if report is not None else 1
+    # A redirect that resends the request elsewhere, not followed: the write is not done
+    # there, and the operation keeps its key for a run that follows it.
+    state: JournalState = "failed" if outcome.status_code in _RESEND_ELSEWHERE else "done"
     journal.finish(
-        operation, state="done", attempts=attempts, status=outcome.status_code, reason=None
+        operation, state=state, attempts=attempts, status=outcome.status_code, reason=None
     )
 
 

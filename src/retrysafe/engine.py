@@ -144,6 +144,10 @@ class Call:
         #: An earlier run of this call's operation sent its key (a resumed journal
         #: operation): its request may still be running on the server.
         self._key_sent_before = request.extensions.get(KEY_SENT_BEFORE_EXTENSION) is True
+        if self._key_sent_before:
+            # ...so the server may have acted on it, whatever this run's attempts get: a
+            # refused connection now does not make the operation surely undone.
+            self._processed = "maybe"
         #: The body can be sent again byte for byte (bytes, not a one-shot stream). Read
         #: before the first attempt is sent: sending a one-shot stream may leave it
         #: replaced by the bytes it held (so a Call made for an attempt in flight is told).

@@ -217,6 +217,66 @@ def test_auto_mode_keys_every_post_and_patch_but_not_get(chaos: Any) -> None:
     assert keys[2] is None
 
 
+@pytest.mark.parametrize("where", ["call", "client"])
+def test_auto_mode_keeps_a_key_the_caller_set(chaos: Any, where: str) -> None:
+    """A key in the call's headers or the client's default ones is the caller's: "auto"
+    only keys a write that has none (and replaces a blank one)."""
+    mine = {"Idempotency-Key": "order-7-pay"}
+    with retrysafe.Client(
+        idempotency="auto", policy=FAST, headers=mine if where == "client" else None
+    ) as client:
+        client.post(chaos.url("/echo"), json=PAYMENT, headers=mine if where == "call" else None)
+        client.post(chaos.url("/echo"), json=PAYMENT, headers={"Idempotency-Key": "  "})
+    keys = [record.idempotency_key for record in chaos.log()]
+    assert keys[0] == "order-7-pay"
+    # A blank key header is no key (and overrides the client's): "auto" makes one.
+    assert keys[1] is not None
+    assert keys[1].strip()
+    assert keys[1] != "order-7-pay"
+
+
+async def test_auto_mode_keeps_a_key_the_caller_set_async_and_streamed(chaos: Any) -> None:
+    mine = {"Idempotency-Key": "order-8-pay"}
+    async with retrysafe.AsyncClient(idempotency="auto", policy=FAST) as client:
+        await client.post(chaos.url("/echo"), json=PAYMENT, headers=mine)
+        async with client.stream("POST", chaos.url("/echo"), json=PAYMENT, headers=mine) as r:
+            await r.aread()
+    assert [record.idempotency_key for record in chaos.log()] == ["order-8-pay"] * 2
+
+
+def test_auto_mode_keys_a_request_sent_with_send_and_not_one_that_asks_for_none(
+    chaos: Any,
+) -> None:
+    with retrysafe.Client(idempotency="auto", policy=FAST) as client:
+        client.send(client.build_request("POST", chaos.url("/echo"), json=PAYMENT))
+        client.post(chaos.url("/echo"), json=PAYMENT, idempotency_key=False)
+    keys = [record.idempotency_key for record in chaos.log()]
+    assert keys[0]
+    assert keys[1] is None
+
+
+def test_an_upload_resent_under_its_key_is_the_same_bytes(chaos: Any) -> None:
+    """httpx draws a random multipart boundary per request: resent under the same key
+    after an ambiguous failure, the upload must be the same bytes, or the server's
+    idempotency check takes it for another request."""
+    upload = {"pdf": ("invoice.pdf", b"%PDF-1.4 the invoice")}
+    with retrysafe.Client(policy=FAST) as client:
+        for headers, key in [(None, "upload-7"), ({"Idempotency-Key": "upload-7"}, None)]:
+            for _ in range(2):
+                client.post(chaos.url("/echo"), files=upload, headers=headers, idempotency_key=key)
+    bodies = {record.body_sha256 for record in chaos.log()}
+    assert len(chaos.log()) == 4
+    assert len(bodies) == 1
+
+
+def test_an_upload_without_a_key_keeps_httpx_boundary(chaos: Any) -> None:
+    upload = {"pdf": ("invoice.pdf", b"%PDF-1.4 the invoice")}
+    with retrysafe.Client(policy=FAST) as client:
+        client.post(chaos.url("/echo"), files=upload)
+        client.post(chaos.url("/echo"), files=upload)
+    assert len({record.body_sha256 for record in chaos.log()}) == 2
+
+
 def test_a_bad_idempotency_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="'off' or 'auto'"):
         retrysafe.Client(idempotency="always")  # type: ignore[arg-type]
@@ -344,6 +404,67 @@ def test_the_plain_httpx_way_without_retrysafe_pays_twice() -> None:
             client.post(url, json=PAYMENT)
             client.post(url, json=PAYMENT)
         assert server.ledger("baseline") == {"": 2}
+
+
+def test_a_resumed_operation_refused_a_connection_stays_ambiguous(tmp_path: Path) -> None:
+    """The first run's reply was lost after the server read it (ambiguous); the resumed
+    run finds the server down. Its refused connections do not make the write surely
+    undone: the earlier run's may have been done, so the operation stays ambiguous."""
+    policy = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.01, attempt_timeout=2)
+
+    async def lost_reply(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # (the request was read: the server may have acted on it)
+        reset(scope["extensions"]["retrysafe.chaos.transport"])
+
+    with Journal(tmp_path / "ops.sqlite3") as journal:
+        with ChaosServer(app=lost_reply) as server:
+            url = f"{server.url}/pay"
+            with (
+                retrysafe.Client(journal=journal, policy=policy) as client,
+                pytest.raises(retrysafe.TransportError),
+            ):
+                client.post(url, json=PAYMENT, operation="pay-9")
+        first = journal.get("pay-9")
+        assert first is not None
+        assert first.state == "ambiguous"
+        # The server is gone: every attempt of the resumed run is refused.
+        with (
+            retrysafe.Client(journal=journal, policy=policy) as client,
+            pytest.raises(retrysafe.TransportError) as caught,
+        ):
+            client.post(url, json=PAYMENT, operation="pay-9")
+        assert caught.value.processed == "maybe"
+        resumed = journal.get("pay-9")
+        assert resumed is not None
+        assert resumed.state == "ambiguous"
+        assert [op.name for op in journal.unresolved()] == ["pay-9"]
+
+
+@pytest.mark.parametrize("status", [307, 308])
+def test_an_operation_redirected_elsewhere_is_not_done(journal: Journal, status: int) -> None:
+    """A 307 or 308 not followed asks for the write at another URL: it is not done, and
+    a run that follows the redirect resumes the operation under its key."""
+    sent: list[httpx.Request] = []
+
+    def moved(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if request.url.path == "/old":
+            return httpx.Response(status, headers={"Location": "https://api.test/new"})
+        return httpx.Response(201)
+
+    with retrysafe.Client(transport=httpx.MockTransport(moved), journal=journal) as client:
+        client.post("https://api.test/old", json=PAYMENT, operation="pay-10")
+        first = journal.get("pay-10")
+        assert first is not None
+        assert first.state == "failed"
+        response = client.post(
+            "https://api.test/old", json=PAYMENT, operation="pay-10", follow_redirects=True
+        )
+    assert response.status_code == 201
+    done = journal.get("pay-10")
+    assert done is not None
+    assert done.state == "done"
+    assert len({request.headers["idempotency-key"] for request in sent}) == 1
 
 
 def test_a_completed_operation_is_not_sent_again(chaos: Any, journal: Journal) -> None:
