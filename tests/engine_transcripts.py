@@ -1570,11 +1570,18 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         elif isinstance(rec, OutcomeRec):
             status = rec.response.status_code if rec.response is not None else None
             if in_flight is not None:
+                outcome_health = health(rec.verdict, status)
+                # How long the attempt took, for a success or a timeout (the breaker
+                # learns the one and weighs the other against it); None otherwise.
+                timed = outcome_health == "healthy" or (
+                    outcome_health == "unhealthy" and rec.verdict.reason in _TIMEOUTS
+                )
                 expected = RecordHealth(
                     in_flight,
-                    health(rec.verdict, status),
+                    outcome_health,
                     rec.verdict.after if status == 503 else None,
                     failed_before,  # a repeat: the call already counts as failing
+                    rec.at - rec.started if timed else None,
                 )
                 if expected.health == "unhealthy":
                     failed_before = True
@@ -2023,6 +2030,19 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+#: The outcomes of an attempt that ran out of time (classify's names).
+_TIMEOUTS = frozenset(
+    {
+        "connect_timeout",
+        "pool_timeout",
+        "attempt_timeout",
+        "write_timeout",
+        "read_timeout",
+        "timeout",
+    }
+)
+
+
 def _fmt_effect(effect: Any) -> str:
     if type(effect) is EmitEvent:
         event = effect.event
@@ -2030,7 +2050,10 @@ def _fmt_effect(effect: Any) -> str:
         return f"EmitEvent({event.kind} attempt={event.attempt} {why})"
     if type(effect) is RecordHealth:
         permit = effect.permit.probe_token
-        return f"RecordHealth(permit#{permit}, {effect.health}, open_for={effect.open_for})"
+        return (
+            f"RecordHealth(permit#{permit}, {effect.health}, open_for={effect.open_for}, "
+            f"seconds={effect.seconds})"
+        )
     if type(effect) is ReleaseProbe:
         return f"ReleaseProbe(permit#{effect.permit.probe_token})"
     return repr(effect)

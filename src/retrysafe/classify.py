@@ -405,6 +405,19 @@ def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     return verdict.processed == "maybe"
 
 
+#: The outcomes of an attempt that ran out of time: its own limit, or httpx's.
+TIMEOUT_REASONS: Final = frozenset(
+    {
+        "connect_timeout",
+        "pool_timeout",
+        "attempt_timeout",
+        "write_timeout",
+        "read_timeout",
+        "timeout",
+    }
+)
+
+
 def health(verdict: Verdict, status: int | None) -> Health:
     """What an outcome says about the dependency: only server-side trouble is unhealthy.
 

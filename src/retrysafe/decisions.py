@@ -197,12 +197,18 @@ class RecordHealth(NamedTuple):
     ``repeat``: the attempt was a retry within one call, so its outcome is not new
     evidence of the same weight as another caller's (a call failing five times is
     one failing call, not five).
+
+    ``seconds``: how long the attempt took, given for a success and for a timeout. The
+    breaker learns from successes how long the dependency's healthy answers take, and a
+    timeout shorter than those says nothing against it: the caller's own limit (a
+    short ``attempt_timeout``, a deadline nearly spent) cut an answer still coming.
     """
 
     permit: Permit
     health: Health
     open_for: float | None
     repeat: bool = False
+    seconds: float | None = None
 
 
 class StartCooldown(NamedTuple):

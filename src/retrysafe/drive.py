@@ -487,8 +487,9 @@ class Drive:
         ):
             self._first = None
             guard = self._guard
+            now = self.settings.clock.monotonic()
             if first.permit is not None and guard is not None:
-                guard.healthy_call()  # (admitted while the breaker was closed)
+                guard.healthy_call(now - first.started)  # (admitted while closed)
             return first_success(
                 self.request,
                 response,
@@ -496,7 +497,7 @@ class Drive:
                 dependency=self.dependency,
                 call_started=self._started,
                 attempt_started=first.started,
-                now=self.settings.clock.monotonic(),
+                now=now,
             )
         if self.gave_up_inside:
             self._note_nested_give_up()
@@ -510,7 +511,7 @@ class Drive:
             guard = self._guard
             if len(effects) == 1 and effects[0] is HEALTHY_WHILE_CLOSED and guard is not None:
                 effects.clear()
-                guard.healthy_call()
+                guard.healthy_call(self.call.last_attempt_seconds)
                 return step
         return self._after(step)
 
@@ -615,6 +616,9 @@ class Drive:
             elif type(effect) is RecordLatency:
                 if isinstance(self.policy.hedge_after, str):  # (only a percentile reads it)
                     self.settings.governor.latencies.record(self.call.dependency, effect.seconds)
+            elif effect is HEALTHY_WHILE_CLOSED:
+                if guard is not None:  # (with the time it took, for the breaker to learn)
+                    guard.healthy_call(self.call.last_attempt_seconds)
             elif guard is not None:
                 transition = guard.apply(effect)
                 if transition is not None:

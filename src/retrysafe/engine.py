@@ -32,6 +32,7 @@ import httpx
 
 from retrysafe.classify import (
     SUCCESS,
+    TIMEOUT_REASONS,
     Processed,
     Verdict,
     classify_exception,
@@ -359,6 +360,12 @@ class Call:
             key_may_be_in_use=self._key_may_be_in_use(),
         )
 
+    @property
+    def last_attempt_seconds(self) -> float:
+        """How long the last attempt took (0 before any ended): what a healthy call told
+        by :data:`HEALTHY_WHILE_CLOSED` took, for the breaker to learn from."""
+        return self._history[-1].elapsed if self._history else 0.0
+
     def _key_may_be_in_use(self) -> bool:
         """Whether an earlier attempt under this call's key may still be running on the
         server: one the server may have acted on, or an earlier run's (a resumed
@@ -520,9 +527,14 @@ class Call:
                 # one is not new evidence (a 429 or 4xx before it told it nothing).
                 outcome_health = health(verdict, status)
                 repeat = self._failed_before
+                seconds: float | None = None
                 if outcome_health == "unhealthy":
                     self._failed_before = True
-                self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat))
+                    if verdict.reason in TIMEOUT_REASONS:
+                        seconds = self._history[-1].elapsed
+                elif outcome_health == "healthy":
+                    seconds = self._history[-1].elapsed
+                self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
             self._permit = None
         cooldown = verdict.after if status == 429 else None
         if response is not None:

@@ -4,7 +4,8 @@ States: ``closed`` (calls flow; outcomes are counted), ``open`` (calls fail fast
 with nothing sent) and ``half_open`` (exactly one probe at a time decides
 whether to close again or re-open).
 
-What counts as evidence is the call, not the attempt (see :class:`CircuitBreaker`).
+What counts as evidence is the call, not the attempt (see :class:`CircuitBreaker`); and a
+timeout counts only if its attempt had as long as the dependency's healthy answers take.
 """
 
 from __future__ import annotations
@@ -124,8 +125,16 @@ class CircuitBreaker:
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
+        #: The slowest healthy answer in each bucket of the ratio window's span:
+        #: [bucket number, seconds]. Kept when the breaker opens or closes (what the
+        #: dependency's answers take does not change with what the breaker decided).
+        self._slowest: list[list[float]] = [[-1, 0.0] for _ in range(WINDOW_BUCKETS)]
         self._probe_token = 0
         self._probe_expires: float | None = None
+        #: While not closed: the longest probe lease a caller asked for (how long the most
+        #: patient caller lets an attempt run), and the lease the probe in flight got.
+        self._patience = 0.0
+        self._probe_lease = 0.0
         #: The permit of the current closed period (a new one each time it closes).
         self.closed_permit = CLOSED_PERMIT
 
@@ -156,6 +165,8 @@ class CircuitBreaker:
             # Looked at again under the lock: another thread may have closed it since.
             if self._state == "closed":  # type: ignore[comparison-overlap]
                 return self.closed_permit
+            if probe_lease > self._patience:
+                self._patience = probe_lease
             transition = None
             if self._state == "open":
                 if now < self._open_until:
@@ -167,6 +178,7 @@ class CircuitBreaker:
                 return Permit(allowed=False, retry_at=self._probe_expires, transition=transition)
             self._probe_token += 1
             self._probe_expires = now + probe_lease
+            self._probe_lease = probe_lease
             return Permit(
                 allowed=True, probe=True, probe_token=self._probe_token, transition=transition
             )
@@ -184,12 +196,23 @@ class CircuitBreaker:
         *,
         open_for: float | None = None,
         repeat: bool = False,
+        seconds: float | None = None,
     ) -> Transition | None:
         """Count one outcome; ``open_for`` is a 503's Retry-After; ``repeat``: a retry
-        within a call already counted (its failure is not new evidence). Returns any
+        within a call already counted (its failure is not new evidence); ``seconds``: how
+        long a success or a timeout took (see :meth:`answers_slower_than`). Returns any
         state change."""
         with self._lock:
             now = self._clock.monotonic()
+            if seconds is not None:
+                if health == "healthy":
+                    self._learn(now, seconds)
+                elif health == "unhealthy" and self._cut_short(permit, now, seconds):
+                    # The caller's limit, not the dependency: no evidence either way (a
+                    # probe's slot goes to the next caller, as if it never went).
+                    if permit.probe and permit.probe_token == self._probe_token:
+                        self._probe_expires = None
+                    return None
             if permit.probe:
                 if permit.probe_token != self._probe_token or self._state != "half_open":
                     return None  # a probe whose lease ran out and was replaced
@@ -224,20 +247,59 @@ class CircuitBreaker:
                 return self._open(now, open_for, before="closed")
             return None
 
-    def record_healthy_call(self) -> None:
-        """Count a call that succeeded at once, admitted while closed: what
-        ``record(CLOSED_PERMIT, "healthy")`` does, on the short path every healthy
-        call takes."""
+    def record_healthy_call(self, seconds: float = 0.0) -> None:
+        """Count a call that succeeded at once, admitted while closed, its attempt taking
+        ``seconds``: what ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` does, on
+        the short path every healthy call takes."""
         with self._lock:
+            now = self._clock.monotonic()
+            self._learn(now, seconds)
             if self._state != "closed":
                 return
-            bucket = int(self._clock.monotonic() // self._bucket_width)
+            bucket = int(now // self._bucket_width)
             cell = self._window[bucket % WINDOW_BUCKETS]
             if cell[0] != bucket:
                 cell[0], cell[1], cell[2] = bucket, 0, 0
             cell[1] += 1
             if self._run:
                 self._run.clear()
+
+    def answers_slower_than(self, seconds: float) -> bool:
+        """Whether a healthy answer within the ratio window took longer than ``seconds``:
+        then a timeout after ``seconds`` is the caller's limit, not evidence against the
+        dependency (a call site with a 0.1 s attempt timeout, against a server that
+        answers others in 0.3 s, must not open the circuit for every caller)."""
+        with self._lock:
+            return self._answers_slower_than(self._clock.monotonic(), seconds)
+
+    def _cut_short(self, permit: Permit, now: float, seconds: float) -> bool:
+        """Whether a timeout after ``seconds`` under ``permit`` is the caller's own limit:
+        a healthy answer took longer; or, for a probe, another caller waiting on the
+        breaker would give an attempt longer than this probe had (so a call site with
+        a short limit cannot keep the circuit open for everyone by probing first)."""
+        if self._answers_slower_than(now, seconds):
+            return True
+        return (
+            permit.probe
+            and permit.probe_token == self._probe_token
+            and self._probe_lease < self._patience
+        )
+
+    def _answers_slower_than(self, now: float, seconds: float) -> bool:
+        bucket = int(now // self._bucket_width)
+        oldest = bucket - WINDOW_BUCKETS
+        return any(
+            oldest < number <= bucket and slowest > seconds for number, slowest in self._slowest
+        )
+
+    def _learn(self, now: float, seconds: float) -> None:
+        """Keep ``seconds``, a healthy answer's time, if it is the slowest of its bucket."""
+        bucket = int(now // self._bucket_width)
+        slowest = self._slowest[bucket % WINDOW_BUCKETS]
+        if slowest[0] != bucket:
+            slowest[0], slowest[1] = bucket, seconds
+        elif seconds > slowest[1]:
+            slowest[1] = seconds
 
     def _forgive_one_failure(self, bucket: int) -> bool:
         """A call that failed, then succeeded on a retry, is a healthy call after all:
@@ -305,6 +367,7 @@ class CircuitBreaker:
 
     def _close(self) -> None:
         self._state = "closed"
+        self._patience = 0.0
         self.closed_permit = Permit(allowed=True, period=self.closed_permit.period + 1)
         self._forget()
 

@@ -249,10 +249,10 @@ class FleetGuard(DependencyGuard):
 
     # -- the engine's effects ------------------------------------------------------------
 
-    def healthy_call(self) -> None:
+    def healthy_call(self, seconds: float) -> None:
         """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
         failures (withdrawing this process's vote) as a healthy outcome does."""
-        DependencyGuard.healthy_call(self)
+        DependencyGuard.healthy_call(self, seconds)
         view = self.view
         if view.failing or view.voted:
             recovered(view, self.fleet, self.dependency)
@@ -262,6 +262,12 @@ class FleetGuard(DependencyGuard):
         kind = type(effect)
         if kind is RecordHealth:
             assert isinstance(effect, RecordHealth)
+            if self._no_evidence(effect):
+                # (a timeout the caller's own limit cut: see RecordHealth.seconds)
+                if type(effect.permit) is FleetPermit:
+                    self.fleet.release_probe(self.dependency, effect.permit.lease_token)
+                    return None
+                return DependencyGuard.apply(self, effect)  # (the local probe is freed)
             if type(effect.permit) is FleetPermit:
                 return self._probe_ended(effect)
             transition = DependencyGuard.apply(self, effect)
@@ -288,6 +294,16 @@ class FleetGuard(DependencyGuard):
                 self.fleet.release_probe(self.dependency, permit.lease_token)
                 return None
         return DependencyGuard.apply(self, effect)
+
+    def _no_evidence(self, effect: RecordHealth) -> bool:
+        """Whether ``effect`` is a timeout shorter than the dependency's healthy answers
+        (the local breaker's judgement, which the fleet's follows)."""
+        return (
+            effect.health == "unhealthy"
+            and effect.seconds is not None
+            and self.breaker is not None
+            and self.breaker.answers_slower_than(effect.seconds)
+        )
 
     def _share_cooldown(self, seconds: float, *, announced: bool) -> None:
         """A cooldown this process learned pauses every process (as the local limiter's

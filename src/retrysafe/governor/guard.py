@@ -164,12 +164,13 @@ class DependencyGuard:
             return admitted
         return Admission(permit=permit)
 
-    def healthy_call(self) -> None:
-        """Count a call that succeeded at once while the breaker was closed: the effect
-        :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
-        (what :meth:`apply` does with it, without its dispatch)."""
+    def healthy_call(self, seconds: float) -> None:
+        """Count a call that succeeded at once while the breaker was closed, its attempt
+        taking ``seconds``: the effect :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`,
+        applied on the shells' short path (what :meth:`apply` does with it, without its
+        dispatch)."""
         if self.breaker is not None:
-            self.breaker.record_healthy_call()
+            self.breaker.record_healthy_call(seconds)
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
@@ -214,7 +215,11 @@ class DependencyGuard:
         if isinstance(effect, RecordHealth):
             if self.breaker is not None:
                 return self.breaker.record(
-                    effect.permit, effect.health, open_for=effect.open_for, repeat=effect.repeat
+                    effect.permit,
+                    effect.health,
+                    open_for=effect.open_for,
+                    repeat=effect.repeat,
+                    seconds=effect.seconds,
                 )
         elif isinstance(effect, StartCooldown):
             if self.limiter is not None:

@@ -1,0 +1,177 @@
+"""A caller's own short time limit is not evidence against the dependency.
+
+A call site with a 0.1 s attempt timeout (or a deadline nearly spent), against a
+server that answers everyone else in 0.3 s, times out on every call. Those timeouts
+say nothing about the server: counted, they opened the circuit for every caller of
+the host, and kept it open (each half-open probe went to a short call, timed out,
+and opened it again). The breaker learns how long the dependency's healthy answers
+take, and a timeout shorter than one of them counts nowhere.
+
+The arithmetic on the fake clock; then the same over real sockets.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos import KeyedChaos
+from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, GovernorSettings, Permit
+from retrysafe.request_facts import default_dependency
+from retrysafe.testing import FakeClock
+
+CLOSED = Permit(allowed=True)
+SETTINGS = BreakerSettings(consecutive_failures=5, open_for=5.0, ratio_window=30.0)
+
+
+def _breaker() -> tuple[CircuitBreaker, FakeClock]:
+    clock = FakeClock(seed=1)
+    return CircuitBreaker(SETTINGS, clock), clock
+
+
+def _time_out(breaker: CircuitBreaker, seconds: float, times: int) -> None:
+    for _ in range(times):
+        breaker.record(CLOSED, "unhealthy", seconds=seconds)
+
+
+def test_timeouts_shorter_than_a_healthy_answer_do_not_open_it() -> None:
+    breaker, _ = _breaker()
+    breaker.record_healthy_call(0.3)
+    _time_out(breaker, 0.1, 50)
+    assert breaker.state == "closed"
+
+
+def test_timeouts_at_least_as_long_as_every_healthy_answer_open_it() -> None:
+    breaker, _ = _breaker()
+    breaker.record_healthy_call(0.3)
+    _time_out(breaker, 10.0, 5)
+    assert breaker.state == "open"
+
+
+def test_with_no_healthy_answer_known_timeouts_count() -> None:
+    breaker, _ = _breaker()
+    _time_out(breaker, 0.1, 5)
+    assert breaker.state == "open"
+
+
+def test_what_it_learned_ages_out_with_the_ratio_window() -> None:
+    breaker, clock = _breaker()
+    breaker.record(CLOSED, "healthy", seconds=0.3)  # (a success on the engine's path)
+    clock.advance(SETTINGS.ratio_window + SETTINGS.ratio_window / 10)
+    _time_out(breaker, 0.1, 5)
+    assert breaker.state == "open"
+
+
+def test_other_failures_count_whatever_the_answers_take() -> None:
+    breaker, _ = _breaker()
+    breaker.record_healthy_call(0.3)
+    for _ in range(5):
+        breaker.record(CLOSED, "unhealthy")  # a 503, a reset: no time given
+    assert breaker.state == "open"
+
+
+def test_a_short_probe_that_times_out_leaves_the_probe_to_the_next_caller() -> None:
+    """Half-open: a probe cut by its own short limit decides nothing. It neither opens
+    the circuit again nor closes it; the next caller probes at once."""
+    breaker, clock = _breaker()
+    breaker.record_healthy_call(0.3)
+    _time_out(breaker, 10.0, 5)
+    assert breaker.state == "open"
+    clock.advance(SETTINGS.open_for)
+    probe = breaker.acquire(probe_lease=2.0)
+    assert probe.probe
+    assert breaker.record(probe, "unhealthy", seconds=0.1) is None
+    assert breaker.state == "half_open"
+    assert breaker.acquire(probe_lease=2.0).probe
+    assert breaker.answers_slower_than(0.1)  # (learned before it opened, kept since)
+
+
+def test_a_probe_that_times_out_after_the_healthy_answers_took_opens_it_again() -> None:
+    breaker, clock = _breaker()
+    breaker.record_healthy_call(0.3)
+    _time_out(breaker, 10.0, 5)
+    clock.advance(SETTINGS.open_for)
+    probe = breaker.acquire(probe_lease=11.0)
+    breaker.record(probe, "unhealthy", seconds=10.0)
+    assert breaker.state == "open"
+
+
+def test_a_short_probe_decides_nothing_while_a_more_patient_caller_waits() -> None:
+    """No healthy answer known: the short call site alone opened the circuit. Another
+    caller, willing to wait 10 s, is refused meanwhile; once half-open, a probe cut by a
+    0.1 s limit decides nothing, and the patient caller's probe closes it."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 0.1, 5)
+    assert breaker.state == "open"
+    assert not breaker.acquire(probe_lease=11.0).allowed  # the patient caller, refused
+    clock.advance(SETTINGS.open_for)
+    short = breaker.acquire(probe_lease=1.1)
+    assert short.probe
+    assert breaker.record(short, "unhealthy", seconds=0.1) is None
+    assert breaker.state == "half_open"
+    patient = breaker.acquire(probe_lease=11.0)
+    assert patient.probe
+    breaker.record(patient, "healthy", seconds=0.3)
+    assert breaker.state == "closed"
+
+
+def test_a_probe_as_patient_as_anyone_waiting_decides() -> None:
+    breaker, clock = _breaker()
+    _time_out(breaker, 0.1, 5)
+    clock.advance(SETTINGS.open_for)
+    probe = breaker.acquire(probe_lease=1.1)
+    breaker.record(probe, "unhealthy", seconds=0.1)
+    assert breaker.state == "open"
+
+
+# -- over real sockets ----------------------------------------------------------------------
+
+#: Opens on five failing calls in a row, so the test needs few calls to show it would.
+FIVE_IN_A_ROW = GovernorSettings(breaker=BreakerSettings(consecutive_failures=5, open_for=5.0))
+IMPATIENT = RetryPolicy(attempts=1, attempt_timeout=0.1)
+
+
+def test_a_call_site_with_a_short_timeout_does_not_lock_out_the_others(
+    chaos: KeyedChaos,
+) -> None:
+    """The server answers in 0.3 s. One call site gives it 0.1 s and times out, twenty
+    times, from eight threads; the default call site still gets every answer."""
+    slow_but_fine = chaos.url("/delay", ms=300)
+    with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW)) as client:
+        assert client.get(slow_but_fine).status_code == 200  # (an answer takes 0.3 s)
+
+        def impatient(_: int) -> str:
+            try:
+                client.get(slow_but_fine, policy=IMPATIENT)
+            except retrysafe.ApiError as error:
+                return type(error).__name__
+            return "ok"
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            outcomes = list(pool.map(impatient, range(20)))
+        assert set(outcomes) == {"TransportError"}  # its own timeouts, not CircuitOpen
+        assert client.get(slow_but_fine).status_code == 200
+        breaker = client.governor.guard(default_dependency(httpx.URL(slow_but_fine))).breaker
+        assert breaker is not None
+        assert breaker.state == "closed"
+
+
+def test_a_server_that_stops_answering_still_opens_it(chaos: KeyedChaos) -> None:
+    """The same server, answering in 0.05 s, then hanging: timeouts longer than its
+    healthy answers are evidence, and the circuit opens."""
+    with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW)) as client:
+        assert client.get(chaos.url("/delay", ms=50)).status_code == 200
+        patient_enough = RetryPolicy(attempts=1, attempt_timeout=0.3)
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            list(pool.map(lambda _: _hang(client, chaos, patient_enough), range(5)))
+        with pytest.raises(retrysafe.CircuitOpen):
+            client.get(chaos.url("/hang"), policy=patient_enough)
+
+
+def _hang(client: retrysafe.Client, chaos: KeyedChaos, policy: RetryPolicy) -> None:
+    with pytest.raises(retrysafe.TransportError):
+        client.get(chaos.url("/hang"), policy=policy)
