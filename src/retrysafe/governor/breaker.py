@@ -252,11 +252,14 @@ class CircuitBreaker:
         ``seconds``: what ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` does, on
         the short path every healthy call takes."""
         with self._lock:
-            now = self._clock.monotonic()
-            self._learn(now, seconds)
+            bucket = int(self._clock.monotonic() // self._bucket_width)
+            slowest = self._slowest[bucket % WINDOW_BUCKETS]  # (what _learn does, inline)
+            if slowest[0] != bucket:
+                slowest[0], slowest[1] = bucket, seconds
+            elif seconds > slowest[1]:
+                slowest[1] = seconds
             if self._state != "closed":
                 return
-            bucket = int(now // self._bucket_width)
             cell = self._window[bucket % WINDOW_BUCKETS]
             if cell[0] != bucket:
                 cell[0], cell[1], cell[2] = bucket, 0, 0
