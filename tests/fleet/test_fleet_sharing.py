@@ -20,7 +20,7 @@ from fleet_servers import FleetMaker
 
 import retrysafe
 from retrysafe.chaos import KeyedChaos
-from retrysafe.fleet import RedisFleet
+from retrysafe.fleet import FleetSettings, RedisFleet
 from retrysafe.governor import (
     BreakerSettings,
     DependencyGuard,
@@ -105,9 +105,11 @@ def test_a_caller_with_time_waits_the_fleet_cooldown_out(
     assert time.monotonic() - started >= 0.6  # it waited for the cooldown to end
 
 
-def test_a_503_retry_after_pauses_the_fleet_too(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
-    other = make_fleet()
-    first, second = client(make_fleet()), client(other)
+def test_a_fleet_that_shares_503s_pauses_on_their_retry_after(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    other = make_fleet(share_503_retry_after=True)
+    first, second = client(make_fleet(share_503_retry_after=True)), client(other)
     with pytest.raises(retrysafe.ServerError):
         first.get(chaos.url("/status/503", retry_after=3))
     learned(other)
@@ -115,10 +117,13 @@ def test_a_503_retry_after_pauses_the_fleet_too(make_fleet: FleetMaker, chaos: K
         second.get(chaos.url("/status/200"))
 
 
-def test_a_fleet_can_keep_503s_to_itself(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
-    sharing = make_fleet(share_503_retry_after=False)
+def test_a_fleet_keeps_503s_to_the_call_that_got_them(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    """By default, as locally: one backend that is draining must not pause the fleet."""
+    sharing = make_fleet()
     first = client(sharing)
-    second = client(make_fleet(share_503_retry_after=False))
+    second = client(make_fleet())
     with pytest.raises(retrysafe.ServerError):
         first.get(chaos.url("/status/503", retry_after=3))
     assert sharing.flush()
@@ -379,7 +384,7 @@ def test_a_vote_needs_failing_calls_in_a_row_and_a_healthy_call_withdraws_it(
 def test_a_quorum_of_processes_opens_it_for_every_process(
     make_fleet: FleetMaker, chaos: KeyedChaos
 ) -> None:
-    members = [make_fleet() for _ in range(4)]
+    members = [make_fleet(vote_after=5) for _ in range(4)]
     clients = [client(member, VOTING) for member in members]
     failing = chaos.url("/status/500")
     for _ in range(5):  # the first member votes: one of the two votes four members need
@@ -398,10 +403,30 @@ def test_a_quorum_of_processes_opens_it_for_every_process(
     assert "fleet's circuit breaker is open" in str(refused.value)
 
 
+def test_by_default_the_fleet_is_no_quicker_to_open_than_a_local_breaker(
+    make_fleet: FleetMaker, chaos: KeyedChaos
+) -> None:
+    """Runs of five failures in two members (what a merely flaky dependency gives many
+    concurrent calls) are no vote: a member votes on the evidence that would open its
+    own breaker by default."""
+    assert FleetSettings().vote_after == BreakerSettings().consecutive_failures
+    members = [make_fleet() for _ in range(4)]
+    clients = [client(member, VOTING) for member in members]
+    for voter in clients[:2]:
+        for _ in range(5):
+            with pytest.raises(retrysafe.ServerError):
+                voter.get(chaos.url("/status/500"))
+    for member in members[:2]:
+        assert member.flush()
+    time.sleep(0.15)  # more than the fleet's lag
+    assert members[3].view("api").calm
+    assert clients[3].get(chaos.url("/status/200")).status_code == 200
+
+
 def test_a_process_that_joins_reads_the_open_breaker(
     make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str, namespace: str
 ) -> None:
-    voting = [make_fleet() for _ in range(2)]
+    voting = [make_fleet(vote_after=5) for _ in range(2)]
     for member in voting:
         voter = client(member, VOTING)
         for _ in range(5):
@@ -450,7 +475,7 @@ def test_a_half_open_fleet_sends_one_probe_and_closes_for_all(
     make_fleet: FleetMaker, chaos: KeyedChaos
 ) -> None:
     settings = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1000, open_for=0.3))
-    members = [make_fleet() for _ in range(3)]
+    members = [make_fleet(vote_after=5) for _ in range(3)]
     clients = [client(member, settings) for member in members]
     for voter in clients[:2]:
         for _ in range(5):
