@@ -211,6 +211,27 @@ def test_an_exception_raised_from_others_is_scrubbed_along_its_whole_chain() -> 
     assert token not in printed
 
 
+@pytest.mark.parametrize("control", ["\x00", "\r", "\x7f"])
+def test_a_secret_header_value_httpx_refuses_stays_out_of_the_whole_chain(control: str) -> None:
+    """h11 quotes a header value it refuses with the control character escaped (as
+    ``\\x00``): the secret must not survive in the error's chain or traceback."""
+    token = "sk_live_" + "NULBYTE9"
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.LocalProtocolError(
+            f"Illegal header value {request.headers.raw[-1][1]!r}"  # as h11 words it
+        )
+
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(refused)) as client,
+        pytest.raises(retrysafe.ApiError) as caught,
+    ):
+        client.get("https://api.test/x", headers={"Authorization": f"Bearer {token}{control}"})
+    printed = "".join(traceback.format_exception(caught.value))
+    assert "Illegal header value" in printed
+    assert token not in printed
+
+
 # -- which names are secret -------------------------------------------------------------------
 
 MISSED = [

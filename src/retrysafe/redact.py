@@ -66,6 +66,8 @@ SECRET_NAMES: tuple[str, ...] = (
 PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
+#: Control characters (a header value that holds one is refused, quoted with it escaped).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _registry_lock = threading.Lock()
@@ -318,6 +320,14 @@ class Redactor:
         elif request.url.username:
             secrets.append(request.url.username)
         secrets.extend(_body_secrets(request))
+        # A control character in a value (which httpx and h11 refuse, quoting the value
+        # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
+        secrets.extend(
+            piece
+            for secret in secrets
+            if _CONTROL.search(secret)
+            for piece in _CONTROL.split(secret)
+        )
         return cls([secret.strip() for secret in secrets])
 
     def scrub(self, text: str) -> str:
