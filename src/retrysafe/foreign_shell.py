@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urldefrag
 
 import httpx
@@ -40,6 +40,7 @@ from httpx._urlparse import (
 from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
 from retrysafe.policy import RetryPolicy
+from retrysafe.request_facts import idempotency_key_of
 
 __all__ = [
     "RedirectTrail",
@@ -338,30 +339,51 @@ class RedirectTrail:
     """
 
     def __init__(self, name: str) -> None:
-        self._pending: contextvars.ContextVar[tuple[str, object, float] | None] = (
-            contextvars.ContextVar(name, default=None)
+        self._pending: contextvars.ContextVar[_Hop | None] = contextvars.ContextVar(
+            name, default=None
         )
 
     def leave(self, view: httpx.Request, target: str | None) -> None:
-        """After a hop: leave its chain (if it was a redirect) for the hop to ``target``."""
+        """After a hop: leave its chain (if it was a redirect) for the hop to ``target``,
+        with the hop's method and idempotency key."""
         chain = chain_of(view)
         if chain is not None and target is not None:
-            self._pending.set((_comparable(target), chain, time.monotonic()))
+            self._pending.set(
+                _Hop(
+                    _comparable(target),
+                    chain,
+                    time.monotonic(),
+                    view.method,
+                    idempotency_key_of(view),
+                )
+            )
         elif self._pending.get() is not None:
             self._pending.set(None)
 
-    def take(self, url: str) -> object | None:
-        """Before a request: the chain it continues, if it is the redirect's next hop."""
+    def take(self, url: str, method: str) -> tuple[object | None, str | None]:
+        """Before a request: the chain it continues, if it is the redirect's next hop;
+        and, when it repeats the hop's method (a 307 or 308), the idempotency key the
+        hop carried: one write, one key, however many hops it takes."""
         pending = self._pending.get()
         if pending is None:
-            return None
+            return None, None
         self._pending.set(None)
-        target, chain, left_at = pending
-        if _comparable(url) != target or time.monotonic() - left_at > FOLLOW_WITHIN:
-            return None
+        if _comparable(url) != pending.target or time.monotonic() - pending.left_at > FOLLOW_WITHIN:
+            return None, None
         # (a chain with no time left is continued too: the hop then fails at once with
         # DeadlineExceeded, where starting afresh would give it a whole new deadline)
-        return chain
+        return pending.chain, pending.key if method == pending.method else None
+
+
+class _Hop(NamedTuple):
+    """A redirect's hop, left for the next: where it points, the chain, when it was left,
+    and the method and key it was sent with."""
+
+    target: str
+    chain: object
+    left_at: float
+    method: str
+    key: str | None
 
 
 def _comparable(url: str) -> str:

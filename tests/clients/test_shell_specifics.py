@@ -358,6 +358,34 @@ def test_aiohttp_idempotency_auto_keys_a_post(chaos: KeyedChaos) -> None:
     assert None not in keys
 
 
+@pytest.mark.parametrize("redirect", [307, 308])
+def test_idempotency_auto_keeps_one_key_across_a_redirect_that_keeps_the_method(
+    chaos: KeyedChaos, redirect: int
+) -> None:
+    """A 307 or 308 asks for the same write at another URL: the next hop is the same
+    write, under the same key (requests and aiohttp each build a new request per hop)."""
+    url = chaos.url("/redirect-chain/{key}", key=f"{chaos.key}-r", hops=2, redirect=redirect)
+    with session_with(RetryAdapter(policy=FAST, idempotency="auto")) as session:
+        assert session.post(url, json={"n": 1}).status_code == 200
+    url = chaos.url("/redirect-chain/{key}", key=f"{chaos.key}-a", hops=2, redirect=redirect)
+
+    async def run() -> int:
+        middleware = RetryMiddleware(policy=FAST, idempotency="auto")
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.post(url, json={"n": 1}) as r,
+        ):
+            return r.status
+
+    assert asyncio.run(run()) == 200
+    for shell in ("r", "a"):
+        records = chaos.server.log(f"{chaos.key}-{shell}")
+        assert len(records) == 3, shell  # (hop 0, 1 and 2)
+        keys = {record.idempotency_key for record in records}
+        assert len(keys) == 1, (shell, keys)
+        assert None not in keys, shell
+
+
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_idempotency_auto_keys_a_post_whose_key_header_is_blank(
     chaos: KeyedChaos, blank: str
@@ -577,7 +605,7 @@ def test_a_redirect_hop_after_the_chains_deadline_continues_the_chain_and_fails(
     chain = SimpleNamespace(deadline=expired)
     hop = httpx.Request("GET", "http://api.test/a", extensions={"retrysafe.chain": chain})
     trail.leave(hop, "http://api.test/b")
-    assert trail.take("http://api.test/b") is chain
+    assert trail.take("http://api.test/b", "GET")[0] is chain
 
 
 class _TrickledRedirects(http.server.BaseHTTPRequestHandler):

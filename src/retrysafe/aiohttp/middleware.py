@@ -152,13 +152,15 @@ class RetryMiddleware:
         """Send ``request`` as one retrying call through ``handler`` (aiohttp's chain)."""
         method = request.method.upper()
         headers = request.headers
+        url = str(request.url)
+        # (the redirect's next hop, if it is one: a 307 or 308 keeps the hop's key)
+        chain, hop_key = _trail.take(url, method)
         if (
             self.idempotency == "auto"
             and method in _AUTO_KEYED_METHODS
             and not (headers.get(IDEMPOTENCY_HEADER) or "").strip()  # (a blank one is no key)
         ):
-            headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
-        url = str(request.url)
+            headers[IDEMPOTENCY_HEADER] = hop_key or str(uuid.uuid4())
         body = request.body
         view = request_view(
             method,
@@ -166,7 +168,7 @@ class RetryMiddleware:
             headers.items(),
             replayable=body == b"" or isinstance(body, BytesPayload),
             stream=self.stream,
-            chain=_trail.take(url),
+            chain=chain,
         )
         attempt = _Attempt(self.settings, request, handler)
         drive = Drive(self.settings, view)

@@ -171,13 +171,15 @@ class RetryAdapter(HTTPAdapter):
         """Send ``request`` as one retrying call; raise its ``ApiError`` if it fails."""
         method = (request.method or "GET").upper()
         headers = request.headers
+        url = request.url or ""
+        # (the redirect's next hop, if it is one: a 307 or 308 keeps the hop's key)
+        chain, hop_key = _trail.take(url, method)
         if (
             self.idempotency == "auto"
             and method in _AUTO_KEYED_METHODS
             and not (headers.get(IDEMPOTENCY_HEADER) or "").strip()  # (a blank one is no key)
         ):
-            headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
-        url = request.url or ""
+            headers[IDEMPOTENCY_HEADER] = hop_key or str(uuid.uuid4())
         body = request.body
         view = request_view(
             method,
@@ -185,7 +187,7 @@ class RetryAdapter(HTTPAdapter):
             _header_pairs(headers),
             replayable=body is None or isinstance(body, (bytes, str)),
             stream=stream,
-            chain=_trail.take(url),
+            chain=chain,
         )
         attempt = _Attempt(self, request, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
