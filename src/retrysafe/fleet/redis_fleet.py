@@ -412,9 +412,9 @@ class RedisFleet:
         return False
 
     def _subscribe(self) -> PubSub:
-        pubsub: PubSub = self._background.pubsub(  # type: ignore[no-untyped-call]
-            ignore_subscribe_messages=True
-        )
+        # (through a typed name: redis-py types pubsub() from 8.2 on, not before)
+        make_pubsub: Callable[..., PubSub] = self._background.pubsub
+        pubsub = make_pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self._keys.changed)
         return pubsub
 
