@@ -2030,17 +2030,9 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
-#: The outcomes of an attempt that ran out of time (classify's names).
-_TIMEOUTS = frozenset(
-    {
-        "connect_timeout",
-        "pool_timeout",
-        "attempt_timeout",
-        "write_timeout",
-        "read_timeout",
-        "timeout",
-    }
-)
+#: The outcomes of an attempt that ran out of time waiting for its answer (classify's
+#: names; a connect or pool timeout is not about answers).
+_TIMEOUTS = frozenset({"attempt_timeout", "write_timeout", "read_timeout", "timeout"})
 
 
 def _fmt_effect(effect: Any) -> str:

@@ -38,16 +38,40 @@ def _time_out(breaker: CircuitBreaker, seconds: float, times: int) -> None:
         breaker.record(CLOSED, "unhealthy", seconds=seconds)
 
 
-def test_timeouts_shorter_than_a_healthy_answer_do_not_open_it() -> None:
+def _answers(breaker: CircuitBreaker, seconds: float, times: int = 3) -> None:
+    """Healthy answers, each taking ``seconds`` (three: a common answer time)."""
+    for _ in range(times):
+        breaker.record_healthy_call(seconds)
+
+
+def test_timeouts_shorter_than_common_healthy_answers_do_not_open_it() -> None:
     breaker, _ = _breaker()
-    breaker.record_healthy_call(0.3)
+    _answers(breaker, 0.3)
     _time_out(breaker, 0.1, 50)
     assert breaker.state == "closed"
 
 
+def test_one_slow_answer_does_not_hide_an_outage() -> None:
+    """A single answer that took long (a slow body, one slow endpoint) says little of
+    how long answers take: timeouts shorter than it still count."""
+    breaker, _ = _breaker()
+    breaker.record_healthy_call(1.35)
+    _answers(breaker, 0.05, times=20)
+    _time_out(breaker, 0.5, 5)
+    assert breaker.state == "open"
+
+
+def test_slower_answers_must_be_a_tenth_of_the_latest() -> None:
+    breaker, _ = _breaker()
+    _answers(breaker, 0.3, times=3)
+    _answers(breaker, 0.05, times=40)  # (3 of 43: under a tenth)
+    _time_out(breaker, 0.1, 5)
+    assert breaker.state == "open"
+
+
 def test_timeouts_at_least_as_long_as_every_healthy_answer_open_it() -> None:
     breaker, _ = _breaker()
-    breaker.record_healthy_call(0.3)
+    _answers(breaker, 0.3)
     _time_out(breaker, 10.0, 5)
     assert breaker.state == "open"
 
@@ -60,15 +84,16 @@ def test_with_no_healthy_answer_known_timeouts_count() -> None:
 
 def test_what_it_learned_ages_out_with_the_ratio_window() -> None:
     breaker, clock = _breaker()
-    breaker.record(CLOSED, "healthy", seconds=0.3)  # (a success on the engine's path)
-    clock.advance(SETTINGS.ratio_window + SETTINGS.ratio_window / 10)
+    for _ in range(3):
+        breaker.record(CLOSED, "healthy", seconds=0.3)  # (successes on the engine's path)
+    clock.advance(SETTINGS.ratio_window + 1)
     _time_out(breaker, 0.1, 5)
     assert breaker.state == "open"
 
 
 def test_other_failures_count_whatever_the_answers_take() -> None:
     breaker, _ = _breaker()
-    breaker.record_healthy_call(0.3)
+    _answers(breaker, 0.3)
     for _ in range(5):
         breaker.record(CLOSED, "unhealthy")  # a 503, a reset: no time given
     assert breaker.state == "open"
@@ -78,7 +103,7 @@ def test_a_short_probe_that_times_out_leaves_the_probe_to_the_next_caller() -> N
     """Half-open: a probe cut by its own short limit decides nothing. It neither opens
     the circuit again nor closes it; the next caller probes at once."""
     breaker, clock = _breaker()
-    breaker.record_healthy_call(0.3)
+    _answers(breaker, 0.3)
     _time_out(breaker, 10.0, 5)
     assert breaker.state == "open"
     clock.advance(SETTINGS.open_for)
@@ -87,12 +112,11 @@ def test_a_short_probe_that_times_out_leaves_the_probe_to_the_next_caller() -> N
     assert breaker.record(probe, "unhealthy", seconds=0.1) is None
     assert breaker.state == "half_open"
     assert breaker.acquire(probe_lease=2.0).probe
-    assert breaker.answers_slower_than(0.1)  # (learned before it opened, kept since)
 
 
 def test_a_probe_that_times_out_after_the_healthy_answers_took_opens_it_again() -> None:
     breaker, clock = _breaker()
-    breaker.record_healthy_call(0.3)
+    _answers(breaker, 0.3)
     _time_out(breaker, 10.0, 5)
     clock.advance(SETTINGS.open_for)
     probe = breaker.acquire(probe_lease=11.0)
@@ -119,6 +143,18 @@ def test_a_short_probe_decides_nothing_while_a_more_patient_caller_waits() -> No
     assert breaker.state == "closed"
 
 
+def test_a_patient_caller_that_stopped_asking_no_longer_holds_short_probes_back() -> None:
+    """The patient caller asked once, an open period ago, and left: a short probe that
+    times out decides again (the circuit opens), rather than half-open for good."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 0.1, 5)
+    assert not breaker.acquire(probe_lease=301.0).allowed  # (no time limit: max_open_for)
+    clock.advance(SETTINGS.open_for + 0.1)
+    probe = breaker.acquire(probe_lease=1.1)
+    breaker.record(probe, "unhealthy", seconds=0.1)
+    assert breaker.state == "open"
+
+
 def test_a_probe_as_patient_as_anyone_waiting_decides() -> None:
     breaker, clock = _breaker()
     _time_out(breaker, 0.1, 5)
@@ -126,6 +162,36 @@ def test_a_probe_as_patient_as_anyone_waiting_decides() -> None:
     probe = breaker.acquire(probe_lease=1.1)
     breaker.record(probe, "unhealthy", seconds=0.1)
     assert breaker.state == "open"
+
+
+def test_a_call_whose_short_timeout_went_uncounted_is_a_new_call_when_it_succeeds() -> None:
+    """Its timeout was not counted, so its retry's success is a healthy call of its own,
+    and takes back no other call's failure."""
+    clock = FakeClock(seed=3)
+    governor = Governor(GovernorSettings(breaker=SETTINGS), clock=clock)
+    replies: list[tuple[float, int | None]] = [(0.3, 200)] * 3 + [(0.01, 503)] * 4
+    replies += [(0.1, None), (0.3, 200)]  # (a read timeout after 0.1 s, then an answer)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        took, status = replies.pop(0)
+        clock.advance(took)
+        if status is None:
+            raise httpx.ReadTimeout("no answer in 0.1 s", request=request)
+        return httpx.Response(status)
+
+    policy = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.01)
+    with retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor, policy=policy
+    ) as client:
+        for _ in range(3):
+            client.get("http://api.test/")
+        for _ in range(4):
+            with pytest.raises(retrysafe.ServerError):
+                client.get("http://api.test/", policy=RetryPolicy(attempts=1))
+        assert client.get("http://api.test/").status_code == 200
+    breaker = governor.guard("http://api.test:80").breaker
+    assert breaker is not None
+    assert breaker.calls_in_window() == 3 + 4 + 1
 
 
 # -- over real sockets ----------------------------------------------------------------------
@@ -138,11 +204,13 @@ IMPATIENT = RetryPolicy(attempts=1, attempt_timeout=0.1)
 def test_a_call_site_with_a_short_timeout_does_not_lock_out_the_others(
     chaos: KeyedChaos,
 ) -> None:
-    """The server answers in 0.3 s. One call site gives it 0.1 s and times out, twenty
-    times, from eight threads; the default call site still gets every answer."""
+    """The server answers in 0.3 s (three answers say so). One call site gives it 0.1 s
+    and times out, twenty times, from eight threads; the default call site still gets
+    every answer."""
     slow_but_fine = chaos.url("/delay", ms=300)
     with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW)) as client:
-        assert client.get(slow_but_fine).status_code == 200  # (an answer takes 0.3 s)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # (answers take 0.3 s)
+            assert set(pool.map(lambda _: client.get(slow_but_fine).status_code, range(3))) == {200}
 
         def impatient(_: int) -> str:
             try:

@@ -175,7 +175,7 @@ class AsyncClient(httpx.AsyncClient):
             )
         if cookies is not None:
             warn_per_request_cookies()
-        if files is not None:
+        if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, operation)
         request = self.build_request(
             method,
@@ -242,7 +242,7 @@ class AsyncClient(httpx.AsyncClient):
             policy=policy,
             dependency=dependency,
         )
-        if files is not None:
+        if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, None)
         async with super().stream(
             method,

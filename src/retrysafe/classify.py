@@ -405,17 +405,10 @@ def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     return verdict.processed == "maybe"
 
 
-#: The outcomes of an attempt that ran out of time: its own limit, or httpx's.
-TIMEOUT_REASONS: Final = frozenset(
-    {
-        "connect_timeout",
-        "pool_timeout",
-        "attempt_timeout",
-        "write_timeout",
-        "read_timeout",
-        "timeout",
-    }
-)
+#: The outcomes of an attempt that ran out of time waiting for its answer (its own limit,
+#: or httpx's read or write timeout): the breaker weighs them against how long healthy
+#: answers take. (A connect or pool timeout is not about answers: it always counts.)
+TIMEOUT_REASONS: Final = frozenset({"attempt_timeout", "write_timeout", "read_timeout", "timeout"})
 
 
 def health(verdict: Verdict, status: int | None) -> Health:

@@ -194,7 +194,7 @@ class Client(httpx.Client):
             )
         if cookies is not None:
             warn_per_request_cookies()
-        if files is not None:
+        if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, operation)
         request = self.build_request(
             method,
@@ -257,7 +257,7 @@ class Client(httpx.Client):
             policy=policy,
             dependency=dependency,
         )
-        if files is not None:
+        if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, None)
         with super().stream(
             method,

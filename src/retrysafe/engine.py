@@ -480,6 +480,12 @@ class Call:
         remaining = self.deadline.remaining()
         return remaining <= 0 or remaining < self.policy.min_attempt_time
 
+    def failure_not_counted(self) -> None:
+        """Fact: the breaker did not count this call's failure (a timeout it took for the
+        caller's own limit), so the call is not counted as failing: a later outcome of it
+        is new evidence, and a later success takes back nothing."""
+        self._failed_before = False
+
     def nested_call_gave_up(self) -> None:
         """Fact: a retrying call nested in this attempt already retried and gave up, so
         this call must not retry the same failure again (retries would multiply)."""

@@ -269,6 +269,17 @@ def test_an_upload_resent_under_its_key_is_the_same_bytes(chaos: Any) -> None:
     assert len(bodies) == 1
 
 
+def test_no_files_under_a_key_is_no_upload(chaos: Any) -> None:
+    """``files={}`` sends no multipart body (httpx encodes the form), key or not."""
+    with retrysafe.Client(policy=FAST) as client:
+        echoed = client.post(
+            chaos.url("/echo"), data={"a": "1"}, files={}, idempotency_key="k-form-1"
+        ).json()
+    assert echoed["headers"]["idempotency-key"] == "k-form-1"
+    assert echoed["headers"]["content-type"] == "application/x-www-form-urlencoded"
+    assert echoed["body"] == "a=1"
+
+
 def test_an_upload_without_a_key_keeps_httpx_boundary(chaos: Any) -> None:
     upload = {"pdf": ("invoice.pdf", b"%PDF-1.4 the invoice")}
     with retrysafe.Client(policy=FAST) as client:

@@ -74,6 +74,10 @@ class Permit(NamedTuple):
 CLOSED_PERMIT: Final = Permit(allowed=True)
 #: How many time buckets the ratio window is counted in.
 WINDOW_BUCKETS: Final = 10
+#: How many of the latest healthy answers' times a breaker keeps.
+ANSWERS_KEPT: Final = 64
+#: How many of them must be slower than a timeout for it to count as the caller's limit.
+SLOWER_ANSWERS_NEEDED: Final = 2
 
 
 class CircuitBreaker:
@@ -125,15 +129,19 @@ class CircuitBreaker:
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
-        #: The slowest healthy answer in each bucket of the ratio window's span:
-        #: [bucket number, seconds]. Kept when the breaker opens or closes (what the
-        #: dependency's answers take does not change with what the breaker decided).
-        self._slowest: list[list[float]] = [[-1, 0.0] for _ in range(WINDOW_BUCKETS)]
+        #: The latest healthy answers: (when, seconds it took). Kept when the breaker
+        #: opens or closes (what the dependency's answers take does not change with what
+        #: the breaker decided); only those within ``ratio_window`` count.
+        self._answers: collections.deque[tuple[float, float]] = collections.deque(
+            maxlen=ANSWERS_KEPT
+        )
         self._probe_token = 0
         self._probe_expires: float | None = None
-        #: While not closed: the longest probe lease a caller asked for (how long the most
-        #: patient caller lets an attempt run), and the lease the probe in flight got.
+        #: While not closed: the longest probe lease a caller asked for within the last
+        #: ``open_for`` seconds (how long the most patient caller still asking lets an
+        #: attempt run), when it asked, and the lease the probe in flight got.
         self._patience = 0.0
+        self._patience_at = 0.0
         self._probe_lease = 0.0
         #: The permit of the current closed period (a new one each time it closes).
         self.closed_permit = CLOSED_PERMIT
@@ -165,8 +173,8 @@ class CircuitBreaker:
             # Looked at again under the lock: another thread may have closed it since.
             if self._state == "closed":  # type: ignore[comparison-overlap]
                 return self.closed_permit
-            if probe_lease > self._patience:
-                self._patience = probe_lease
+            if probe_lease >= self._patience or now - self._patience_at > self.settings.open_for:
+                self._patience, self._patience_at = probe_lease, now
             transition = None
             if self._state == "open":
                 if now < self._open_until:
@@ -200,13 +208,13 @@ class CircuitBreaker:
     ) -> Transition | None:
         """Count one outcome; ``open_for`` is a 503's Retry-After; ``repeat``: a retry
         within a call already counted (its failure is not new evidence); ``seconds``: how
-        long a success or a timeout took (see :meth:`answers_slower_than`). Returns any
-        state change."""
+        long a success or a timeout took (see :meth:`cut_short`). Returns any state
+        change."""
         with self._lock:
             now = self._clock.monotonic()
             if seconds is not None:
                 if health == "healthy":
-                    self._learn(now, seconds)
+                    self._answers.append((now, seconds))
                 elif health == "unhealthy" and self._cut_short(permit, now, seconds):
                     # The caller's limit, not the dependency: no evidence either way (a
                     # probe's slot goes to the next caller, as if it never went).
@@ -252,14 +260,11 @@ class CircuitBreaker:
         ``seconds``: what ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` does, on
         the short path every healthy call takes."""
         with self._lock:
-            bucket = int(self._clock.monotonic() // self._bucket_width)
-            slowest = self._slowest[bucket % WINDOW_BUCKETS]  # (what _learn does, inline)
-            if slowest[0] != bucket:
-                slowest[0], slowest[1] = bucket, seconds
-            elif seconds > slowest[1]:
-                slowest[1] = seconds
+            now = self._clock.monotonic()
+            self._answers.append((now, seconds))
             if self._state != "closed":
                 return
+            bucket = int(now // self._bucket_width)
             cell = self._window[bucket % WINDOW_BUCKETS]
             if cell[0] != bucket:
                 cell[0], cell[1], cell[2] = bucket, 0, 0
@@ -267,42 +272,39 @@ class CircuitBreaker:
             if self._run:
                 self._run.clear()
 
-    def answers_slower_than(self, seconds: float) -> bool:
-        """Whether a healthy answer within the ratio window took longer than ``seconds``:
-        then a timeout after ``seconds`` is the caller's limit, not evidence against the
-        dependency (a call site with a 0.1 s attempt timeout, against a server that
-        answers others in 0.3 s, must not open the circuit for every caller)."""
+    def cut_short(self, permit: Permit, seconds: float) -> bool:
+        """Whether a timeout after ``seconds`` under ``permit`` was the caller's own limit,
+        not evidence against the dependency (see :meth:`_cut_short`)."""
         with self._lock:
-            return self._answers_slower_than(self._clock.monotonic(), seconds)
+            return self._cut_short(permit, self._clock.monotonic(), seconds)
 
     def _cut_short(self, permit: Permit, now: float, seconds: float) -> bool:
         """Whether a timeout after ``seconds`` under ``permit`` is the caller's own limit:
-        a healthy answer took longer; or, for a probe, another caller waiting on the
-        breaker would give an attempt longer than this probe had (so a call site with
-        a short limit cannot keep the circuit open for everyone by probing first)."""
-        if self._answers_slower_than(now, seconds):
+
+        - healthy answers slower than ``seconds`` are common: at least
+          :data:`SLOWER_ANSWERS_NEEDED` of the latest ones within ``ratio_window``, and
+          at least a tenth of them (one slow answer does not hide an outage); a call
+          site with a 0.1 s attempt timeout, against a server that answers others in
+          0.3 s, must not open the circuit for every caller;
+        - or, for a probe, a caller that asked within the last ``open_for`` seconds
+          would give an attempt longer than this probe had: a call site with a short
+          limit cannot keep the circuit open for everyone by probing first.
+        """
+        oldest = now - self.settings.ratio_window
+        recent = slower = 0
+        for at, took in self._answers:
+            if at >= oldest:
+                recent += 1
+                if took > seconds:
+                    slower += 1
+        if slower >= SLOWER_ANSWERS_NEEDED and slower * 10 >= recent:
             return True
         return (
             permit.probe
             and permit.probe_token == self._probe_token
             and self._probe_lease < self._patience
+            and now - self._patience_at <= self.settings.open_for
         )
-
-    def _answers_slower_than(self, now: float, seconds: float) -> bool:
-        bucket = int(now // self._bucket_width)
-        oldest = bucket - WINDOW_BUCKETS
-        return any(
-            oldest < number <= bucket and slowest > seconds for number, slowest in self._slowest
-        )
-
-    def _learn(self, now: float, seconds: float) -> None:
-        """Keep ``seconds``, a healthy answer's time, if it is the slowest of its bucket."""
-        bucket = int(now // self._bucket_width)
-        slowest = self._slowest[bucket % WINDOW_BUCKETS]
-        if slowest[0] != bucket:
-            slowest[0], slowest[1] = bucket, seconds
-        elif seconds > slowest[1]:
-            slowest[1] = seconds
 
     def _forgive_one_failure(self, bucket: int) -> bool:
         """A call that failed, then succeeded on a retry, is a healthy call after all:

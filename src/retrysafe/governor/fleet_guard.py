@@ -249,7 +249,7 @@ class FleetGuard(DependencyGuard):
 
     # -- the engine's effects ------------------------------------------------------------
 
-    def healthy_call(self, seconds: float) -> None:
+    def healthy_call(self, seconds: float = 0.0) -> None:
         """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
         failures (withdrawing this process's vote) as a healthy outcome does."""
         DependencyGuard.healthy_call(self, seconds)
@@ -262,7 +262,7 @@ class FleetGuard(DependencyGuard):
         kind = type(effect)
         if kind is RecordHealth:
             assert isinstance(effect, RecordHealth)
-            if self._no_evidence(effect):
+            if self.cut_short(effect):
                 # (a timeout the caller's own limit cut: see RecordHealth.seconds)
                 if type(effect.permit) is FleetPermit:
                     self.fleet.release_probe(self.dependency, effect.permit.lease_token)
@@ -294,16 +294,6 @@ class FleetGuard(DependencyGuard):
                 self.fleet.release_probe(self.dependency, permit.lease_token)
                 return None
         return DependencyGuard.apply(self, effect)
-
-    def _no_evidence(self, effect: RecordHealth) -> bool:
-        """Whether ``effect`` is a timeout shorter than the dependency's healthy answers
-        (the local breaker's judgement, which the fleet's follows)."""
-        return (
-            effect.health == "unhealthy"
-            and effect.seconds is not None
-            and self.breaker is not None
-            and self.breaker.answers_slower_than(effect.seconds)
-        )
 
     def _share_cooldown(self, seconds: float, *, announced: bool) -> None:
         """A cooldown this process learned pauses every process (as the local limiter's

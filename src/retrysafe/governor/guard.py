@@ -164,7 +164,17 @@ class DependencyGuard:
             return admitted
         return Admission(permit=permit)
 
-    def healthy_call(self, seconds: float) -> None:
+    def cut_short(self, effect: RecordHealth) -> bool:
+        """Whether ``effect`` is a timeout the breaker takes for the caller's own limit,
+        and does not count (see :meth:`CircuitBreaker.cut_short`)."""
+        return (
+            effect.health == "unhealthy"
+            and effect.seconds is not None
+            and self.breaker is not None
+            and self.breaker.cut_short(effect.permit, effect.seconds)
+        )
+
+    def healthy_call(self, seconds: float = 0.0) -> None:
         """Count a call that succeeded at once while the breaker was closed, its attempt
         taking ``seconds``: the effect :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`,
         applied on the shells' short path (what :meth:`apply` does with it, without its
