@@ -191,6 +191,18 @@ async def feed(request: Request) -> Response:
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
+async def slow_stream(request: Request) -> Response:
+    """A finite body streamed slowly: 20 chunks, 50 ms apart (1 s in all), answered 201."""
+    await _count(request)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for number in range(20):
+            yield f"part{number}\n".encode()
+            await anyio.sleep(0.05)
+
+    return StreamingResponse(chunks(), status_code=201, media_type="text/plain")
+
+
 def build_app(
     store: IdempotencyStore, *, shop: Shop | None = None, **middleware_options: Any
 ) -> Starlette:
@@ -210,6 +222,7 @@ def build_app(
             Route("/stream", stream, methods=["POST"]),
             Route("/stream-then-fail", stream_then_fail, methods=["POST"]),
             Route("/feed", feed, methods=["POST"]),
+            Route("/slow-stream", slow_stream, methods=["POST"]),
         ],
         middleware=[
             Middleware(TokenAuth),

@@ -273,6 +273,32 @@ async def test_an_endless_stream_stops_once_its_client_left_a_lease_ago() -> Non
     await _run_a_feed_whose_client_leaves(MemoryStore(), lease=0.3)
 
 
+async def test_a_finite_stream_runs_to_its_end_after_its_client_left_however_long() -> None:
+    """Only an event stream is cut a lease after its client left: a finite body that
+    takes longer (1 s, against a 0.3 s lease) runs to its end, and the retry gets it."""
+    app = build_app(MemoryStore(), lease=0.3)
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the client closed the connection")
+
+    with anyio.fail_after(10):
+        await app(_scope("k1", "/slow-stream"), receive, send)
+    async with client_for(app) as client:
+        retry = await client.post("/slow-stream", json={}, headers=headers("k1"))
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.text == "".join(f"part{number}\n" for number in range(20))
+    assert app.state.shop.runs["/slow-stream"] == 1
+
+
 async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: Any) -> None:
     app = build_app(store, **options)
     shop = app.state.shop

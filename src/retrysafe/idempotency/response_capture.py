@@ -23,11 +23,11 @@ class ResponseCapture:
 
     If the server's ``send`` fails because the client left (ASGI servers raise
     ``OSError``), nothing more is forwarded, but the app runs on so the copy is
-    completed for the client's retry, for ``runs_on_for`` seconds at most. Once the copy
-    cannot be kept (too large) or that time has passed, the app's next ``send`` raises
-    that ``OSError`` again, and the app stops as it would without the middleware: a
-    stream that only ends when its client leaves (server-sent events) does not run on
-    for good.
+    completed for the client's retry. Once the copy cannot be kept (too large), or, for
+    an event stream (``text/event-stream``, which ends only when its client leaves),
+    ``runs_on_for`` seconds after the client left, the app's next ``send`` raises that
+    ``OSError`` again, and the app stops as it would without the middleware. Any other
+    response runs to its end, however long its body takes.
     """
 
     def __init__(
@@ -50,6 +50,8 @@ class ResponseCapture:
         #: What the server's ``send`` raised when the client left, and when (anyio's clock).
         self._gone: OSError | None = None
         self._gone_at = 0.0
+        #: Whether the response is an event stream, which ends only when its client leaves.
+        self._endless = False
         self.recorded = False
         self.sent = anyio.Event()
 
@@ -57,7 +59,8 @@ class ResponseCapture:
         """The ``send`` handed to the app."""
         gone = self._gone
         if gone is not None and (
-            self.oversized or anyio.current_time() - self._gone_at >= self._runs_on_for
+            self.oversized
+            or (self._endless and anyio.current_time() - self._gone_at >= self._runs_on_for)
         ):
             raise gone  # nothing left to keep for a retry: stop the app
         kind = message["type"]
@@ -65,6 +68,11 @@ class ResponseCapture:
         if kind == "http.response.start":
             self.status = int(message["status"])
             self.headers = [(bytes(name), bytes(value)) for name, value in message["headers"]]
+            self._endless = any(
+                name.lower() == b"content-type"
+                and value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+                for name, value in self.headers
+            )
         elif kind == "http.response.body":
             self._keep(bytes(message.get("body", b"")))
             last = not message.get("more_body", False)
