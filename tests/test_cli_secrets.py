@@ -33,6 +33,10 @@ BAD_INPUT = {
     "url_password_with_a_hash": ["get", f"https://user:pa#ss{SECRET}@api.test/x"],
     "url_password_with_a_question_mark": ["get", f"https://user:pa?ss{SECRET}@api.test/x"],
     "url_password_with_a_slash": ["get", f"https://user:pa/ss{SECRET}@api.test:12a/x"],
+    # httpx reads the password up to the "?", "#" or "/" as a port, and quotes it
+    "url_password_before_a_question_mark": ["get", f"http://user:{SECRET}?x@127.0.0.1/"],
+    "url_password_before_a_hash": ["get", f"http://user:{SECRET}#x@127.0.0.1/"],
+    "url_password_before_a_slash": ["get", f"http://user:{SECRET}/x@127.0.0.1/"],
     "bad_policy_after_secret_header": [
         "get",
         "https://api.test/",

@@ -216,6 +216,7 @@ def test_a_secret_header_value_httpx_refuses_stays_out_of_the_whole_chain(contro
     """h11 quotes a header value it refuses with the control character escaped (as
     ``\\x00``): the secret must not survive in the error's chain or traceback."""
     token = "sk_live_" + "NULBYTE9"
+    tail = "XYZ"  # (after the control character: too short to scrub as a piece of its own)
 
     def refused(request: httpx.Request) -> httpx.Response:
         raise httpx.LocalProtocolError(
@@ -226,10 +227,13 @@ def test_a_secret_header_value_httpx_refuses_stays_out_of_the_whole_chain(contro
         retrysafe.Client(transport=httpx.MockTransport(refused)) as client,
         pytest.raises(retrysafe.ApiError) as caught,
     ):
-        client.get("https://api.test/x", headers={"Authorization": f"Bearer {token}{control}"})
+        client.get(
+            "https://api.test/x", headers={"Authorization": f"Bearer {token}{control}{tail}"}
+        )
     printed = "".join(traceback.format_exception(caught.value))
     assert "Illegal header value" in printed
     assert token not in printed
+    assert tail not in printed
 
 
 # -- which names are secret -------------------------------------------------------------------

@@ -322,12 +322,10 @@ class Redactor:
         secrets.extend(_body_secrets(request))
         # A control character in a value (which httpx and h11 refuse, quoting the value
         # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
-        secrets.extend(
-            piece
-            for secret in secrets
-            if _CONTROL.search(secret)
-            for piece in _CONTROL.split(secret)
-        )
+        controlled = [secret for secret in secrets if _CONTROL.search(secret)]
+        secrets.extend(piece for secret in controlled for piece in _CONTROL.split(secret))
+        # ...and whole, as the quote shows it (b'...\\x00...': Python's bytes repr)
+        secrets.extend(repr(secret.encode("utf-8", "replace"))[2:-1] for secret in controlled)
         return cls([secret.strip() for secret in secrets])
 
     def scrub(self, text: str) -> str:

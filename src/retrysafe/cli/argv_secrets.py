@@ -6,6 +6,7 @@ a typo (a header without its colon, a refused URL) never prints a token that was
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Sequence
 
@@ -36,6 +37,9 @@ def url_secrets(text: str) -> list[str]:
         userinfo = text[span[0] : span[1]]
         user, _, password = userinfo.partition(":")
         secrets += [userinfo, password or user]
+        # httpx parses a password holding "/", "?" or "#" as other parts of the URL and
+        # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
+        secrets += re.split(r"[/?#:@]", userinfo)
     query = text.partition("?")[2].partition("#")[0]
     for pair in query.replace(";", "&").split("&"):
         name, _, value = pair.partition("=")
