@@ -105,6 +105,16 @@ def test_a_success_a_rule_read_streams_raw(server: str) -> None:
         assert response.read() == BODY
 
 
+def test_a_success_a_rule_read_through_the_drop_in_transport_is_timed(server: str) -> None:
+    """httpx reads the body a rule already read without closing it again, so the call's
+    ``elapsed`` is set as the body is read in the attempt."""
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(rules=(_reads_body,)))
+    with httpx.Client(transport=transport) as client:
+        response = client.get(f"{server}/ok")
+    assert response.content == BODY
+    assert response.elapsed.total_seconds() > 0
+
+
 def test_a_hedging_call_hands_back_a_failure_that_streams_raw(server: str) -> None:
     transport = retrysafe.RetryTransport(policy=RetryPolicy(hedge_after=5.0, **QUICK))
     with (

@@ -654,11 +654,10 @@ class Drive:
             response = step.response
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
-            if response.is_closed:
-                if not self._stream:  # (its body read in the attempt)
-                    _time_read_body(response, step.report)
-                else:  # (read for a rule: see kept_body)
-                    unread(response)
+            if response.is_closed:  # (its body read in the attempt, or for a rule)
+                _time_read_body(response, step.report)
+                if self._stream:
+                    unread(response)  # (the caller may stream it: see kept_body)
             return response
         assert isinstance(step, Fail)
         if step.retried:
