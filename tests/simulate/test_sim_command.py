@@ -151,6 +151,8 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
             "from 0 to 100 (e.g. 50 for half), got 'nan'",
         ),
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
+        # (a timeline of 600,000 columns took 520 MB; one of 200 million never ended)
+        (["simulate", "outage", "--bucket", "0.0001"], "raise bucket to at least 0.06 s"),
         (["simulate", "outage", "--rate", "nan"], "outage.rate must be a number, got nan"),
         (["simulate", "brownout", "--rate", "0"], "brownout.rate must be > 0"),
         (["simulate", "layers", "--layers", "3xthree"], "e.g. 3x3x4"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, Final
 
 from retrysafe.governor import GovernorSettings
 from retrysafe.policy import RetryPolicy
@@ -26,6 +26,10 @@ from retrysafe.simulate.traffic import TrafficShape, run_traffic
 from retrysafe.validation import check, check_number
 
 __all__ = ["OutageResult", "OutageRow", "OutageWindow", "run_outage"]
+
+
+#: The most buckets (columns of the timeline) one outage run may report.
+MAX_BUCKETS: Final = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +222,14 @@ def run_outage(
         f"({duration!r})",
     )
     check(bucket <= duration, owner, "bucket", f"must be <= duration, got {bucket!r}")
+    columns = duration / bucket
+    check(
+        columns <= MAX_BUCKETS,
+        owner,
+        "bucket",
+        f"is too small for the run: {duration!r} s / {bucket!r} s is {columns:.0f} columns, at "
+        f"most {MAX_BUCKETS}; raise bucket to at least {duration / MAX_BUCKETS:g} s",
+    )
     # Calls arrive until the run ends, however many that is; the number expected is checked
     # as brownout's count is, so that a run of absurd size is refused before it starts.
     _check_traffic(owner, max(1, round(rate * duration)), rate, latency, fault)
