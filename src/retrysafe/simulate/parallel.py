@@ -3,10 +3,10 @@ so the answer does not depend on how many workers ran it)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -38,16 +38,14 @@ def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -
     except (pickle.PicklingError, AttributeError, TypeError):
         return [work(job) for job in jobs]
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
-    try:
-        results = list(pool.map(work, jobs))
-    except BaseException:
-        # Ctrl-C (or a job's failure): the jobs not started yet are dropped and the
-        # workers stopped now, rather than waited for job after job.
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        raise
-    pool.shutdown()
-    return results
+    # A pool whose workers leave Ctrl-C to this process: it stops them all at once
+    # (terminate, on the way out of the block) and raises KeyboardInterrupt here alone.
+    # (concurrent.futures' pool, stopped that way, could print an InvalidStateError
+    # from its own thread.)
+    with context.Pool(workers, initializer=_leave_interrupts_to_the_parent) as pool:
+        return list(pool.imap(work, jobs))  # (a failed job raises as soon as it is reached)
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """In a worker: ignore SIGINT (a terminal's Ctrl-C reaches the whole process group)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
