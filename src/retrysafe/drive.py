@@ -56,7 +56,7 @@ from retrysafe.governor.explain import (
     explain_pacing,
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
-from retrysafe.kept_body import unread
+from retrysafe.kept_body import RawKeepingStream, unread
 from retrysafe.observe import CallTrace, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
@@ -654,10 +654,12 @@ class Drive:
             response = step.response
             if response.status_code in _REDIRECT_STATUSES:
                 self._continue_chain()
-            if response.is_closed:  # (its body read in the attempt, or for a rule)
+            if not self._stream:
+                if response.is_closed:  # (its body read in the attempt)
+                    _time_read_body(response, step.report)
+            elif type(response.stream) is RawKeepingStream:  # (read for a rule)
                 _time_read_body(response, step.report)
-                if self._stream:
-                    unread(response)  # (the caller may stream it: see kept_body)
+                unread(response)  # (the caller may stream it: see kept_body)
             return response
         assert isinstance(step, Fail)
         if step.retried:
