@@ -305,3 +305,20 @@ def test_a_failing_parallel_job_stops_the_rest_at_once() -> None:
     with pytest.raises(RuntimeError, match="this job fails"):
         run_jobs(_job, [-1.0, 3.0, 3.0, 3.0, 3.0], workers=2)
     assert time.monotonic() - started < 2.5
+
+
+def _dies(job: int) -> int:
+    if job == 2:
+        import os
+
+        os._exit(1)  # (a worker killed: the OOM killer, a crash in a C extension)
+    return job
+
+
+def test_a_worker_that_dies_fails_the_run_instead_of_hanging_it() -> None:
+    import concurrent.futures
+
+    from retrysafe.simulate.parallel import run_jobs
+
+    with pytest.raises(concurrent.futures.process.BrokenProcessPool):
+        run_jobs(_dies, [1, 2, 3, 4], workers=2)

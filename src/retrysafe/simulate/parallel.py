@@ -3,6 +3,7 @@ so the answer does not depend on how many workers ran it)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import multiprocessing
 import os
 import pickle
@@ -38,12 +39,27 @@ def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -
     except (pickle.PicklingError, AttributeError, TypeError):
         return [work(job) for job in jobs]
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    # A pool whose workers leave Ctrl-C to this process: it stops them all at once
-    # (terminate, on the way out of the block) and raises KeyboardInterrupt here alone.
-    # (concurrent.futures' pool, stopped that way, could print an InvalidStateError
-    # from its own thread.)
-    with context.Pool(workers, initializer=_leave_interrupts_to_the_parent) as pool:
-        return list(pool.imap(work, jobs))  # (a failed job raises as soon as it is reached)
+    # Its workers leave Ctrl-C to this process (a terminal sends it to the whole process
+    # group), which stops them all at once; a worker that dies (killed, out of memory)
+    # raises BrokenProcessPool here rather than leaving its job waited for.
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_leave_interrupts_to_the_parent
+    )
+    # (submitted one by one, not with map(): interrupted, map() cancels what is left)
+    futures = [pool.submit(work, job) for job in jobs]
+    try:
+        results = [future.result() for future in futures]
+    except BaseException:
+        # Ctrl-C (or a job's failure): the workers are stopped now, rather than waited
+        # for job after job. The jobs not started are left to fail with the broken pool,
+        # not cancelled first: cancelled, the pool's own thread could fail on them with
+        # an InvalidStateError traceback.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False)
+        raise
+    pool.shutdown()
+    return results
 
 
 def _leave_interrupts_to_the_parent() -> None:
