@@ -124,23 +124,43 @@ def test_a_probe_that_times_out_after_the_healthy_answers_took_opens_it_again() 
     assert breaker.state == "open"
 
 
-def test_a_short_probe_decides_nothing_while_a_more_patient_caller_waits() -> None:
+def test_the_probe_goes_to_the_most_patient_caller_asking() -> None:
     """No healthy answer known: the short call site alone opened the circuit. Another
-    caller, willing to wait 10 s, is refused meanwhile; once half-open, a probe cut by a
-    0.1 s limit decides nothing, and the patient caller's probe closes it."""
+    caller, willing to wait 10 s, is refused meanwhile; once half-open, the short call
+    site gets no probe (its timeout could only close the circuit, never tell a slow
+    dependency from a dead one), and the patient caller's probe decides."""
     breaker, clock = _breaker()
     _time_out(breaker, 0.1, 5)
     assert breaker.state == "open"
     assert not breaker.acquire(probe_lease=11.0).allowed  # the patient caller, refused
     clock.advance(SETTINGS.open_for)
     short = breaker.acquire(probe_lease=1.1)
-    assert short.probe
-    assert breaker.record(short, "unhealthy", seconds=0.1) is None
-    assert breaker.state == "half_open"
+    assert not short.allowed
     patient = breaker.acquire(probe_lease=11.0)
     assert patient.probe
     breaker.record(patient, "healthy", seconds=0.3)
     assert breaker.state == "closed"
+
+
+def test_short_callers_asking_often_cannot_keep_a_dead_dependency_half_open() -> None:
+    """Short callers ask every 0.1 s, the patient one every 2 s, the dependency hangs:
+    the patient caller's probe gets through and opens the circuit again (the short ones
+    once kept the probe, released it on each timeout, and it stayed half-open)."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    clock.advance(SETTINGS.open_for - 2.0)
+    assert not breaker.acquire(probe_lease=11.0).allowed  # (the patient caller asks)
+    for step in range(1, 41):  # 4 s, the open period ending half-way
+        clock.advance(0.1)
+        if step % 20 == 0:
+            patient = breaker.acquire(probe_lease=11.0)
+            if patient.probe:
+                clock.advance(10.0)
+                breaker.record(patient, "unhealthy", seconds=10.0)
+                break
+        else:
+            assert not breaker.acquire(probe_lease=1.1).probe
+    assert breaker.state == "open"
 
 
 def test_a_patient_caller_that_stopped_asking_no_longer_holds_short_probes_back() -> None:

@@ -621,14 +621,12 @@ class Drive:
                 if guard is not None:  # (with the time it took, for the breaker to learn)
                     guard.healthy_call(self.call.last_attempt_seconds)
             elif guard is not None:
-                if (
-                    type(effect) is RecordHealth
-                    and effect.seconds is not None
-                    and not effect.repeat
-                    and guard.cut_short(effect)
-                ):
-                    self.call.failure_not_counted()  # (the caller's limit: see cut_short)
-                transition = guard.apply(effect)
+                if type(effect) is RecordHealth:
+                    transition, counted = guard.record_health(effect)
+                    if not counted and not effect.repeat:
+                        self.call.failure_not_counted()  # (the caller's own limit)
+                else:
+                    transition = guard.apply(effect)
                 if transition is not None:
                     self._emit_transition(transition)
 

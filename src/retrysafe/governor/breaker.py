@@ -139,10 +139,9 @@ class CircuitBreaker:
         self._probe_expires: float | None = None
         #: While not closed: the longest probe lease a caller asked for within the last
         #: ``open_for`` seconds (how long the most patient caller still asking lets an
-        #: attempt run), when it asked, and the lease the probe in flight got.
+        #: attempt run), and when it asked. Half-open, the probe is that caller's.
         self._patience = 0.0
         self._patience_at = 0.0
-        self._probe_lease = 0.0
         #: The permit of the current closed period (a new one each time it closes).
         self.closed_permit = CLOSED_PERMIT
 
@@ -184,9 +183,14 @@ class CircuitBreaker:
                 transition = Transition("open", "half_open")
             if self._probe_expires is not None and now < self._probe_expires:
                 return Permit(allowed=False, retry_at=self._probe_expires, transition=transition)
+            patient_until = self._patience_at + self.settings.open_for
+            if probe_lease < self._patience and now <= patient_until:
+                # A caller that asked lately would give the probe longer: its probe can
+                # tell a slow dependency from a dead one, this one's only close the circuit
+                # (so a call site with a short limit cannot hold the probe for ever).
+                return Permit(allowed=False, retry_at=patient_until, transition=transition)
             self._probe_token += 1
             self._probe_expires = now + probe_lease
-            self._probe_lease = probe_lease
             return Permit(
                 allowed=True, probe=True, probe_token=self._probe_token, transition=transition
             )
@@ -210,50 +214,77 @@ class CircuitBreaker:
         within a call already counted (its failure is not new evidence); ``seconds``: how
         long a success or a timeout took (see :meth:`cut_short`). Returns any state
         change."""
+        return self.record_outcome(
+            permit, health, open_for=open_for, repeat=repeat, seconds=seconds
+        )[0]
+
+    def record_outcome(
+        self,
+        permit: Permit,
+        health: Health,
+        *,
+        open_for: float | None = None,
+        repeat: bool = False,
+        seconds: float | None = None,
+    ) -> tuple[Transition | None, bool]:
+        """:meth:`record`, and whether an unhealthy outcome is evidence: False for a
+        timeout taken for the caller's own limit (decided here once, under the lock, so
+        the caller's call can be told it does not count as failing)."""
         with self._lock:
             now = self._clock.monotonic()
             if seconds is not None:
                 if health == "healthy":
                     self._answers.append((now, seconds))
-                elif health == "unhealthy" and self._cut_short(permit, now, seconds):
+                elif health == "unhealthy" and self._cut_short(now, seconds):
                     # The caller's limit, not the dependency: no evidence either way (a
                     # probe's slot goes to the next caller, as if it never went).
                     if permit.probe and permit.probe_token == self._probe_token:
                         self._probe_expires = None
-                    return None
-            if permit.probe:
-                if permit.probe_token != self._probe_token or self._state != "half_open":
-                    return None  # a probe whose lease ran out and was replaced
-                self._probe_expires = None
-                if health == "unhealthy":
-                    return self._open(now, open_for, before="half_open")
-                self._close()
-                return Transition("half_open", "closed")
-            if self._state != "closed" or health == "neutral":
-                return None
-            if permit.period != self.closed_permit.period and (health == "unhealthy" or repeat):
-                # A call that started before the breaker last opened: its failure (or
-                # the failure its retry's success would take back) belongs to then.
-                return None
-            # One counter in the bucket of now; a stale bucket is reused for it.
-            bucket = int(now // self._bucket_width)
-            cell = self._window[bucket % WINDOW_BUCKETS]
-            if cell[0] != bucket:
-                cell[0], cell[1], cell[2] = bucket, 0, 0
-            if health == "healthy":
-                if self._run:
-                    self._run.clear()
-                if not (repeat and self._forgive_one_failure(bucket)):
-                    cell[1] += 1
-                return None  # only a failure can open the circuit
-            if repeat:
-                return None  # this call is counted as failing already
-            cell[1] += 1
-            cell[2] += 1
-            self._run.append(now)
-            if self._should_trip(now, bucket):
-                return self._open(now, open_for, before="closed")
+                    return None, False
+            return self._record(permit, health, now, open_for, repeat), True
+
+    def _record(
+        self,
+        permit: Permit,
+        health: Health,
+        now: float,
+        open_for: float | None,
+        repeat: bool,
+    ) -> Transition | None:
+        """:meth:`record_outcome`'s count (under the lock)."""
+        if permit.probe:
+            if permit.probe_token != self._probe_token or self._state != "half_open":
+                return None  # a probe whose lease ran out and was replaced
+            self._probe_expires = None
+            if health == "unhealthy":
+                return self._open(now, open_for, before="half_open")
+            self._close()
+            return Transition("half_open", "closed")
+        if self._state != "closed" or health == "neutral":
             return None
+        if permit.period != self.closed_permit.period and (health == "unhealthy" or repeat):
+            # A call that started before the breaker last opened: its failure (or
+            # the failure its retry's success would take back) belongs to then.
+            return None
+        # One counter in the bucket of now; a stale bucket is reused for it.
+        bucket = int(now // self._bucket_width)
+        cell = self._window[bucket % WINDOW_BUCKETS]
+        if cell[0] != bucket:
+            cell[0], cell[1], cell[2] = bucket, 0, 0
+        if health == "healthy":
+            if self._run:
+                self._run.clear()
+            if not (repeat and self._forgive_one_failure(bucket)):
+                cell[1] += 1
+            return None  # only a failure can open the circuit
+        if repeat:
+            return None  # this call is counted as failing already
+        cell[1] += 1
+        cell[2] += 1
+        self._run.append(now)
+        if self._should_trip(now, bucket):
+            return self._open(now, open_for, before="closed")
+        return None
 
     def record_healthy_call(self, seconds: float = 0.0) -> None:
         """Count a call that succeeded at once, admitted while closed, its attempt taking
@@ -272,24 +303,20 @@ class CircuitBreaker:
             if self._run:
                 self._run.clear()
 
-    def cut_short(self, permit: Permit, seconds: float) -> bool:
-        """Whether a timeout after ``seconds`` under ``permit`` was the caller's own limit,
+    def cut_short(self, seconds: float) -> bool:
+        """Whether a timeout after ``seconds`` would be taken for the caller's own limit,
         not evidence against the dependency (see :meth:`_cut_short`)."""
         with self._lock:
-            return self._cut_short(permit, self._clock.monotonic(), seconds)
+            return self._cut_short(self._clock.monotonic(), seconds)
 
-    def _cut_short(self, permit: Permit, now: float, seconds: float) -> bool:
-        """Whether a timeout after ``seconds`` under ``permit`` is the caller's own limit:
-
-        - healthy answers slower than ``seconds`` are common: at least
-          :data:`SLOWER_ANSWERS_NEEDED` of the latest ones within ``ratio_window``, and
-          at least a tenth of them (one slow answer does not hide an outage); a call
-          site with a 0.1 s attempt timeout, against a server that answers others in
-          0.3 s, must not open the circuit for every caller;
-        - or, for a probe, a caller that asked within the last ``open_for`` seconds
-          would give an attempt longer than this probe had: a call site with a short
-          limit cannot keep the circuit open for everyone by probing first.
-        """
+    def _cut_short(self, now: float, seconds: float) -> bool:
+        """Whether healthy answers slower than ``seconds`` are common: at least
+        :data:`SLOWER_ANSWERS_NEEDED` of the latest ones within ``ratio_window``, and at
+        least a tenth of them (one slow answer does not hide an outage). Then a timeout
+        after ``seconds`` is the caller's own limit: a call site with a 0.1 s attempt
+        timeout, against a server that answers others in 0.3 s, must not open the
+        circuit for every caller. (Half-open, the probe goes to the most patient caller
+        asking: see :meth:`acquire`.)"""
         oldest = now - self.settings.ratio_window
         recent = slower = 0
         for at, took in self._answers:
@@ -297,14 +324,7 @@ class CircuitBreaker:
                 recent += 1
                 if took > seconds:
                     slower += 1
-        if slower >= SLOWER_ANSWERS_NEEDED and slower * 10 >= recent:
-            return True
-        return (
-            permit.probe
-            and permit.probe_token == self._probe_token
-            and self._probe_lease < self._patience
-            and now - self._patience_at <= self.settings.open_for
-        )
+        return slower >= SLOWER_ANSWERS_NEEDED and slower * 10 >= recent
 
     def _forgive_one_failure(self, bucket: int) -> bool:
         """A call that failed, then succeeded on a retry, is a healthy call after all:

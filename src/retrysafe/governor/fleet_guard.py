@@ -262,22 +262,7 @@ class FleetGuard(DependencyGuard):
         kind = type(effect)
         if kind is RecordHealth:
             assert isinstance(effect, RecordHealth)
-            if self.cut_short(effect):
-                # (a timeout the caller's own limit cut: see RecordHealth.seconds)
-                if type(effect.permit) is FleetPermit:
-                    self.fleet.release_probe(self.dependency, effect.permit.lease_token)
-                    return None
-                return DependencyGuard.apply(self, effect)  # (the local probe is freed)
-            if type(effect.permit) is FleetPermit:
-                return self._probe_ended(effect)
-            transition = DependencyGuard.apply(self, effect)
-            if effect.health == "healthy":
-                view = self.view
-                if view.failing or view.voted:
-                    recovered(view, self.fleet, self.dependency)
-            elif effect.health == "unhealthy":
-                self._failed(effect, transition)
-            return transition
+            return self.record_health(effect)[0]
         if kind is StartCooldown:
             assert isinstance(effect, StartCooldown)
             DependencyGuard.apply(self, effect)
@@ -294,6 +279,32 @@ class FleetGuard(DependencyGuard):
                 self.fleet.release_probe(self.dependency, permit.lease_token)
                 return None
         return DependencyGuard.apply(self, effect)
+
+    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, bool]:
+        """As :meth:`DependencyGuard.record_health`, and tell the fleet: a failure that
+        counts may be a vote; the fleet's probe closes or opens the fleet breaker."""
+        breaker = self.breaker
+        permit = effect.permit
+        if type(permit) is FleetPermit:
+            assert isinstance(permit, FleetPermit)
+            if (
+                effect.health == "unhealthy"
+                and effect.seconds is not None
+                and breaker is not None
+                and breaker.cut_short(effect.seconds)
+            ):
+                # (a timeout the caller's own limit cut: see RecordHealth.seconds)
+                self.fleet.release_probe(self.dependency, permit.lease_token)
+                return None, False
+            return self._probe_ended(effect), True
+        transition, counted = DependencyGuard.record_health(self, effect)
+        if effect.health == "healthy":
+            view = self.view
+            if view.failing or view.voted:
+                recovered(view, self.fleet, self.dependency)
+        elif effect.health == "unhealthy" and counted:
+            self._failed(effect, transition)
+        return transition, counted
 
     def _share_cooldown(self, seconds: float, *, announced: bool) -> None:
         """A cooldown this process learned pauses every process (as the local limiter's

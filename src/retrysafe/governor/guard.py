@@ -164,14 +164,18 @@ class DependencyGuard:
             return admitted
         return Admission(permit=permit)
 
-    def cut_short(self, effect: RecordHealth) -> bool:
-        """Whether ``effect`` is a timeout the breaker takes for the caller's own limit,
-        and does not count (see :meth:`CircuitBreaker.cut_short`)."""
-        return (
-            effect.health == "unhealthy"
-            and effect.seconds is not None
-            and self.breaker is not None
-            and self.breaker.cut_short(effect.permit, effect.seconds)
+    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, bool]:
+        """Tell the breaker an attempt's health: any state change, and whether an
+        unhealthy outcome counts as evidence (False: a timeout taken for the caller's own
+        limit, so the call it ended is not counted as failing)."""
+        if self.breaker is None:
+            return None, True
+        return self.breaker.record_outcome(
+            effect.permit,
+            effect.health,
+            open_for=effect.open_for,
+            repeat=effect.repeat,
+            seconds=effect.seconds,
         )
 
     def healthy_call(self, seconds: float = 0.0) -> None:
@@ -223,14 +227,7 @@ class DependencyGuard:
     def apply(self, effect: Effect) -> Transition | None:
         """Carry out one of the engine's effects; returns a breaker state change, if any."""
         if isinstance(effect, RecordHealth):
-            if self.breaker is not None:
-                return self.breaker.record(
-                    effect.permit,
-                    effect.health,
-                    open_for=effect.open_for,
-                    repeat=effect.repeat,
-                    seconds=effect.seconds,
-                )
+            return self.record_health(effect)[0]
         elif isinstance(effect, StartCooldown):
             if self.limiter is not None:
                 self.limiter.start_cooldown(effect.seconds, announced=effect.announced)
