@@ -137,6 +137,20 @@ def _scope(key: str, path: str, *, spec_version: str = "2.4") -> dict[str, objec
     }
 
 
+def _body_then_silence() -> Any:
+    """A server's ``receive``: the request's body ``{}``, then nothing (the client is
+    still there, as far as the app can tell)."""
+    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return receive
+
+
 async def test_a_client_that_leaves_after_the_response_started_still_gets_it_kept(
     store: IdempotencyStore,
 ) -> None:
@@ -193,13 +207,7 @@ async def test_a_streamed_response_goes_out_whole_when_the_server_send_waits(
 ) -> None:
     app = build_app(store)
     sent: list[Message] = []
-    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop(0)
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
+    receive = _body_then_silence()
 
     async def send(message: Message) -> None:
         await anyio.sleep(0.01)  # a server waiting for its socket to drain
@@ -277,13 +285,7 @@ async def test_a_finite_stream_runs_to_its_end_after_its_client_left_however_lon
     """Only an event stream is cut a lease after its client left: a finite body that
     takes longer (1 s, against a 0.3 s lease) runs to its end, and the retry gets it."""
     app = build_app(MemoryStore(), lease=0.3)
-    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop(0)
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
+    receive = _body_then_silence()
 
     async def send(message: Message) -> None:
         if message["type"] == "http.response.body":
@@ -302,13 +304,7 @@ async def test_a_finite_stream_runs_to_its_end_after_its_client_left_however_lon
 async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: Any) -> None:
     app = build_app(store, **options)
     shop = app.state.shop
-    incoming = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop(0)
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
+    receive = _body_then_silence()
 
     delivered = 0
 
