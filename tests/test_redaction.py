@@ -4,6 +4,7 @@ error's message and the WARNING log record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -191,6 +192,24 @@ def test_secret_fields_of_a_body_sent_without_a_type_are_scrubbed(content: bytes
     assert "rt-UNTYPED-FORM-1" not in str(caught.value)
     assert "rt-UNTYPED-FORM-1" not in str(caught.value.body)
     assert "refresh_token" in str(caught.value)
+
+
+@pytest.mark.parametrize("after", ["?x", "#x", "/x"])
+def test_a_url_httpx_refuses_is_refused_without_its_password(after: str) -> None:
+    """httpx reads a password up to a "?", "#" or "/" as a port, and quotes it."""
+    password = "sk_live_" + "URLPIECE4"
+    url = f"http://user:{password}{after}@127.0.0.1/"
+    with retrysafe.Client() as client, pytest.raises(httpx.InvalidURL) as caught:
+        client.get(url)
+    assert password not in "".join(traceback.format_exception(caught.value))
+
+    async def refused() -> None:
+        async with retrysafe.AsyncClient() as client:
+            await client.get(url)
+
+    with pytest.raises(httpx.InvalidURL) as caught:
+        asyncio.run(refused())
+    assert password not in "".join(traceback.format_exception(caught.value))
 
 
 def _raise_chained(token: str) -> None:

@@ -52,6 +52,7 @@ from retrysafe.client_options import (
     finish_operation,
     mark_stream,
     report_of,
+    scrub_refused_url,
     upload_headers,
     warn_per_request_cookies,
     with_call_options,
@@ -196,19 +197,23 @@ class Client(httpx.Client):
             warn_per_request_cookies()
         if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, operation)
-        request = self.build_request(
-            method,
-            url,
-            content=content,
-            data=data,
-            files=files,
-            json=json,
-            params=params,
-            headers=headers,
-            cookies=cookies,
-            timeout=timeout,
-            extensions=extensions,
-        )
+        try:
+            request = self.build_request(
+                method,
+                url,
+                content=content,
+                data=data,
+                files=files,
+                json=json,
+                params=params,
+                headers=headers,
+                cookies=cookies,
+                timeout=timeout,
+                extensions=extensions,
+            )
+        except httpx.InvalidURL as refused:
+            scrub_refused_url(refused, url)
+            raise
         if operation is None:
             # (built and sent here, as httpx's own request() does: one call level fewer)
             return self.send(request, auth=auth, follow_redirects=follow_redirects)

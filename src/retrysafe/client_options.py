@@ -20,6 +20,7 @@ from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, JournalState, state_after
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import Redactor, url_text_secrets
 from retrysafe.request_facts import (
     IDEMPOTENCY_HEADER,
     KEY_SENT_BEFORE_EXTENSION,
@@ -34,6 +35,7 @@ __all__ = [
     "begin_operation",
     "NO_KEY_EXTENSION",
     "add_auto_key",
+    "scrub_refused_url",
     "upload_headers",
     "check_idempotency_mode",
     "finish_operation",
@@ -162,6 +164,14 @@ def report_of(response: httpx.Response) -> CallReport | None:
         )
     report = response.extensions.get(OPTIONS_EXTENSION)
     return report if isinstance(report, CallReport) else None
+
+
+def scrub_refused_url(refused: httpx.InvalidURL, url: httpx.URL | str) -> None:
+    """Scrub the secrets of the URL the caller typed out of httpx's refusal of it: httpx
+    quotes the piece it could not parse, which for a password holding "?", "#" or "/"
+    is a piece of the password ("Invalid port: 'SECRET'")."""
+    if isinstance(url, str):
+        Redactor(url_text_secrets(url)).scrub_exception(refused)
 
 
 def upload_headers(headers: HeaderTypes | None, operation: str | None) -> HeaderTypes | None:

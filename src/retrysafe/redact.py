@@ -48,6 +48,7 @@ __all__ = [
     "redact_url_text",
     "redact_urllib3_logs",
     "typed_userinfo",
+    "url_text_secrets",
 ]
 
 REDACTED = "[REDACTED]"
@@ -261,6 +262,25 @@ def typed_userinfo(text: str) -> tuple[int, int] | None:
     if "@" in up_to_path and ":" in authority and not authority.rpartition(":")[2].isdigit():
         return start, start + up_to_path.rindex("@")
     return None
+
+
+def url_text_secrets(text: str) -> list[str]:
+    """The userinfo and secret query values of a URL as typed (parseable or not)."""
+    secrets: list[str] = []
+    span = typed_userinfo(text)
+    if span is not None:
+        userinfo = text[span[0] : span[1]]
+        user, _, password = userinfo.partition(":")
+        secrets += [userinfo, password or user]
+        # httpx parses a password holding "/", "?" or "#" as other parts of the URL and
+        # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
+        secrets += re.split(r"[/?#:@]", userinfo)
+    query = text.partition("?")[2].partition("#")[0]
+    for pair in query.replace(";", "&").split("&"):
+        name, _, value = pair.partition("=")
+        if is_secret_name(urllib.parse.unquote_plus(name)):
+            secrets += [value, urllib.parse.unquote_plus(value), urllib.parse.unquote(value)]
+    return [secret for secret in secrets if secret]
 
 
 def redact_url_text(text: str) -> str:

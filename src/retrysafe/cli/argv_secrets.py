@@ -6,11 +6,9 @@ a typo (a header without its colon, a refused URL) never prints a token that was
 
 from __future__ import annotations
 
-import re
-import urllib.parse
 from collections.abc import Sequence
 
-from retrysafe.redact import Redactor, is_secret_name, typed_userinfo
+from retrysafe.redact import Redactor, is_secret_name, url_text_secrets
 
 __all__ = ["argv_secrets", "header_secrets", "url_secrets"]
 
@@ -31,21 +29,7 @@ def header_secrets(text: str) -> list[str]:
 
 def url_secrets(text: str) -> list[str]:
     """The userinfo and secret query values of a URL as typed (parseable or not)."""
-    secrets: list[str] = []
-    span = typed_userinfo(text)
-    if span is not None:
-        userinfo = text[span[0] : span[1]]
-        user, _, password = userinfo.partition(":")
-        secrets += [userinfo, password or user]
-        # httpx parses a password holding "/", "?" or "#" as other parts of the URL and
-        # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
-        secrets += re.split(r"[/?#:@]", userinfo)
-    query = text.partition("?")[2].partition("#")[0]
-    for pair in query.replace(";", "&").split("&"):
-        name, _, value = pair.partition("=")
-        if is_secret_name(urllib.parse.unquote_plus(name)):
-            secrets += [value, urllib.parse.unquote_plus(value), urllib.parse.unquote(value)]
-    return [secret for secret in secrets if secret]
+    return url_text_secrets(text)
 
 
 def argv_secrets(argv: Sequence[str]) -> Redactor:
