@@ -202,6 +202,13 @@ def test_a_url_httpx_refuses_is_refused_without_its_password(after: str) -> None
     with retrysafe.Client() as client, pytest.raises(httpx.InvalidURL) as caught:
         client.get(url)
     assert password not in "".join(traceback.format_exception(caught.value))
+    with (
+        retrysafe.Client() as client,
+        pytest.raises(httpx.InvalidURL) as caught,
+        client.stream("GET", url),
+    ):
+        pass
+    assert password not in "".join(traceback.format_exception(caught.value))
 
     async def refused() -> None:
         async with retrysafe.AsyncClient() as client:

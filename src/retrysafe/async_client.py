@@ -39,6 +39,7 @@ from retrysafe.client_options import (
     add_auto_key,
     begin_operation,
     check_idempotency_mode,
+    check_typed_url,
     finish_operation,
     mark_stream,
     scrub_refused_url,
@@ -249,6 +250,7 @@ class AsyncClient(httpx.AsyncClient):
         )
         if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, None)
+        check_typed_url(url)  # (httpx's stream() builds the request: see request())
         async with super().stream(
             method,
             url,

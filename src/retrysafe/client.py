@@ -49,6 +49,7 @@ from retrysafe.client_options import (
     add_auto_key,
     begin_operation,
     check_idempotency_mode,
+    check_typed_url,
     finish_operation,
     mark_stream,
     report_of,
@@ -264,6 +265,7 @@ class Client(httpx.Client):
         )
         if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, None)
+        check_typed_url(url)  # (httpx's stream() builds the request: see request())
         with super().stream(
             method,
             url,

@@ -35,6 +35,7 @@ __all__ = [
     "begin_operation",
     "NO_KEY_EXTENSION",
     "add_auto_key",
+    "check_typed_url",
     "scrub_refused_url",
     "upload_headers",
     "check_idempotency_mode",
@@ -172,6 +173,18 @@ def scrub_refused_url(refused: httpx.InvalidURL, url: httpx.URL | str) -> None:
     is a piece of the password ("Invalid port: 'SECRET'")."""
     if isinstance(url, str):
         Redactor(url_text_secrets(url)).scrub_exception(refused)
+
+
+def check_typed_url(url: httpx.URL | str) -> None:
+    """Parse ``url`` as httpx will, for a call that hands it to httpx's own ``stream()``:
+    if httpx refuses it, its error goes without the URL's secrets (see
+    :func:`scrub_refused_url`)."""
+    if isinstance(url, str):
+        try:
+            httpx.URL(url)
+        except httpx.InvalidURL as refused:
+            scrub_refused_url(refused, url)
+            raise
 
 
 def upload_headers(headers: HeaderTypes | None, operation: str | None) -> HeaderTypes | None:
