@@ -432,19 +432,6 @@ class Call:
             responded=response is not None,
             policy=self.policy,
         )
-        # Whether the caller may try again later: as safe, or (when only a spent body
-        # keeps this call from repeating it) with the body again.
-        retryable = safe or (
-            not self.replayable
-            and safe_to_repeat(
-                verdict,
-                method=self.method,
-                keyed=self.idempotency_key is not None,
-                replayable=True,
-                responded=response is not None,
-                policy=self.policy,
-            )
-        )
         if (
             isinstance(cause, httpx.TimeoutException)
             and self._plan.cut_by_deadline
@@ -453,10 +440,14 @@ class Call:
             # Out of time (a shorter phase timeout that fired with time to spare is an
             # attempt's failure like any other); and a write the server may have done is
             # not for blind resending.
+            retryable = safe or self._safe_with_the_body_again(verdict, response)
             return self._stop("deadline", "deadline_exceeded", retryable=retryable)
         if not safe:
             return self._stop(
-                "outcome", "unsafe_to_repeat", retryable=retryable, spent_body=not self.replayable
+                "outcome",
+                "unsafe_to_repeat",
+                retryable=self._safe_with_the_body_again(verdict, response),
+                spent_body=not self.replayable,
             )
         if self._nested_gave_up:
             return self._stop("outcome", "nested_retry_exhausted")
@@ -473,6 +464,19 @@ class Call:
                 return self._stop("outcome", "deadline_insufficient")
         self.state = "asking"
         return AskRetry(wait, spends_budget=verdict.reason not in _RATE_LIMIT_REASONS)
+
+    def _safe_with_the_body_again(self, verdict: Verdict, response: httpx.Response | None) -> bool:
+        """Whether only a spent body keeps this call from repeating its request: then the
+        caller's own retry, sending the body again, would be safe (the error's
+        ``retryable``)."""
+        return not self.replayable and safe_to_repeat(
+            verdict,
+            method=self.method,
+            keyed=self.idempotency_key is not None,
+            replayable=True,
+            responded=response is not None,
+            policy=self.policy,
+        )
 
     def _too_late_for_another(self) -> bool:
         """Whether the deadline leaves no time for a worthwhile attempt (as
