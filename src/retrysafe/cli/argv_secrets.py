@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from retrysafe.redact import Redactor, is_secret_name, url_text_secrets
 
-__all__ = ["argv_secrets", "header_secrets", "url_secrets"]
+__all__ = ["argv_secrets", "header_secrets"]
 
 _HEADER_FLAGS = ("-H", "--header")
 
@@ -27,11 +27,6 @@ def header_secrets(text: str) -> list[str]:
     return []
 
 
-def url_secrets(text: str) -> list[str]:
-    """The userinfo and secret query values of a URL as typed (parseable or not)."""
-    return url_text_secrets(text)
-
-
 def argv_secrets(argv: Sequence[str]) -> Redactor:
     """A :class:`Redactor` for every secret value in ``argv``: headers and URLs."""
     secrets: list[str] = []
@@ -44,5 +39,5 @@ def argv_secrets(argv: Sequence[str]) -> Redactor:
         elif arg.startswith("-H") and len(arg) > 2:
             secrets += header_secrets(arg[2:])
         elif not arg.startswith("-"):
-            secrets += url_secrets(arg)
+            secrets += url_text_secrets(arg)
     return Redactor(secrets)
