@@ -41,3 +41,42 @@ def test_an_unkeyed_failure_has_no_key_to_offer() -> None:
         client.get("http://api.test/things")
     assert caught.value.idempotency_key is None
     assert "idempotency key (" not in str(caught.value)
+
+
+def timing_out_at_the_deadline(clock: FakeClock, deadline: float) -> httpx.MockTransport:
+    """Each attempt takes the call's whole deadline, then its reply is lost."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        clock.advance(deadline)
+        raise httpx.ReadTimeout("the reply was lost", request=request)
+
+    return httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_write_cut_by_the_deadline_warns_that_the_server_may_have_acted(keyed: bool) -> None:
+    clock = FakeClock()
+    client = retrysafe.Client(
+        transport=timing_out_at_the_deadline(clock, 1.0),
+        clock=clock,
+        policy=retrysafe.RetryPolicy(deadline=1.0),
+    )
+    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
+        client.post("http://api.test/payments", json={"amount": 1}, idempotency_key=keyed)
+    error = caught.value
+    assert (error.processed, error.retryable, error.attempts) == ("maybe", keyed, 1)
+    # "raise the deadline" alone would invite sending the write again blind
+    assert "the server may have processed it: check before sending a write again" in str(error)
+    assert ("resend it under the same idempotency key" in str(error)) is keyed
+
+
+def test_a_deadline_with_no_attempt_sent_says_nothing_of_the_server() -> None:
+    clock = FakeClock()
+    client = retrysafe.Client(transport=always_timing_out(), clock=clock)
+    with (
+        pytest.raises(retrysafe.DeadlineExceeded) as caught,
+        retrysafe.deadline(0.1, clock=clock),  # (below min_attempt_time: none starts)
+    ):
+        client.post("http://api.test/payments", json={"amount": 1})
+    assert caught.value.attempts == 0
+    assert "the server" not in str(caught.value)

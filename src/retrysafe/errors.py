@@ -164,6 +164,17 @@ class ApiError(Exception):
         return (_rebuild, (type(self), self.__dict__.copy(), str(self)))
 
 
+def _received_note(error: ApiError) -> str:
+    """Whether the server may have acted on the request, for an error that ends with no
+    usable answer: before a write is sent again, the caller must know."""
+    if error.processed == "no":
+        return "; the server never received it"
+    note = "; the server may have processed it: check before sending a write again"
+    if error.idempotency_key is not None:
+        note += f", or resend it under the same idempotency key ({error.idempotency_key})"
+    return note
+
+
 def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:
     error = cls.__new__(cls)
     Exception.__init__(error, message)
@@ -224,13 +235,7 @@ class TransportError(ApiError):
     def _message(self, body_excerpt: str) -> str:
         if self.reason == "unsafe_to_repeat":
             return super()._message(body_excerpt)
-        if self.processed == "maybe":
-            note = "; the server may have processed it: check before sending a write again"
-            if self.idempotency_key is not None:
-                note += f", or resend it under the same idempotency key ({self.idempotency_key})"
-        else:
-            note = "; the server never received it"
-        return super()._message(body_excerpt) + note
+        return super()._message(body_excerpt) + _received_note(self)
 
 
 class BadResponse(ApiError):
@@ -326,6 +331,13 @@ class DeadlineExceeded(ApiError):
                 " RetryPolicy(min_attempt_time=...) if it is above 0"
             )
         return super()._advice()
+
+    def _message(self, body_excerpt: str) -> str:
+        # An attempt that ran out of time may have reached the server and been acted on:
+        # "raise the deadline" alone would invite sending a write again blind.
+        if self.attempts == 0 or self.reason == "unsafe_to_repeat":
+            return super()._message(body_excerpt)
+        return super()._message(body_excerpt) + _received_note(self)
 
 
 class RetryAfterTooLong(ApiError):
