@@ -221,7 +221,9 @@ async def test_a_layer_under_an_async_hedging_call_ends_when_the_copys_attempt_m
     assert time.monotonic() - started < 1.7
 
 
-@pytest.mark.parametrize("value", [b"soon", b"-1", b"inf", b"nan"])
+@pytest.mark.parametrize(
+    "value", [b"soon", b"-1", b"inf", b"nan", b"", b"1_000", b"+2", b"1e3", b"2, soon"]
+)
 async def test_an_unusable_deadline_header_leaves_no_scope(value: bytes) -> None:
     seen: list[object] = []
 
@@ -249,6 +251,32 @@ async def test_a_usable_deadline_header_sets_the_scope_less_the_margin() -> None
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware)) as client:
         await client.get("http://service/", headers={"Request-Timeout": "2.5"})
     assert seen == [2.0]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [("Request-Timeout", "100"), ("Request-Timeout", "1")],
+        [("Request-Timeout", "1"), ("Request-Timeout", "100")],
+        [("Request-Timeout", "1, 100")],
+        [("Request-Timeout", "100 ,1.0")],
+    ],
+)
+async def test_a_deadline_header_sent_more_than_once_counts_its_tightest_value(
+    lines: list[tuple[str, str]],
+) -> None:
+    seen: list[float] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        deadline = retrysafe.deadline_scope.current_deadline()
+        assert deadline is not None
+        seen.append(deadline.remaining())
+        await Response("ok")(scope, receive, send)
+
+    middleware = retrysafe.DeadlineMiddleware(app, margin=0.5, clock=FakeClock())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware)) as client:
+        await client.get("http://service/", headers=lines)
+    assert seen == [0.5]
 
 
 class _BrokenHook:

@@ -10,6 +10,7 @@ time: nested services share one budget of time instead of each starting its own.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -17,6 +18,10 @@ from retrysafe.clock import Clock
 from retrysafe.deadline_scope import deadline
 
 __all__ = ["DeadlineMiddleware"]
+
+#: A deadline header's value: decimal seconds, not negative (no sign, exponent, ``_``,
+#: ``inf`` or ``nan``, all of which Python's ``float()`` would take).
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -30,7 +35,8 @@ class DeadlineMiddleware:
 
     ``margin`` seconds are kept back for the reply to travel home. A missing,
     malformed, negative or non-finite header leaves the request without a
-    scope (the handler's own policies still apply).
+    scope (the handler's own policies still apply). Sent more than once (several
+    lines, or values separated by commas), the tightest value counts.
     """
 
     def __init__(
@@ -57,11 +63,18 @@ class DeadlineMiddleware:
             await self.app(scope, receive, send)
 
     def _inbound_seconds(self, scope: Scope) -> float | None:
+        """The tightest of the header's values (every line of it, and each comma-separated
+        value in a line, as HTTP reads them alike); None if there is none, or if any is not
+        plain decimal seconds (such as ``10.000``)."""
+        tightest: float | None = None
         for name, value in scope.get("headers", ()):
-            if name.lower() == self.header:
-                try:
-                    seconds = float(value.decode("latin-1").strip())
-                except ValueError:
+            if name.lower() != self.header:
+                continue
+            for piece in value.decode("latin-1").split(","):
+                text = piece.strip()
+                if _SECONDS.fullmatch(text) is None:
                     return None
-                return seconds if math.isfinite(seconds) and seconds >= 0 else None
-        return None
+                seconds = float(text)
+                if tightest is None or seconds < tightest:
+                    tightest = seconds
+        return tightest
