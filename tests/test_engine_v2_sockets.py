@@ -104,10 +104,12 @@ def test_a_slow_redirect_chain_shares_one_deadline(api: Any, chaos: KeyedChaos) 
     """4 hops of 0.4 s under a 1 s deadline end with DeadlineExceeded by about 1 s."""
     policy = RetryPolicy(deadline=1, attempt_timeout=10)
     url = chaos.url("/redirect-chain/{key}", hops=4, delay_ms=400)
-    with pytest.raises(retrysafe.DeadlineExceeded):
+    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
         api.request("GET", url, policy=policy, follow_redirects=True)
     assert api.seconds < 1 + SLACK
     assert len(chaos.log()) <= 3
+    # The error's time is the whole chain's (its attempts and history are the last hop's).
+    assert 0.8 <= caught.value.elapsed <= api.seconds
 
 
 def test_a_redirect_chain_within_its_deadline_succeeds(api: Any, chaos: KeyedChaos) -> None:
@@ -119,6 +121,11 @@ def test_a_redirect_chain_within_its_deadline_succeeds(api: Any, chaos: KeyedCha
     assert response.json()["hop"] == 3
     assert len(chaos.log()) == 4
     assert api.seconds < 2
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert 4 * 0.05 <= report.elapsed <= api.seconds  # (the whole chain's time)
+    # ...while the response's own time is its hop's, as httpx times it.
+    assert response.elapsed.total_seconds() < report.elapsed - 3 * 0.05 + 0.001
 
 
 def test_a_redirect_chain_shares_one_retry_allowance(api: Any, chaos: KeyedChaos) -> None:

@@ -33,7 +33,6 @@ from retrysafe.decisions import (
     AskRetry,
     AttemptPlan,
     AwaitOthers,
-    CallReport,
     Decision,
     EmitEvent,
     Fail,
@@ -106,6 +105,7 @@ def _hedged_call(
     max_attempts: int | None,
     stream: bool,
     started: float,
+    elapsed_before: float,
 ) -> HedgedCall:
     """The engine of a call whose policy hedges, with its hedge delay worked out now
     (the fixed delay, or the dependency's learned percentile)."""
@@ -124,6 +124,7 @@ def _hedged_call(
         stream=stream,
         observed=_listening(settings.observer),
         started=started,
+        elapsed_before=elapsed_before,
     )
 
 
@@ -134,7 +135,7 @@ class _Chain:
     request carrying a copy of the same extensions, which is how the next hop finds it.
     """
 
-    __slots__ = ("deadline", "last_request", "retries_used", "timeouts")
+    __slots__ = ("deadline", "last_request", "retries_used", "started", "timeouts")
 
     def __init__(
         self,
@@ -142,11 +143,15 @@ class _Chain:
         timeouts: Mapping[str, Any],
         retries_used: int,
         last_request: httpx.Request,
+        started: float,
     ) -> None:
         self.deadline = deadline
         self.timeouts = timeouts
         self.retries_used = retries_used
         self.last_request = last_request
+        #: When its first hop started (the clock's monotonic seconds): a call's reported
+        #: time is the whole chain's.
+        self.started = started
 
 
 def _named(namer: Callable[[httpx.Request], object], request: httpx.Request) -> str:
@@ -178,15 +183,16 @@ _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 _INSTANT: Final = Wait(0.0)
 
 
-def _time_read_body(response: httpx.Response, report: CallReport) -> None:
-    """Set ``response.elapsed`` on a response whose body is read already: the call's
-    time (``report``'s), from its start, as httpx counts a call's through a transport
-    that retries: every attempt and wait in it.
+def _time_read_body(response: httpx.Response, seconds: float) -> None:
+    """Set ``response.elapsed`` on a response whose body is read already: ``seconds``,
+    the time of the request it answers, from the call's start (or, after a redirect,
+    the hop's), as httpx counts a call's through a transport that retries: every
+    attempt and wait in it.
 
     httpx sets it as it closes the stream it wraps the transport's response in; a
     body read within the attempt closed the response before httpx wrapped it, so
     httpx never did, and ``elapsed`` raised ``RuntimeError``."""
-    response.elapsed = timedelta(0, report.elapsed)
+    response.elapsed = timedelta(0, seconds)
 
 
 def _listening(observer: Observer) -> bool:
@@ -228,6 +234,7 @@ class Drive:
     __slots__ = (
         "_call",
         "_deadline",
+        "_elapsed_before",
         "_first",
         "_guard",
         "_outer",
@@ -283,6 +290,8 @@ class Drive:
         self._first: _FirstAttempt | None = None
         self._trace: CallTrace | None = None
         self._retries_before = 0
+        #: The time a redirect chain's earlier hops took (0 for a call of its own).
+        self._elapsed_before = 0.0
         #: The per-phase timeouts the request came with, before any attempt bounded them.
         timeouts = extensions.get("timeout")
         left = extensions.get(_LEFT_TIMEOUTS_EXTENSION)
@@ -346,6 +355,7 @@ class Drive:
         if isinstance(chain, _Chain) and chain.last_request is not self.request:
             # The next hop of a redirect chain: what the earlier hops left is this hop's.
             self._retries_before = chain.retries_used
+            self._elapsed_before = self._started - chain.started
             self.caller_timeouts = chain.timeouts
             return chain.deadline
         if scope is not None:
@@ -413,6 +423,7 @@ class Drive:
                 max_attempts,
                 self._stream,
                 self._started,
+                self._elapsed_before,
             )
         else:
             call = Call(
@@ -427,6 +438,7 @@ class Drive:
                 observed=observed,
                 started=self._started,
                 replayable=None if self._first is None else self._first.replayable,
+                elapsed_before=self._elapsed_before,
             )
         first = self._first
         if first is not None:
@@ -654,9 +666,9 @@ class Drive:
                 self._continue_chain()
             if not self._stream:
                 if response.is_closed:  # (its body read in the attempt)
-                    _time_read_body(response, step.report)
+                    _time_read_body(response, step.report.elapsed - self._elapsed_before)
             elif type(response.stream) is RawKeepingStream:  # (read for a rule)
-                _time_read_body(response, step.report)
+                _time_read_body(response, step.report.elapsed - self._elapsed_before)
                 unread(response)  # (the caller may stream it: see kept_body)
             return response
         assert isinstance(step, Fail)
@@ -668,7 +680,7 @@ class Drive:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
             if step.response.is_closed:  # (a failure's body is read in the attempt)
-                _time_read_body(step.response, step.report)
+                _time_read_body(step.response, step.report.elapsed - self._elapsed_before)
                 if self._stream:
                     unread(step.response)  # (the caller streams it: see kept_body)
             return step.response
@@ -689,7 +701,11 @@ class Drive:
             deadline = call.deadline
             retries_used = self._retries_before + call.attempts - 1
         self.request.extensions[_CHAIN_EXTENSION] = _Chain(
-            deadline, self.caller_timeouts, retries_used, self.request
+            deadline,
+            self.caller_timeouts,
+            retries_used,
+            self.request,
+            self._started - self._elapsed_before,
         )
 
     def close(self) -> None:

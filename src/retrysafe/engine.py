@@ -136,6 +136,7 @@ class Call:
         observed: bool = True,
         started: float | None = None,
         replayable: bool | None = None,
+        elapsed_before: float = 0.0,
     ) -> None:
         self.policy = policy
         self.method: str = request.method
@@ -157,6 +158,9 @@ class Call:
         #: When the call started (default now): a Call made for an attempt already in
         #: flight (see adopt_attempt) started when that attempt did.
         self._started = clock.monotonic() if started is None else started
+        #: Where the call's reported time counts from: its start, less the time a redirect
+        #: chain's earlier hops took (``elapsed_before``; the call is the whole chain).
+        self._reported_from = self._started - elapsed_before
         self.deadline = deadline if deadline is not None else Deadline.after(policy.deadline, clock)
         #: Attempts this call may make: fewer when nested, or when an earlier hop of a
         #: redirect chain already retried (one retry allowance serves the whole chain).
@@ -595,7 +599,7 @@ class Call:
                 url=self.url,
                 attempts=len(self._history),
                 history=tuple(self._history),
-                elapsed=self._clock.monotonic() - self._started,
+                elapsed=self._clock.monotonic() - self._reported_from,
                 processed=self._processed,
                 idempotency_key=self.idempotency_key,
             ),
@@ -673,7 +677,7 @@ class Call:
         return CallReport(
             len(history),  # attempts
             tuple([record.wait for record in history[:-1]]) if len(history) > 1 else (),  # waits
-            now - self._started,  # elapsed
+            now - self._reported_from,  # elapsed
             self.idempotency_key,
             self.dependency,
             history,
@@ -705,7 +709,7 @@ class Call:
                     outcome=outcome,
                     reason=reason,
                     wait=wait,
-                    elapsed=self._clock.monotonic() - self._started,
+                    elapsed=self._clock.monotonic() - self._reported_from,
                     exception=exception,
                 )
             )

@@ -104,6 +104,7 @@ class HedgedCall(Call):
         stream: bool = False,
         observed: bool = True,
         started: float | None = None,
+        elapsed_before: float = 0.0,
     ) -> None:
         super().__init__(
             request,
@@ -116,6 +117,7 @@ class HedgedCall(Call):
             stream=stream,
             observed=observed,
             started=started,
+            elapsed_before=elapsed_before,
         )
         #: Seconds after a copy starts before the next one is due.
         self.hedge_delay = hedge_delay
