@@ -124,7 +124,16 @@ def test_a_redirect_chain_within_its_deadline_succeeds(api: Any, chaos: KeyedCha
     report = retrysafe.report_of(response)
     assert report is not None
     assert 4 * 0.05 <= report.elapsed <= api.seconds  # (the whole chain's time)
-    # ...while the response's own time is its hop's, as httpx times it.
+
+
+def test_a_redirect_chains_last_response_keeps_its_own_hops_time(chaos: KeyedChaos) -> None:
+    """The report's time is the whole chain's; the response's, as httpx times it, its hop's."""
+    policy = RetryPolicy(deadline=2, attempt_timeout=1)
+    url = chaos.url("/redirect-chain/{key}", hops=3, delay_ms=50)
+    with retrysafe.Client(policy=policy, follow_redirects=True) as client:
+        response = client.get(url)
+    report = retrysafe.report_of(response)
+    assert report is not None
     assert response.elapsed.total_seconds() < report.elapsed - 3 * 0.05 + 0.001
 
 

@@ -111,6 +111,76 @@ def test_a_streamed_body_outlives_the_attempt_timeout(chaos: KeyedChaos) -> None
     assert [record.action for record in chaos.log()] == ["sse"]
 
 
+# A body streamed after its call started late in its deadline: each read gets httpx's own
+# read timeout (5 s), not what the deadline had left when the attempt began (0.6 s here).
+LATE_GAP_MS = 800
+LATE_EVENTS = 3
+
+
+def _late_clients() -> list[Any]:
+    return [
+        pytest.param(lambda: retrysafe.Client(), id="Client"),
+        pytest.param(lambda: httpx.Client(transport=retrysafe.RetryTransport()), id="transport"),
+    ]
+
+
+@pytest.mark.parametrize("make_client", _late_clients())
+def test_a_body_streamed_late_in_its_deadline_is_read_with_httpxs_read_timeout(
+    chaos: KeyedChaos, make_client: Any
+) -> None:
+    url = chaos.url("/sse", events=LATE_EVENTS, interval_ms=LATE_GAP_MS)
+    with make_client() as client, retrysafe.deadline(1.0):
+        time.sleep(0.4)  # the attempt gets what is left: about 0.6 s
+        with client.stream("GET", url) as response:
+            body = response.read()
+    assert response.status_code == 200
+    assert _count_events(body.decode()) == LATE_EVENTS  # gaps of 0.8 s, past the scope too
+    request_timeouts = response.request.extensions["timeout"]
+    assert request_timeouts["read"] == 5.0  # (the caller's, restored as the body was handed over)
+
+
+def test_a_requests_body_streamed_late_in_its_deadline_is_read_with_the_callers_timeout(
+    chaos: KeyedChaos,
+) -> None:
+    import requests
+
+    from retrysafe.requests import RetryAdapter
+
+    url = chaos.url("/sse", events=LATE_EVENTS, interval_ms=LATE_GAP_MS)
+    with requests.Session() as session, retrysafe.deadline(1.0):
+        session.mount("http://", RetryAdapter())
+        time.sleep(0.4)  # the attempt gets what is left: about 0.6 s
+        with session.get(url, stream=True, timeout=5) as response:
+            body = b"".join(response.iter_content(chunk_size=None))
+    assert response.status_code == 200
+    assert _count_events(body.decode()) == LATE_EVENTS
+
+
+def _late_async_clients() -> list[Any]:
+    return [
+        pytest.param(lambda: retrysafe.AsyncClient(), id="Client"),
+        pytest.param(
+            lambda: httpx.AsyncClient(transport=retrysafe.AsyncRetryTransport()), id="transport"
+        ),
+    ]
+
+
+@pytest.mark.parametrize("make_client", _late_async_clients())
+async def test_an_async_body_streamed_late_in_its_deadline_is_read_with_httpxs_read_timeout(
+    chaos: KeyedChaos, make_client: Any
+) -> None:
+    import anyio
+
+    url = chaos.url("/sse", events=LATE_EVENTS, interval_ms=LATE_GAP_MS)
+    async with make_client() as client:
+        with retrysafe.deadline(1.0):
+            await anyio.sleep(0.4)  # the attempt gets what is left: about 0.6 s
+            async with client.stream("GET", url) as response:
+                body = await response.aread()
+    assert response.status_code == 200
+    assert _count_events(body.decode()) == LATE_EVENTS
+
+
 def test_client_stream_takes_the_per_call_options(chaos: KeyedChaos) -> None:
     """``stream()`` takes ``policy``, ``idempotency_key`` and ``dependency`` like ``request()``."""
     with (

@@ -667,9 +667,11 @@ class Drive:
             if not self._stream:
                 if response.is_closed:  # (its body read in the attempt)
                     _time_read_body(response, step.report.elapsed - self._elapsed_before)
-            elif type(response.stream) is RawKeepingStream:  # (read for a rule)
-                _time_read_body(response, step.report.elapsed - self._elapsed_before)
-                unread(response)  # (the caller may stream it: see kept_body)
+            else:
+                if type(response.stream) is RawKeepingStream:  # (read for a rule)
+                    _time_read_body(response, step.report.elapsed - self._elapsed_before)
+                    unread(response)  # (the caller may stream it: see kept_body)
+                self.hand_over_body(self.request)
             return response
         assert isinstance(step, Fail)
         if step.retried:
@@ -690,6 +692,18 @@ class Drive:
         error = step.error
         error.__cause__ = step.cause
         raise error
+
+    def hand_over_body(self, request: httpx.Request) -> None:
+        """The caller reads the body of the answer to ``request`` (the one sent) itself
+        now: its reads get the caller's own timeouts, httpx's, not the attempt's.
+
+        httpcore reads the request's timeouts as the body's first read starts. The
+        attempt's bounded ones hold what the deadline had left when the attempt started,
+        which after a retry may be less than a gap between two chunks of a healthy body.
+        """
+        given = self.caller_timeouts
+        if given:
+            request.extensions["timeout"] = dict(given)
 
     def _continue_chain(self) -> None:
         """Leave this hop's deadline and retries for the redirect's next hop to find."""

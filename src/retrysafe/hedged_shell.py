@@ -50,7 +50,7 @@ from retrysafe.attempt_deadline import (
     retire_stream_of,
 )
 from retrysafe.classify import AttemptTimedOut
-from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody
+from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody, Succeed
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
@@ -351,6 +351,8 @@ class _SyncRound:
                 step = _conclude(drive, result)
                 if type(step) is not AwaitOthers:
                     self.winner = result.copy
+                    if type(step) is Succeed:
+                        drive.hand_over_body(result.copy.request)
                     return step
         finally:
             self.end()
@@ -508,6 +510,8 @@ async def hedged_round_async(
                     concluded = await _conclude_async(drive, result)
                     if type(concluded) is not AwaitOthers:
                         winner, step = result.copy, concluded
+                        if type(step) is Succeed:
+                            drive.hand_over_body(winner.request)
             except Exception as exc:  # raised after the copies are cancelled (no exception group)
                 error = exc
             except BaseException:

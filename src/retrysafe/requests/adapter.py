@@ -17,6 +17,7 @@ The engine sees the requests objects through httpx views
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import time
@@ -224,6 +225,7 @@ class RetryAdapter(HTTPAdapter):
             assert response is not None
             setattr(response, _REPORT_ATTRIBUTE, step.report)
             _trail.leave(drive.request, _redirect_target(response))
+            _read_on_with(response, attempt.timeout[1])
             return response
         assert isinstance(step, Fail)
         assert response is not None
@@ -236,6 +238,21 @@ class RetryAdapter(HTTPAdapter):
 
     def __repr__(self) -> str:
         return f"RetryAdapter(policy={self.policy!r})"
+
+
+def _read_on_with(response: requests.Response, read: float | None) -> None:
+    """The caller reads the body of ``response`` (streamed) itself now: its reads get the
+    caller's own read timeout, not the attempt's.
+
+    The attempt's read timeout holds what the deadline had left when the attempt started,
+    which after a retry may be less than a gap between two chunks of a healthy body.
+    urllib3 set it on the connection's socket, which the body's reads go on using."""
+    if response._content_consumed:  # type: ignore[attr-defined]
+        return
+    sock = getattr(getattr(response.raw, "_connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.settimeout(read)
 
 
 def _within_total(given: object, total: float | None) -> float | None:
