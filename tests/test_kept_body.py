@@ -149,3 +149,34 @@ async def test_async_a_success_a_rule_read_streams_raw(server: str) -> None:
     ):
         raw = b"".join([chunk async for chunk in response.aiter_raw()])
         assert raw == RAW
+
+
+# -- what is kept: the raw bytes only when they are not the decoded body -------------------
+
+
+def test_an_encoded_body_keeps_its_raw_bytes_apart() -> None:
+    from retrysafe.kept_body import RawKeepingStream, read_keeping_raw, unread
+
+    response = httpx.Response(
+        503, headers={"Content-Encoding": "gzip"}, stream=httpx.ByteStream(RAW)
+    )
+    read_keeping_raw(response)
+    assert isinstance(response.stream, RawKeepingStream)
+    assert response.stream.chunks == [RAW]
+    unread(response)
+    assert b"".join(response.iter_raw()) == RAW
+    assert response.read() == BODY
+
+
+def test_an_unencoded_body_is_not_held_twice() -> None:
+    # Its raw bytes are its decoded ones: iter_raw() gives the decoded body back, and no
+    # second copy of a large failing body is held.
+    from retrysafe.kept_body import RawKeepingStream, read_keeping_raw, unread
+
+    response = httpx.Response(503, stream=httpx.ByteStream(BODY))
+    read_keeping_raw(response)
+    assert isinstance(response.stream, RawKeepingStream)
+    assert response.stream.chunks == []
+    unread(response)
+    assert b"".join(response.iter_raw()) == BODY
+    assert response.read() == BODY

@@ -14,8 +14,10 @@ So the shells read such a body through :func:`read_keeping_raw` (or
 drive hands the response back with :func:`unread`: ``iter_raw()`` then gives the
 raw bytes, ``read()``, ``text`` and ``iter_bytes()`` the decoded body.
 
-Only these bodies are kept twice; a call that does not stream reads its body once,
-as bare httpx does.
+Only these bodies are kept twice, and only when the server encoded them
+(``Content-Encoding``): an unencoded body's raw bytes are its decoded ones, so
+``iter_raw()`` gives back the decoded body, with no second copy. A call that does not
+stream reads its body once, as bare httpx does.
 """
 
 from __future__ import annotations
@@ -28,23 +30,28 @@ __all__ = ["RawKeepingStream", "aread_keeping_raw", "read_keeping_raw", "unread"
 
 
 class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
-    """A response's stream that passes its chunks on and keeps each as it was received."""
+    """A response's stream that passes its chunks on and, if ``keep``, keeps each as it
+    was received."""
 
-    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream) -> None:
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, keep: bool) -> None:
         self._inner = inner
-        #: The raw chunks passed on so far.
+        #: Whether the raw chunks differ from the decoded body, and so are kept.
+        self.keep = keep
+        #: The raw chunks passed on so far (none unless ``keep``).
         self.chunks: list[bytes] = []
 
     def __iter__(self) -> Iterator[bytes]:
         assert isinstance(self._inner, httpx.SyncByteStream)
         for chunk in self._inner:
-            self.chunks.append(chunk)
+            if self.keep:
+                self.chunks.append(chunk)
             yield chunk
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         assert isinstance(self._inner, httpx.AsyncByteStream)
         async for chunk in self._inner:
-            self.chunks.append(chunk)
+            if self.keep:
+                self.chunks.append(chunk)
             yield chunk
 
     def close(self) -> None:
@@ -56,15 +63,21 @@ class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
+def _encoded(response: httpx.Response) -> bool:
+    """Whether the server encoded the body (so its raw bytes are not the decoded ones)."""
+    encoding = response.headers.get("content-encoding", "")
+    return encoding.strip().lower() not in ("", "identity")
+
+
 def read_keeping_raw(response: httpx.Response) -> None:
     """``response.read()``, keeping the raw bytes for :func:`unread`."""
-    response.stream = RawKeepingStream(response.stream)
+    response.stream = RawKeepingStream(response.stream, keep=_encoded(response))
     response.read()
 
 
 async def aread_keeping_raw(response: httpx.Response) -> None:
     """``await response.aread()``, keeping the raw bytes for :func:`unread`."""
-    response.stream = RawKeepingStream(response.stream)
+    response.stream = RawKeepingStream(response.stream, keep=_encoded(response))
     await response.aread()
 
 
@@ -73,6 +86,7 @@ def unread(response: httpx.Response) -> None:
     (nothing for any other response). Its decoded body stays: ``read()`` returns it."""
     stream = response.stream
     if type(stream) is RawKeepingStream and response.is_stream_consumed:
-        response.stream = httpx.ByteStream(b"".join(stream.chunks))
+        raw = b"".join(stream.chunks) if stream.keep else response.content
+        response.stream = httpx.ByteStream(raw)
         response.is_stream_consumed = False
         response.is_closed = False
