@@ -164,6 +164,13 @@ class ApiError(Exception):
         return (_rebuild, (type(self), self.__dict__.copy(), str(self)))
 
 
+def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
 def _received_note(error: ApiError) -> str:
     """Whether the server may have acted on the request, for an error that ends with no
     usable answer: before a write is sent again, the caller must know."""
@@ -173,13 +180,6 @@ def _received_note(error: ApiError) -> str:
     if error.idempotency_key is not None:
         note += f", or resend it under the same idempotency key ({error.idempotency_key})"
     return note
-
-
-def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:
-    error = cls.__new__(cls)
-    Exception.__init__(error, message)
-    error.__dict__.update(state)
-    return error
 
 
 class ClientError(ApiError):

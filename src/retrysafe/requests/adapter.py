@@ -225,7 +225,7 @@ class RetryAdapter(HTTPAdapter):
             assert response is not None
             setattr(response, _REPORT_ATTRIBUTE, step.report)
             _trail.leave(drive.request, _redirect_target(response))
-            _read_on_with(response, attempt.timeout[1])
+            _hand_over_body(response, attempt.timeout[1])
             return response
         assert isinstance(step, Fail)
         assert response is not None
@@ -240,7 +240,7 @@ class RetryAdapter(HTTPAdapter):
         return f"RetryAdapter(policy={self.policy!r})"
 
 
-def _read_on_with(response: requests.Response, read: float | None) -> None:
+def _hand_over_body(response: requests.Response, read: float | None) -> None:
     """The caller reads the body of ``response`` (streamed) itself now: its reads get the
     caller's own read timeout, not the attempt's.
 
