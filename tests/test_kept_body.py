@@ -1,5 +1,6 @@
 """A streamed call's body that retrysafe read for its verdict streams again, raw, as bare
 httpx's would: a failure handed back by the drop-in transports, or a success a rule read.
+The requests adapter leaves ``response.raw`` readable the same way.
 
 Over a real socket, against a server whose bodies are gzip-encoded, so the raw bytes
 (``iter_raw``) and the decoded ones (``iter_bytes``, ``text``) differ.
@@ -180,3 +181,78 @@ def test_an_unencoded_body_is_not_held_twice() -> None:
     unread(response)
     assert b"".join(response.iter_raw()) == BODY
     assert response.read() == BODY
+
+
+# -- the requests adapter: response.raw as bare requests leaves it -------------------------
+
+
+def _requests_session(adapter: Any) -> Any:
+    import requests
+
+    session = requests.Session()
+    session.mount("http://", adapter)
+    return session
+
+
+def test_bare_requests_streams_the_raw_bytes(server: str) -> None:
+    """What the tests below hold the adapter to."""
+    import requests
+
+    with requests.get(f"{server}/busy", stream=True) as response:
+        assert response.raw.read() == RAW
+
+
+def test_a_requests_failure_handed_back_streams_raw(server: str) -> None:
+    from retrysafe.requests import RetryAdapter
+
+    adapter = RetryAdapter(policy=ONCE, raise_on_status=False)
+    with _requests_session(adapter) as session:
+        with session.get(f"{server}/busy", stream=True) as response:
+            assert response.status_code == 503
+            assert response.raw.read() == RAW  # a gateway copies these on, still gzip
+            assert response.content == BODY
+        with session.get(f"{server}/busy", stream=True) as response:
+            assert response.raw.read(decode_content=True) == BODY
+        with session.get(f"{server}/busy", stream=True) as response:
+            assert b"".join(response.iter_content(64)) == BODY
+        # The body was read to its end: its connection went back to the pool each time.
+        pool = next(iter(adapter.poolmanager.pools._container.values()))
+        assert pool.num_connections == 1
+
+
+def test_a_requests_success_a_rule_read_streams_raw(server: str) -> None:
+    from retrysafe.requests import RetryAdapter
+
+    adapter = RetryAdapter(policy=RetryPolicy(rules=(_reads_body,)))
+    with (
+        _requests_session(adapter) as session,
+        session.get(f"{server}/ok", stream=True) as response,
+    ):
+        assert response.status_code == 200
+        assert response.raw.read() == RAW
+        assert response.text.startswith('{"error": "busy')
+
+
+def test_a_requests_error_carries_a_response_that_streams_raw(server: str) -> None:
+    import requests
+
+    from retrysafe.requests import RetryAdapter
+
+    with (
+        _requests_session(RetryAdapter(policy=ONCE)) as session,
+        pytest.raises(requests.HTTPError) as raised,
+    ):
+        session.get(f"{server}/busy", stream=True)
+    assert raised.value.response is not None
+    assert raised.value.response.raw.read() == RAW
+    assert raised.value.response.content == BODY
+
+
+def test_a_requests_call_that_does_not_stream_reads_as_before(server: str) -> None:
+    from retrysafe.requests import RetryAdapter
+
+    adapter = RetryAdapter(policy=ONCE, raise_on_status=False)
+    with _requests_session(adapter) as session:
+        response = session.get(f"{server}/busy")
+    assert response.content == BODY
+    assert response.raw.read() == b""  # spent, as bare requests leaves it

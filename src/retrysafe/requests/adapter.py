@@ -56,6 +56,7 @@ from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
 from retrysafe.requests.failures import attempt_failure
+from retrysafe.requests.kept_body import read_keeping_raw
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryAdapter", "report_of"]
@@ -190,7 +191,7 @@ class RetryAdapter(HTTPAdapter):
             stream=stream,
             chain=chain,
         )
-        attempt = _Attempt(self, request, timeout, verify, cert, proxies)
+        attempt = _Attempt(self, request, stream, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
         if drive.traced:
             attempt.trace_headers = TraceHeaders(view)
@@ -333,6 +334,7 @@ class _Attempt:
         "proxies",
         "request",
         "response",
+        "streamed",
         "timeout",
         "trace_headers",
         "verify",
@@ -342,6 +344,7 @@ class _Attempt:
         self,
         adapter: RetryAdapter,
         request: requests.PreparedRequest,
+        streamed: bool,
         timeout: TimeoutArg,
         verify: bool | str,
         cert: bytes | str | tuple[bytes | str, bytes | str] | None,
@@ -349,6 +352,8 @@ class _Attempt:
     ) -> None:
         self.adapter = adapter
         self.request = request
+        #: The caller streams the body (``stream=True``): one read here keeps its raw bytes.
+        self.streamed = streamed
         self.timeout = _connect_and_read(timeout)
         self.verify = verify
         self.cert = cert
@@ -391,10 +396,12 @@ class _Attempt:
                     response.close()
                     response = None
                     raise _CutShort()
-                body = _read(response, watch) if plan.read_body or _followed(response) else None
+                read_now = plan.read_body or _followed(response)
+                body = self._read(response, watch) if read_now else None
                 step = drive.returned(plan, _view_of(drive, response, body))
                 if type(step) is ReadBody:
-                    step = drive.returned(plan, _view_of(drive, response, _read(response, watch)))
+                    body = self._read(response, watch)
+                    step = drive.returned(plan, _view_of(drive, response, body))
                 self.response = response
                 return step
             except _CutShort as exc:
@@ -428,19 +435,19 @@ class _Attempt:
             read = bound if read is None or read > bound else read
         return connect, read
 
+    def _read(self, response: requests.Response, watch: Watch | None) -> bytes:
+        """The whole body, unless the watchdog cut it short (then it is not the body). A
+        streamed call's body stays readable from ``response.raw`` (see kept_body)."""
+        body = read_keeping_raw(response) if self.streamed else response.content
+        if watch is not None and watch.expired:
+            raise _CutShort()
+        return body
+
     def discard(self) -> None:
         """Close the previous attempt's response (its connection goes back to the pool)."""
         if self.response is not None:
             self.response.close()
             self.response = None
-
-
-def _read(response: requests.Response, watch: Watch | None) -> bytes:
-    """The whole body, unless the watchdog cut it short (then it is not the body)."""
-    body = response.content
-    if watch is not None and watch.expired:
-        raise _CutShort()
-    return body
 
 
 def _view_of(drive: Drive, response: requests.Response, body: bytes | None) -> Any:
