@@ -12,8 +12,9 @@ import time
 import httpcore
 import pytest
 
+from retrysafe.async_bounded_backend import AsyncBoundedStream
 from retrysafe.attempt_deadline import current_call
-from retrysafe.bounded_backend import AsyncBoundedStream, BoundedStream
+from retrysafe.bounded_backend import BoundedStream
 
 
 class _Call:

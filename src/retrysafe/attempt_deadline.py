@@ -230,7 +230,8 @@ def bound_transport(transport: object) -> bool:
     # httpx loads httpcore only once a transport exists; so it is loaded by now.
     import httpcore
 
-    from retrysafe.bounded_backend import AsyncBoundedBackend, BoundedBackend
+    from retrysafe.async_bounded_backend import AsyncBoundedBackend
+    from retrysafe.bounded_backend import BoundedBackend
 
     backend = getattr(pool, "_network_backend", None)
     if isinstance(backend, (BoundedBackend, AsyncBoundedBackend)):

@@ -1,7 +1,12 @@
-"""httpcore network streams that end every operation by the current attempt's deadline.
+"""httpcore network streams that end every operation by the current attempt's deadline:
+the sync ones (the async ones are :mod:`retrysafe.async_bounded_backend`).
 
 See :mod:`retrysafe.attempt_deadline` for why; this module is loaded only once
 a transport with an httpcore pool is wrapped, since httpx itself defers httpcore.
+Every read and write of a sync call over a socket runs through it, so the compiled
+build compiles it (``docs/cost.md``). The async streams stay plain Python apart: a
+coroutine compiled by mypyc would pass a cancellation on with the three-argument
+``throw()`` Python 3.12 deprecated.
 
 A stream that carries HTTP/2 (it is told by the connection preface it writes) is
 shared by every request on its connection, so two things change there. Its writes
@@ -26,13 +31,14 @@ import socket
 import threading
 import typing
 import weakref
-from collections.abc import Coroutine, Iterable
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final
 
 import httpcore
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    SharedStream,
     connection_carrying,
     current_call,
     current_copy,
@@ -42,24 +48,26 @@ from retrysafe.attempt_deadline import (
 )
 
 __all__ = [
-    "AsyncBoundedBackend",
-    "AsyncBoundedStream",
+    "H2_PREFACE",
     "BoundedBackend",
     "BoundedStream",
+    "PoolRef",
     "withdraw_queued",
+    "written_by_call",
 ]
 
 #: What an HTTP/2 client writes first on a connection (RFC 9113, 3.4).
-_H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 _Pool: typing.TypeAlias = "httpcore.ConnectionPool | httpcore.AsyncConnectionPool"
-_PoolRef: typing.TypeAlias = "weakref.ref[_Pool] | None"
+#: A weak reference to the httpcore pool a stream's connection is in, if known.
+PoolRef: typing.TypeAlias = "weakref.ref[_Pool] | None"
 
 
 class BoundedStream(httpcore.NetworkStream):
     """A network stream whose every operation ends by the current attempt's deadline."""
 
-    def __init__(self, inner: httpcore.NetworkStream, pool: _PoolRef = None) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, pool: PoolRef = None) -> None:
         self._inner = inner
         # httpcore asks these of every request's connection: the inner stream's own
         # methods answer them, with no frame of this class's around each.
@@ -93,7 +101,7 @@ class BoundedStream(httpcore.NetworkStream):
             # (httpcore writes a GET's empty body and end this way: nothing is sent, so
             # there is nothing to bound; two of every GET's three writes)
             return self._inner.write(buffer, timeout)
-        if self.shared or buffer.startswith(_H2_PREFACE):
+        if self.shared or buffer.startswith(H2_PREFACE):
             # HTTP/2: frames of every request on the connection, never cut by one attempt
             if not self.shared:
                 self.shared = True
@@ -102,7 +110,7 @@ class BoundedStream(httpcore.NetworkStream):
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
                 _bound_stream_slots(self)
-            _written_by_call(self)
+            written_by_call(self)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
@@ -142,7 +150,7 @@ class BoundedStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-def _written_by_call(stream: BoundedStream | AsyncBoundedStream) -> None:
+def written_by_call(stream: SharedStream) -> None:
     """The call running in this context wrote to the HTTP/2 ``stream``: it is the one to
     retire if that call's attempt is cut from outside (see retire_stream_of)."""
     call = current_call.get()
@@ -151,7 +159,7 @@ def _written_by_call(stream: BoundedStream | AsyncBoundedStream) -> None:
 
 
 class _Acquirable(typing.Protocol):
-    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
 
 
 def _acquired_in_time(waited_on: _Acquirable) -> bool:
@@ -232,46 +240,6 @@ class _StreamSlots:
         self._semaphore.release()
 
 
-class _AsyncStreamSlots:
-    """httpcore's count of the streams an async HTTP/2 connection may still open, as it
-    counts them: a request that gets a slot while h2 counts the server's limit full
-    retires the connection (:func:`~retrysafe.attempt_deadline.retire_if_full`). (The
-    wait itself is bounded by the attempt's cancellation, as every async wait is.)
-
-    httpcore also takes slots back when the server lowers its limit; that is no request,
-    and is left alone, as in the sync :class:`_StreamSlots`. It is told by httpcore's
-    own count of the streams it allows, which stays above the new limit until every
-    slot is taken back.
-    """
-
-    def __init__(self, semaphore: typing.Any, connection: object) -> None:
-        self._semaphore = semaphore
-        self._connection = weakref.ref(connection)
-
-    async def acquire(self) -> None:
-        await self._semaphore.acquire()
-        connection = self._connection()
-        if not _taking_slots_back(connection):
-            retire_if_full(connection)
-
-    async def release(self) -> None:
-        await self._semaphore.release()
-
-
-def _taking_slots_back(connection: typing.Any) -> bool:
-    """Whether httpcore's HTTP/2 ``connection`` is taking stream slots back, after the
-    server lowered its limit (True when that cannot be told: nothing is then retired)."""
-    try:
-        state = connection._h2_state
-        allowed = min(
-            state.remote_settings.max_concurrent_streams,
-            state.local_settings.max_concurrent_streams,
-        )
-        return bool(connection._max_streams > allowed)
-    except Exception:
-        return True
-
-
 def _bound_turns_to_read(stream: BoundedStream) -> bool:
     """Give the sync HTTP/2 connection ``stream`` carries a :class:`_TurnToRead` lock;
     whether it did.
@@ -302,16 +270,6 @@ def _bound_stream_slots(stream: BoundedStream) -> None:
     semaphore = getattr(slots, "_semaphore", None)
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
         connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
-
-
-def _watch_stream_slots_async(stream: AsyncBoundedStream) -> None:
-    """Give the async HTTP/2 connection ``stream`` carries :class:`_AsyncStreamSlots`
-    around its own count of free streams, which it makes after writing its preface;
-    only where it finds httpcore's own ``AsyncSemaphore``."""
-    connection = connection_carrying(stream)
-    slots = getattr(connection, "_max_streams_semaphore", None)
-    if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
-        connection._max_streams_semaphore = _AsyncStreamSlots(slots, connection)
 
 
 class _Withdrawn:
@@ -348,7 +306,7 @@ class BoundedBackend(httpcore.NetworkBackend):
 
     def __init__(self, inner: httpcore.NetworkBackend, pool: _Pool | None = None) -> None:
         self.inner = inner
-        self._pool: _PoolRef = weakref.ref(pool) if pool is not None else None
+        self._pool: PoolRef = weakref.ref(pool) if pool is not None else None
 
     def connect_tcp(
         self,
@@ -374,105 +332,3 @@ class BoundedBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
-
-
-class AsyncBoundedStream(httpcore.AsyncNetworkStream):
-    """The async twin of :class:`BoundedStream` (asyncio and trio alike)."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream, pool: _PoolRef = None) -> None:
-        self._inner = inner
-        # (as BoundedStream's: httpcore asks it of every request's connection)
-        self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
-        #: See :class:`BoundedStream`.
-        self.pool = pool
-        self.shared = False
-        #: Its HTTP/2 connection's stream slots are still httpcore's own.
-        self._slots_unwatched = False
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        bounded, binds, in_attempt = time_left(timeout)
-        if binds and bounded is not None and bounded <= 0:
-            if self.shared:
-                retire(self)
-            raise AttemptDeadlineReached(stalled=False)
-        try:
-            return await self._inner.read(max_bytes, bounded)
-        except httpcore.ReadTimeout:
-            if not in_attempt:
-                raise
-            if self.shared:
-                retire(self)
-            raise AttemptDeadlineReached(stalled=not binds) from None
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        # A plain function handing back the write to await: an empty one (nothing is
-        # sent: see BoundedStream.write), two of a GET's three, is the inner stream's
-        # own, with no coroutine of this class's around it.
-        if not buffer:
-            return self._inner.write(buffer, timeout)
-        return self._write(buffer, timeout)
-
-    async def _write(self, buffer: bytes, timeout: float | None) -> None:
-        if self.shared or buffer.startswith(_H2_PREFACE):  # (see BoundedStream.write)
-            if not self.shared:
-                self.shared = True
-                self._slots_unwatched = True
-            elif self._slots_unwatched:
-                # (the first write after the preface: the connection has made its slots)
-                self._slots_unwatched = False
-                _watch_stream_slots_async(self)
-            _written_by_call(self)
-            return await self._inner.write(buffer, timeout)
-        bounded, binds, _ = time_left(timeout)
-        if binds and bounded is not None and bounded <= 0:
-            raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
-        await self._inner.write(buffer, bounded)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: typing.Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
-        inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
-        return AsyncBoundedStream(inner, self.pool)
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
-    """An async network backend whose connections are :class:`AsyncBoundedStream`."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, pool: _Pool | None = None) -> None:
-        self.inner = inner
-        self._pool: _PoolRef = weakref.ref(pool) if pool is not None else None
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
-        stream = await self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        return AsyncBoundedStream(stream, self._pool)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
-        stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
-        return AsyncBoundedStream(stream, self._pool)
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)

@@ -32,6 +32,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "retrysafe.hints",
     "retrysafe.request_facts",
     "retrysafe.attempt_deadline",
+    "retrysafe.bounded_backend",
     "retrysafe.governor.guard",
     "retrysafe.governor.breaker",
     "retrysafe.governor.budget",
