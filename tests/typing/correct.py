@@ -15,6 +15,7 @@ from retrysafe import ApiError, CallReport, RetryEvent, RetryPolicy, Verdict
 from retrysafe.client import report_of
 from retrysafe.idempotency import IdempotencyMiddleware, IdempotencySettings, MemoryStore
 from retrysafe.idempotency.asgi import ASGIApp
+from retrysafe.simulate import ContentionSettings
 from retrysafe.testing import FakeClock
 
 URL = "https://api.example.com/items"
@@ -132,3 +133,8 @@ def middleware_takes_any_collection(app: ASGIApp) -> None:
     )
     IdempotencySettings(required=True, methods=("POST",), release_statuses=range(400, 410))
     FakeClock(randoms=(0.5, 0.25))
+
+
+def simulation_settings_take_any_collection() -> None:
+    ContentionSettings(clients=[10, 50], strategies=["none", "full"])
+    ContentionSettings(clients=range(10, 30, 10), strategies={"equal"})

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any
 
@@ -75,14 +75,14 @@ _LOST_WRITE_VERDICT = Verdict.retry("write_conflict", processed="no")
 class ContentionSettings:
     """The contention scenario's parameters (seconds for times). Frozen and validated."""
 
-    clients: tuple[int, ...] = tuple(range(10, 200, 20))
+    clients: Collection[int] = tuple(range(10, 200, 20))
     runs: int = 100
     seed: int = 0
     latency: float = 0.010
     latency_sd: float = 0.002
     backoff_base: float = 0.005
     backoff_cap: float = 2.0
-    strategies: tuple[Strategy, ...] = STRATEGIES
+    strategies: Collection[Strategy] = STRATEGIES
     #: The ``yours`` strategy's policy and governor settings (None: not run, unless the
     #: other is given; then the missing one is the default).
     policy: RetryPolicy | None = None
