@@ -247,13 +247,17 @@ def test_hooks_see_every_retry_and_the_end_and_a_broken_hook_changes_nothing() -
         clock=FakeClock(randoms=[0.0]),
         hooks=[events.append, broken],
     )
-    assert client.get("http://api.test/").status_code == 200
+    response = client.get("http://api.test/")
+    assert response.status_code == 200
     assert [(e.kind, e.attempt, e.outcome, e.status) for e in events] == [
         ("attempt", 1, "service_unavailable", 503),
         ("retry", 1, "service_unavailable", 503),
         ("attempt", 2, "success", 200),
         ("success", 2, "success", 200),
     ]
+    # The report's history names each attempt's number as the events do.
+    history = retrysafe.report_of(response).history
+    assert [(r.attempt, r.outcome) for r in history] == [(1, "service_unavailable"), (2, "success")]
     assert {e.reason for e in events} == {""}, "reason is only why a failed call stopped"
 
 

@@ -656,7 +656,7 @@ class Call:
         self._history.append(
             # (positional: built for every attempt; the fields in AttemptRecord's order)
             AttemptRecord(
-                plan.number,  # number
+                plan.number,  # attempt
                 verdict.reason,  # outcome
                 status,
                 exception,

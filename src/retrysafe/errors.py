@@ -41,13 +41,14 @@ __all__ = [
 class AttemptRecord(NamedTuple):
     """What one attempt did (an immutable record: a named tuple, cheap to make).
 
-    ``status`` is the response status (None when no response came back),
+    ``attempt`` is its number, from 1 (as a :class:`~retrysafe.RetryEvent`'s), ``status``
+    is the response status (None when no response came back),
     ``exception`` the exception's class name, ``outcome`` what it got, as a code,
     ``started`` seconds from the start of the call, ``elapsed`` the attempt's own
     duration and ``wait`` the sleep that followed it (0.0 for the last).
     """
 
-    number: int
+    attempt: int
     outcome: str
     status: int | None
     exception: str | None

@@ -294,7 +294,7 @@ class HedgedCall(Call):
             elapsed = now - flight.started
             lost.append(
                 AttemptRecord(
-                    number=flight.plan.number,
+                    attempt=flight.plan.number,
                     outcome=LOST,
                     status=None,
                     exception=None,
