@@ -58,7 +58,9 @@ def _replay(original: urllib3.HTTPResponse, body: bytes) -> urllib3.HTTPResponse
         reason=original.reason,
         preload_content=False,
         decode_content=original.decode_content,
-        request_method=getattr(original, "_request_method", None),
+        # (the bytes are what came, checked as they came: a HEAD's Content-Length, say,
+        # announces bytes that never follow)
+        enforce_content_length=False,
         request_url=original.url,
     )
 
