@@ -1304,7 +1304,7 @@ def check_attempts_within_policy(run: Run, expect: Expect) -> None:
         status = rec.response.status_code if rec.response is not None else None
         exception = type(rec.exc).__name__ if rec.exc is not None else None
         expect(
-            (record.number, record.status, record.exception, record.timeout)
+            (record.attempt, record.status, record.exception, record.timeout)
             == (rec.plan.number, status, exception, rec.plan.timeout),
             "history record %r does not match attempt %d (%s, timeout %r)",
             record,

@@ -360,7 +360,7 @@ def check_every_copy_accounted_for(run: Run) -> list[str]:
         return []
     report = run.final.report
     problems = []
-    numbers = sorted(record.number for record in report.history)
+    numbers = sorted(record.attempt for record in report.history)
     if numbers != sorted(c.plan.number for c in run.copies):
         problems.append(f"history numbers {numbers}, copies {[c.plan.number for c in run.copies]}")
     lost = sum(record.outcome == LOST for record in report.history)
@@ -371,8 +371,8 @@ def check_every_copy_accounted_for(run: Run) -> list[str]:
         problems.append(f"report says {report.hedges} hedges, {hedges} sent")
     if hedges and isinstance(run.final, Succeed):
         winner = [r for r in report.history if r.outcome not in (LOST,)][-1]
-        if report.winner != winner.number:
-            problems.append(f"winner {report.winner}, the deciding copy was {winner.number}")
+        if report.winner != winner.attempt:
+            problems.append(f"winner {report.winner}, the deciding copy was {winner.attempt}")
     if report.attempts != len(run.copies):
         problems.append(f"report.attempts {report.attempts}, copies sent {len(run.copies)}")
     return problems

@@ -106,7 +106,7 @@ def test_a_hedged_copy_that_answers_first_wins_and_the_first_is_recorded_lost() 
     assert isinstance(step, Succeed)
     report = step.report
     assert (report.attempts, report.hedges, report.winner) == (2, 1, 2)
-    assert [(r.number, r.outcome) for r in report.history] == [(1, "hedge_lost"), (2, "success")]
+    assert [(r.attempt, r.outcome) for r in report.history] == [(1, "hedge_lost"), (2, "success")]
     assert step.response.extensions["retrysafe"] is report
     effects = call.take_effects()
     latencies = [e for e in effects if isinstance(e, RecordLatency)]
@@ -166,7 +166,7 @@ def test_a_failed_copy_does_not_end_the_call_while_another_is_in_flight() -> Non
     assert call.state == "attempting"
     step = call.attempt_returned(first, ok())
     assert isinstance(step, Succeed)
-    assert [(r.number, r.outcome) for r in step.report.history] == [
+    assert [(r.attempt, r.outcome) for r in step.report.history] == [
         (2, "service_unavailable"),
         (1, "success"),
     ]
@@ -190,7 +190,7 @@ def test_a_final_answer_from_any_copy_ends_the_call_and_the_others_lose() -> Non
     hedge_now(call, clock)
     step = call.attempt_returned(first, ok(404))
     assert isinstance(step, Fail)
-    assert next((r.number, r.outcome) for r in step.report.history) == (2, "hedge_lost")
+    assert next((r.attempt, r.outcome) for r in step.report.history) == (2, "hedge_lost")
     assert step.report.history[-1].status == 404
 
 
