@@ -60,6 +60,10 @@ def test_the_compiled_run_runs_every_listed_module_compiled() -> None:
     # A compiled coroutine throws into the one it awaits with the 3-argument throw()
     # Python 3.12 deprecated: from 3.12 on, the async send loop stays plain Python.
     assert _is_extension("retrysafe.async_send_loop") is (sys.version_info < (3, 12))
+    # The async network streams are coroutines every async read runs through: plain on
+    # every Python (the sync ones, beside them, are compiled).
+    assert not _is_extension("retrysafe.async_bounded_backend")
+    assert _is_extension("retrysafe.bounded_backend")
 
 
 @pytest.mark.skipif(EXPECT_COMPILED, reason="the compiled run")
