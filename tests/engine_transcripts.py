@@ -75,7 +75,7 @@ from retrysafe.errors import (
     TransportError,
 )
 from retrysafe.governor.breaker import Permit
-from retrysafe.policy import DEFAULT_RETRY_STATUSES, RetryPolicy
+from retrysafe.policy import RetryPolicy
 from retrysafe.testing import FakeClock
 from retrysafe.timing import Deadline
 
@@ -506,6 +506,10 @@ def generate(rng: random.Random) -> Scenario:
     shared = None
     if _chance(rng, 0.1):
         shared = rng.uniform(dict(policy)["min_attempt_time"], max(0.1, min(deadline, 30)))
+    elif _chance(rng, 0.02):
+        # A deadline shared with an enclosing scope that already has less than
+        # min_attempt_time left: no attempt may start at all.
+        shared = rng.uniform(0.0, dict(policy)["min_attempt_time"])
     if persistent:
         method = rng.choice(("GET", "PUT", "DELETE", "POST", "PATCH"))
         key = "key-7f3a" if method in ("POST", "PATCH") else rng.choice((None, "key-7f3a"))
@@ -921,6 +925,11 @@ def _oracle_rule(name: str, spec: Outcome) -> tuple[str, str | None] | None:
     raise ValueError(name)
 
 
+#: The statuses retried by default, as docs/retries.md lists them: written out here rather
+#: than read from retrysafe.policy, so that a wrong default there cannot move the oracle too.
+_DOCUMENTED_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
 def _oracle_default(spec: Outcome, keyed: bool, in_use: bool) -> tuple[str, str | None]:
     status = spec.status
     if status < 400:
@@ -935,7 +944,7 @@ def _oracle_default(spec: Outcome, keyed: bool, in_use: bool) -> tuple[str, str 
         if spec.body in _IN_FLIGHT_BODIES or spec.retry_after is not None or in_use:
             return ("retry", "no")  # the key is in use by an attempt still running
         return ("permanent", None)  # the app's own conflict
-    if status in DEFAULT_RETRY_STATUSES:
+    if status in _DOCUMENTED_RETRY_STATUSES:
         return ("retry", "no" if status in (408, 429, 503) else "maybe")
     return ("permanent", None)
 
@@ -1075,7 +1084,8 @@ def check_retry_after_respected(run: Run, expect: Expect) -> None:
     after the outcome (fake clock), and the retry's wait lies in
     ``[hint, hint + retry_after_jitter]``. A governor's cooldown is honoured the same
     way and its pacing wait exactly. A hint (or cooldown) above ``max_retry_after``
-    ends the call."""
+    ends the call. With no hint, the wait is full-jitter backoff: at most
+    ``min(backoff_cap, backoff_base * 2^(n-1))`` after attempt n."""
     policy = run.policy
     jitter = policy.retry_after_jitter
     limit = policy.max_retry_after
@@ -1088,6 +1098,19 @@ def check_retry_after_respected(run: Run, expect: Expect) -> None:
             following = run.records[index + 1] if index + 1 < len(run.records) else None
             if isinstance(following, AnswerRec) and type(following.result) is Wait:
                 wait = following.result.seconds
+                if hint is None:
+                    # Full jitter: a backoff wait lies in [0, min(cap, base * 2^(n-1))].
+                    ceiling = min(
+                        policy.backoff_cap, policy.backoff_base * 2.0 ** (rec.plan.number - 1)
+                    )
+                    expect(
+                        0 <= wait <= ceiling + eps(ceiling),
+                        "attempt %d: a backoff wait of %r s, over its ceiling %r s (cap %r)",
+                        rec.plan.number,
+                        wait,
+                        ceiling,
+                        policy.backoff_cap,
+                    )
             what = f"attempt {rec.plan.number} ({rec.spec.describe()})"
         elif isinstance(rec, StartRec) and rec.admission.cooldown > 0:
             hint = rec.admission.cooldown
@@ -1674,9 +1697,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
 def check_classification_matches_spec(run: Run, expect: Expect) -> None:
     """Classify agrees with the scenario. Each outcome's verdict kind (and, for a
     retry, whether the server surely did not act) is what the scenario says it is:
-    the DESIGN §3 table, the not-replayable 409 final, a keyed 409 in flight
-    retryable, a replay final, rules first. A streamed success is judged on its headers
-    only when no rule needs the body."""
+    the table in docs/retries.md, the not-replayable 409 final, a keyed 409 in flight
+    retryable, a replay final, rules first. A retry's hint is the Retry-After header's
+    seconds, and it spends retry budget unless the server said the client was too fast
+    (a 429, a key in use). A streamed success is judged on its headers only when no rule
+    needs the body."""
     for rec in run.outcomes:
         expect(
             rec.verdict is not BODY_NEEDED,
@@ -1697,6 +1722,38 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
             kind,
             processed,
         )
+        header = rec.spec.retry_after
+        if (
+            rec.exc is None
+            and rec.verdict.kind == "retry"
+            and header is not None
+            and header[0] == "seconds"
+            and _rule_meaning(run, rec.spec) is None
+        ):
+            # The hint every wait is checked against is classify's own: read the header
+            # here too, so that a hint classify loses or misreads is caught.
+            sent = min(float(int(header[1])), 1e15)
+            expect(
+                rec.verdict.after == sent,
+                "attempt %d (%s): classify's hint is %r, the Retry-After header says %r",
+                rec.plan.number,
+                rec.spec.describe(),
+                rec.verdict.after,
+                sent,
+            )
+        if type(rec.result) is AskRetry:
+            # A wait the server asked for because the client was too fast (a 429, a key
+            # still in use) spends no retry budget; every other retry does.
+            too_fast = _rule_meaning(run, rec.spec) is None and (
+                rec.spec.status == 429 or (rec.spec.status == 409 and run.keyed)
+            )
+            expect(
+                rec.result.spends_budget is (rec.exc is not None or not too_fast),
+                "attempt %d (%s): the retry's spends_budget is %r",
+                rec.plan.number,
+                rec.spec.describe(),
+                rec.result.spends_budget,
+            )
         if rec.read_body is not None:
             expect(
                 not rec.plan.read_body,

@@ -1,4 +1,4 @@
-"""Classification: what each outcome means, per the DESIGN §3 table."""
+"""Classification: what each outcome means, per the retry table in docs/retries.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every row of the DESIGN §3 table, over real sockets against the chaos server.
+"""Every row of the retry table (docs/retries.md), over real sockets against the chaos server.
 
 Each test runs three times (``api`` fixture): sync Client, AsyncClient on
 asyncio, AsyncClient on trio. Waits use short real timeouts and small
