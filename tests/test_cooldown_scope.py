@@ -11,6 +11,9 @@ import httpx
 import pytest
 
 import retrysafe
+from retrysafe import Call, RetryPolicy
+from retrysafe.decisions import Admission, AttemptPlan, StartCooldown
+from retrysafe.governor.breaker import CLOSED_PERMIT
 from retrysafe.testing import FakeClock
 
 
@@ -73,3 +76,23 @@ def test_dependency_by_path_refuses_what_is_not_a_segment_count(bad: object) -> 
 def test_a_dependency_that_is_neither_name_nor_callable_is_refused_with_the_way_out() -> None:
     with pytest.raises(TypeError, match="dependency_by_path"):
         retrysafe.Client(dependency=42)  # type: ignore[arg-type]
+
+
+def _cooldown_after_a_429(headers: dict[str, str]) -> StartCooldown:
+    """The cooldown a first attempt's 429 with ``headers`` leaves (engine, fake clock)."""
+    call = Call(httpx.Request("GET", "http://api.test/"), policy=RetryPolicy(), clock=FakeClock())
+    plan = call.start_attempt(Admission(permit=CLOSED_PERMIT))
+    assert isinstance(plan, AttemptPlan)
+    call.attempt_returned(plan, httpx.Response(429, headers=headers, content=b"{}"))
+    [cooldown] = [effect for effect in call.take_effects() if type(effect) is StartCooldown]
+    return cooldown
+
+
+def test_a_429_that_announces_its_limits_reset_pauses_for_the_longer_of_the_two() -> None:
+    used_up = {"RateLimit-Remaining": "0", "RateLimit-Reset": "10"}
+    # The reset comes later than the 429's own wait: the dependency pauses until it.
+    assert _cooldown_after_a_429({"Retry-After": "2", **used_up}) == StartCooldown(10.0, True)
+    # The 429's wait is the longer: that is the pause (as for any 429).
+    later = _cooldown_after_a_429({"Retry-After": "30", **used_up})
+    assert later.seconds >= 30.0
+    assert not later.announced

@@ -11,6 +11,7 @@ import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.classify import classify_response
 from retrysafe.classify import health as health_of
+from retrysafe.decisions import AskRetry, RetryAnswer
 from retrysafe.governor import (
     BreakerSettings,
     BudgetSettings,
@@ -23,6 +24,7 @@ from retrysafe.governor import (
     RetryBudget,
     Transition,
 )
+from retrysafe.governor.guard import DependencyGuard
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
@@ -296,6 +298,65 @@ def test_outcomes_of_calls_started_before_opening_are_ignored() -> None:
 
 
 # -- Limiter -------------------------------------------------------------------------------
+
+
+def test_a_call_that_succeeds_at_once_breaks_the_run_as_a_recorded_success_does() -> None:
+    # The shells' short path counts a healthy call without a permit (healthy_call).
+    guard = pinned_governor(FakeClock()).guard("api")  # five failures in a row open it
+    circuit = guard.breaker
+    assert circuit is not None
+    for _ in range(4):
+        circuit.record(CLOSED, "unhealthy")
+    guard.healthy_call(0.01)
+    for _ in range(4):
+        circuit.record(CLOSED, "unhealthy")
+    assert circuit.state == "closed"
+
+
+def open_guard(clock: FakeClock, **settings: object) -> DependencyGuard:
+    """A governor whose breaker for "api" is open for 10 s (one failure opens it)."""
+    governor = Governor(
+        GovernorSettings(
+            breaker=BreakerSettings(consecutive_failures=1, open_for=10.0),
+            **settings,  # type: ignore[arg-type]
+        ),
+        clock=clock,
+    )
+    guard = governor.guard("api")
+    assert guard.breaker is not None
+    guard.breaker.record(guard.breaker.acquire(probe_lease=1.0), "unhealthy")
+    assert guard.breaker.state == "open"
+    return guard
+
+
+def test_a_retry_whose_wait_outlasts_the_open_period_is_granted() -> None:
+    clock = FakeClock()
+    guard = open_guard(clock)
+    now = clock.monotonic()
+    assert guard.answer_retry(AskRetry(11.0, spends_budget=False), now) == RetryAnswer()
+    refused = guard.answer_retry(AskRetry(5.0, spends_budget=False), now)
+    assert refused.refusal == "circuit_open"
+
+
+class _FirstAttempt:
+    """What the guard asks of a call about to send its first attempt."""
+
+    attempts = 0
+    pacing_held = False
+
+    def probe_lease(self) -> float:
+        return 1.0
+
+
+def test_a_paced_slot_goes_back_when_the_breaker_refuses_the_attempt() -> None:
+    clock = FakeClock()
+    guard = open_guard(clock, limiter=LimiterSettings(requests_per_second=1.0, burst=1))
+    admission = guard.admit(_FirstAttempt())
+    assert admission.permit is not None
+    assert not admission.permit.allowed
+    # Nothing went: the one slot of the burst is still free for the next caller.
+    assert guard.limiter is not None
+    assert guard.limiter.reserve_slot()[0] == 0.0
 
 
 def test_a_cooldown_is_shared_and_only_extends() -> None:

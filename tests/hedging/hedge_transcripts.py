@@ -369,7 +369,7 @@ def check_every_copy_accounted_for(run: Run) -> list[str]:
     hedges = sum(c.hedge for c in run.copies)
     if report.hedges != hedges:
         problems.append(f"report says {report.hedges} hedges, {hedges} sent")
-    if hedges and isinstance(run.final, Succeed):
+    if hedges:  # (a success or a failure: the copy whose answer ended the call)
         winner = [r for r in report.history if r.outcome not in (LOST,)][-1]
         if report.winner != winner.attempt:
             problems.append(f"winner {report.winner}, the deciding copy was {winner.attempt}")

@@ -23,6 +23,7 @@ from retrysafe.decisions import (
     ReleaseProbe,
     RetryAnswer,
     Succeed,
+    Wait,
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
 from retrysafe.hedged_call import HedgedCall
@@ -194,6 +195,15 @@ def test_a_final_answer_from_any_copy_ends_the_call_and_the_others_lose() -> Non
     assert step.report.history[-1].status == 404
 
 
+def test_a_call_that_fails_names_the_copy_whose_answer_ended_it_as_the_winner() -> None:
+    call, clock = make_call()
+    first = start(call)
+    hedge_now(call, clock)
+    step = call.attempt_returned(first, ok(404))
+    assert isinstance(step, Fail)
+    assert step.report.winner == 1  # the 404 came from copy 1; copy 2 lost
+
+
 def test_copies_count_as_attempts() -> None:
     # Nested, the call may make 2 attempts (not the policy's 3): two copies use them up.
     call, clock = make_call(attempts=3, max_hedges=2, max_attempts=2)
@@ -223,6 +233,16 @@ def test_max_hedges_limits_the_copies_of_a_call() -> None:
     hedge_now(call, clock)
     assert call.next_hedge() is None
     assert call.hedges == 2
+
+
+def test_each_copy_is_due_hedge_after_seconds_after_the_one_before() -> None:
+    call, clock = make_call(delay=0.1, attempts=5, max_hedges=2)
+    started = clock.monotonic()
+    start(call)
+    hedge_now(call, clock)
+    later = call.next_hedge()
+    assert later is not None
+    assert later.at == pytest.approx(started + 0.2)
 
 
 def test_no_copy_goes_when_the_deadline_leaves_too_little_time() -> None:
@@ -280,6 +300,33 @@ def test_a_refused_copy_stops_hedging_for_the_attempt(refusal: str) -> None:
     step = call.attempt_returned(first, ok())
     assert isinstance(step, Succeed)
     assert (step.report.attempts, step.report.hedges, step.report.winner) == (1, 0, None)
+
+
+def test_a_refused_copy_stops_hedging_for_its_attempt_only() -> None:
+    # Refused during attempt 1; attempt 2, after a retry, may be hedged again.
+    call, clock = make_call(attempts=4, max_hedges=3)
+    first = start(call)
+    hedge = call.next_hedge()
+    assert hedge is not None
+    clock.advance(0.1)
+    assert call.start_hedge(hedge, HedgeAnswer("pacing")) is None
+    step = call.attempt_returned(first, ok(503))
+    assert isinstance(step, AskRetry)
+    wait = call.retry_answered(step, RetryAnswer())
+    assert isinstance(wait, Wait)
+    clock.advance(wait.seconds)
+    start(call)
+    assert call.next_hedge() is not None
+
+
+def test_a_losing_copy_that_holds_the_probe_releases_it() -> None:
+    call, clock = make_call()
+    probe = Permit(allowed=True, probe=True, probe_token=7)
+    assert isinstance(call.start_attempt(Admission(permit=probe)), AttemptPlan)
+    second = hedge_now(call, clock)
+    call.take_effects()
+    assert isinstance(call.attempt_returned(second, ok()), Succeed)
+    assert ReleaseProbe(probe) in call.take_effects()
 
 
 def test_start_hedge_needs_the_hedge_next_hedge_gave() -> None:

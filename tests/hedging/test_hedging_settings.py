@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import httpx
 import pytest
@@ -99,6 +100,42 @@ def test_the_window_percentile_is_nearest_rank_over_recent_samples() -> None:
     for _ in range(100):  # the window forgets: only the last 100 count
         window.record(1.0)
     assert window.percentile(50) == 1.0
+
+
+def test_a_rank_between_two_samples_rounds_up() -> None:
+    # 20 samples: p97 and p99 fall between ranks 19 and 20, and nearest rank takes 20.
+    window = LatencyWindow(size=100)
+    for ms in range(1, 21):
+        window.record(ms / 1000)
+    assert window.percentile(97) == 0.020
+    assert window.percentile(99) == 0.020
+    assert window.percentile(50) == 0.010
+
+
+def test_a_losing_copy_is_learned_too_as_a_lower_bound_of_its_latency() -> None:
+    # Left out, the slow copies a hedge cut short would never reach the book, and the
+    # percentile would shrink towards the fast ones.
+    governor = Governor()
+    dependency = "http://p95.test:80"  # (the call's own: its origin)
+    for _ in range(MIN_SAMPLES):
+        governor.latencies.record(dependency, 0.02)  # warmed up: hedge after 20 ms
+    answered = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal answered
+        answered += 1
+        if answered == 1:
+            time.sleep(0.3)  # the first copy is slow; the hedge answers at once
+        return httpx.Response(200)
+
+    policy = RetryPolicy(hedge_after="p95")
+    transport = httpx.MockTransport(handler)
+    with retrysafe.Client(transport=transport, governor=governor, policy=policy) as client:
+        response = client.get("http://p95.test/")
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert (report.hedges, report.winner) == (1, 2)
+    assert governor.latencies.window(dependency).seen == MIN_SAMPLES + 2  # winner and loser
 
 
 def test_nonsense_samples_are_ignored() -> None:
