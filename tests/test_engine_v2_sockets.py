@@ -271,6 +271,7 @@ HANG_POLICY = RetryPolicy(deadline=0.5, attempt_timeout=10, min_attempt_time=0.1
 POST_POLICY = RetryPolicy(deadline=3, attempt_timeout=3)
 SHORT_ATTEMPT = RetryPolicy(attempts=1, attempt_timeout=0.5)
 TINY_ATTEMPT = RetryPolicy(attempts=1, attempt_timeout=0.1)
+ONE_ATTEMPT = RetryPolicy(attempts=1)
 
 
 def _post_records(chaos: KeyedChaos) -> list[Any]:
@@ -546,14 +547,31 @@ def test_h2_timed_out_requests_never_use_up_the_connections_streams_sync(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:
     """A cut request's stream is not reset by httpcore; its connection is retired, so
-    timeouts past the server's stream limit leave later requests working."""
+    timeouts past the server's stream limit leave later requests working: at their first
+    attempt, not only by a retry after h2 refused them a stream."""
     with retrysafe.Client(
         governor=retrysafe.Governor(retrysafe.GovernorSettings.off()), **H2_OPTIONS
     ) as client:
         for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
             with pytest.raises(retrysafe.TransportError):
                 client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
-        response = client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+        response = client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
+    assert response.status_code == 200
+    assert response.http_version == "HTTP/2"
+
+
+def test_h2_requests_cut_up_to_the_stream_limit_leave_the_next_first_attempt_working(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Each cut is read as it happens: by the last of three (the server's limit), the
+    connection is retired, and the next call's only attempt goes on a fresh one. (Left
+    until a request finds every stream taken, that request would be refused by h2.)"""
+    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
+        for _ in range(3):
+            with pytest.raises(retrysafe.TransportError) as cut:
+                client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
+            assert cut.value.outcome == "read_timeout"
+        response = client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
     assert response.status_code == 200
     assert response.http_version == "HTTP/2"
 
@@ -568,7 +586,7 @@ async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
         for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
             with pytest.raises(retrysafe.TransportError):
                 await client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
-        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
     assert response.status_code == 200
 
 

@@ -10,11 +10,13 @@ AsyncClient on asyncio and on trio), and through the drop-in transports:
 - A client enters and leaves its transport (``__enter__``/``__exit__``, async
   too); the transport a retrysafe shell wraps is entered and left with it (it was
   only closed).
+- A response is closed once done with, a failed attempt's included.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -140,3 +142,39 @@ def test_a_transport_without_enter_and_exit_is_still_closed() -> None:
     with httpx.Client(transport=retrysafe.RetryTransport(inner)) as client:  # type: ignore[arg-type]
         client.get("http://upstream.test/")
     assert inner.closed
+
+
+class _WsgiResult:
+    """A WSGI app's body, which notes whether the server called its ``close()``."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.body
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_failed_attempts_response_is_closed_before_the_retry() -> None:
+    """Closing a response is httpx's contract with its transport: over WSGITransport it
+    is what calls the app's ``close()`` (PEP 3333). httpcore's pool would close its own
+    stream on the error anyway; other transports count on the caller."""
+    results: list[_WsgiResult] = []
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> _WsgiResult:
+        if not results:  # an undecodable body first: a failure, retried
+            start_response("200 OK", [("Content-Encoding", "gzip")])
+            result = _WsgiResult(b"this is not gzip" * 64)
+        else:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            result = _WsgiResult(b"ok")
+        results.append(result)
+        return result
+
+    with retrysafe.Client(transport=httpx.WSGITransport(app=app), policy=FAST) as client:
+        response = client.get("http://app.test/")
+    assert response.text == "ok"
+    assert [result.closed for result in results] == [True, True]

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import retrysafe
+from retrysafe.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -242,3 +243,51 @@ def test_a_layer_without_the_header_inside_one_with_it_keeps_the_outer_value() -
         client.send(request)
 
     assert server.sent == ["10.000", "10.000"]
+
+
+# -- the header on each attempt of one call -------------------------------------------------
+
+
+class SlowFirstRefusal:
+    """A mock server whose first answer is a 503 after 0.5 s (on the fake clock), and
+    which notes the ``Request-Timeout`` header each attempt carried."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.sent: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(float(request.headers["Request-Timeout"]))
+        if len(self.sent) == 1:
+            self.clock.advance(0.5)
+            return httpx.Response(503)
+        return httpx.Response(200)
+
+
+HEADER_POLICY = retrysafe.RetryPolicy(deadline=2.0, attempt_timeout=10.0, retry_after_jitter=0.0)
+
+
+def test_each_attempt_tells_the_server_the_time_it_has_left() -> None:
+    clock = FakeClock(randoms=[0.0])  # (no backoff wait)
+    server = SlowFirstRefusal(clock)
+    with retrysafe.Client(
+        transport=httpx.MockTransport(server),
+        policy=HEADER_POLICY,
+        clock=clock,
+        deadline_header="Request-Timeout",
+    ) as client:
+        assert client.get(URL).status_code == 200
+    assert server.sent == [2.0, 1.5]
+
+
+async def test_each_async_attempt_tells_the_server_the_time_it_has_left() -> None:
+    clock = FakeClock(randoms=[0.0])
+    server = SlowFirstRefusal(clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(server),
+        policy=HEADER_POLICY,
+        clock=clock,
+        deadline_header="Request-Timeout",
+    ) as client:
+        assert (await client.get(URL)).status_code == 200
+    assert server.sent == [2.0, 1.5]

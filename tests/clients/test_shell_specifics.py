@@ -37,6 +37,7 @@ from retrysafe.chaos import KeyedChaos
 from retrysafe.foreign_shell import RedirectTrail
 from retrysafe.requests import RetryAdapter, report_of
 from retrysafe.telemetry.otel import OpenTelemetry
+from retrysafe.testing import FakeClock
 from retrysafe.timing import Deadline
 
 FAST = RetryPolicy(backoff_base=0.01, backoff_cap=0.05, retry_after_jitter=0.01)
@@ -516,6 +517,39 @@ def test_each_attempt_tells_the_server_its_time_in_the_deadline_header(chaos: Ke
 
     for headers in (sent, asyncio.run(run())):
         assert 1.5 < float(headers["request-timeout"]) <= 2.0
+
+
+def test_a_requests_retry_tells_the_server_the_time_it_has_left() -> None:
+    # The first attempt takes 0.5 s of the 2 s deadline (on the fake clock) and gets a
+    # 503; the retry's header says what is left, not the first attempt's 2 s again.
+    clock = FakeClock(randoms=[0.0])  # (no backoff wait)
+    sent: list[float] = []
+
+    class SlowFirstRefusal(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            sent.append(float(self.headers["Request-Timeout"]))
+            if len(sent) == 1:
+                clock.advance(0.5)
+            self.send_response(503 if len(sent) == 1 else 200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowFirstRefusal)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    policy = RetryPolicy(deadline=2.0, attempt_timeout=10.0, retry_after_jitter=0.0)
+    adapter = RetryAdapter(policy=policy, clock=clock, deadline_header="Request-Timeout")
+    try:
+        with session_with(adapter) as session:
+            assert session.get(f"http://127.0.0.1:{server.server_address[1]}/").status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent == [2.0, 1.5]
 
 
 def test_a_session_keeps_working_after_the_watchdog_cut_an_attempt(chaos: KeyedChaos) -> None:
