@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -338,20 +339,11 @@ def test_a_retry_whose_wait_outlasts_the_open_period_is_granted() -> None:
     assert refused.refusal == "circuit_open"
 
 
-class _FirstAttempt:
-    """What the guard asks of a call about to send its first attempt."""
-
-    attempts = 0
-    pacing_held = False
-
-    def probe_lease(self) -> float:
-        return 1.0
-
-
 def test_a_paced_slot_goes_back_when_the_breaker_refuses_the_attempt() -> None:
     clock = FakeClock()
     guard = open_guard(clock, limiter=LimiterSettings(requests_per_second=1.0, burst=1))
-    admission = guard.admit(_FirstAttempt())
+    first_attempt = SimpleNamespace(attempts=0, pacing_held=False, probe_lease=lambda: 1.0)
+    admission = guard.admit(first_attempt)
     assert admission.permit is not None
     assert not admission.permit.allowed
     # Nothing went: the one slot of the burst is still free for the next caller.
