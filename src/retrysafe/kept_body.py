@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 
-__all__ = ["RawKeepingStream", "aread_keeping_raw", "read_keeping_raw", "unread"]
+__all__ = ["RawKeepingStream", "aread_keeping_raw", "is_encoded", "read_keeping_raw", "unread"]
 
 
 class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
@@ -63,10 +63,15 @@ class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
+def is_encoded(content_encoding: str) -> bool:
+    """Whether a body sent with this ``Content-Encoding`` value (empty: none) is encoded,
+    so that its raw bytes are not its decoded ones."""
+    return content_encoding.strip().lower() not in ("", "identity")
+
+
 def _encoded(response: httpx.Response) -> bool:
-    """Whether the server encoded the body (so its raw bytes are not the decoded ones)."""
-    encoding = response.headers.get("content-encoding", "")
-    return encoding.strip().lower() not in ("", "identity")
+    """Whether the server encoded the body of ``response`` (see :func:`is_encoded`)."""
+    return is_encoded(response.headers.get("content-encoding", ""))
 
 
 def read_keeping_raw(response: httpx.Response) -> None:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
+from retrysafe.kept_body import is_encoded
+
 __all__ = ["read_keeping_raw"]
 
 
@@ -71,11 +73,10 @@ def read_keeping_raw(response: requests.Response) -> bytes:
     if not isinstance(original, urllib3.HTTPResponse):  # (an adapter's own stand-in)
         return response.content
     as_sent = _read_through_requests(_AsSent(original))
-    encoded = original.headers.get("content-encoding", "").strip().lower()
-    if encoded in ("", "identity"):
-        body = as_sent
-    else:
+    if is_encoded(original.headers.get("content-encoding", "")):
         body = _read_through_requests(_replay(original, as_sent))
+    else:
+        body = as_sent  # (the same bytes: held once)
     response._content = body
     response._content_consumed = True  # type: ignore[attr-defined]
     response.raw = _replay(original, as_sent)
