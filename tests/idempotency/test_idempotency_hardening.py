@@ -341,4 +341,6 @@ def test_a_credential_scope_does_not_reveal_the_credential() -> None:
     assert isinstance(hashed, str)
     assert "tok-alice" not in plain
     assert plain != hashed
+    # The secret keys the digest: another secret gives another caller id.
+    assert credential_scope(secret=b"another secret")(starlette_request) != hashed
     assert scope(Request({"type": "http", "method": "POST", "path": "/", "headers": []})) is None

@@ -15,6 +15,7 @@ from retrysafe.idempotency import (
     Claimed,
     IdempotencyRecord,
     IdempotencyStore,
+    MemoryStore,
     PostgresStore,
     RedisStore,
     SQLiteStore,
@@ -116,6 +117,41 @@ async def test_a_renewed_claim_holds_the_key_until_its_new_lease_ends(
 
     assert held == IdempotencyRecord("in_flight", "fp", NOW + 18)
     assert await store.complete("alice", "k1", token, RESPONSE, now=NOW + 16, ttl=100)
+
+
+async def test_a_kept_response_is_not_released_even_by_the_token_that_kept_it(
+    store: IdempotencyStore,
+) -> None:
+    # release frees an in-flight claim only: a stray one must not drop a kept outcome and
+    # let the next retry run the handler again.
+    token = await claim(store)
+    assert await store.complete("alice", "k1", token, RESPONSE, now=NOW + 1, ttl=100)
+
+    assert not await store.release("alice", "k1", token)
+    kept = await store.claim("alice", "k1", "fp", now=NOW + 2, lease=10)
+    assert isinstance(kept, IdempotencyRecord)
+    assert (kept.state, kept.response) == ("completed", RESPONSE)
+
+
+async def test_the_memory_stores_sweep_removes_only_lapsed_records() -> None:
+    # MemoryStore sweeps lapsed records as claims go by (every 256 claims).
+    store = MemoryStore()
+    running = await store.claim("alice", "running", "fp", now=NOW, lease=60)
+    assert isinstance(running, Claimed)
+    done = await store.claim("alice", "done", "fp", now=NOW, lease=60)
+    assert isinstance(done, Claimed)
+    assert await store.complete("alice", "done", done.token, RESPONSE, now=NOW, ttl=600)
+    lapsed = await store.claim("alice", "lapsed", "fp", now=NOW - 100, lease=10)
+    assert isinstance(lapsed, Claimed)
+    for number in range(600):
+        await store.claim("bob", f"k{number}", "fp", now=NOW + 1, lease=0.5)
+
+    still_running = await store.claim("alice", "running", "fp", now=NOW + 2, lease=60)
+    assert still_running == IdempotencyRecord("in_flight", "fp", NOW + 60)
+    kept = await store.claim("alice", "done", "fp", now=NOW + 2, lease=60)
+    assert isinstance(kept, IdempotencyRecord)
+    assert kept.response == RESPONSE
+    assert ("alice", "lapsed") not in store._entries  # (a sweep did run)
 
 
 async def test_another_token_cannot_renew_a_claim(store: IdempotencyStore) -> None:
