@@ -298,7 +298,7 @@ def test_outcomes_of_calls_started_before_opening_are_ignored() -> None:
     assert circuit.state == "open"
 
 
-# -- Limiter -------------------------------------------------------------------------------
+# -- The guard: a dependency's breaker, budget and limiter together ------------------------
 
 
 def test_a_call_that_succeeds_at_once_breaks_the_run_as_a_recorded_success_does() -> None:
@@ -315,7 +315,7 @@ def test_a_call_that_succeeds_at_once_breaks_the_run_as_a_recorded_success_does(
 
 
 def open_guard(clock: FakeClock, **settings: object) -> DependencyGuard:
-    """A governor whose breaker for "api" is open for 10 s (one failure opens it)."""
+    """The guard of "api", whose breaker is open for 10 s (one failure opened it)."""
     governor = Governor(
         GovernorSettings(
             breaker=BreakerSettings(consecutive_failures=1, open_for=10.0),
@@ -349,6 +349,9 @@ def test_a_paced_slot_goes_back_when_the_breaker_refuses_the_attempt() -> None:
     # Nothing went: the one slot of the burst is still free for the next caller.
     assert guard.limiter is not None
     assert guard.limiter.reserve_slot()[0] == 0.0
+
+
+# -- Limiter -------------------------------------------------------------------------------
 
 
 def test_a_cooldown_is_shared_and_only_extends() -> None:
