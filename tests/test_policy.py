@@ -53,6 +53,8 @@ def test_replace_derives_a_validated_variant() -> None:
         ({"backoff_cap": math.inf}, r"backoff_cap must be finite"),
         ({"retry_statuses": {99}}, r"retry_statuses must hold HTTP statuses 100-599"),
         ({"retry_statuses": {600}}, r"retry_statuses must hold HTTP statuses 100-599"),
+        ({"retry_statuses": {503, 200}}, r"must hold error statuses \(400-599\): a 200 is never"),
+        ({"retry_statuses": {304}}, r"must hold error statuses \(400-599\): a 304 is never"),
         ({"retry_statuses": "503"}, r"retry_statuses must be a collection"),
         ({"idempotent_methods": {"G E T"}}, r"idempotent_methods must hold method names"),
         ({"quota_headers": ("",)}, r"quota_headers must hold header names"),

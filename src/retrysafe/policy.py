@@ -43,7 +43,7 @@ class RetryPolicy:
             so clients told the same time do not return together; never subtracted.
         max_retry_after: a longer hint gives up at once with ``RetryAfterTooLong``
             (``None``: only the deadline limits it).
-        retry_statuses: statuses that a later attempt may fix.
+        retry_statuses: statuses that a later attempt may fix (error statuses, 400-599).
         idempotent_methods: methods safe to repeat without an idempotency key.
         quota_headers: headers whose value ``"0"`` on a 429 means "out of credits".
         rules: callables ``(httpx.Response) -> Verdict | None`` consulted first, in order.
@@ -109,6 +109,14 @@ class RetryPolicy:
                 isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599,
                 "retry_statuses",
                 f"must hold HTTP statuses 100-599, got {status!r}",
+            )
+            # Below 400 a response is never retried (2xx is a success, 1xx and 3xx are
+            # httpx's to handle): such a status here would be ignored, silently.
+            _require(
+                status >= 400,
+                "retry_statuses",
+                f"must hold error statuses (400-599): a {status} is never retried; to retry "
+                "a success whose body says it failed, add a rule (RetryPolicy(rules=...))",
             )
         methods = _frozen(self.idempotent_methods, "idempotent_methods")
         for method in methods:

@@ -70,6 +70,7 @@ def test_an_int_is_read_as_urllib3_reads_it() -> None:
         (Retry(total=5, status=1), "status=1"),
         (Retry(total=3, allowed_methods=None), "allowed_methods=None"),
         (Retry(total=3, respect_retry_after_header=False), "respect_retry_after_header"),
+        (Retry(total=3, status_forcelist=[502, 200, 302]), r"lists \[200, 302\]"),
     ],
 )
 def test_settings_without_an_equivalent_are_refused_by_name(retry: Retry, named: str) -> None:

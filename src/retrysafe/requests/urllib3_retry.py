@@ -87,6 +87,13 @@ def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) ->
             "Retry(respect_retry_after_header=False) has no equivalent: retrysafe always "
             "waits as long as Retry-After asks (cap it with RetryPolicy(max_retry_after=...))"
         )
+    below_errors = sorted(status for status in retry.status_forcelist or () if status < 400)
+    if below_errors:
+        raise UnsupportedRetrySetting(
+            f"Retry(status_forcelist=...) lists {below_errors}: retrysafe repeats only error "
+            "statuses (400-599); drop them, and to repeat a success whose body says it "
+            "failed, pass base=RetryPolicy(rules=...)"
+        )
     # urllib3 waits min(backoff_max, backoff_factor * 2**n): a cap below the factor caps
     # every wait, which is base = cap = backoff_max here (never a cap raised to the base).
     backoff_cap = float(retry.backoff_max)
