@@ -392,3 +392,17 @@ def test_a_request_httpx_cannot_send_fails_at_once_saying_to_fix_it(chaos: Any) 
     assert "fix it" in str(error)
     assert "check the network" not in str(error)
     assert chaos.log() == []
+
+
+@pytest.mark.parametrize("url", ["/status/200", "htp://127.0.0.1:9/status/200"])
+def test_a_url_httpx_cannot_send_fails_at_once_saying_to_fix_it(url: str) -> None:
+    """A relative URL on a client without base_url, or a misspelt scheme: httpx refuses
+    it before any connection, so nothing is retried and the advice is to fix the URL."""
+    with retrysafe.Client() as client, pytest.raises(retrysafe.TransportError) as caught:
+        client.get(url)
+    error = caught.value
+    assert (error.outcome, error.retryable, error.attempts) == ("unsupported_protocol", False, 1)
+    assert error.processed == "no"
+    assert isinstance(error.__cause__, httpx.UnsupportedProtocol)
+    assert "needs http:// or https://" in str(error)
+    assert "check the network" not in str(error)

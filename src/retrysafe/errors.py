@@ -226,6 +226,13 @@ class TransportError(ApiError):
             # httpx refused to send the request as built (e.g. a header value it cannot
             # write): nothing left this process, and no network will fix it.
             return "the request could not be sent as built (a header or body httpx refuses); fix it"
+        if self.outcome == "unsupported_protocol":
+            # The URL has no scheme httpx can send (a relative URL without base_url, a
+            # typo'd or missing scheme): no network will fix it either.
+            return (
+                "the URL cannot be sent: it needs http:// or https:// (a relative URL needs "
+                "the client's base_url); fix it"
+            )
         return super()._advice()
 
     @property
