@@ -802,11 +802,11 @@ def test_the_apps_own_409_to_a_keyed_write_is_final(api: Any, conflict: _Conflic
 def test_a_journaled_write_refused_with_the_apps_409_is_failed_not_ambiguous(
     conflict: _ConflictServer, tmp_path: Path
 ) -> None:
-    journal = retrysafe.idempotency.Journal(tmp_path / "journal.sqlite")
-    with (
-        retrysafe.Client(journal=journal, policy=FAST) as client,
-        pytest.raises(retrysafe.ClientError),
-    ):
-        client.post(f"{conflict.server.url}/signup", json={"name": "al"}, operation="signup-al")
-    assert journal.get("signup-al").state == "failed"
-    assert journal.unresolved() == []
+    with retrysafe.idempotency.Journal(tmp_path / "journal.sqlite") as journal:
+        with (
+            retrysafe.Client(journal=journal, policy=FAST) as client,
+            pytest.raises(retrysafe.ClientError),
+        ):
+            client.post(f"{conflict.server.url}/signup", json={"name": "al"}, operation="signup-al")
+        assert journal.get("signup-al").state == "failed"
+        assert journal.unresolved() == []

@@ -52,9 +52,9 @@ def test_a_new_store_file_and_its_wal_are_the_owners_only(tmp_path: Path) -> Non
 
 @pytest.mark.usefixtures("open_umask")
 def test_a_new_journal_file_and_its_wal_are_the_owners_only(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "operations.db")
-    journal.begin("charge-1", httpx.Request("POST", "https://api.test/charges", content=b"{}"))
-    seen = modes(tmp_path)
+    with Journal(tmp_path / "operations.db") as journal:
+        journal.begin("charge-1", httpx.Request("POST", "https://api.test/charges", content=b"{}"))
+        seen = modes(tmp_path)
     assert {"operations.db", "operations.db-wal", "operations.db-shm"} <= set(seen)
     assert set(seen.values()) == {0o600}
 
@@ -64,7 +64,7 @@ def test_a_file_that_exists_keeps_its_permissions(tmp_path: Path) -> None:
     shared = tmp_path / "shared.db"
     shared.touch(mode=0o640)
     shared.chmod(0o640)
-    Journal(shared)
+    Journal(shared).close()
     assert stat.S_IMODE(shared.stat().st_mode) == 0o640
 
 
@@ -73,5 +73,5 @@ def test_a_file_uri_names_the_file_that_is_made_private(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    Journal("file:operations.db")  # (SQLite reads a file: name as a URI)
+    Journal("file:operations.db").close()  # (SQLite reads a file: name as a URI)
     assert stat.S_IMODE((tmp_path / "operations.db").stat().st_mode) == 0o600
