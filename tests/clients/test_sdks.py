@@ -43,10 +43,10 @@ def _openai(chaos: KeyedChaos, *, fail_times: int) -> openai.OpenAI:
 
 
 def test_openai_a_503_then_success_is_retried_once_by_retrysafe(chaos: KeyedChaos) -> None:
-    sdk = _openai(chaos, fail_times=1)
-    raw = sdk.chat.completions.with_raw_response.create(
-        model="gpt-test", messages=[{"role": "user", "content": "hi"}]
-    )
+    with _openai(chaos, fail_times=1) as sdk:
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}]
+        )
     completion = raw.parse()
     assert completion.choices[0].message.content == "tok1tok2"
     report = retrysafe.report_of(raw.http_response)
@@ -56,12 +56,12 @@ def test_openai_a_503_then_success_is_retried_once_by_retrysafe(chaos: KeyedChao
 
 
 def test_openai_a_keyed_post_keeps_its_key(chaos: KeyedChaos) -> None:
-    sdk = _openai(chaos, fail_times=2)
-    sdk.chat.completions.create(
-        model="gpt-test",
-        messages=[{"role": "user", "content": "hi"}],
-        extra_headers={"Idempotency-Key": "chat-1"},
-    )
+    with _openai(chaos, fail_times=2) as sdk:
+        sdk.chat.completions.create(
+            model="gpt-test",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"Idempotency-Key": "chat-1"},
+        )
     records = chaos.log()
     assert len(records) == 3
     assert {record.idempotency_key for record in records} == {"chat-1"}
@@ -69,8 +69,7 @@ def test_openai_a_keyed_post_keeps_its_key(chaos: KeyedChaos) -> None:
 
 def test_openai_final_failure_is_the_sdks_own_error(chaos: KeyedChaos) -> None:
     """The drop-in transport returns the last 503: the SDK raises its typed error."""
-    sdk = _openai(chaos, fail_times=10)
-    with pytest.raises(openai.InternalServerError) as caught:
+    with _openai(chaos, fail_times=10) as sdk, pytest.raises(openai.InternalServerError) as caught:
         sdk.chat.completions.create(model="gpt-test", messages=[])
     assert caught.value.status_code == 503
     assert len(chaos.log()) == FAST.attempts
