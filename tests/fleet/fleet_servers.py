@@ -11,13 +11,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 
 from store_servers import ServerNotInstalled, _redis_answers, _stop, _wait_until, free_port
 
 from retrysafe.fleet import RedisFleet
 
-__all__ = ["FleetMaker", "RestartableRedis"]
+__all__ = ["FleetMaker", "RestartableRedis", "wait_for"]
 
 #: The ``make_fleet`` fixture: ``make_fleet(url=None, **FleetSettings fields)``.
 FleetMaker = Callable[..., RedisFleet]
@@ -74,3 +75,11 @@ class RestartableRedis:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def wait_for(condition: Callable[[], object], seconds: float = 3.0) -> None:
+    """Poll ``condition()`` until it is true; fail the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {seconds} s"
+        time.sleep(0.01)

@@ -27,11 +27,20 @@ def test_the_defaults_are_valid() -> None:
         ({"timeout": 0}, "FleetSettings.timeout must be > 0 seconds"),
         ({"refresh_every": float("inf")}, "FleetSettings.refresh_every must be finite"),
         ({"alive_for": 0.1, "refresh_every": 0.2}, "FleetSettings.alive_for must be longer"),
+        # (one heartbeat per refresh: alive for exactly one period would count it gone)
+        ({"alive_for": 0.5, "refresh_every": 0.5}, "FleetSettings.alive_for must be longer"),
+        ({"background_timeout": 0}, "FleetSettings.background_timeout must be > 0 seconds"),
+        ({"background_timeout": -1.0}, "FleetSettings.background_timeout must be > 0 seconds"),
+        ({"background_timeout": float("inf")}, "FleetSettings.background_timeout must be finite"),
     ],
 )
 def test_bad_settings_say_what_to_do(fields: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         FleetSettings(**fields)  # type: ignore[arg-type]
+
+
+def test_a_quorum_share_of_the_whole_fleet_is_allowed() -> None:
+    assert FleetSettings(quorum_share=1).quorum_share == 1
 
 
 def test_a_fleet_needs_a_url_and_a_namespace() -> None:

@@ -16,7 +16,7 @@ import anyio
 import httpx
 import pytest
 import redis
-from fleet_servers import FleetMaker
+from fleet_servers import FleetMaker, wait_for
 
 import retrysafe
 from retrysafe.chaos import KeyedChaos
@@ -44,14 +44,6 @@ def client(
     return retrysafe.Client(
         governor=Governor(settings, fleet=fleet), dependency="api", policy=policy
     )
-
-
-def wait_for(condition: object, seconds: float = 3.0) -> None:
-    """Poll ``condition()`` until true; fail after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "the fleet did not get there in time"
-        time.sleep(0.01)
 
 
 def test_a_governor_without_a_fleet_keeps_its_plain_guards() -> None:
