@@ -359,6 +359,33 @@ def test_aiohttp_idempotency_auto_keys_a_post(chaos: KeyedChaos) -> None:
     assert None not in keys
 
 
+def test_idempotency_auto_keys_a_patch_as_it_keys_a_post(chaos: KeyedChaos) -> None:
+    """PATCH is no more safe to repeat than POST: "auto" keys both (the docs promise
+    both), so the PATCH's 502s are retried under one key."""
+    adapter = RetryAdapter(policy=FAST, idempotency="auto")
+    url = chaos.url("/fail/{key}", key=f"{chaos.key}-r", times=2, status=502)
+    with session_with(adapter) as session:
+        response = session.patch(url, json={"n": 1})
+    assert response.status_code == 200
+    middleware = RetryMiddleware(policy=FAST, idempotency="auto")
+    url = chaos.url("/fail/{key}", key=f"{chaos.key}-a", times=2, status=502)
+
+    async def run() -> int:
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.patch(url, json={"n": 1}) as r,
+        ):
+            return r.status
+
+    assert asyncio.run(run()) == 200
+    for shell in ("r", "a"):
+        records = chaos.server.log(f"{chaos.key}-{shell}")
+        assert [record.method for record in records] == ["PATCH"] * 3, shell
+        keys = {record.idempotency_key for record in records}
+        assert len(keys) == 1, shell
+        assert None not in keys, shell
+
+
 @pytest.mark.parametrize("redirect", [307, 308])
 def test_idempotency_auto_keeps_one_key_across_a_redirect_that_keeps_the_method(
     chaos: KeyedChaos, redirect: int
@@ -684,6 +711,50 @@ def test_a_streamed_requests_call_reads_each_redirect_body_within_the_chains_dea
         server.shutdown()
         server.server_close()
     assert took < 1.2 + 0.4  # (four hops, 2 s of bodies, without the bound)
+
+
+class _SlowRedirect(http.server.BaseHTTPRequestHandler):
+    """A 302 to ``/done`` whose 20-byte body takes 2 s (a byte every 0.1 s)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path == "/done":
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"done")
+            return
+        self.send_response(302)
+        self.send_header("Location", "/done")
+        self.send_header("Content-Length", "20")
+        self.end_headers()
+        for _ in range(20):
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(0.1)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_streamed_requests_call_cuts_a_slow_redirect_body_at_the_deadline() -> None:
+    """The redirect's body is read within its attempt, so the deadline ends that read:
+    the call fails at its 0.6 s deadline, not after the 2 s body (which requests would
+    read, uncut, before following the redirect)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowRedirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        policy = RetryPolicy(deadline=0.6, min_attempt_time=0.05, backoff_base=0.01)
+        with session_with(RetryAdapter(policy=policy)) as session:
+            started = time.monotonic()
+            with pytest.raises(retrysafe.DeadlineExceeded):
+                session.get(f"http://127.0.0.1:{server.server_address[1]}/", stream=True)
+            took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert took < 1.5  # (the 2 s body, without the bound)
 
 
 SECRET_QUERY_VALUE = "qk-" + "5e" * 8  # built at run time: never in a source line

@@ -67,6 +67,7 @@ def test_an_int_is_read_as_urllib3_reads_it() -> None:
     [
         (Retry(total=None, connect=3), "total=None"),
         (Retry(total=5, connect=2), "connect=2"),
+        (Retry(total=1, connect=2), "connect=2"),
         (Retry(total=5, status=1), "status=1"),
         (Retry(total=3, allowed_methods=None), "allowed_methods=None"),
         (Retry(total=3, respect_retry_after_header=False), "respect_retry_after_header"),
