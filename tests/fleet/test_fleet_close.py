@@ -48,3 +48,17 @@ def test_a_fleet_closed_before_its_first_use_starts_nothing_and_tells_the_fleet_
     time.sleep(0.2)  # a refresher, had one started, would have heartbeaten by now
     assert fleet_threads() <= threads
     assert admin.exists(f"{namespace}:alive", f"{namespace}:cool:api") == 0
+
+
+def test_a_closed_fleet_asks_redis_nothing_more_on_a_calls_path(
+    make_fleet: FleetMaker, admin: redis.Redis, namespace: str
+) -> None:
+    """A call still made through it (its governor outlived it) is protected locally, as
+    when Redis is away: no heartbeat that counts it alive again, no paced slot reserved."""
+    fleet = make_fleet()
+    assert fleet.process
+    fleet.view("api")
+    fleet.close()
+    assert fleet.view("search").open_until is None
+    assert fleet.reserve("search", 10.0, 1, 60.0) is None
+    assert admin.zrange(f"{namespace}:alive", 0, -1) == []

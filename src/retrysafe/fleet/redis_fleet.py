@@ -324,8 +324,10 @@ class RedisFleet:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """One script call within ``timeout``: one round trip; None when Redis is away or
         does not have the script (never raises)."""
-        if not self.availability.up:
-            return None  # away: no call waits on Redis until the refresher finds it again
+        if self._closed or not self.availability.up:
+            # away: no call waits on Redis until the refresher finds it again; closed:
+            # nothing more goes to Redis (its clients would open new connections)
+            return None
         script = self._scripts[name]
         try:
             return self._redis.evalsha(script.sha, len(keys), *keys, *args)
