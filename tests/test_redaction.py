@@ -5,6 +5,7 @@ error's message and the WARNING log record."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -18,7 +19,7 @@ import pytest
 import retrysafe
 from retrysafe import RetryPolicy, redact
 from retrysafe.failures import describe_body
-from retrysafe.redact import Redactor, is_secret_name, redact_url
+from retrysafe.redact import Redactor, is_secret_name, redact_url, redact_url_text
 
 TOKEN = "sk_live/4f9e+Zq=="  # a slash, a plus and padding: what escaping changes
 
@@ -122,6 +123,80 @@ def test_secret_fields_of_a_json_body_echoed_back_never_reach_the_message_or_log
     # What is not secret stays readable: the amount, the brand, the year.
     for ordinary in ("1200", "visa", "2030"):
         assert ordinary in str(caught.value)
+
+
+def test_secrets_inside_json_arrays_echoed_back_never_reach_the_message_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch of credentials or cards is a list: its items are searched like fields."""
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    batch = {
+        "creds": [{"user": "svc-batch", "password": "hunter2-in-a-list"}],
+        "cards": ["4000 0566 5566 5556"],
+        "tags": ["nightly"],
+    }
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post("https://api.test/batch", json=batch)
+    produced = [str(caught.value), repr(caught.value.body)]
+    produced += [record.getMessage() for record in caplog.records]
+    for text in produced:
+        for secret in ("hunter2-in-a-list", "4000 0566 5566 5556"):
+            assert secret not in text
+    for ordinary in ("svc-batch", "nightly"):
+        assert ordinary in str(caught.value)
+
+
+def echoed_failure_texts(
+    handler: Callable[[httpx.Request], httpx.Response],
+    caplog: pytest.LogCaptureFixture,
+    **request: object,
+) -> list[str]:
+    """Every text a call failing with ``handler``'s answer produced: the error's message,
+    its body, and the log records (the final one carries the body's excerpt)."""
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.get("https://api.test/v1", **request)  # type: ignore[arg-type]
+    produced = [str(caught.value), repr(caught.value.body)]
+    return produced + [record.getMessage() for record in caplog.records]
+
+
+def test_a_four_character_secret_echoed_back_is_scrubbed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only values under 4 characters are left in free text (too many false hits): a
+    4-character key is as secret as a long one."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, text=f"key {request.headers['x-api-key']} is revoked")
+
+    produced = echoed_failure_texts(handler, caplog, headers={"X-Api-Key": "Q7z4"})
+    assert "is revoked" in produced[0]
+    for text in produced:
+        assert "Q7z4" not in text
+
+
+@pytest.mark.parametrize("echoed", ["user_and_password", "password_alone"])
+def test_basic_credentials_echoed_decoded_never_reach_the_message_or_log(
+    echoed: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that decodes ``Authorization: Basic ...`` may quote what it found,
+    ``user:password`` or the password alone: neither is the base64 that was sent."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        decoded = base64.b64decode(request.headers["authorization"].split()[1]).decode()
+        shown = decoded if echoed == "user_and_password" else decoded.partition(":")[2]
+        return httpx.Response(401, text=f"invalid credentials: {shown}")
+
+    produced = echoed_failure_texts(handler, caplog, auth=("svc-reports", "Pw-BASIC-5521"))
+    assert "invalid credentials" in produced[0]
+    for text in produced:
+        assert "Pw-BASIC-5521" not in text
 
 
 def test_ordinary_body_fields_stay_readable_in_the_error() -> None:
@@ -325,12 +400,59 @@ def test_urls_show_ordinary_parameters_and_hide_presigned_ones() -> None:
             "https://api.test/s?token=T%2B1&q=x",
             "https://api.test/s?token=[REDACTED]&q=x",
         ),
+        # a secret's name percent-encoded is still that name
+        (
+            "https://api.test/v1?api%5Fkey=PCTSECRET&page=2",
+            "https://api.test/v1?api%5Fkey=[REDACTED]&page=2",
+        ),
+        (
+            "https://api.test/cb#access%5Ftoken=PCTSECRET&state=s1",
+            "https://api.test/cb#access%5Ftoken=[REDACTED]&state=s1",
+        ),
     ],
 )
 def test_urls_hide_secrets_in_every_form_of_query_and_keep_the_rest_as_sent(
     url: str, shown: str
 ) -> None:
     assert redact_url(url) == shown
+
+
+def test_a_percent_encoded_secret_parameter_never_reaches_the_error_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    transport = httpx.MockTransport(lambda request: httpx.Response(404))
+    with (
+        retrysafe.Client(transport=transport) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.get("https://api.test/v1?api%5Fkey=PCT-ENCODED-KEY-61&page=2")
+    produced = [str(caught.value), caught.value.url]
+    produced += [record.getMessage() for record in caplog.records]
+    assert "api%5Fkey=[REDACTED]&page=2" in caught.value.url
+    for text in produced:
+        assert "PCT-ENCODED-KEY-61" not in text
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        (
+            "https://alice:pw-TYPED-77@api.test/v1?page=2",
+            "https://[REDACTED]@api.test/v1?page=2",
+        ),
+        # a password with a "/" that httpx cannot parse: hidden whole all the same
+        ("https://alice:pw/TYPED-77@api.test/v1", "https://[REDACTED]@api.test/v1"),
+        (
+            "https://ghp_LONETOKEN99@api.test/x?token=T1&q=1",
+            "https://[REDACTED]@api.test/x?token=[REDACTED]&q=1",
+        ),
+    ],
+)
+def test_a_url_as_typed_is_shown_without_its_userinfo(typed: str, shown: str) -> None:
+    """``redact_url_text`` words messages about a URL the caller typed, maybe one httpx
+    refuses: its userinfo is hidden, the rest shown as typed."""
+    assert redact_url_text(typed) == shown
 
 
 def test_users_can_register_their_own_secret_names() -> None:

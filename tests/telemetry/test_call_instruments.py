@@ -99,6 +99,26 @@ def test_an_instrument_that_will_not_start_leaves_the_call_alone(chaos: Any) -> 
     assert refusing.seen == ["hook attempt", "hook success"]
 
 
+def test_an_instrument_that_is_not_listening_is_not_asked_to_follow_the_call(
+    chaos: Any,
+) -> None:
+    """``listening = False`` (an exporter with nowhere to send): while another instrument
+    follows the call, this one is not started on it, so it opens no span and adds no
+    header; the events that always go out still reach it."""
+
+    class Deaf(Recorder):
+        listening = False
+
+    deaf, listening = Deaf(), Recorder()
+    with retrysafe.Client(policy=FAST, hooks=[deaf, listening], dependency="api") as client:
+        response = client.get(chaos.url("/fail/{key}", times=1, status=503))
+    assert response.status_code == 200
+    assert listening.seen[0] == "start GET api"
+    assert "hook retry" in deaf.seen
+    followed = ("start", "attempt", "trace", "close")
+    assert [entry for entry in deaf.seen if entry.startswith(followed)] == []
+
+
 def test_two_tracing_instruments_leave_the_callers_context_as_it_was(chaos: Any) -> None:
     exporters = [InMemorySpanExporter(), InMemorySpanExporter()]
     hooks = []

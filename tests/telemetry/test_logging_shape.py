@@ -119,6 +119,34 @@ def test_a_breaker_change_has_its_own_field(caplog: pytest.LogCaptureFixture, ch
     )
 
 
+def test_an_outage_logs_the_breaker_opening_as_a_warning_and_fail_fast_calls_at_debug(
+    chaos: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The breaker opening is the one WARNING of an outage; the calls it then refuses
+    at once are DEBUG, or every cheap fail-fast call would be a log line."""
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    breaker = retrysafe.BreakerSettings(consecutive_failures=1, open_for=60)
+    governor = retrysafe.Governor(retrysafe.GovernorSettings(breaker=breaker))
+    with retrysafe.Client(policy=retrysafe.RetryPolicy(attempts=1), governor=governor) as client:
+        with pytest.raises(retrysafe.ServerError):
+            client.get(chaos.url("/status/503"))
+        for _ in range(3):
+            with pytest.raises(retrysafe.CircuitOpen):
+                client.get(chaos.url("/status/200"))
+    levels = [
+        (record.levelno, fields["kind"], fields["error"] or fields["transition"])
+        for record, fields in zip(caplog.records, records_of(caplog), strict=True)
+        if fields["kind"] in ("failure", "circuit")
+    ]
+    assert sorted(levels) == sorted(
+        [
+            (logging.WARNING, "circuit", "closed->open"),
+            (logging.WARNING, "failure", "ServerError"),
+            *[(logging.DEBUG, "failure", "CircuitOpen")] * 3,
+        ]
+    )
+
+
 def test_structlog_entries_have_the_same_shape_and_levels(chaos: Any) -> None:
     with (
         capture_logs() as entries,

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import pytest
 from telemetry_support import SCRIPTED_ENDINGS, Otel, run_scripted_mix, scripted_governor
 
 import retrysafe
+from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
+from retrysafe.testing import FakeClock
 
 
 def by_attributes(
@@ -42,3 +46,56 @@ def test_attempts_retries_refusals_and_breaker_state(chaos: Any, otel: Otel) -> 
     assert 0 <= total <= 0.02
     durations = by_attributes(points["retrysafe.call.duration"])
     assert sum(count for count, _ in durations.values()) == len(SCRIPTED_ENDINGS)  # type: ignore[misc]
+
+
+def test_the_retry_wait_histogram_records_each_wait_before_a_retry(otel: Otel) -> None:
+    """On a fake clock the waits are exact (half of 1 s, then half of 2 s), and differ
+    from the time the call had taken when it decided to retry (0 s, then 0.5 s)."""
+    answers = iter([503, 503, 200])
+    transport = httpx.MockTransport(lambda request: httpx.Response(next(answers)))
+    clock = FakeClock(randoms=[0.5, 0.5])
+    policy = retrysafe.RetryPolicy(backoff_base=1.0, backoff_cap=8.0)
+    with retrysafe.Client(
+        transport=transport, clock=clock, policy=policy, hooks=[otel.hook], dependency="api"
+    ) as client:
+        assert client.get("https://api.test/things").status_code == 200
+    assert clock.sleeps == [0.5, 1.0]
+    assert otel.metric_points()["retrysafe.retry.wait"] == [
+        ({"retrysafe.dependency": "api"}, (2, 1.5))
+    ]
+
+
+def test_a_non_standard_method_is_folded_in_the_duration_label(otel: Otel) -> None:
+    """A label never takes arbitrary values: any method but the standard ones is
+    ``_OTHER``, as the HTTP conventions spell it (and as the call span is named)."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[otel.hook], dependency="cdn") as client:
+        client.request("PURGE", "https://cdn.test/assets/app.js")
+        client.request("GET", "https://cdn.test/assets/app.js")
+    durations = otel.metric_points()["retrysafe.call.duration"]
+    methods = sorted(str(attributes["http.request.method"]) for attributes, _ in durations)
+    assert methods == ["GET", "_OTHER"]
+    assert sorted(span.name for span in otel.spans() if span.name.startswith("retrysafe")) == [
+        "retrysafe GET",
+        "retrysafe _OTHER",
+    ]
+
+
+def test_a_pacing_refusal_is_counted_as_a_refusal(otel: Otel) -> None:
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
+    )
+    with retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+        hooks=[otel.hook],
+        dependency="search",
+    ) as client:
+        client.get("https://search.test/q")  # takes the one slot; the next is 10 s away
+        with pytest.raises(retrysafe.PacingDelayed):
+            client.get("https://search.test/q", policy=retrysafe.RetryPolicy(deadline=5))
+    assert otel.metric_points()["retrysafe.refusals"] == [
+        ({"retrysafe.dependency": "search", "retrysafe.reason": "pacing"}, 1)
+    ]

@@ -217,6 +217,22 @@ def test_a_call_that_gives_up_records_the_error(api: Any, chaos: Any, otel: Otel
     assert [len(span.events) for span in attempts] == [1, 0]  # retried once, then gave up
 
 
+def test_an_attempt_answered_with_a_4xx_is_an_error_span(chaos: Any, otel: Otel) -> None:
+    """As the HTTP client conventions say: a 4xx is the client span's error, its status
+    code the ``error.type``."""
+    with (
+        retrysafe.Client(policy=FAST, hooks=[otel.hook]) as client,
+        pytest.raises(retrysafe.ClientError),
+    ):
+        client.get(chaos.url("/status/404"))
+    call, (attempt,) = split(otel.spans())
+    attributes = dict(attempt.attributes or {})
+    assert attributes["http.response.status_code"] == 404
+    assert attributes["error.type"] == "404"
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert dict(call.attributes or {})["error.type"] == "ClientError"
+
+
 def test_an_attempt_without_a_response_records_its_exception(chaos: Any, otel: Otel) -> None:
     policy = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.02)
     with (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,7 +16,9 @@ from telemetry_support import (
 )
 
 import retrysafe
+from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
 from retrysafe.telemetry.prometheus import PrometheusMetrics
+from retrysafe.testing import FakeClock
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -201,3 +204,42 @@ def test_without_a_governor_the_breaker_state_comes_from_its_changes(chaos: Any)
     _, samples = scrape(registry)
     assert value(samples, "retrysafe_circuit_state", dependency="flaky") == 2
     assert not any(name == "retrysafe_budget_tokens" for name, _ in samples)
+
+
+def test_a_non_standard_method_is_folded_in_the_method_label() -> None:
+    registry = CollectorRegistry()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    hooks = [PrometheusMetrics(registry=registry)]
+    with retrysafe.Client(transport=transport, hooks=hooks, dependency="cdn") as client:
+        client.request("PURGE", "https://cdn.test/assets/app.js")
+        client.request("GET", "https://cdn.test/assets/app.js")
+    text, samples = scrape(registry)
+    methods = sorted(
+        value
+        for (name, labels) in samples
+        if name == "retrysafe_calls_total"
+        for label, value in labels
+        if label == "method"
+    )
+    assert methods == ["GET", "_OTHER"]
+    assert "PURGE" not in text
+
+
+def test_a_pacing_refusal_is_counted_as_a_refusal() -> None:
+    registry = CollectorRegistry()
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
+    )
+    with retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+        hooks=[PrometheusMetrics(registry=registry)],
+        dependency="search",
+    ) as client:
+        client.get("https://search.test/q")  # takes the one slot; the next is 10 s away
+        with pytest.raises(retrysafe.PacingDelayed):
+            client.get("https://search.test/q", policy=retrysafe.RetryPolicy(deadline=5))
+    _, samples = scrape(registry)
+    assert value(samples, "retrysafe_refusals_total", dependency="search", reason="pacing") == 1
