@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +280,103 @@ def test_exit_code_for_follows_the_error_class_hierarchy() -> None:
         status=402,
     )
     assert exit_code_for(error) == code_of(retrysafe.ClientError)
+
+
+def test_location_follows_redirects_to_the_end_of_the_chain(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, out, _ = run(capsys, "get", chaos.url("/redirect-chain/{key}", hops=2), "-L")
+
+    assert code == 0
+    assert json.loads(out)["hop"] == 2
+    assert [record.detail for record in chaos.log()] == [f"hop {hop} of 2" for hop in range(3)]
+
+
+def test_without_location_a_redirect_is_not_followed(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    code, out, _ = run(capsys, "get", chaos.url("/redirect-chain/{key}", hops=2))
+
+    assert code == 0
+    assert json.loads(out)["hop"] == 0
+    assert len(chaos.log()) == 1
+
+
+def test_ctrl_c_during_a_request_exits_130(chaos: Any) -> None:
+    """Interrupted mid-call (SIGINT, as Ctrl-C sends), the command says so and exits 130."""
+    process = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "get", chaos.url("/hang"), "--no-color"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        give_up = time.monotonic() + 10
+        while not chaos.log() and time.monotonic() < give_up:
+            time.sleep(0.02)
+        assert chaos.log(), "the request never reached the server"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)
+        assert process.returncode == 130
+        assert err.strip().endswith("retrysafe get: interrupted")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_idempotency_key_auto_sends_a_generated_key_not_the_word_auto(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/idempotent/orders")
+    code, _, _ = run(capsys, "request", "POST", url, "--json", "{}", "--idempotency-key", "auto")
+
+    [record] = chaos.log()
+    assert code == 0
+    assert record.idempotency_key not in (None, "", "auto")
+
+
+def test_a_given_idempotency_key_is_sent_as_typed(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/idempotent/orders")
+    code, _, _ = run(capsys, "request", "POST", url, "--json", "{}", "--idempotency-key", "ord-42")
+
+    assert code == 0
+    assert [record.idempotency_key for record in chaos.log()] == ["ord-42"]
+
+
+def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys)
+
+    assert (code, out) == (EXIT_USAGE, "")
+    assert "usage: retrysafe" in err
+
+
+def test_chaos_warns_before_serving_on_an_address_that_is_not_loopback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """192.0.2.1 (TEST-NET-1) is not this machine's: the warning comes first, then the
+    bind fails with exit 1, so nothing ever listens beyond loopback."""
+    code, _, err = run(capsys, "chaos", "--host", "192.0.2.1", "--port", "0", "--no-color")
+
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert "192.0.2.1 is not a loopback address" in lines[0]
+    assert lines[-1].startswith("retrysafe chaos: cannot serve on 192.0.2.1:0: ")
+
+
+def test_max_retry_after_gives_up_at_once_on_a_longer_hint(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/fail/{key}", times=1, retry_after=3)
+    started = time.monotonic()
+    code, out, err = run(capsys, "get", url, "--max-retry-after", "1", *FAST)
+
+    assert time.monotonic() - started < 2.5
+    assert (code, out) == (code_of(retrysafe.RetryAfterTooLong), "")
+    assert "RetryAfterTooLong" in err
+    assert len(chaos.log()) == 1
 
 
 # -- chaos, as a real process ------------------------------------------------------------------

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from retrysafe.cli import main
+from retrysafe.cli.argv_secrets import argv_secrets
 from retrysafe.cli.exit_codes import EXIT_USAGE
 
 SECRET = "sk_live_51HxQ9CLIsecret"
@@ -110,3 +111,56 @@ def test_an_at_sign_in_a_query_or_fragment_is_not_taken_for_userinfo(url: str) -
     from retrysafe.redact import redact_url_text
 
     assert redact_url_text(url) == url
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["-H", f"X-Api-Key: Bearer {SECRET}"],
+        ["--header", f"X-Api-Key: Bearer {SECRET}"],
+        [f"--header=X-Api-Key: Bearer {SECRET}"],
+        [f"-HX-Api-Key: Bearer {SECRET}"],
+    ],
+    ids=["-H VALUE", "--header VALUE", "--header=VALUE", "-HVALUE"],
+)
+def test_a_secret_header_echoed_in_an_error_reply_is_not_printed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flag: list[str]
+) -> None:
+    """However the header flag is spelled, its secret value, and each word of it, is
+    scrubbed from what the command prints, even when the server's error reply repeats it."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        token = request.headers["x-api-key"].split()[-1]
+        return httpx.Response(401, text=f"bad token {token}")
+
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    code, output = run(capsys, "get", "https://api.test/", "--attempts", "1", *flag)
+
+    assert code != 0
+    assert "bad token" in output
+    assert SECRET not in output
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["-H", f"X-Api-Key: Bearer {SECRET}"],
+        ["--header", f"X-Api-Key: Bearer {SECRET}"],
+        [f"--header=X-Api-Key: Bearer {SECRET}"],
+        [f"-HX-Api-Key: Bearer {SECRET}"],
+    ],
+    ids=["-H VALUE", "--header VALUE", "--header=VALUE", "-HVALUE"],
+)
+def test_every_spelling_of_a_header_flag_marks_its_value_and_each_word_secret(
+    flag: list[str],
+) -> None:
+    redactor = argv_secrets(["get", "https://api.test/", *flag])
+
+    assert SECRET not in redactor.scrub(f"Bearer {SECRET}")
+    assert SECRET not in redactor.scrub(f"unknown token {SECRET}.")

@@ -169,3 +169,12 @@ def test_trickle_headers_head_takes_seconds_at_the_default_pace() -> None:
     assert trickle_interval(b"GET /?interval_ms=7 HTTP/1.1\r\nHost: x\r\n\r\n") == 0.007
     assert trickle_interval(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == TRICKLE_INTERVAL
     assert trickle_interval(b"GET /?interval_ms=5000 HTTP/1.1\r\n\r\n") is None
+
+
+def test_trickle_headers_accepts_an_interval_up_to_one_second_and_refuses_more() -> None:
+    """``interval_ms`` is a whole number from 0 to 1000: both ends are accepted."""
+    request = b"GET /?interval_ms=%s HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    assert trickle_interval(request % b"1000") == 1.0
+    assert trickle_interval(request % b"0") == 0.0
+    assert trickle_interval(request % b"1001") is None

@@ -112,3 +112,36 @@ def test_capacity_work_continues_after_the_client_gives_up(
         client.get(url, timeout=0.1)
 
     assert client.get(url).status_code == 503
+
+
+def test_rate_limit_retry_after_rounds_a_fractional_wait_up(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """At 0.4 tokens a second the next token is 2.5 s away: ``Retry-After: 3``, never 2."""
+    url = chaos.url("/rate-limit/search", rps=0.4, burst=1)
+    client.get(url)
+
+    refused = client.get(url)
+
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "3"
+
+
+def test_token_bucket_retry_after_is_the_wait_rounded_up_to_a_whole_second() -> None:
+    bucket = TokenBucket(rate=0.4, burst=1, now=0.0)
+    assert bucket.try_take(0.0)
+
+    assert bucket.retry_after(0.0) == 3
+    assert bucket.retry_after(1.4) == 2
+    assert bucket.retry_after(1.9) == 1
+
+
+def test_token_bucket_refills_each_moment_only_once() -> None:
+    """Looking at an empty bucket often does not make it fill any faster."""
+    bucket = TokenBucket(rate=1.0, burst=1, now=0.0)
+    assert bucket.try_take(0.0)
+
+    assert not bucket.try_take(0.5)
+    assert not bucket.try_take(0.9)
+    assert bucket.seconds_until_token(0.9) == pytest.approx(0.1)
+    assert bucket.try_take(1.0)

@@ -116,3 +116,23 @@ def test_every_hop_stays_on_a_key_with_characters_urls_quote(
     response = client.get(keyed.url("/redirect-chain/{key}", hops=2))
     assert response.status_code == 200
     assert [r.endpoint for r in keyed.log()] == [f"redirect-chain/{hop}" for hop in range(3)]
+
+
+def test_a_chain_defaults_to_three_302_hops(chaos: KeyedChaos, client: httpx.Client) -> None:
+    response = client.get(chaos.url("/redirect-chain/{key}"))
+
+    assert response.json()["hop"] == 3
+    assert [r.status_code for r in response.history] == [302, 302, 302]
+
+
+@pytest.mark.parametrize("redirect", [300, 304, 305, 306])
+def test_only_the_five_redirect_statuses_can_be_chosen(
+    chaos: KeyedChaos, client: httpx.Client, redirect: int
+) -> None:
+    """``redirect`` is one of 301, 302, 303, 307 and 308; any other 3xx is a 400 that lists them."""
+    response = client.get(chaos.url("/redirect-chain/{key}", redirect=redirect))
+
+    assert response.status_code == 400
+    assert response.json()["parameter"] == "redirect"
+    assert "301, 302, 303, 307, 308" in response.json()["error"]
+    assert chaos.log() == []

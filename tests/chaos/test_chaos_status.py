@@ -211,3 +211,44 @@ def test_log_records_every_field(chaos: KeyedChaos, client: httpx.Client) -> Non
     assert record.body_sha256 == hashlib.sha256(body).hexdigest()
     assert record.action == "status:503"
     assert record.detail == ""
+
+
+def test_sequence_sends_retry_after_on_redirect_steps_too(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """``retry_after`` goes on every 3xx-5xx step, not only on failures."""
+    url = chaos.url("/sequence/{key}", steps=[307, 200], retry_after=2)
+
+    responses = [client.get(url) for _ in range(2)]
+
+    assert [r.status_code for r in responses] == [307, 200]
+    assert [r.headers.get("retry-after") for r in responses] == ["2", None]
+
+
+def test_flaky_fails_with_the_requested_status(chaos: KeyedChaos, client: httpx.Client) -> None:
+    response = client.get(chaos.url("/flaky", rate=1, status=502))
+
+    assert response.status_code == 502
+    assert [r.action for r in chaos.log()] == ["status:502"]
+
+
+def test_status_names_an_informational_code_as_the_reason_for_refusing_it(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    response = client.get(chaos.url("/status/199"))
+
+    assert response.status_code == 400
+    assert "informational" in response.json()["error"]
+
+
+@pytest.mark.parametrize("hint", ["1\r\nX-Injected: yes", "1\nX-Injected: yes", "1\x00", "1\x7f"])
+def test_status_refuses_a_retry_after_with_control_characters(
+    chaos: KeyedChaos, client: httpx.Client, hint: str
+) -> None:
+    """A header value with a line break is a 400 naming ``retry_after``, never sent on."""
+    response = client.get(chaos.url("/status/503", retry_after=hint))
+
+    assert response.status_code == 400
+    assert response.json()["parameter"] == "retry_after"
+    assert "control characters" in response.json()["error"]
+    assert chaos.log() == []

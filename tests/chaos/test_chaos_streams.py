@@ -118,3 +118,25 @@ def test_openai_sdk_streams_from_the_openai_path(chaos: KeyedChaos) -> None:
         tokens = [chunk.choices[0].delta.content for chunk in stream if chunk.choices]
 
     assert [token for token in tokens if token] == ["tok1", "tok2", "tok3"]
+
+
+def test_sse_defaults_to_five_events_every_100_ms(chaos: KeyedChaos, client: httpx.Client) -> None:
+    """``/sse`` with no parameters: five ``tick`` events, 100 ms apart (the log says so)."""
+    response = client.get(chaos.url("/sse"))
+
+    assert len(_events(response.text)) == 5
+    assert [r.detail for r in chaos.log()] == ["5 events every 100 ms"]
+
+
+def test_openai_path_answers_a_single_event_completion_at_once(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """A stream of one event takes no time, so neither does its unstreamed completion."""
+    url = chaos.openai_base_url() + "/chat/completions"
+    started = time.monotonic()
+    response = client.post(
+        url, params={"events": 1, "interval_ms": 1000}, json={"model": "m", "messages": []}
+    )
+
+    assert time.monotonic() - started < 0.7
+    assert response.json()["choices"][0]["message"]["content"] == "tok1"

@@ -157,3 +157,19 @@ def test_malformed_wrong_content_type_labels_json_as_html(
     assert response.headers["content-type"].startswith("text/html")
     assert response.json() == {"ok": True}
     assert [r.action for r in chaos.log()] == ["malformed:wrong-content-type"]
+
+
+def test_drip_defaults_to_five_chunks_of_eight_bytes(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    response = client.get(chaos.url("/drip", interval_ms=0))
+
+    assert response.headers["content-length"] == "40"
+    assert response.content == b"".join(b"%d" % n * 8 for n in range(5))
+
+
+def test_delay_defaults_to_one_second(chaos: KeyedChaos, client: httpx.Client) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        client.get(chaos.url("/delay"), timeout=0.3)
+
+    assert [r.detail for r in chaos.log()] == ["after 1000 ms"]
