@@ -133,6 +133,36 @@ def test_a_replayed_response_is_final_whatever_its_status() -> None:
     assert (verdict.kind, verdict.reason) == ("permanent", "service_unavailable")
 
 
+@pytest.mark.parametrize("value", ["true", "True", " TRUE "])
+def test_the_replay_header_is_read_in_any_case(value: str) -> None:
+    verdict = classify(response(503, {"Idempotent-Replayed": value}))
+    assert (verdict.kind, verdict.reason) == ("permanent", "service_unavailable")
+
+
+@pytest.mark.parametrize("said", ["request-in-flight", "Request-In-Flight", " REQUEST-IN-FLIGHT "])
+def test_the_idempotency_problem_header_is_read_in_any_case(said: str) -> None:
+    verdict = classify(response(409, {"Idempotency-Problem": said}), keyed=True)
+    assert (verdict.kind, verdict.reason) == ("retry", "idempotency_key_in_use")
+
+
+def test_a_rules_retry_without_a_wait_takes_the_servers_retry_after() -> None:
+    def busy(resp: httpx.Response) -> Verdict | None:
+        return Verdict.retry("busy_body") if resp.status_code == 503 else None
+
+    def busy_for_one(resp: httpx.Response) -> Verdict | None:
+        return Verdict.retry("busy_body", after=1.0)
+
+    hinted = response(503, {"Retry-After": "3"})
+    assert classify(hinted, policy=RetryPolicy(rules=(busy,))).after == 3.0
+    assert classify(hinted, policy=RetryPolicy(rules=(busy_for_one,))).after == 1.0
+
+
+def test_should_retry_true_does_not_reopen_a_result_that_was_not_kept() -> None:
+    headers = {"Idempotency-Problem": "result-not-replayable", "x-should-retry": "true"}
+    verdict = classify(response(409, headers), keyed=True)
+    assert (verdict.kind, verdict.reason) == ("permanent", "result_not_replayable")
+
+
 def test_rules_run_first_and_can_make_a_503_permanent() -> None:
     def refused_site(resp: httpx.Response) -> Verdict | None:
         if resp.status_code == 503 and "website returned HTTP 4" in resp.text:

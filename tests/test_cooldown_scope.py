@@ -67,6 +67,13 @@ def test_dependency_by_path_names_origin_and_leading_segments() -> None:
     assert retrysafe.dependency_by_path(0)(httpx.Request("GET", "http://h/a")) == "http://h:80"
 
 
+@pytest.mark.parametrize("path", ["/search", "/search/", "//search//", "/search//page"])
+def test_dependency_by_path_ignores_empty_segments(path: str) -> None:
+    name = retrysafe.dependency_by_path(2)
+    expected = "https://api.test:443/search" + ("/page" if path.endswith("page") else "")
+    assert name(httpx.Request("GET", "https://api.test" + path)) == expected
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, True])
 def test_dependency_by_path_refuses_what_is_not_a_segment_count(bad: object) -> None:
     with pytest.raises(ValueError, match="whole number"):

@@ -119,6 +119,24 @@ def test_no_wait_that_leaves_less_than_a_useful_attempt() -> None:
     assert len(seen) == 1
 
 
+def test_a_hint_equal_to_max_retry_after_is_waited() -> None:
+    clock = FakeClock(randoms=[0.0])
+    handler, seen = scripted(
+        httpx.Response(429, headers={"Retry-After": "10"}), httpx.Response(200)
+    )
+    client_for(handler, clock, max_retry_after=10, deadline=100).get("http://api.test/")
+    assert clock.sleeps == [10.0]
+    assert len(seen) == 2
+
+
+def test_a_hint_that_leaves_exactly_a_useful_attempt_is_waited_without_jitter() -> None:
+    clock = FakeClock(randoms=[1.0])
+    handler, seen = scripted(httpx.Response(503, headers={"Retry-After": "2"}), httpx.Response(200))
+    client_for(handler, clock, deadline=2.5, min_attempt_time=0.5).get("http://api.test/")
+    assert clock.sleeps == [2.0]
+    assert len(seen) == 2
+
+
 def test_attempts_run_out_with_the_whole_history() -> None:
     clock = FakeClock(randoms=[0.0, 0.0, 0.0])
     handler, seen = scripted(httpx.Response(500, json={"error": "boom"}))

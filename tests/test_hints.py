@@ -76,6 +76,11 @@ def test_unusable_retry_after_ms_falls_back_to_retry_after() -> None:
     assert retry_after_hint(resp, NOW) == 7.0
 
 
+def test_a_retry_after_ms_of_zero_is_usable_and_wins_over_retry_after() -> None:
+    resp = response(503, {"Retry-After": "7", "retry-after-ms": "0"})
+    assert retry_after_hint(resp, NOW) == 0.0
+
+
 def test_retry_after_http_date_still_read_without_retry_after_ms() -> None:
     resp = response(503, {"Retry-After": "Tue, 14 Nov 2023 22:13:30 GMT"})
     assert retry_after_hint(resp, NOW) == 10.0
@@ -207,6 +212,19 @@ def test_reset_huge_is_capped() -> None:
     assert parse_reset("9" * 40, NOW) == MAX_RETRY_AFTER
 
 
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("999999999", 999_999_999.0),  # just below 1e9: still delta-seconds
+        ("1000000000", 0.0),  # exactly 1e9: Unix seconds (2001-09-09), long past
+        ("999999999999", 999_999_999_999 - NOW),  # just below 1e12: still Unix seconds
+        ("1000000000000", 0.0),  # exactly 1e12: Unix milliseconds (2001-09-09), long past
+    ],
+)
+def test_reset_unit_changes_exactly_at_its_thresholds(value: str, seconds: float) -> None:
+    assert parse_reset(value, NOW) == seconds
+
+
 # -- announced rate limits ----------------------------------------------------------------
 
 
@@ -316,6 +334,32 @@ def test_several_forms_wait_for_the_longest_exhausted_one() -> None:
         "RateLimit-Reset": "60",
     }
     assert limited(headers) == 9.0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit": '"default";r=0;t=0'},
+        {"RateLimit": "limit=100, remaining=0, reset=0"},
+        {"RateLimit-Remaining": "0", "RateLimit-Reset": "0"},
+        {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"},
+    ],
+)
+def test_a_reset_of_zero_is_a_wait_of_zero_not_no_reset(headers: dict[str, str]) -> None:
+    assert limited(headers) == 0.0
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [("RateLimit", '"minute";r=5;t=20'), ("RateLimit", '"hour";r=0;t=900')],
+        [("RateLimit", '"hour";r=0;t=900'), ("RateLimit", '"minute";r=5;t=20')],
+    ],
+)
+def test_a_ratelimit_field_sent_on_several_lines_is_read_as_one_list(
+    lines: list[tuple[str, str]],
+) -> None:
+    assert exhausted_until(httpx.Response(200, headers=lines), NOW) == 900.0
 
 
 def test_a_429_without_retry_after_waits_the_announced_reset() -> None:

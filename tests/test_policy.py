@@ -61,6 +61,12 @@ def test_replace_derives_a_validated_variant() -> None:
         ({"rules": ("not callable",)}, r"rules must hold callables"),
         ({"max_retry_after": -5}, r"max_retry_after must be >= 0"),
         ({"deadline": 0.2}, r"min_attempt_time must be <= deadline"),
+        ({"deadline": True}, r"deadline must be a number of seconds, got True"),
+        ({"retry_after_jitter": False}, r"retry_after_jitter must be a number of seconds"),
+        (
+            {"hedge_after": 0.1, "attempts": 3, "max_hedges": 3},
+            r"max_hedges must be at most attempts - 1 = 2",
+        ),
     ],
 )
 def test_invalid_fields_name_the_field_and_the_rule(
@@ -96,3 +102,7 @@ def test_inputs_are_normalised() -> None:
     assert policy.quota_headers == ("x-credits-left",)
     assert isinstance(policy.rules, tuple)
     hash(policy.retry_statuses)
+
+
+def test_the_lowest_and_highest_error_statuses_may_be_retried() -> None:
+    assert RetryPolicy(retry_statuses={400, 599}).retry_statuses == {400, 599}

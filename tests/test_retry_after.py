@@ -71,6 +71,21 @@ def test_rfc850_two_digit_year_far_ahead_means_last_century() -> None:
     assert wait > 0
 
 
+def test_a_leap_second_reads_as_the_next_second() -> None:
+    # RFC 9110's second is 00-60: 23:59:60 is the instant before midnight's next second.
+    midnight = 788918400.0  # Sun, 01 Jan 1995 00:00:00 GMT
+    wait = parse_retry_after("Sat, 31 Dec 1994 23:59:60 GMT", now=midnight - 10)
+    assert wait == 10.0
+
+
+def test_rfc850_two_digit_year_exactly_fifty_years_ahead_stays_in_this_century() -> None:
+    # Only a year *more* than 50 ahead means the last century: in 2026, "76" is 2076.
+    now_2026 = 1_795_000_000.0
+    wait = parse_retry_after("Sunday, 01-Nov-76 00:00:00 GMT", now=now_2026)
+    assert wait is not None
+    assert wait > 0
+
+
 @pytest.mark.parametrize(
     "value",
     [

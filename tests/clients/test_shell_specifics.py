@@ -504,9 +504,14 @@ def test_secrets_stay_out_of_the_error(chaos: KeyedChaos) -> None:
     assert "tok-secret-123" not in shown
 
 
-def test_bad_settings_are_refused_with_what_to_do() -> None:
+@pytest.mark.parametrize("mode", ["always", "on", "Auto", "true"])
+def test_bad_settings_are_refused_with_what_to_do(mode: str) -> None:
+    """A mode that is not one of the two is refused: a near miss ("on", "Auto") must not
+    quietly run as "off" and leave every POST unkeyed."""
     with pytest.raises(ValueError, match="idempotency must be 'off' or 'auto'"):
-        RetryAdapter(idempotency="always")  # type: ignore[arg-type]
+        RetryAdapter(idempotency=mode)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="idempotency must be 'off' or 'auto'"):
+        retrysafe.Client(idempotency=mode)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"policy must be a retrysafe\.RetryPolicy"):
         RetryMiddleware(policy={"attempts": 3})  # type: ignore[arg-type]
 
