@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -32,6 +32,7 @@ from retrysafe.idempotency import (
     IdempotencyMiddleware,
     Journal,
     JournalConflict,
+    JournalState,
     OperationDone,
     SQLiteStore,
 )
@@ -592,3 +593,121 @@ async def test_an_async_streamed_body_is_journaled_like_the_sync_clients_generat
     operation = journal.get("up-4")
     assert operation is not None
     assert operation.state == "done"
+
+
+# -- the journal's own records ------------------------------------------------------------
+
+
+def payment_request(url: str = "https://api.test/payments", body: bytes = b"{}") -> httpx.Request:
+    return httpx.Request("POST", url, content=body)
+
+
+def test_unresolved_lists_every_operation_whose_outcome_is_not_settled(journal: Journal) -> None:
+    """A crash leaves an operation "pending" (recorded, maybe never sent) or "sent"
+    (its outcome unknown): both must be listed for reconciliation, with the ambiguous
+    ones; done and failed ones are not, and the list is in the order they were begun."""
+    for name in ("begun", "sent", "ambiguous", "done", "failed"):
+        journal.begin(name, payment_request(f"https://api.test/{name}"))
+    for name in ("sent", "ambiguous", "done", "failed"):
+        journal.mark_sent(name)
+    settled: list[tuple[str, JournalState]] = [
+        ("ambiguous", "ambiguous"),
+        ("done", "done"),
+        ("failed", "failed"),
+    ]
+    for name, state in settled:
+        journal.finish(name, state=state, attempts=1, status=None, reason=None)
+
+    assert [(op.name, op.state) for op in journal.unresolved()] == [
+        ("begun", "pending"),
+        ("sent", "sent"),
+        ("ambiguous", "ambiguous"),
+    ]
+
+
+def test_the_reconciliation_hook_hears_only_of_ambiguous_outcomes(tmp_path: Path) -> None:
+    heard: list[tuple[str, str]] = []
+    with Journal(
+        tmp_path / "ops.sqlite3", on_ambiguous=lambda op: heard.append((op.name, op.state))
+    ) as journal:
+        outcomes: list[tuple[str, JournalState]] = [
+            ("paid", "done"),
+            ("refused", "failed"),
+            ("lost", "ambiguous"),
+        ]
+        for name, state in outcomes:
+            journal.begin(name, payment_request(f"https://api.test/{name}"))
+            journal.mark_sent(name)
+            journal.finish(name, state=state, attempts=2, status=None, reason=None)
+
+    assert heard == [("lost", "ambiguous")]
+
+
+@pytest.mark.parametrize("settled", ["done", "failed"])
+def test_resolving_an_operation_settles_it_and_keeps_its_key(
+    journal: Journal, settled: Literal["done", "failed"]
+) -> None:
+    request = payment_request()
+    begun = journal.begin("payout-1", request)
+    journal.mark_sent("payout-1")
+    journal.finish("payout-1", state="ambiguous", attempts=3, status=None, reason="timeout")
+
+    resolved = journal.resolve("payout-1", settled)
+
+    assert (resolved.state, resolved.key) == (settled, begun.key)
+    assert journal.unresolved() == []
+    if settled == "done":  # (reconciliation found the payment: never send it again)
+        with pytest.raises(OperationDone):
+            journal.begin("payout-1", request)
+    else:  # (it surely did not happen: a new run sends it under the same key)
+        assert journal.begin("payout-1", request).key == begun.key
+
+
+def test_operations_with_identical_requests_get_keys_of_their_own(journal: Journal) -> None:
+    """Two writes of the same amount to the same URL are two payments: sharing a key,
+    the server would answer the second with the first one's stored response."""
+    first = journal.begin("rent-2026-01", payment_request())
+    second = journal.begin("rent-2026-02", payment_request())
+
+    assert first.fingerprint == second.fingerprint
+    assert first.key != second.key
+    assert journal.begin("rent-2026-01", payment_request()).key == first.key
+
+
+def test_a_request_whose_url_and_body_join_to_the_same_bytes_is_another_request(
+    journal: Journal,
+) -> None:
+    journal.begin("pay-3", payment_request("https://api.test/pay", b"ment"))
+
+    with pytest.raises(JournalConflict, match="different request"):
+        journal.begin("pay-3", payment_request("https://api.test/payment", b""))
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t\n"])
+def test_an_operation_needs_a_name_that_is_not_blank(journal: Journal, name: str) -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        journal.begin(name, payment_request())
+    assert journal.unresolved() == []
+
+
+def test_settling_an_operation_the_journal_never_recorded_raises_key_error(
+    journal: Journal,
+) -> None:
+    with pytest.raises(KeyError, match="no operation named 'missing'"):
+        journal.mark_sent("missing")
+    with pytest.raises(KeyError, match="no operation named 'missing'"):
+        journal.resolve("missing", "done")
+
+
+def test_the_journal_keeps_no_secret_of_the_url_on_disk(journal: Journal) -> None:
+    url = "https://alice:hunter2@api.test/payments?api_key=sk-live-123&amount=49"
+
+    operation = journal.begin("pay-4", payment_request(url))
+
+    assert "hunter2" not in operation.url
+    assert "sk-live-123" not in operation.url
+    assert "amount=49" in operation.url
+    journal.close()
+    for path in journal.path.parent.glob(journal.path.name + "*"):
+        assert b"hunter2" not in path.read_bytes()
+        assert b"sk-live-123" not in path.read_bytes()

@@ -469,3 +469,25 @@ async def test_a_claim_run_again_after_its_answer_was_lost_takes_its_own_row(
         assert other.state == "in_flight"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_redis_claim_run_again_after_its_answer_was_lost_takes_its_own_key(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py runs a script again when its connection broke: if the first run did reach
+    # the server, the record is this claim's own (same token), not another request's.
+    from retrysafe.idempotency import Claimed, IdempotencyRecord, RedisStore, redis_store
+
+    store = RedisStore(redis_url, prefix=f"claim-again-{uuid.uuid4().hex[:8]}:")
+    try:
+        monkeypatch.setattr(redis_store, "new_token", lambda: "the-same-claim")
+        first = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        again = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        assert first == again == Claimed("the-same-claim")
+        monkeypatch.setattr(redis_store, "new_token", lambda: "another-request")
+        other = await store.claim("s", "k", "fp", now=1e9, lease=60)
+        assert isinstance(other, IdempotencyRecord)
+        assert other.state == "in_flight"
+    finally:
+        await store.close()

@@ -307,3 +307,16 @@ async def test_a_hung_server_fails_closed_within_the_timeout(kind: str, silent_s
 
     assert time.monotonic() - started < 2
     await store.close()
+
+
+async def test_scopes_and_keys_that_join_to_the_same_text_stay_apart(
+    store: IdempotencyStore,
+) -> None:
+    # A scope is the caller (an API client's id, a tenant): one caller's record must never
+    # answer another's request, whatever characters their scopes and keys hold.
+    first = await store.claim("tenant", "a:b", "fp", now=NOW, lease=10)
+    assert isinstance(first, Claimed)
+
+    for scope, key in (("tenant:a", "b"), ("tenant:a:b", "k"), ("tenant", "a%3Ab")):
+        outcome = await store.claim(scope, key, "fp", now=NOW, lease=10)
+        assert isinstance(outcome, Claimed), (scope, key)

@@ -8,6 +8,7 @@ files and the session's real PostgreSQL server.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -16,7 +17,13 @@ from typing import Any
 import pytest
 from idempotency_stores import new_namespace
 
-from retrysafe.idempotency import Claimed, IdempotencyStore, PostgresStore, SQLiteStore
+from retrysafe.idempotency import (
+    Claimed,
+    IdempotencyStore,
+    PostgresStore,
+    SQLiteStore,
+    StoreUnavailable,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -139,3 +146,66 @@ def test_purge_settings_that_could_never_purge_are_refused(
         SQLiteStore(tmp_path / "x.sqlite3", **options)
     with pytest.raises(ValueError, match="purge_"):
         PostgresStore("postgresql://127.0.0.1:1/none", **options)
+
+
+async def test_a_record_is_purged_from_the_moment_it_lapses(backend: SqlBackend) -> None:
+    """A claim takes a record over once ``now`` reaches its expiry; a purge at that same
+    ``now`` deletes it too, and one a moment earlier does not."""
+    store = backend.open(purge_every=None, purge_interval=None)
+    await seed_lapsed(store, 3)  # each expires at NOW + 1
+
+    assert await store.purge_expired(now=NOW + 0.5) == 0  # type: ignore[attr-defined]
+    assert await store.purge_expired(now=NOW + 1, limit=2) == 2  # type: ignore[attr-defined]
+    assert await store.purge_expired(now=NOW + 1) == 1  # type: ignore[attr-defined]
+
+
+async def test_postgres_finds_lapsed_records_through_an_index_on_their_expiry(
+    postgres_dsn: str,
+) -> None:
+    # A purge asks for the oldest lapsed rows: without the index every purge scans the
+    # whole table, and claims pay for it.
+    import psycopg
+
+    table = new_namespace()
+    store = PostgresStore(postgres_dsn, table=table, purge_every=None, purge_interval=None)
+    try:
+        await fresh_claim(store, 0)
+    finally:
+        await store.close()
+    with psycopg.connect(postgres_dsn) as db:
+        definitions = [
+            row[0]
+            for row in db.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,))
+        ]
+    assert any(definition.endswith("(expires_at)") for definition in definitions), definitions
+
+
+async def test_purging_by_count_comes_round_again_every_purge_every_claims(
+    backend: SqlBackend,
+) -> None:
+    await seed_lapsed(backend.open(purge_every=None, purge_interval=None), 50)
+    store = backend.open(purge_every=3, purge_interval=None, purge_limit=1)
+
+    for index in range(9):
+        await fresh_claim(store, index)
+
+    assert backend.lapsed_rows(LATER) == 50 - 3  # the 3rd, 6th and 9th claims purged one each
+
+
+async def test_a_purge_that_fails_leaves_the_claim_made_and_is_logged(
+    backend: SqlBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim is committed before it purges: failing it then would leave the key held
+    by a request told the store is down, and its retries refused as in flight."""
+    store = backend.open(purge_every=1, purge_interval=None)
+
+    async def purge_fails(*, now: float, limit: int | None = None) -> int:
+        raise StoreUnavailable(type(store).__name__, "the purge timed out (injected)")
+
+    monkeypatch.setattr(store, "purge_expired", purge_fails)
+
+    with caplog.at_level(logging.WARNING, logger="retrysafe.idempotency"):
+        await fresh_claim(store, 0)
+
+    assert "purging lapsed idempotency records failed" in caplog.text
+    assert "the purge timed out (injected)" in caplog.text
