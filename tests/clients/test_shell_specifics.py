@@ -675,13 +675,17 @@ def test_a_redirect_hop_after_the_chains_deadline_continues_the_chain_and_fails(
 
 
 class _TrickledRedirects(http.server.BaseHTTPRequestHandler):
-    """``/hop/N``: a 302 to the next hop whose 10-byte body takes 0.5 s, then at N = 4 a 200."""
+    """``/hop/N``: a 302 to the next hop whose body trickles (``body_bytes`` bytes, one
+    every ``gap`` seconds: 0.5 s here), then at N = ``hops`` a 200."""
 
     protocol_version = "HTTP/1.1"
+    hops = 4
+    body_bytes = 10
+    gap = 0.05
 
     def do_GET(self) -> None:
         number = int(self.path.rsplit("/", 1)[1])
-        if number >= 4:
+        if number >= self.hops:
             self.send_response(200)
             self.send_header("Content-Length", "4")
             self.end_headers()
@@ -689,12 +693,12 @@ class _TrickledRedirects(http.server.BaseHTTPRequestHandler):
             return
         self.send_response(302)
         self.send_header("Location", f"/hop/{number + 1}")
-        self.send_header("Content-Length", "10")
+        self.send_header("Content-Length", str(self.body_bytes))
         self.end_headers()
-        for _ in range(10):
+        for _ in range(self.body_bytes):
             self.wfile.write(b"x")
             self.wfile.flush()
-            time.sleep(0.05)
+            time.sleep(self.gap)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -718,29 +722,12 @@ def test_a_streamed_requests_call_reads_each_redirect_body_within_the_chains_dea
     assert took < 1.2 + 0.4  # (four hops, 2 s of bodies, without the bound)
 
 
-class _SlowRedirect(http.server.BaseHTTPRequestHandler):
-    """A 302 to ``/done`` whose 20-byte body takes 2 s (a byte every 0.1 s)."""
+class _SlowRedirect(_TrickledRedirects):
+    """One 302 whose 20-byte body takes 2 s (a byte every 0.1 s), then a 200."""
 
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        if self.path == "/done":
-            self.send_response(200)
-            self.send_header("Content-Length", "4")
-            self.end_headers()
-            self.wfile.write(b"done")
-            return
-        self.send_response(302)
-        self.send_header("Location", "/done")
-        self.send_header("Content-Length", "20")
-        self.end_headers()
-        for _ in range(20):
-            self.wfile.write(b"x")
-            self.wfile.flush()
-            time.sleep(0.1)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    hops = 1
+    body_bytes = 20
+    gap = 0.1
 
 
 def test_a_streamed_requests_call_cuts_a_slow_redirect_body_at_the_deadline() -> None:
@@ -754,7 +741,7 @@ def test_a_streamed_requests_call_cuts_a_slow_redirect_body_at_the_deadline() ->
         with session_with(RetryAdapter(policy=policy)) as session:
             started = time.monotonic()
             with pytest.raises(retrysafe.DeadlineExceeded):
-                session.get(f"http://127.0.0.1:{server.server_address[1]}/", stream=True)
+                session.get(f"http://127.0.0.1:{server.server_address[1]}/hop/0", stream=True)
             took = time.monotonic() - started
     finally:
         server.shutdown()
