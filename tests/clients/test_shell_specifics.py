@@ -704,21 +704,26 @@ class _TrickledRedirects(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_streamed_requests_call_reads_each_redirect_body_within_the_chains_deadline() -> None:
-    """requests reads a redirect's body before it follows it: under stream=True that read
-    is the chain's time too, so a chain of slow redirect bodies ends at the deadline."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickledRedirects)
+def _seconds_to_give_up(handler: type[_TrickledRedirects], deadline: float) -> float:
+    """How long a streamed GET of ``handler``'s chain took to fail with DeadlineExceeded."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        policy = RetryPolicy(deadline=1.2, min_attempt_time=0.05, backoff_base=0.01)
+        policy = RetryPolicy(deadline=deadline, min_attempt_time=0.05, backoff_base=0.01)
         with session_with(RetryAdapter(policy=policy)) as session:
             started = time.monotonic()
             with pytest.raises(retrysafe.DeadlineExceeded):
                 session.get(f"http://127.0.0.1:{server.server_address[1]}/hop/0", stream=True)
-            took = time.monotonic() - started
+            return time.monotonic() - started
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_streamed_requests_call_reads_each_redirect_body_within_the_chains_deadline() -> None:
+    """requests reads a redirect's body before it follows it: under stream=True that read
+    is the chain's time too, so a chain of slow redirect bodies ends at the deadline."""
+    took = _seconds_to_give_up(_TrickledRedirects, deadline=1.2)
     assert took < 1.2 + 0.4  # (four hops, 2 s of bodies, without the bound)
 
 
@@ -734,18 +739,7 @@ def test_a_streamed_requests_call_cuts_a_slow_redirect_body_at_the_deadline() ->
     """The redirect's body is read within its attempt, so the deadline ends that read:
     the call fails at its 0.6 s deadline, not after the 2 s body (which requests would
     read, uncut, before following the redirect)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowRedirect)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        policy = RetryPolicy(deadline=0.6, min_attempt_time=0.05, backoff_base=0.01)
-        with session_with(RetryAdapter(policy=policy)) as session:
-            started = time.monotonic()
-            with pytest.raises(retrysafe.DeadlineExceeded):
-                session.get(f"http://127.0.0.1:{server.server_address[1]}/hop/0", stream=True)
-            took = time.monotonic() - started
-    finally:
-        server.shutdown()
-        server.server_close()
+    took = _seconds_to_give_up(_SlowRedirect, deadline=0.6)
     assert took < 1.5  # (the 2 s body, without the bound)
 
 
