@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import httpx
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import retrysafe
+from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
 from retrysafe.telemetry.otel import OpenTelemetry
+from retrysafe.testing import FakeClock
 
 #: Secrets a test sends; none may reach a span, a label or a log record.
 SECRET_QUERY = {"api_key": "QUERY-SECRET-3f9a"}
@@ -111,3 +115,22 @@ SCRIPTED_ENDINGS = {
     "payments-2": "ServerError attempts_exhausted",
     "payments-refused": "CircuitOpen circuit_open",
 }
+
+
+def refuse_a_call_by_pacing(hook: retrysafe.EventHook) -> None:
+    """Two calls to ``search`` paced at one per 10 s, ``hook`` listening: the first takes
+    the slot, the second (5 s deadline) is refused with ``PacingDelayed``."""
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
+    )
+    with retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        clock=clock,
+        governor=Governor(settings, clock=clock),
+        hooks=[hook],
+        dependency="search",
+    ) as client:
+        client.get("https://search.test/q")
+        with pytest.raises(retrysafe.PacingDelayed):
+            client.get("https://search.test/q", policy=retrysafe.RetryPolicy(deadline=5))

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
-from telemetry_support import SCRIPTED_ENDINGS, Otel, run_scripted_mix, scripted_governor
+from telemetry_support import (
+    SCRIPTED_ENDINGS,
+    Otel,
+    refuse_a_call_by_pacing,
+    run_scripted_mix,
+    scripted_governor,
+)
 
 import retrysafe
-from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
 from retrysafe.testing import FakeClock
 
 
@@ -82,20 +86,7 @@ def test_a_non_standard_method_is_folded_in_the_duration_label(otel: Otel) -> No
 
 
 def test_a_pacing_refusal_is_counted_as_a_refusal(otel: Otel) -> None:
-    clock = FakeClock()
-    settings = GovernorSettings(
-        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
-    )
-    with retrysafe.Client(
-        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
-        clock=clock,
-        governor=Governor(settings, clock=clock),
-        hooks=[otel.hook],
-        dependency="search",
-    ) as client:
-        client.get("https://search.test/q")  # takes the one slot; the next is 10 s away
-        with pytest.raises(retrysafe.PacingDelayed):
-            client.get("https://search.test/q", policy=retrysafe.RetryPolicy(deadline=5))
+    refuse_a_call_by_pacing(otel.hook)
     assert otel.metric_points()["retrysafe.refusals"] == [
         ({"retrysafe.dependency": "search", "retrysafe.reason": "pacing"}, 1)
     ]

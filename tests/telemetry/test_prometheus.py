@@ -11,14 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from telemetry_support import (
     SCRIPTED_ENDINGS,
     SECRET_VALUES,
+    refuse_a_call_by_pacing,
     run_scripted_mix,
     scripted_governor,
 )
 
 import retrysafe
-from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
 from retrysafe.telemetry.prometheus import PrometheusMetrics
-from retrysafe.testing import FakeClock
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -227,19 +226,6 @@ def test_a_non_standard_method_is_folded_in_the_method_label() -> None:
 
 def test_a_pacing_refusal_is_counted_as_a_refusal() -> None:
     registry = CollectorRegistry()
-    clock = FakeClock()
-    settings = GovernorSettings(
-        budget=None, breaker=None, limiter=LimiterSettings(requests_per_second=0.1)
-    )
-    with retrysafe.Client(
-        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
-        clock=clock,
-        governor=Governor(settings, clock=clock),
-        hooks=[PrometheusMetrics(registry=registry)],
-        dependency="search",
-    ) as client:
-        client.get("https://search.test/q")  # takes the one slot; the next is 10 s away
-        with pytest.raises(retrysafe.PacingDelayed):
-            client.get("https://search.test/q", policy=retrysafe.RetryPolicy(deadline=5))
+    refuse_a_call_by_pacing(PrometheusMetrics(registry=registry))
     _, samples = scrape(registry)
     assert value(samples, "retrysafe_refusals_total", dependency="search", reason="pacing") == 1
