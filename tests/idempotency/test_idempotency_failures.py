@@ -450,42 +450,37 @@ async def test_pooled_connections_the_server_ended_are_replaced_not_reported_dow
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_claim_run_again_after_its_answer_was_lost_takes_its_own_row(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+async def test_a_claim_run_again_after_its_answer_was_lost_takes_its_own_record(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The pool runs a claim once more when its connection broke: if the first insert
-    # did reach the server, the row is this claim's own (same token), not another's.
-    from retrysafe.idempotency import Claimed, IdempotencyRecord, PostgresStore, postgres_store
+    # The PostgreSQL pool runs a claim once more when its connection broke, and redis-py
+    # runs a script again: if the first did reach the server, the record is this
+    # claim's own (same token), not another request's.
+    from retrysafe.idempotency import (
+        Claimed,
+        IdempotencyRecord,
+        PostgresStore,
+        RedisStore,
+        postgres_store,
+        redis_store,
+    )
 
-    store = PostgresStore(postgres_dsn, table="claim_again", purge_every=None, purge_interval=None)
+    store: IdempotencyStore
+    if kind == "postgres":
+        tokens: Any = postgres_store
+        dsn = request.getfixturevalue("postgres_dsn")
+        store = PostgresStore(dsn, table="claim_again", purge_every=None, purge_interval=None)
+    else:
+        tokens = redis_store
+        prefix = f"claim-again-{uuid.uuid4().hex[:8]}:"
+        store = RedisStore(request.getfixturevalue("redis_url"), prefix=prefix)
     try:
-        monkeypatch.setattr(postgres_store, "new_token", lambda: "the-same-claim")
+        monkeypatch.setattr(tokens, "new_token", lambda: "the-same-claim")
         first = await store.claim("s", "k", "fp", now=1e9, lease=60)
         again = await store.claim("s", "k", "fp", now=1e9, lease=60)
         assert first == again == Claimed("the-same-claim")
-        monkeypatch.setattr(postgres_store, "new_token", lambda: "another-request")
-        other = await store.claim("s", "k", "fp", now=1e9, lease=60)
-        assert isinstance(other, IdempotencyRecord)
-        assert other.state == "in_flight"
-    finally:
-        await store.close()
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_redis_claim_run_again_after_its_answer_was_lost_takes_its_own_key(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # redis-py runs a script again when its connection broke: if the first run did reach
-    # the server, the record is this claim's own (same token), not another request's.
-    from retrysafe.idempotency import Claimed, IdempotencyRecord, RedisStore, redis_store
-
-    store = RedisStore(redis_url, prefix=f"claim-again-{uuid.uuid4().hex[:8]}:")
-    try:
-        monkeypatch.setattr(redis_store, "new_token", lambda: "the-same-claim")
-        first = await store.claim("s", "k", "fp", now=1e9, lease=60)
-        again = await store.claim("s", "k", "fp", now=1e9, lease=60)
-        assert first == again == Claimed("the-same-claim")
-        monkeypatch.setattr(redis_store, "new_token", lambda: "another-request")
+        monkeypatch.setattr(tokens, "new_token", lambda: "another-request")
         other = await store.claim("s", "k", "fp", now=1e9, lease=60)
         assert isinstance(other, IdempotencyRecord)
         assert other.state == "in_flight"
