@@ -3,6 +3,7 @@ exit codes, the missing-extra message, and ``chaos`` serving in a real subproces
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 import retrysafe
-from retrysafe.cli import main
+from retrysafe.cli import build_parser, main
 from retrysafe.cli.exit_codes import ERROR_EXIT_CODES, EXIT_USAGE, exit_code_for
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "retrysafe"
@@ -250,6 +251,7 @@ def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(
         "ftp://example.com/",
         "http://exa mple/",
         "http://127.0.0.1:99999/",  # (a socket would wrap it round to port 34463)
+        "http://127.0.0.1:0/",
         "http://[bad/",
         "http://xn--/",  # a malformed IDNA label
     ],
@@ -265,6 +267,22 @@ def test_an_invalid_method_is_exit_2(capsys: pytest.CaptureFixture[str], chaos: 
     code, _, err = run(capsys, "request", "PO ST", chaos.url("/echo"))
     assert code == EXIT_USAGE
     assert "invalid method 'PO ST'" in err
+
+
+def test_data_at_dash_sends_stdin_as_the_body(
+    capsys: pytest.CaptureFixture[str], chaos: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("name=jane"))
+    code, out, _ = run(capsys, "request", "PUT", chaos.url("/echo"), "-d", "@-")
+    assert (code, json.loads(out)["body"]) == (0, "name=jane")
+
+
+def test_chaos_port_accepts_0_to_65535() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["chaos", "--port", "65535"]).port == 65535
+    assert parser.parse_args(["chaos", "--port", "0"]).port == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["chaos", "--port", "65536"])
 
 
 def test_exit_code_for_follows_the_error_class_hierarchy() -> None:

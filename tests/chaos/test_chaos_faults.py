@@ -92,6 +92,28 @@ def test_reset_mid_body_sends_part_of_the_body_then_resets(
     assert 0 < len(body) < 1000
 
 
+def test_reset_mid_body_sends_100_of_the_1000_promised_bytes(chaos: KeyedChaos) -> None:
+    with _connect(chaos, "reset_mid_body") as sock:
+        sock.sendall(REQUEST)
+        received, was_reset = _read_until_reset(sock)
+
+    assert was_reset
+    assert received.partition(b"\r\n\r\n")[2] == b"x" * 100
+
+
+def test_close_without_response_waits_for_the_whole_body_before_closing(
+    chaos: KeyedChaos,
+) -> None:
+    with _connect(chaos, "close_without_response") as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: chaos\r\nContent-Length: 5\r\n\r\n")
+        sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            sock.recv(1024)
+        sock.settimeout(2)
+        sock.sendall(b"hello")
+        assert sock.recv(1024) == b""
+
+
 def test_reset_mid_body_is_a_read_error_after_headers_for_httpx(
     chaos: KeyedChaos, client: httpx.Client
 ) -> None:

@@ -82,6 +82,16 @@ def test_outage_is_503_for_the_window_then_200(chaos: KeyedChaos, client: httpx.
     assert after.status_code == 200
 
 
+def test_outage_lasts_one_second_by_default(chaos: KeyedChaos, client: httpx.Client) -> None:
+    url = chaos.url("/outage/{key}")
+
+    first = client.get(url)
+    time.sleep(0.6)  # (well past half a second, well short of one)
+    still_down = client.get(url)
+
+    assert (first.status_code, still_down.status_code) == (503, 503)
+
+
 @pytest.mark.anyio
 async def test_capacity_sheds_requests_beyond_the_concurrency(chaos: KeyedChaos) -> None:
     url = chaos.url("/capacity/db", concurrency=2, service_ms=400)

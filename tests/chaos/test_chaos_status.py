@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -252,3 +252,19 @@ def test_status_refuses_a_retry_after_with_control_characters(
     assert response.json()["parameter"] == "retry_after"
     assert "control characters" in response.json()["error"]
     assert chaos.log() == []
+
+
+def _seed_where(accept: Callable[[float], bool], key: str, attempt: int) -> str:
+    """A seed whose draw for ``(key, attempt)`` satisfies ``accept``."""
+    seeds = (f"s{n}" for n in range(10_000))
+    return next(seed for seed in seeds if accept(draw(seed, key, attempt)))
+
+
+def test_flaky_fails_half_the_attempts_by_default(chaos: KeyedChaos, client: httpx.Client) -> None:
+    just_under_half = _seed_where(lambda point: 0.4 <= point < 0.5, chaos.key, 1)
+    just_over_half = _seed_where(lambda point: 0.5 <= point < 0.6, chaos.key, 2)
+
+    first = client.get(chaos.url("/flaky", seed=just_under_half))
+    second = client.get(chaos.url("/flaky", seed=just_over_half))
+
+    assert (first.status_code, second.status_code) == (503, 200)
