@@ -113,16 +113,17 @@ def test_an_at_sign_in_a_query_or_fragment_is_not_taken_for_userinfo(url: str) -
     assert redact_url_text(url) == url
 
 
-@pytest.mark.parametrize(
-    "flag",
-    [
-        ["-H", f"X-Api-Key: Bearer {SECRET}"],
-        ["--header", f"X-Api-Key: Bearer {SECRET}"],
-        [f"--header=X-Api-Key: Bearer {SECRET}"],
-        [f"-HX-Api-Key: Bearer {SECRET}"],
-    ],
-    ids=["-H VALUE", "--header VALUE", "--header=VALUE", "-HVALUE"],
-)
+#: Every way argparse takes a header flag, each carrying the secret in a header value.
+HEADER_FLAG_SPELLINGS = [
+    ["-H", f"X-Api-Key: Bearer {SECRET}"],
+    ["--header", f"X-Api-Key: Bearer {SECRET}"],
+    [f"--header=X-Api-Key: Bearer {SECRET}"],
+    [f"-HX-Api-Key: Bearer {SECRET}"],
+]
+HEADER_FLAG_IDS = ["-H VALUE", "--header VALUE", "--header=VALUE", "-HVALUE"]
+
+
+@pytest.mark.parametrize("flag", HEADER_FLAG_SPELLINGS, ids=HEADER_FLAG_IDS)
 def test_a_secret_header_echoed_in_an_error_reply_is_not_printed(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flag: list[str]
 ) -> None:
@@ -147,16 +148,7 @@ def test_a_secret_header_echoed_in_an_error_reply_is_not_printed(
     assert SECRET not in output
 
 
-@pytest.mark.parametrize(
-    "flag",
-    [
-        ["-H", f"X-Api-Key: Bearer {SECRET}"],
-        ["--header", f"X-Api-Key: Bearer {SECRET}"],
-        [f"--header=X-Api-Key: Bearer {SECRET}"],
-        [f"-HX-Api-Key: Bearer {SECRET}"],
-    ],
-    ids=["-H VALUE", "--header VALUE", "--header=VALUE", "-HVALUE"],
-)
+@pytest.mark.parametrize("flag", HEADER_FLAG_SPELLINGS, ids=HEADER_FLAG_IDS)
 def test_every_spelling_of_a_header_flag_marks_its_value_and_each_word_secret(
     flag: list[str],
 ) -> None:

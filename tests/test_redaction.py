@@ -100,58 +100,10 @@ def echoing_body(request: httpx.Request) -> httpx.Response:
     return httpx.Response(422, content=b"invalid request: " + request.content)
 
 
-def test_secret_fields_of_a_json_body_echoed_back_never_reach_the_message_or_log(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="retrysafe")
-    payment = {
-        "amount": 1200,
-        "card": {"number": "4242 4242 4242 4242", "brand": "visa", "exp_year": 2030},
-        "customer": {"password": "hunter2-long"},
-        "card_number": "4000056655665556",
-    }
-    with (
-        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
-        pytest.raises(retrysafe.ClientError) as caught,
-    ):
-        client.post("https://api.test/charges", json=payment)
-    produced = [str(caught.value), repr(caught.value.body)]
-    produced += [record.getMessage() for record in caplog.records]
-    for text in produced:
-        for secret in ("4242 4242 4242 4242", "4000056655665556", "hunter2-long"):
-            assert secret not in text
-    # What is not secret stays readable: the amount, the brand, the year.
-    for ordinary in ("1200", "visa", "2030"):
-        assert ordinary in str(caught.value)
-
-
-def test_secrets_inside_json_arrays_echoed_back_never_reach_the_message_or_log(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A batch of credentials or cards is a list: its items are searched like fields."""
-    caplog.set_level(logging.DEBUG, logger="retrysafe")
-    batch = {
-        "creds": [{"user": "svc-batch", "password": "hunter2-in-a-list"}],
-        "cards": ["4000 0566 5566 5556"],
-        "tags": ["nightly"],
-    }
-    with (
-        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
-        pytest.raises(retrysafe.ClientError) as caught,
-    ):
-        client.post("https://api.test/batch", json=batch)
-    produced = [str(caught.value), repr(caught.value.body)]
-    produced += [record.getMessage() for record in caplog.records]
-    for text in produced:
-        for secret in ("hunter2-in-a-list", "4000 0566 5566 5556"):
-            assert secret not in text
-    for ordinary in ("svc-batch", "nightly"):
-        assert ordinary in str(caught.value)
-
-
 def echoed_failure_texts(
     handler: Callable[[httpx.Request], httpx.Response],
     caplog: pytest.LogCaptureFixture,
+    method: str = "GET",
     **request: object,
 ) -> list[str]:
     """Every text a call failing with ``handler``'s answer produced: the error's message,
@@ -161,9 +113,44 @@ def echoed_failure_texts(
         retrysafe.Client(transport=httpx.MockTransport(handler)) as client,
         pytest.raises(retrysafe.ClientError) as caught,
     ):
-        client.get("https://api.test/v1", **request)  # type: ignore[arg-type]
+        client.request(method, "https://api.test/v1", **request)  # type: ignore[arg-type]
     produced = [str(caught.value), repr(caught.value.body)]
     return produced + [record.getMessage() for record in caplog.records]
+
+
+def test_secret_fields_of_a_json_body_echoed_back_never_reach_the_message_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    payment = {
+        "amount": 1200,
+        "card": {"number": "4242 4242 4242 4242", "brand": "visa", "exp_year": 2030},
+        "customer": {"password": "hunter2-long"},
+        "card_number": "4000056655665556",
+    }
+    produced = echoed_failure_texts(echoing_body, caplog, "POST", json=payment)
+    for text in produced:
+        for secret in ("4242 4242 4242 4242", "4000056655665556", "hunter2-long"):
+            assert secret not in text
+    # What is not secret stays readable: the amount, the brand, the year.
+    for ordinary in ("1200", "visa", "2030"):
+        assert ordinary in produced[0]
+
+
+def test_secrets_inside_json_arrays_echoed_back_never_reach_the_message_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch of credentials or cards is a list: its items are searched like fields."""
+    batch = {
+        "creds": [{"user": "svc-batch", "password": "hunter2-in-a-list"}],
+        "cards": ["4000 0566 5566 5556"],
+        "tags": ["nightly"],
+    }
+    produced = echoed_failure_texts(echoing_body, caplog, "POST", json=batch)
+    for text in produced:
+        for secret in ("hunter2-in-a-list", "4000 0566 5566 5556"):
+            assert secret not in text
+    for ordinary in ("svc-batch", "nightly"):
+        assert ordinary in produced[0]
 
 
 def test_a_four_character_secret_echoed_back_is_scrubbed(
