@@ -15,12 +15,13 @@ its outbox as effects (:data:`Effect`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.errors import ApiError, AttemptRecord
+from retrysafe.named_tuple import NamedTuple
 
 if TYPE_CHECKING:
     from retrysafe.governor.breaker import Health, Permit

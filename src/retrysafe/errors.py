@@ -15,9 +15,11 @@ subclass that matches what you would do about it::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal
 
 import httpx
+
+from retrysafe.named_tuple import NamedTuple
 
 __all__ = [
     "ApiError",

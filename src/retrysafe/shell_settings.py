@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.named_tuple import NamedTuple
 from retrysafe.observe import EventHook, Observer
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import DependencyNamer

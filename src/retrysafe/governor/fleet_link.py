@@ -7,10 +7,11 @@ governor). Nothing here imports redis.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, Protocol
 
 from retrysafe.clock import Clock
 from retrysafe.governor.limiter import Limiter
+from retrysafe.named_tuple import NamedTuple
 
 __all__ = ["FleetLink", "FleetView", "ProbeAnswer", "ProbeKind"]
 

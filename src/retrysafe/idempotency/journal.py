@@ -18,12 +18,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 import httpx
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.errors import ApiError
+from retrysafe.named_tuple import NamedTuple
 from retrysafe.redact import redact_url
 
 if TYPE_CHECKING:
