@@ -173,3 +173,51 @@ def test_a_successful_sync_call_leaves_the_failure_and_async_pieces_unloaded() -
         "        pass"
     )
     assert "retrysafe.failures" in failing
+
+
+#: A fresh interpreter that counts what ``import retrysafe`` (after httpx and the standard
+#: modules retrysafe adds to it) compiles: regular expressions, and named tuples built by
+#: ``collections.namedtuple`` (which compiles each one's ``__new__`` with ``eval``).
+_COUNTED_IMPORT = """
+import collections, contextvars, dataclasses, json, re, sys, typing
+import httpx
+
+compiled, built = [], []
+compile_pattern, namedtuple = re._compile, collections.namedtuple
+
+
+def counting_compile(pattern, flags):
+    if isinstance(pattern, (str, bytes)):
+        compiled.append(str(pattern))
+    return compile_pattern(pattern, flags)
+
+
+def counting_namedtuple(typename, *args, **kwargs):
+    built.append(f"{sys._getframe(1).f_globals.get('__name__')}: {typename}")
+    return namedtuple(typename, *args, **kwargs)
+
+
+re._compile, collections.namedtuple = counting_compile, counting_namedtuple
+import retrysafe
+
+print(json.dumps({"compiled": compiled, "built": built}))
+"""
+
+
+def test_import_compiles_no_regular_expression_and_no_named_tuple_of_its_own() -> None:
+    """Each costs about 0.1 ms: patterns compile on first use, and retrysafe's named
+    tuples are made by retrysafe.named_tuple, which compiles nothing per class. (The
+    compiled build's own modules keep typing.NamedTuple, which the compiler knows.)"""
+    result = subprocess.run(
+        [sys.executable, "-c", _COUNTED_IMPORT],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    counted = json.loads(result.stdout)
+    assert counted["compiled"] == []
+    typing_made = [entry for entry in counted["built"] if not entry.startswith("typing: ")]
+    assert typing_made == []
+    compiled_modules_own = {"Transition", "Permit"}  # (retrysafe.governor.breaker's)
+    assert {entry.split(": ")[1] for entry in counted["built"]} <= compiled_modules_own

@@ -43,7 +43,7 @@ __all__ = [
 
 _WHITESPACE: Final = " \t\r\n"
 #: A non-negative decimal: digits with an optional fraction, or a bare fraction.
-_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+_DECIMAL = r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+"  # (compiled on first use, by re's cache)
 #: More integer digits than this is past the cap whatever the unit (1e15 s).
 _MAX_DIGITS: Final = 16
 #: A reset at or above this reads as a Unix timestamp in seconds (2001-09-09), below it
@@ -74,7 +74,7 @@ def _decimal(value: str | bytes | None) -> float | None:
     number of milliseconds or seconds, not everything Python's ``float()`` takes.
     """
     text = _text(value)
-    if text is None or _DECIMAL.fullmatch(text) is None:
+    if text is None or re.fullmatch(_DECIMAL, text) is None:
         return None
     whole = text.partition(".")[0].lstrip("0")
     if len(whole) > _MAX_DIGITS:
@@ -183,7 +183,7 @@ _X_RESET: Final = b"x-ratelimit-reset"
 RATE_LIMIT_HEADERS: Final = frozenset(
     {_IETF, _IETF_POLICY, _DRAFT_REMAINING, _DRAFT_RESET, _X_REMAINING, _X_RESET}
 )
-_INTEGER = re.compile(r"[0-9]{1,15}", re.ASCII)
+_INTEGER = r"[0-9]{1,15}"  # (compiled on first use, by re's cache)
 
 
 class RateLimitAnnouncement:
@@ -320,7 +320,7 @@ _DRAFT07_KEYS = frozenset({"limit", "remaining", "reset"})
 
 def _integer(value: str | None) -> int | None:
     """A structured-field Integer that is not negative, else None."""
-    if value is None or _INTEGER.fullmatch(value) is None:
+    if value is None or re.fullmatch(_INTEGER, value) is None:
         return None
     return int(value)
 

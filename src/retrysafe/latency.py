@@ -51,7 +51,7 @@ FLOOR = 0.005
 #: The cached percentile is worked out again after this many new samples.
 _REFRESH_EVERY = 25
 
-_PERCENTILE = re.compile(r"p(\d{1,3}(?:\.\d{1,3})?)")
+_PERCENTILE = r"p(\d{1,3}(?:\.\d{1,3})?)"  # (compiled on first use, by re's cache)
 
 
 @functools.lru_cache(maxsize=64)
@@ -61,7 +61,7 @@ def parse_percentile(text: str) -> float:
     The percentile must be from 50 to below 100: hedging before the median would
     send a second copy for most calls.
     """
-    match = _PERCENTILE.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    match = re.fullmatch(_PERCENTILE, text.strip().lower()) if isinstance(text, str) else None
     if match is None:
         raise ValueError(
             f"must be seconds (a number) or a percentile such as 'p95' or 'p99.9', got {text!r}"

@@ -68,21 +68,43 @@ PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
 #: Control characters (a header value that holds one is refused, quoted with it escaped).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-_SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+#: (This module's patterns are compiled on first use, by ``re``'s own cache: a successful
+#: call needs none of them, and ``import retrysafe`` is lighter without them.)
+_CONTROL = r"[\x00-\x1f\x7f]"
+_SEGMENT = r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+"
 _registry_lock = threading.Lock()
-_secret_patterns: frozenset[tuple[str, ...]] = frozenset()
+#: The secret and public names' segments (see name_segments), worked out on first use.
+_secret_patterns: frozenset[tuple[str, ...]] | None = None
 _public_patterns: frozenset[tuple[str, ...]] = frozenset()
 
 
 def name_segments(name: str) -> tuple[str, ...]:
     """``name`` cut at ``-``, ``_``, ``.``, spaces and camelCase boundaries, lower-cased."""
-    return tuple(segment.lower() for segment in _SEGMENT.findall(name))
+    return tuple(segment.lower() for segment in re.findall(_SEGMENT, name))
 
 
 def _patterns(names: tuple[str, ...]) -> frozenset[tuple[str, ...]]:
     return frozenset(segments for segments in map(name_segments, names) if segments)
+
+
+def _registered() -> tuple[frozenset[tuple[str, ...]], frozenset[tuple[str, ...]]]:
+    """The secret names' and the public names' segments: the built-in names' (worked out
+    on first use) and those added since."""
+    secret = _secret_patterns
+    if secret is None:
+        with _registry_lock:
+            secret = _with_built_in()
+    return secret, _public_patterns
+
+
+def _with_built_in() -> frozenset[tuple[str, ...]]:
+    """The secret names' segments, the built-in names' worked out first if they are not
+    yet (with the public names'). Called holding the registry's lock."""
+    global _secret_patterns, _public_patterns
+    if _secret_patterns is None:
+        _public_patterns = _patterns(PUBLIC_NAMES)
+        _secret_patterns = _patterns(SECRET_NAMES)
+    return _secret_patterns
 
 
 def add_secret_names(*names: str) -> None:
@@ -93,19 +115,16 @@ def add_secret_names(*names: str) -> None:
     ``X-Acme-Seal`` and ``acmeSeal`` secret but not ``seal``. Process-wide, thread-safe.
     """
     global _secret_patterns
+    added = _patterns(names)
     with _registry_lock:
-        _secret_patterns = _secret_patterns | _patterns(names)
+        _secret_patterns = _with_built_in() | added
 
 
 def _reset_secret_names() -> None:
     """Back to the built-in names only (for tests)."""
-    global _secret_patterns, _public_patterns
+    global _secret_patterns
     with _registry_lock:
-        _secret_patterns = _patterns(SECRET_NAMES)
-        _public_patterns = _patterns(PUBLIC_NAMES)
-
-
-_reset_secret_names()
+        _secret_patterns = None
 
 
 def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:
@@ -121,11 +140,11 @@ def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:
 def is_secret_name(name: str) -> bool:
     """Whether a header or query parameter with this name carries a secret (see module doc)."""
     segments = name_segments(name)
-    for pattern in _public_patterns:  # blank out public runs: "X-Idempotency-Key" -> "x"
+    patterns, public = _registered()
+    for pattern in public:  # blank out public runs: "X-Idempotency-Key" -> "x"
         for start in _contains(segments, pattern):
             width = len(pattern)
             segments = segments[:start] + ("",) * width + segments[start + width :]
-    patterns = _secret_patterns
     if any((segment,) in patterns for segment in segments):
         return True
     return any(_contains(segments, pattern) for pattern in patterns if len(pattern) > 1)
@@ -342,8 +361,8 @@ class Redactor:
         secrets.extend(_body_secrets(request))
         # A control character in a value (which httpx and h11 refuse, quoting the value
         # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
-        controlled = [secret for secret in secrets if _CONTROL.search(secret)]
-        secrets.extend(piece for secret in controlled for piece in _CONTROL.split(secret))
+        controlled = [secret for secret in secrets if re.search(_CONTROL, secret)]
+        secrets.extend(piece for secret in controlled for piece in re.split(_CONTROL, secret))
         # ...and whole, as the quote shows it (b'...\\x00...': Python's bytes repr)
         secrets.extend(repr(secret.encode("utf-8", "replace"))[2:-1] for secret in controlled)
         return cls([secret.strip() for secret in secrets])
@@ -410,7 +429,7 @@ _BODY_DEPTH = 32
 #: A body field's value shorter than this is not taken for a secret (``"bearer"``,
 #: ``"visa"``, a year): too many ordinary words would be hidden from messages.
 _MIN_BODY_SECRET = 8
-_CARD_DIGITS = re.compile(r"[0-9][0-9 -]{11,22}[0-9]")
+_CARD_DIGITS = r"[0-9][0-9 -]{11,22}[0-9]"
 
 
 def _body_secrets(request: httpx.Request) -> list[str]:
@@ -478,7 +497,7 @@ def _take_field(name: str, value: object, into: list[str]) -> None:
 def _is_card_number(text: str) -> bool:
     """Whether ``text`` is a payment card number: 13 to 19 digits (spaces or dashes
     between them allowed) that pass the Luhn check."""
-    if not _CARD_DIGITS.fullmatch(text):
+    if not re.fullmatch(_CARD_DIGITS, text):
         return False
     digits = [int(digit) for digit in text if digit.isdigit()]
     if not 13 <= len(digits) <= 19:

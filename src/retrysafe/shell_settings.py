@@ -21,7 +21,7 @@ from retrysafe.request_facts import DependencyNamer
 __all__ = ["ShellSettings"]
 
 #: A header name: an HTTP token (RFC 9110, section 5.1).
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_NAME = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # (compiled on first use, by re's cache)
 
 
 class ShellSettings(NamedTuple):
@@ -74,7 +74,8 @@ class ShellSettings(NamedTuple):
                 f"e.g. hooks=[print]; got {hooks!r}"
             )
         if deadline_header is not None and (
-            not isinstance(deadline_header, str) or _HEADER_NAME.fullmatch(deadline_header) is None
+            not isinstance(deadline_header, str)
+            or re.fullmatch(_HEADER_NAME, deadline_header) is None
         ):
             raise TypeError(
                 "deadline_header must be a header name (letters, digits and !#$%&'*+-.^_`|~, "
