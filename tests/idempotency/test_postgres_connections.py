@@ -1,4 +1,5 @@
-"""PostgresStore opens at most ``pool_size`` connections, however many requests wait.
+"""PostgresStore opens at most ``pool_size`` connections, however many requests wait; its
+pool reuses them, and closes one whose state an error or a cancellation left unknown.
 
 A database allows so many sessions (``max_connections``) for every server sharing it:
 ``pool_size`` is how an application keeps its share. The session's real PostgreSQL.
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from retrysafe.idempotency import Claimed, PostgresStore
+from retrysafe.idempotency.postgres_pool import ConnectionPool
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +57,90 @@ async def test_concurrent_claims_share_at_most_pool_size_connections(
 def test_a_pool_that_could_hold_no_connection_is_refused(pool_size: int) -> None:
     with pytest.raises(ValueError, match="size must be >= 1"):
         PostgresStore("postgresql://127.0.0.1:1/none", pool_size=pool_size)
+
+
+async def _prepare_nothing(connection: object) -> None:
+    """A pool's ``prepare`` for tests that create no table."""
+
+
+def named_pool(postgres_dsn: str, size: int) -> tuple[ConnectionPool, str]:
+    """A pool whose sessions carry a name of their own (so only they are counted)."""
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    pool = ConnectionPool(
+        f"{postgres_dsn}?application_name={name}",
+        size=size,
+        connect_timeout=5,
+        prepare=_prepare_nothing,
+    )
+    return pool, name
+
+
+async def _open_both(pool: ConnectionPool) -> None:
+    """Make the pool open two connections (two works at once), both idle afterwards."""
+    arrived = 0
+    both_running = asyncio.Event()
+
+    async def hold(connection: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_running.set()
+        await asyncio.wait_for(both_running.wait(), 5)
+
+    await asyncio.gather(pool.run(hold), pool.run(hold))
+
+
+async def test_an_sql_error_on_a_reused_connection_is_not_run_again(postgres_dsn: str) -> None:
+    # Only a connection that died while idle earns the work a second run on a fresh one
+    # (and the other idle connections their closing): a statement the server refused on
+    # a healthy connection would only be refused again.
+    pool, name = named_pool(postgres_dsn, size=2)
+    try:
+        await _open_both(pool)
+        assert sessions_named(postgres_dsn, name) == 2
+        runs = 0
+
+        async def divide_by_zero(connection: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+            nonlocal runs
+            runs += 1
+            await connection.execute("SELECT 1 / 0")
+
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await pool.run(divide_by_zero)
+
+        assert runs == 1
+        # The connection that saw the error is closed; the other one is kept for reuse.
+        assert sessions_named(postgres_dsn, name) == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_cancelled_work_closes_its_connection(postgres_dsn: str) -> None:
+    # A task cancelled mid-statement leaves its connection in an unknown state: it is
+    # closed, not kept idle for the next task, nor left open for the collector.
+    pool, _ = named_pool(postgres_dsn, size=1)
+    borrowed: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
+    started = asyncio.Event()
+
+    async def sleep_long(connection: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        borrowed.append(connection)
+        started.set()
+        await connection.execute("SELECT pg_sleep(5)")
+
+    task = asyncio.create_task(pool.run(sleep_long))
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.sleep(0.05)  # (the statement is on its way)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert borrowed[0].closed
+        # The next work gets a connection of its own, which works.
+
+        async def select_one(connection: psycopg.AsyncConnection[tuple[object, ...]]) -> object:
+            cursor = await connection.execute("SELECT 1")
+            return await cursor.fetchone()
+
+        assert await pool.run(select_one) == (1,)
+    finally:
+        await pool.close()
