@@ -99,6 +99,10 @@ else:
                 return super().__new__(mcls, name, bases, namespace)
             if bases != (NamedTuple,):
                 raise TypeError(f"{name}: a NamedTuple here subclasses NamedTuple alone")
+            if "__annotations__" not in namespace and "__annotate__" in namespace:
+                # (Python 3.14 evaluates annotations lazily, unless the module asks for
+                # them as strings, as every module of retrysafe does)
+                raise TypeError(f"{name}: its module needs `from __future__ import annotations`")
             annotations: dict[str, Any] = namespace.get("__annotations__", {})
             fields = tuple(annotations)
             defaults: dict[str, Any] = {}
@@ -112,7 +116,6 @@ else:
                         f"Non-default namedtuple field {field} cannot follow default "
                         f"field{'s' if len(defaults) > 1 else ''} {', '.join(defaults)}"
                     )
-            module = namespace.get("__module__", __name__)
             new = types.FunctionType(
                 _new_code(len(fields)).replace(co_varnames=("_cls", *fields), co_name="__new__"),
                 {"_tuple_new": _tuple_new},
@@ -140,9 +143,7 @@ else:
                 if key not in made and key not in defaults:
                     made[key] = value  # the docstring, methods, properties, annotations
             made.setdefault("__doc__", f"{name}({', '.join(fields)})")
-            cls = type.__new__(type, name, (tuple,), made)
-            cls.__module__ = module
-            return cls
+            return type.__new__(type, name, (tuple,), made)
 
     class NamedTuple(metaclass=_NamedTupleMeta):
         """Subclass it, with annotated fields, for a named tuple (see the module)."""
