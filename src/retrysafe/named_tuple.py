@@ -25,6 +25,7 @@ tuples, nor a named tuple subclassing another. The compiled build's own modules 
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -70,11 +71,14 @@ else:
             raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(made)}")
         return made
 
+    #: What a named tuple's _replace raises for a name it has no field for, on this Python.
+    _NO_SUCH_FIELD = TypeError if sys.version_info >= (3, 13) else ValueError
+
     def _replace(self: Any, /, **changes: Any) -> Any:
         """A copy with the named fields replaced by new values."""
         made = self._make(map(changes.pop, self._fields, self))
         if changes:
-            raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+            raise _NO_SUCH_FIELD(f"Got unexpected field names: {list(changes)!r}")
         return made
 
     def _repr(self: Any) -> str:
