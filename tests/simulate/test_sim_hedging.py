@@ -79,3 +79,28 @@ def test_a_brownout_with_a_hedging_policy_sends_copies() -> None:
         "yours", 0.0
     )
     assert unhedged.attempts == 200
+
+
+def test_a_call_started_later_hedges_its_delay_after_its_own_start() -> None:
+    """The copy is due ``hedge_after`` after the attempt began, whenever the call began."""
+    loop = EventLoop()
+    sent_at: list[float] = []
+
+    def send(call: SimCall, plan: AttemptPlan, reply: Reply) -> None:
+        delay = 2.0 if not sent_at else 0.05
+        sent_at.append(loop.now)
+        loop.after(delay, reply, httpx.Response(200, request=call.request))
+
+    governor = Governor(GovernorSettings.off(), clock=SimClock(loop.time, random.Random(0)))
+    shell = SimShell(
+        loop, policy=RetryPolicy(hedge_after=0.1, attempt_timeout=5.0), send=send, governor=governor
+    )
+    ends: list[CallEnd] = []
+    clock = SimClock(loop.time, random.Random(0))
+    request = httpx.Request("GET", "http://dep.sim/")
+    loop.at(1.0, lambda: shell.start(request, shell.settings_for(clock), ends.append))
+    loop.run()
+    assert sent_at == pytest.approx([1.0, 1.1])
+    [end] = ends
+    assert (end.ok, end.attempts, end.started) == (True, 2, 1.0)
+    assert end.ended == pytest.approx(1.15)
