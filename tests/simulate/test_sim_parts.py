@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import httpx
 import pytest
 
+from retrysafe import GovernorSettings, RetryPolicy
+from retrysafe.decisions import AttemptPlan
+from retrysafe.governor import Governor
 from retrysafe.observe import RetryEvent
 from retrysafe.simulate.clock import WALL_START, SimClock, SimulationError, VirtualTime
 from retrysafe.simulate.dependency import FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.formulas import STRATEGIES, formula_wait
 from retrysafe.simulate.outage import OutageWindow, _median
-from retrysafe.simulate.shell import CallEnd, EventCount, Outcome
+from retrysafe.simulate.shell import CallEnd, EventCount, Outcome, SimCall, SimShell
 
 
 class _Fixed(random.Random):
@@ -209,3 +213,32 @@ def test_a_moment_counts_in_the_bucket_it_falls_in() -> None:
     """Buckets are [start, start + bucket): 0.9 s is in the first, 1.6 s in the second."""
     window = OutageWindow(duration=3.0, down_at=0.0, down_for=0.0, bucket=1.0)
     assert window.per_second([0.9, 1.0, 1.6, 2.5, 2.99]) == (1.0, 2.0, 2.0)
+
+
+@pytest.mark.parametrize("hedge_after", [None, 0.01], ids=["plain", "hedging"])
+def test_a_cancelled_call_reports_the_attempts_it_sent(hedge_after: float | None) -> None:
+    """A call cancelled while its attempts are in flight (its caller's attempt timed out)
+    sent them: it is not "refused unsent", which would blame retrysafe's protection."""
+    loop = EventLoop()
+    sent: list[float] = []
+
+    def never_answer(call: SimCall, plan: AttemptPlan, reply: Callable[[Outcome], None]) -> None:
+        sent.append(loop.now)
+
+    clock = SimClock(loop.time, random.Random(0))
+    shell = SimShell(
+        loop,
+        policy=RetryPolicy(hedge_after=hedge_after, attempt_timeout=5.0),
+        governor=Governor(GovernorSettings.off(), clock=clock),
+        send=never_answer,
+    )
+    ends: list[CallEnd] = []
+    call = shell.start(
+        httpx.Request("GET", "http://dep.sim/"), shell.settings_for(clock), ends.append
+    )
+    loop.at(0.05, call.cancel)
+    loop.run(until=1.0)
+    [end] = ends
+    assert end.reason == "cancelled"
+    assert end.attempts == len(sent) == (1 if hedge_after is None else 2)
+    assert not end.refused_unsent

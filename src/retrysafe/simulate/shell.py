@@ -165,6 +165,7 @@ class SimCall:
     __slots__ = (
         "_attempt",
         "_on_end",
+        "_sent",
         "_started",
         "children",
         "context",
@@ -193,6 +194,8 @@ class SimCall:
         self._started = shell.loop.now
         #: Numbers the attempt in flight; a reply or timeout for an older one is ignored.
         self._attempt = 0
+        #: Attempts sent (hedged copies too): what a cancelled call reports as made.
+        self._sent = 0
         #: Calls started inside the attempt in flight (cancelled if it times out).
         self.children: list[SimCall] = []
         self.ended = False
@@ -231,6 +234,7 @@ class SimCall:
         def reply(outcome: Outcome) -> None:
             self._replied(number, plan, outcome)
 
+        self._sent += 1
         self.shell.send(self, plan, reply)
 
     def _arm_hedge(self) -> None:
@@ -291,9 +295,9 @@ class SimCall:
         self.context.run(self.drive.abandoned)
         self.context.run(self.drive.close)
         self.ended = True
-        attempts = self.drive.call.attempts
+        # (the engine counts attempts that ended; the ones in flight were sent too)
         self._on_end(
-            CallEnd(False, attempts, self._started, self.shell.loop.now, "cancelled", None)
+            CallEnd(False, self._sent, self._started, self.shell.loop.now, "cancelled", None)
         )
 
     def _end(self, step: Succeed | Fail) -> None:
