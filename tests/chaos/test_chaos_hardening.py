@@ -53,6 +53,9 @@ NUMERIC_PARAMETERS: list[tuple[str, str, str, str, float, float]] = [
     ("GET", "/sse", "fail_status", "status", 200, 599),
     ("POST", "/openai/{key}/v1/chat/completions", "events", "int", 0, 10_000),
     ("POST", "/openai/{key}/v1/chat/completions", "fail_times", "int", 0, 1_000_000),
+    ("GET", "/tail/{key}", "slow_fraction", "float", 0, 1),
+    ("GET", "/tail/{key}", "slow_ms", "int", 0, 600_000),
+    ("GET", "/tail/{key}", "fast_ms", "int", 0, 600_000),
 ]
 
 # Junk no numeric parameter accepts: overflow, non-finite, Python-only syntax, odd digits.

@@ -152,3 +152,90 @@ def test_ledger_is_served_over_http_per_key(
 
 def test_only_post_is_accepted(chaos: KeyedChaos, client: httpx.Client) -> None:
     assert client.get(chaos.url("/idempotent/orders")).status_code == 405
+
+
+def test_one_idempotency_key_on_two_resources_is_two_writes(chaos: KeyedChaos, post: Post) -> None:
+    """Writes are scoped by resource: reusing a key on another resource applies it there."""
+    orders = post(chaos.url("/idempotent/orders"), "op-1")
+    refunds = post(chaos.url("/idempotent/refunds"), "op-1")
+
+    assert orders.status_code == refunds.status_code == 201
+    assert "idempotent-replayed" not in refunds.headers
+    assert orders.json()["resource"] == "orders"
+    assert refunds.json()["resource"] == "refunds"
+    assert orders.json()["id"] != refunds.json()["id"]
+    assert chaos.ledger("orders") == chaos.ledger("refunds") == {"op-1": 1}
+
+
+def test_the_reply_names_the_write_and_its_replay_is_the_same_json(
+    chaos: KeyedChaos, post: Post
+) -> None:
+    url = chaos.url("/idempotent/orders")
+
+    first = post(url, "op-1")
+    repeat = post(url, "op-1")
+
+    assert first.json() == {
+        "resource": "orders",
+        "id": first.json()["id"],
+        "idempotency_key": "op-1",
+        "key": chaos.key,
+    }
+    assert repeat.content == first.content
+    assert first.headers["content-type"] == repeat.headers["content-type"] == "application/json"
+    assert (first.headers["x-attempt"], repeat.headers["x-attempt"]) == ("1", "2")
+
+
+def test_a_key_reused_with_another_body_is_refused_even_while_replies_still_fail(
+    chaos: KeyedChaos, post: Post
+) -> None:
+    """The 422 is not a commit: ``fail_after_commit`` never hides it behind a lost reply."""
+    url = chaos.url("/idempotent/orders", fail_after_commit=503, fail_times=3)
+
+    assert post(url, "op-1", body=b'{"amount": 5}').status_code == 503
+    conflict = post(url, "op-1", body=b'{"amount": 6}')
+
+    assert conflict.status_code == 422
+    assert "different body" in conflict.json()["error"]
+    assert chaos.ledger("orders") == {"op-1": 1}
+    assert [(r.action, r.detail) for r in chaos.log()] == [
+        ("status:503", "applied"),
+        ("status:422", "conflict"),
+    ]
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_lost_status_reply_is_logged_as_applied_then_replayed(
+    chaos: KeyedChaos, post: Post, status: int
+) -> None:
+    url = chaos.url("/idempotent/orders", fail_after_commit=status)
+
+    failed = post(url, "op-1")
+    post(url, "op-1")
+
+    assert failed.json()["error"]
+    assert [(r.action, r.detail) for r in chaos.log()] == [
+        (f"status:{status}", "applied"),
+        ("status:201", "replayed"),
+    ]
+
+
+def test_a_hung_reply_is_logged_as_applied(chaos: KeyedChaos, client: httpx.Client) -> None:
+    url = chaos.url("/idempotent/orders", fail_after_commit="hang")
+
+    with pytest.raises(httpx.ReadTimeout):
+        client.post(url, headers={"Idempotency-Key": "op-1"}, timeout=0.3)
+
+    assert [(r.action, r.detail) for r in chaos.log()] == [("hang", "applied")]
+
+
+@pytest.mark.parametrize("failure", ["timeout", "502", "RESET"])
+def test_an_unknown_fail_after_commit_is_refused_and_applies_nothing(
+    chaos: KeyedChaos, post: Post, failure: str
+) -> None:
+    response = post(chaos.url("/idempotent/orders", fail_after_commit=failure), "op-1")
+
+    assert response.status_code == 400
+    assert response.json()["parameter"] == "fail_after_commit"
+    assert chaos.ledger("orders") == {}
+    assert chaos.log() == []

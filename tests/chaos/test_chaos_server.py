@@ -176,6 +176,28 @@ def test_chaos_fixture_uses_a_given_key_everywhere(chaos: KeyedChaos) -> None:
     assert parse_qs(urlsplit(url).query) == {"key": ["mine"]}
 
 
+def test_chaos_fixture_urls_read_naturally_and_tuples_join_like_lists(chaos: KeyedChaos) -> None:
+    """Commas and colons stay as typed; a tuple of steps is joined like a list."""
+    url = chaos.url("/sequence/{key}", steps=(503, "reset", 200), code="503:1,200:3")
+
+    assert url == (
+        f"{chaos.base_url}/sequence/{chaos.key}?steps=503,reset,200&code=503:1,200:3"
+        f"&key={chaos.key}"
+    )
+
+
+def test_chaos_fixture_a_key_of_none_means_its_own_key(chaos: KeyedChaos) -> None:
+    url = chaos.url("/fail/{key}", key=None)
+
+    assert urlsplit(url).path == f"/fail/{chaos.key}"
+    assert parse_qs(urlsplit(url).query) == {"key": [chaos.key]}
+
+
+def test_chaos_fixture_adds_a_missing_leading_slash(chaos: KeyedChaos) -> None:
+    assert chaos.url("status/200") == chaos.url("/status/200")
+    assert httpx.get(chaos.url("status/200")).status_code == 200
+
+
 def test_chaos_fixture_key_names_the_test(chaos: KeyedChaos) -> None:
     assert chaos.key.startswith("test_chaos_fixture_key_names_the_test-")
 

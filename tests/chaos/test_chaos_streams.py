@@ -140,3 +140,57 @@ def test_openai_path_answers_a_single_event_completion_at_once(
 
     assert time.monotonic() - started < 0.7
     assert response.json()["choices"][0]["message"]["content"] == "tok1"
+
+
+def test_sse_first_event_is_not_held_back_for_the_interval(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """With 5 s between events the first still comes at once; the interval is between
+    events, not before them (the stream is left after the first)."""
+    started = time.monotonic()
+    with client.stream("GET", chaos.url("/sse", events=2, interval_ms=5000)) as response:
+        first = next(response.iter_text())
+        waited = time.monotonic() - started
+
+    assert waited < 2.5
+    assert first == 'id: 1\nevent: tick\ndata: {"n":1,"of":2}\n\n'
+
+
+def test_sse_is_an_uncached_stream_of_unknown_length(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    response = client.get(chaos.url("/sse", events=2, interval_ms=0))
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
+    assert "content-length" not in response.headers
+    assert response.headers["x-attempt"] == "1"
+
+
+def test_sse_openai_chunks_are_choice_zero_of_one_completion(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    response = client.get(chaos.url("/sse", events=2, interval_ms=0, format="openai"))
+
+    chunks = [json.loads(event.removeprefix("data: ")) for event in _events(response.text)[:-1]]
+    assert {chunk["id"] for chunk in chunks} == {"c1"}
+    assert {chunk["model"] for chunk in chunks} == {"m"}
+    assert [chunk["choices"][0]["index"] for chunk in chunks] == [0, 0, 0]
+    assert [chunk["choices"][0]["finish_reason"] for chunk in chunks] == [None, None, "stop"]
+    assert chunks[-1]["choices"][0]["delta"] == {}  # the stop chunk's delta is empty
+
+
+def test_openai_path_completion_is_a_whole_assistant_message_with_usage(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    url = chaos.openai_base_url() + "/chat/completions"
+    response = client.post(
+        url, params={"events": 3, "interval_ms": 0}, json={"model": "m", "messages": []}
+    )
+
+    completion = response.json()
+    choice = completion["choices"][0]
+    assert (completion["id"], completion["model"]) == ("c1", "m")
+    assert choice["message"] == {"role": "assistant", "content": "tok1tok2tok3"}
+    assert (choice["index"], choice["finish_reason"]) == (0, "stop")
+    assert completion["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
