@@ -245,15 +245,19 @@ async def test_without_the_chaos_protocol_socket_faults_answer_501() -> None:
 def test_a_key_that_is_not_one_path_segment_is_refused(chaos_server: ChaosServer, key: str) -> None:
     with pytest.raises(ValueError, match="no '/'"):
         chaos_server.for_key(key)
+    # Also as a URL's own key= (its URL would answer 404, not fail on purpose)
+    with pytest.raises(ValueError, match="no '/'"):
+        chaos_server.for_key("mine").url("/fail/{key}", key=key)
 
 
 def test_a_reset_forgets_the_fake_stripes_stored_replies() -> None:
     with ChaosServer() as server:  # (its own: a reset forgets every key's state)
         url = f"{server.url}/stripe/k/0/503/v1/customers"
         headers = {"Idempotency-Key": "idem-1"}
-        first = httpx.post(url, data={"email": "a@example.com"}, headers=headers)
+        form = {"email": "a@example.com"}
+        first = httpx.post(url, data=form, headers=headers)
         assert first.headers.get("idempotent-replayed") is None
-        assert httpx.post(url, data={}, headers=headers).headers["idempotent-replayed"] == "true"
+        assert httpx.post(url, data=form, headers=headers).headers["idempotent-replayed"] == "true"
         server.reset()
         again = httpx.post(url, data={"email": "b@example.com"}, headers=headers)
         assert again.headers.get("idempotent-replayed") is None

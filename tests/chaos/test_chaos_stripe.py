@@ -2,7 +2,8 @@
 
 ``POST /stripe/{key}/{fail_times}/{fail_status}/v1/customers`` fails its first
 ``fail_times`` requests with a Stripe error object, then creates customers from the
-form-encoded body; a repeated ``Idempotency-Key`` gets the stored reply back.
+form-encoded body; a repeated ``Idempotency-Key`` gets the stored reply back, and the
+same key with another body is refused.
 """
 
 from __future__ import annotations
@@ -71,6 +72,24 @@ def test_a_repeated_idempotency_key_replays_the_stored_customer(
         ("status:200", "created"),
         ("status:200", "replayed"),
     ]
+
+
+def test_a_key_sent_again_with_another_body_is_refused_as_stripe_refuses_it(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    url = _customers(chaos)
+    headers = {"Idempotency-Key": "cus-ada-2"}
+
+    first = client.post(url, data={"email": "ada@example.com"}, headers=headers)
+    other = client.post(url, data={"email": "grace@example.com"}, headers=headers)
+    again = client.post(url, data={"email": "ada@example.com"}, headers=headers)
+
+    assert other.status_code == 400
+    assert other.json()["error"]["type"] == "idempotency_error"
+    assert "idempotent-replayed" not in other.headers
+    # The key still replays its own request's customer: the refusal changed nothing.
+    assert again.json() == first.json()
+    assert [r.detail for r in chaos.log()] == ["created", "key_reused", "replayed"]
 
 
 def test_requests_without_a_key_each_create_a_customer(

@@ -8,7 +8,8 @@ without a key applies it twice, and the ledger shows it.
 
 - ``fail_after_commit=reset|500|503|hang`` picks how the reply fails (none when absent);
 - ``fail_times=N`` (default 1) fails the replies to the first N requests carrying the same
-  Idempotency-Key (requests without a key are counted together, under ``""``).
+  Idempotency-Key (requests without a key are counted together, under ``""``); a request
+  refused for a reused key (below) counts among them, though its 422 is not failed.
 - Writes are scoped by the ``key`` query parameter; the ledger counts effects per
   Idempotency-Key, and writes without one are counted under ``""``, every time.
 - Reusing a key with a different body is refused with 422 and applies nothing.

@@ -23,13 +23,18 @@ def _query_value(value: object) -> str:
     return str(value)
 
 
+def _check_key(key: str) -> None:
+    """Refuse a state key no ``{key}`` endpoint can take."""
+    if not key or "/" in key:
+        # (a key is one path segment of the {key} endpoints: a '/' would split it)
+        raise ValueError(f"a chaos state key must be non-empty and have no '/', got {key!r}")
+
+
 class KeyedChaos:
     """URLs and state of a :class:`ChaosServer` for a single ``key``."""
 
     def __init__(self, server: ChaosServer, key: str) -> None:
-        if not key or "/" in key:
-            # (a key is one path segment of the {key} endpoints: a '/' would split it)
-            raise ValueError(f"a chaos state key must be non-empty and have no '/', got {key!r}")
+        _check_key(key)
         self.server = server
         self.key = key
 
@@ -47,6 +52,7 @@ class KeyedChaos:
         ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally.
         """
         key = self.key if params.get("key") is None else str(params["key"])
+        _check_key(key)  # (another key's URL answers 404 just the same)
         params["key"] = key
         path = path.replace("{key}", quote(key, safe=""))
         if not path.startswith("/"):

@@ -111,8 +111,9 @@ class ChaosState:
         self.ledgers: dict[tuple[str, str], dict[str, int]] = {}
         self.stored_replies: dict[tuple[str, str, str], StoredReply] = {}
         self.write_requests: dict[tuple[str, str, str], int] = {}
-        #: The fake Stripe's replay store: its reply per (state key, Idempotency-Key).
-        self.stripe_replies: dict[tuple[str, str], dict[str, object]] = {}
+        #: The fake Stripe's replay store: the first body and its reply per (state key,
+        #: Idempotency-Key).
+        self.stripe_replies: dict[tuple[str, str], tuple[bytes, dict[str, object]]] = {}
         self.next_write_id = 1
 
     def reset(self) -> None:

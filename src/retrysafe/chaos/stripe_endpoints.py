@@ -6,9 +6,11 @@
   first ``fail_times`` requests for the key get ``fail_status`` with a Stripe error
   object; later ones create a customer from the form-encoded body. Like Stripe, a
   request repeating an ``Idempotency-Key`` already answered gets the stored reply
-  again with ``Idempotent-Replayed: true``, and the customer is created once.
+  again with ``Idempotent-Replayed: true``, and the customer is created once; one
+  repeating it with another body gets 400 with an ``idempotency_error``.
 
-Requests are logged as ``status:N``, with detail ``created`` or ``replayed``.
+Requests are logged as ``status:N``, with detail ``created``, ``replayed`` or
+``key_reused``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ from retrysafe.chaos.replies import reply_json
 from retrysafe.chaos.state import ChaosState
 
 __all__ = ["routes"]
+
+#: Stripe's error for an ``Idempotency-Key`` sent again with other parameters.
+_REUSED_KEY = {
+    "error": {
+        "type": "idempotency_error",
+        "message": (
+            "Keys for idempotent requests can only be used with the same parameters "
+            "they were first used with."
+        ),
+    }
+}
 
 
 def routes(state: ChaosState) -> list[Route]:
@@ -49,8 +62,12 @@ def routes(state: ChaosState) -> list[Route]:
         with state.lock:
             stored = state.stripe_replies.get((arrival.key, key)) if key else None
         if stored is not None:
+            first_body, reply = stored
+            if arrival.body != first_body:
+                # (Stripe's answer to a key reused for other parameters: nothing is replayed)
+                return reply_json(arrival, 400, _REUSED_KEY, detail="key_reused")
             return reply_json(
-                arrival, 200, stored, headers={"Idempotent-Replayed": "true"}, detail="replayed"
+                arrival, 200, reply, headers={"Idempotent-Replayed": "true"}, detail="replayed"
             )
         fields = dict(parse_qsl(arrival.body.decode("utf-8", "replace")))
         seed = key or f"{arrival.key}-{arrival.attempt}"
@@ -62,7 +79,7 @@ def routes(state: ChaosState) -> list[Route]:
         }
         if key:
             with state.lock:
-                state.stripe_replies[(arrival.key, key)] = customer
+                state.stripe_replies[(arrival.key, key)] = (arrival.body, customer)
         return reply_json(arrival, 200, customer, detail="created")
 
     return [
