@@ -68,6 +68,11 @@ async def test_any_plain_decimal_seconds_are_read(value: bytes, seconds: float) 
     assert await seconds_seen([(b"request-timeout", value)], margin=0) == seconds
 
 
+async def test_a_header_so_long_it_reads_as_infinite_leaves_the_request_without_a_scope() -> None:
+    # (plain digits all, but more than a float holds: float() reads them as inf)
+    assert await seconds_seen([(b"request-timeout", b"9" * 400)]) is None
+
+
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])
 async def test_only_http_requests_get_a_scope(kind: str) -> None:
     assert await seconds_seen([(b"request-timeout", b"5")], kind=kind) is None

@@ -75,6 +75,8 @@ class DeadlineMiddleware:
                 if _SECONDS.fullmatch(text) is None:
                     return None
                 seconds = float(text)
+                if not math.isfinite(seconds):  # (so many digits that they read as inf)
+                    return None
                 if tightest is None or seconds < tightest:
                     tightest = seconds
         return tightest
