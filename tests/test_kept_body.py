@@ -183,6 +183,56 @@ def test_an_unencoded_body_is_not_held_twice() -> None:
     assert response.read() == BODY
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "GZIP", " gzip "])
+def test_an_encoded_body_is_kept_raw_however_the_header_is_written(encoding: str) -> None:
+    # httpx decodes the body whatever the header's case and spaces: its raw bytes differ
+    # from the decoded ones, and only a copy kept as it came gives them back.
+    from retrysafe.kept_body import RawKeepingStream, read_keeping_raw, unread
+
+    response = httpx.Response(
+        503, headers={"Content-Encoding": encoding}, stream=httpx.ByteStream(RAW)
+    )
+    read_keeping_raw(response)
+    assert isinstance(response.stream, RawKeepingStream)
+    assert response.stream.chunks == [RAW]
+    unread(response)
+    assert b"".join(response.iter_raw()) == RAW
+    assert response.read() == BODY
+
+
+@pytest.mark.parametrize("encoding", ["identity", "Identity", " identity ", ""])
+def test_an_identity_encoded_body_is_not_held_twice(encoding: str) -> None:
+    # "identity" (or an empty header) is no encoding: the raw bytes are the decoded ones.
+    from retrysafe.kept_body import RawKeepingStream, read_keeping_raw, unread
+
+    response = httpx.Response(
+        503, headers={"Content-Encoding": encoding}, stream=httpx.ByteStream(BODY)
+    )
+    read_keeping_raw(response)
+    assert isinstance(response.stream, RawKeepingStream)
+    assert response.stream.chunks == []
+    unread(response)
+    assert b"".join(response.iter_raw()) == BODY
+
+
+async def test_an_encoded_body_read_asynchronously_keeps_its_raw_bytes_apart() -> None:
+    from retrysafe.kept_body import RawKeepingStream, aread_keeping_raw, unread
+
+    class _Chunks(httpx.AsyncByteStream):
+        async def __aiter__(self) -> Any:
+            yield RAW[:10]
+            yield RAW[10:]
+
+    response = httpx.Response(503, headers={"Content-Encoding": "gzip"}, stream=_Chunks())
+    await aread_keeping_raw(response)
+    assert isinstance(response.stream, RawKeepingStream)
+    assert response.stream.chunks == [RAW[:10], RAW[10:]]
+    unread(response)
+    assert (response.is_stream_consumed, response.is_closed) == (False, False)
+    assert b"".join(response.iter_raw()) == RAW
+    assert response.read() == BODY
+
+
 # -- the requests adapter: response.raw as bare requests leaves it -------------------------
 
 

@@ -1,11 +1,16 @@
-"""What a request tells retrysafe by itself: its dependency's default name, its key."""
+"""What a request tells retrysafe by itself: its dependency's default name, its key,
+whether its body can be sent again."""
 
 from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from retrysafe.request_facts import default_dependency, idempotency_key_of
+from retrysafe.request_facts import default_dependency, idempotency_key_of, replayable_body
 
 
 @pytest.mark.parametrize(
@@ -39,3 +44,96 @@ def test_the_idempotency_key_is_the_header_unless_blank(
     headers: dict[str, str], key: str | None
 ) -> None:
     assert idempotency_key_of(httpx.Request("POST", "https://api.test/", headers=headers)) == key
+
+
+def test_the_default_dependency_names_each_port_of_a_host_apart() -> None:
+    """Origins differ by port: one name per (scheme, host, port), however often asked."""
+    names = [
+        default_dependency(httpx.URL(url))
+        for url in (
+            "http://ports.test/a",
+            "http://ports.test:8080/a",
+            "http://ports.test:9090/a",
+            "https://ports.test/a",
+            "http://ports.test:8080/b",
+            "http://ports.test/b",
+        )
+    ]
+    assert names == [
+        "http://ports.test:80",
+        "http://ports.test:8080",
+        "http://ports.test:9090",
+        "https://ports.test:443",
+        "http://ports.test:8080",
+        "http://ports.test:80",
+    ]
+
+
+class _Pipe(io.RawIOBase):
+    """A file read once, never rewound (a pipe, a socket's file)."""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer: Any) -> int:
+        return 0
+
+
+class _ReadOnly:
+    """A file-like object with read() alone: whether it can be rewound cannot be told."""
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+
+class _BrokenSeekable(_ReadOnly):
+    def seekable(self) -> bool:
+        raise OSError("closed")
+
+
+def _body(**body: Any) -> object:
+    return httpx.Request("POST", "https://api.test/", **body).stream
+
+
+def _generated() -> Iterator[bytes]:
+    yield b"chunk"
+
+
+@pytest.mark.parametrize(
+    ("body", "replayable"),
+    [
+        ({"content": b"raw"}, True),
+        ({"json": {"a": 1}}, True),
+        ({"data": {"a": "1"}}, True),
+        ({}, True),
+        ({"content": _generated()}, False),
+        ({"files": {"f": ("a.csv", b"a,b")}}, True),
+        ({"files": {"f": ("a.txt", "text")}}, True),
+        ({"files": {"f": ("a.csv", io.BytesIO(b"a,b"))}, "data": {"note": "x"}}, True),
+        ({"files": {"f": ("a.csv", _Pipe())}}, False),
+        ({"files": {"ok": ("a.csv", b"a,b"), "f": ("b.csv", _Pipe())}}, False),
+        ({"files": {"f": ("a.csv", _ReadOnly())}}, False),
+        ({"files": {"f": ("a.csv", _BrokenSeekable())}}, False),
+    ],
+    ids=[
+        "bytes",
+        "json",
+        "form",
+        "empty",
+        "generator",
+        "multipart bytes",
+        "multipart text",
+        "multipart rewindable file",
+        "multipart pipe",
+        "multipart bytes and a pipe",
+        "multipart file without seekable",
+        "multipart file whose seekable fails",
+    ],
+)
+def test_a_body_is_replayable_only_if_the_same_bytes_can_be_sent_again(
+    body: dict[str, Any], replayable: bool
+) -> None:
+    assert replayable_body(_body(**body)) is replayable

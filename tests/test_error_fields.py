@@ -1,0 +1,228 @@
+"""What an ApiError carries across a process boundary and prints: every field survives
+pickling (a process pool hands the error back to its parent), and the repr names the
+fields a log line needs and nothing of the body.
+
+The network here is httpx.MockTransport: these tests are about the error itself.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.testing import FakeClock
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client_for(handler: Handler) -> retrysafe.Client:
+    return retrysafe.Client(
+        transport=httpx.MockTransport(handler),
+        clock=FakeClock(),
+        governor=Governor(GovernorSettings.off()),
+        policy=retrysafe.RetryPolicy(attempts=2),
+    )
+
+
+def lost_reply(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("the reply was lost", request=request)
+
+
+def _fields(error: retrysafe.ApiError) -> dict[str, object]:
+    """Every field but the response, which pickles as a copy (compared on its own)."""
+    return {name: value for name, value in vars(error).items() if name != "response"}
+
+
+def test_a_pickled_transport_error_keeps_every_field() -> None:
+    with pytest.raises(retrysafe.TransportError) as caught:
+        client_for(lost_reply).post("http://api.test/pay", json={"a": 1}, idempotency_key="k-9")
+    error = caught.value
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is retrysafe.TransportError
+    assert _fields(copy) == _fields(error)
+    # the fields a caller acts on after an ambiguous failure, named one by one
+    assert (copy.idempotency_key, copy.processed, copy.sent) == ("k-9", "maybe", "maybe")
+    assert [record.outcome for record in copy.history] == ["read_timeout", "read_timeout"]
+    assert (str(copy), repr(copy)) == (str(error), repr(error))
+
+
+def test_a_pickled_client_error_keeps_its_body_and_response() -> None:
+    def refusing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={"error": "amount must be positive"})
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(refusing).post("http://api.test/pay", json={"amount": -1})
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert _fields(copy) == _fields(caught.value)
+    assert copy.body == {"error": "amount must be positive"}
+    assert copy.response is not None
+    assert (copy.response.status_code, copy.response.json()) == (
+        422,
+        {"error": "amount must be positive"},
+    )
+
+
+def test_a_pickled_refusal_keeps_its_detail_and_wait() -> None:
+    error = retrysafe.CircuitOpen(
+        retry_after=12.5,
+        detail="5 failures in 10 s (BreakerSettings(failures=5))",
+        reason="circuit_open",
+        outcome="circuit_open",
+        method="GET",
+        url="http://api.test/",
+        retryable=True,
+    )
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is retrysafe.CircuitOpen
+    assert _fields(copy) == _fields(error)
+    assert (copy.retry_after, copy.detail) == (12.5, error.detail)
+    assert str(copy) == str(error)
+
+
+def test_the_repr_names_the_fields_and_leaves_the_body_out() -> None:
+    def refusing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"card": "4242 4242 4242 4242"})
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(refusing).post("http://api.test/pay?api_key=s3cr3t-value")
+    assert repr(caught.value) == (
+        "ClientError(reason='bad_request', status=400, retryable=False, attempts=1, "
+        "method='POST', url='http://api.test/pay?api_key=[REDACTED]')"
+    )
+
+
+# -- the message: one line, what happened, how often, why it stopped, what to do -----------
+
+
+def test_a_message_names_the_reason_only_when_it_is_not_the_outcome() -> None:
+    # A 400 is why the call stopped: the outcome is the reason, said once.
+    def refusing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400)
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(refusing).get("http://api.test/things")
+    assert str(caught.value) == (
+        "GET http://api.test/things failed: HTTP 400 bad_request after 1 attempt in 0.00s; "
+        "fix the request (see .body); repeating it will not help"
+    )
+
+    # A 502 on every attempt: the call stopped because the attempts ran out, and says so.
+    def failing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502)
+
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(failing).get("http://api.test/things")
+    assert re.fullmatch(
+        r"GET http://api\.test/things failed: HTTP 502 bad_gateway after 2 attempts in "
+        r"\d+\.\d\ds, gave up: attempts_exhausted; "
+        + re.escape("the server is failing; try again later or contact its operators"),
+        str(caught.value),
+    ), str(caught.value)
+
+
+def test_a_deadline_that_left_no_room_says_no_attempt_started() -> None:
+    clock = FakeClock()
+    client = retrysafe.Client(transport=httpx.MockTransport(lost_reply), clock=clock)
+    with (
+        pytest.raises(retrysafe.DeadlineExceeded) as caught,
+        retrysafe.deadline(0.1, clock=clock),  # (below min_attempt_time: none starts)
+    ):
+        client.get("http://api.test/things")
+    assert caught.value.attempts == 0
+    message = str(caught.value)
+    assert " after 0 attempts in " in message
+    # nothing ran, so there is no call to make cheaper: the advice is about the deadline
+    assert "no attempt started: the deadline had no room left for one" in message
+    assert "make the call cheaper" not in message
+
+
+def test_a_keyed_stream_the_server_may_have_acted_on_blames_only_the_body() -> None:
+    """The key makes a repeat safe: only the spent body kept the request from being sent
+    again, and the advice does not ask a caller who gave a key for one."""
+
+    def read_then_lost(request: httpx.Request) -> httpx.Response:
+        request.read()  # (the server had the whole body: it may have acted)
+        raise httpx.ReadTimeout("the reply was lost", request=request)
+
+    def body() -> Iterator[bytes]:
+        yield b'{"amount": 100}'
+
+    with pytest.raises(retrysafe.TransportError) as caught:
+        client_for(read_then_lost).post(
+            "http://api.test/pay", content=body(), idempotency_key="pay-2"
+        )
+    error = caught.value
+    assert (error.reason, error.processed, error.spent_body, error.idempotency_key) == (
+        "unsafe_to_repeat",
+        "maybe",
+        True,
+        "pay-2",
+    )
+    assert str(error).endswith(
+        "; not repeated, since its body was a stream (a generator, or a file that cannot be "
+        "rewound), spent once sent: send the body as bytes to let retries send it again"
+    )
+    assert "may already have acted" not in str(error)
+
+
+def test_a_request_httpx_refuses_to_send_says_to_fix_it_not_to_wait(chaos: Any) -> None:
+    """A header value httpx cannot write: nothing left the process, and no network or
+    wait will fix it (over a real socket: httpx's own transport refuses it)."""
+    with retrysafe.Client() as client, pytest.raises(retrysafe.TransportError) as caught:
+        client.post(chaos.url("/echo"), json={"a": 1}, headers={"X-Note": "line\nbreak"})
+    error = caught.value
+    assert (error.outcome, error.processed, error.sent, error.retryable, error.attempts) == (
+        "invalid_request",
+        "no",
+        "no",
+        False,
+        1,
+    )
+    assert " failed: invalid_request after 1 attempt in " in str(error)
+    assert str(error).endswith(
+        "s; the request could not be sent as built (a header or body httpx refuses); "
+        "fix it; the server never received it"
+    )
+    assert chaos.log() == []
+
+
+def test_a_long_failing_body_shows_as_a_bounded_excerpt_and_is_kept_whole() -> None:
+    text = "upstream said: " + "x" * 985
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, text=text)
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(failing).get("http://api.test/things")
+    assert caught.value.body == text
+    excerpt = text[:197] + "..."
+    assert f"HTTP 400 bad_request ({excerpt}) after 1 attempt" in str(caught.value)
+
+
+def test_a_json_failing_body_within_the_limit_is_parsed_and_a_longer_one_is_cut_text() -> None:
+    """``body`` holds the failing body parsed when JSON, up to 64 KiB; past that, the
+    first 64 KiB as text (a cut JSON document no longer parses)."""
+    errors = [{"field": f"items.{n}", "error": "out of stock"} for n in range(200)]
+    huge = "y" * (70 * 1024)
+
+    def answering(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={"errors": errors if request.url.path == "/a" else huge})
+
+    client = client_for(answering)
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client.post("http://api.test/a")
+    assert caught.value.response is not None
+    assert 4 * 1024 < len(caught.value.response.content) < 64 * 1024
+    assert caught.value.body == {"errors": errors}
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client.post("http://api.test/b")
+    assert isinstance(caught.value.body, str)
+    assert len(caught.value.body) == 64 * 1024
+    assert caught.value.body.startswith('{"errors":"yyy')

@@ -1,0 +1,106 @@
+"""What the clients add to a request: keys, per-call options, upload headers.
+
+The network here is httpx.MockTransport: these tests read the request as it left
+the client (the e2e tests in tests/e2e/test_journal.py read it at a real server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.testing import FakeClock
+from retrysafe.transport import OPTIONS_EXTENSION
+
+FAST = retrysafe.RetryPolicy(attempts=3, backoff_base=0.0, backoff_cap=0.0, retry_after_jitter=0.0)
+
+
+def recording_client(
+    seen: list[httpx.Request], status: int = 200, **settings: Any
+) -> retrysafe.Client:
+    """A client whose every request is kept in ``seen`` and answered with ``status``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        seen.append(request)
+        return httpx.Response(status)
+
+    return retrysafe.Client(
+        transport=httpx.MockTransport(handler),
+        clock=FakeClock(),
+        governor=Governor(GovernorSettings.off()),
+        **settings,
+    )
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS", "PUT", "DELETE"])
+def test_auto_mode_leaves_every_method_but_post_and_patch_without_a_key(method: str) -> None:
+    """``idempotency="auto"`` keys POST and PATCH only: PUT and DELETE are idempotent by
+    HTTP's definition, and a key on them is the caller's choice."""
+    seen: list[httpx.Request] = []
+    with recording_client(seen, idempotency="auto") as client:
+        client.request(method, "https://api.test/things/1")
+        client.request(method, "https://api.test/things/1", idempotency_key=True)
+    assert "idempotency-key" not in seen[0].headers
+    assert seen[1].headers["idempotency-key"].strip()
+
+
+def test_a_key_given_with_headers_and_extensions_keeps_them_all() -> None:
+    """Every per-call option is added to what the call already carries, none in place
+    of another: the caller's headers, extensions, key, policy and dependency all arrive."""
+    seen: list[httpx.Request] = []
+    with recording_client(seen, status=503) as client, pytest.raises(retrysafe.ServerError):
+        client.post(
+            "https://api.test/pay",
+            headers={"X-Trace": "t-1"},
+            extensions={"trace": "span-7"},
+            idempotency_key="order-7-pay",
+            policy=retrysafe.RetryPolicy(attempts=2),
+            dependency="payments",
+        )
+    assert len(seen) == 2  # the per-call policy's attempts, not the client's
+    for request in seen:
+        assert request.headers["x-trace"] == "t-1"
+        assert request.headers["idempotency-key"] == "order-7-pay"
+        assert request.extensions["trace"] == "span-7"
+        assert request.extensions[OPTIONS_EXTENSION].dependency == "payments"
+
+
+def test_a_key_alone_keeps_the_headers_and_extensions() -> None:
+    seen: list[httpx.Request] = []
+    with recording_client(seen) as client:
+        client.post(
+            "https://api.test/pay",
+            headers={"X-Trace": "t-2"},
+            extensions={"trace": "span-8"},
+            idempotency_key=True,
+        )
+    (request,) = seen
+    assert request.headers["x-trace"] == "t-2"
+    assert request.headers["idempotency-key"].strip()
+    assert request.extensions["trace"] == "span-8"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_foreign_value_under_the_options_key_gives_way_to_the_calls_own(stream: bool) -> None:
+    """``extensions["retrysafe"]`` holding something that is not CallOptions is replaced
+    by the options of a call that says whether it streams, as a request without any."""
+    seen: list[httpx.Request] = []
+    with recording_client(seen) as client:
+        request = client.build_request("GET", "https://api.test/a")
+        request.extensions[OPTIONS_EXTENSION] = {"policy": "mine"}
+        client.send(request, stream=stream).close()
+    options = seen[0].extensions[OPTIONS_EXTENSION]
+    assert isinstance(options, retrysafe.CallOptions)
+    assert (options.stream, options.policy, options.dependency) == (stream, None, None)
+
+
+def test_report_of_a_response_that_holds_no_report_is_none() -> None:
+    """Only a CallReport is a report: anything else under the extension is not read as one."""
+    assert retrysafe.report_of(httpx.Response(200)) is None
+    foreign = httpx.Response(200, extensions={OPTIONS_EXTENSION: {"attempts": 2}})
+    assert retrysafe.report_of(foreign) is None
