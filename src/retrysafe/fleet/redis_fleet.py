@@ -145,6 +145,9 @@ class RedisFleet:
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
         #: A reload of the scripts is queued in the writer (one at a time).
         self._reloading = False
+        #: The writer has loaded the scripts once: until then, a call that finds one
+        #: missing runs it by its text (see _run).
+        self._loaded = threading.Event()
         self._scripts: dict[str, Script] = {
             name: self._redis.register_script(getattr(scripts, name)) for name in scripts.__all__
         }
@@ -332,6 +335,12 @@ class RedisFleet:
         try:
             return self._redis.evalsha(script.sha, len(keys), *keys, *args)
         except self._no_script:
+            if not self._loaded.is_set():
+                # A process's first calls, sent before its writer has loaded the scripts
+                # (as every process starts on a Redis that never ran them): the script's
+                # text goes instead, one round trip still, and Redis keeps it. Going local
+                # here would pace each new process's first calls by its share alone.
+                return self._eval(script, keys, args)
             # Redis restarted empty, or was flushed: the scripts go back from the writer,
             # off the call path (loading one inline would be a second and third round
             # trip), once however many calls find them missing meanwhile. This call goes
@@ -341,6 +350,16 @@ class RedisFleet:
                 if not self._submit(self._load_scripts):
                     self._reloading = False
             return None
+        except Exception as error:  # whatever Redis or the network raised
+            self._lost(error)
+            return None
+
+    def _eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One script call by its text, within ``timeout``; None when Redis is away."""
+        text = script.script
+        assert isinstance(text, str)  # (the fleet's scripts are text: retrysafe.fleet.scripts)
+        try:
+            return self._redis.eval(text, len(keys), *keys, *args)
         except Exception as error:  # whatever Redis or the network raised
             self._lost(error)
             return None
@@ -450,6 +469,7 @@ class RedisFleet:
         self._reloading = False  # (cleared first: a flush during the load asks again)
         for script in self._scripts.values():
             script.sha = self._background.script_load(script.script)
+        self._loaded.set()
 
     def close(self) -> None:
         """Stop the refresher, leave the fleet (no longer counted alive), close sockets."""
