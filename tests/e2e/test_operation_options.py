@@ -1,8 +1,8 @@
 """How a named operation (``operation=``) meets the call's other options: it keeps its
-own key, and a run after one that ended ambiguous knows the key was sent before.
+own key, and the journal keeps why a run failed.
 
-The network here is httpx.MockTransport; tests/e2e/test_journal.py covers the same
-journal over real sockets.
+The network here is httpx.MockTransport; tests/e2e/test_journal.py covers the journal
+over real sockets, and a run after an ambiguous one.
 """
 
 from __future__ import annotations
@@ -44,40 +44,6 @@ def test_an_operation_refuses_a_key_of_the_callers(journal: Journal, key: bool |
         client.post("https://api.test/pay", json=PAYMENT, operation="pay-1", idempotency_key=key)
     assert sent == []
     assert journal.get("pay-1") is None
-
-
-def test_a_run_after_an_ambiguous_one_takes_a_plain_409_as_the_key_in_use(
-    journal: Journal,
-) -> None:
-    """A run that ended ambiguous sent the key: its request may still run on the server,
-    which answers a repeat of the key with a plain 409. The resumed run takes that as
-    the key in use (retried, and ambiguous again), not as the app's own conflict."""
-    journal.begin("payout-8", httpx.Request("POST", "https://api.test/payouts", json=PAYMENT))
-    journal.mark_sent("payout-8")
-    journal.finish("payout-8", state="ambiguous", attempts=3, status=None, reason="read_timeout")
-    sent: list[httpx.Request] = []
-
-    def outstanding(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(409, json={"title": "A request is outstanding for this key"})
-
-    with (
-        retrysafe.Client(
-            transport=httpx.MockTransport(outstanding), journal=journal, policy=FAST
-        ) as client,
-        pytest.raises(retrysafe.ClientError) as caught,
-    ):
-        client.post("https://api.test/payouts", json=PAYMENT, operation="payout-8")
-    assert (caught.value.attempts, caught.value.processed) == (FAST.attempts, "maybe")
-    operation = journal.get("payout-8")
-    assert operation is not None
-    assert (operation.state, operation.attempts, operation.last_status, operation.reason) == (
-        "ambiguous",
-        FAST.attempts,
-        409,
-        "attempts_exhausted",
-    )
-    assert {request.headers["idempotency-key"] for request in sent} == {operation.key}
 
 
 def test_an_operation_that_failed_keeps_why_in_the_journal(journal: Journal) -> None:
