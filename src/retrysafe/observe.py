@@ -326,16 +326,18 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             extra=fields,
         )
     elif kind == "failure":
+        # (as the error's message: the reason only when it says more than the outcome)
+        gave_up = "" if event.reason == event.outcome else f", gave up: {printable(event.reason)}"
         logger.log(
             level,
-            "%s %s [%s] failed after %d attempt(s): %s%s, gave up: %s (%s)%s",
+            "%s %s [%s] failed after %d attempt(s): %s%s%s (%s)%s",
             method,
             url,
             dependency,
             event.attempt,
             status,
             outcome or "nothing sent",
-            printable(event.reason),
+            gave_up,
             event.error,
             f" body: {printable(body_excerpt)}" if body_excerpt else "",
             extra=fields,

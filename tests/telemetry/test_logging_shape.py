@@ -197,3 +197,27 @@ def test_no_secret_reaches_a_record(chaos: Any, caplog: pytest.LogCaptureFixture
     for text in texts:
         for secret in SECRET_VALUES:
             assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        # the reason says no more than the outcome: said once, as in the error's message
+        ("/status/400", "failed after 1 attempt(s): HTTP 400 bad_request (ClientError)"),
+        (
+            "/status/502",
+            "failed after 2 attempt(s): HTTP 502 bad_gateway, gave up: attempts_exhausted "
+            "(ServerError)",
+        ),
+    ],
+)
+def test_the_failure_line_names_the_reason_only_when_it_adds_to_the_outcome(
+    chaos: Any, caplog: pytest.LogCaptureFixture, path: str, said: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ApiError):
+        client.get(chaos.url(path))
+    [line] = [
+        record.getMessage() for record in caplog.records if "failed after" in record.getMessage()
+    ]
+    assert f"{said} body: " in line  # (the body's excerpt follows)
