@@ -69,6 +69,16 @@ def test_the_default_dependency_names_each_port_of_a_host_apart() -> None:
     ]
 
 
+def test_a_host_called_on_more_ports_than_are_kept_still_names_each_one() -> None:
+    """The names kept per host are bounded; a port past the bound is worked out again
+    each time, never mistaken for one kept."""
+    for _ in range(2):
+        for port in range(9000, 9020):
+            assert default_dependency(httpx.URL(f"http://many.test:{port}/")) == (
+                f"http://many.test:{port}"
+            )
+
+
 class _Pipe(io.RawIOBase):
     """A file read once, never rewound (a pipe, a socket's file)."""
 

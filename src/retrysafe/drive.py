@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -140,7 +140,7 @@ class _Chain:
     def __init__(
         self,
         deadline: Deadline,
-        timeouts: Mapping[str, Any],
+        timeouts: dict[str, Any],
         retries_used: int,
         last_request: httpx.Request,
         started: float,
@@ -303,7 +303,10 @@ class Drive:
             header = extensions.pop(_LEFT_DEADLINE_HEADER_EXTENSION, None)
             if header is not None:
                 _take_off_stale(request, header)
-        self.caller_timeouts: Mapping[str, Any] = timeouts or {}
+        #: (A dict, whatever mapping the request came with: read on every attempt.)
+        self.caller_timeouts: dict[str, Any] = (
+            timeouts if isinstance(timeouts, dict) else dict(timeouts or {})
+        )
         chain = extensions.get(_CHAIN_EXTENSION)
         scope = current_deadline()
         # (read back through a local: the compiled build takes an attribute just set to

@@ -34,11 +34,15 @@ KEY_SENT_BEFORE_EXTENSION: Final = "retrysafe.key_sent_before"
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
-#: Origin names already worked out, by the URL's raw (scheme, host, port): a client
-#: calls few origins, and httpx's URL properties (IDNA, port defaults) cost more than
-#: a lookup. Bounded: cleared when it grows past ``_ORIGINS_KEPT``.
-_origins: dict[tuple[str, str, int | None], str] = {}
+#: Origin names already worked out, by the URL's raw host, then its raw scheme and port:
+#: a client calls few origins, and httpx's URL properties (IDNA, port defaults) cost more
+#: than a lookup. (Keyed by the host alone, so a lookup hashes one string, not a tuple
+#: of three: each request parses its URL into new strings, whose hashes are not cached.)
+#: Bounded: cleared when it grows past ``_ORIGINS_KEPT`` hosts, each keeping at most
+#: ``_ORIGINS_PER_HOST``.
+_origins: dict[str, list[tuple[str, int | None, str]]] = {}
 _ORIGINS_KEPT: Final = 256
+_ORIGINS_PER_HOST: Final = 8
 
 
 def default_dependency(url: httpx.URL) -> str:
@@ -46,18 +50,30 @@ def default_dependency(url: httpx.URL) -> str:
     # The parsed reference's fields are plain tuple reads (private to httpx, like the
     # header triples below; the pin in pyproject keeps both).
     reference = url._uri_reference
-    raw = (reference.scheme, reference.host, reference.port)
-    name = _origins.get(raw)
-    if name is None:
-        scheme = url.scheme
-        host = url.host
-        if ":" in host:  # an IPv6 address, bracketed as in a URL
-            host = f"[{host}]"
-        name = f"{scheme}://{host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
+    scheme, host, port = reference.scheme, reference.host, reference.port
+    known = _origins.get(host)
+    if known is not None:
+        for known_scheme, known_port, name in known:
+            if known_port == port and known_scheme == scheme:
+                return name
+    name = _origin(url)
+    if known is None:
         if len(_origins) >= _ORIGINS_KEPT:
             _origins.clear()
-        _origins[raw] = name
+        _origins[host] = [(scheme, port, name)]
+    elif len(known) < _ORIGINS_PER_HOST:
+        known.append((scheme, port, name))
     return name
+
+
+def _origin(url: httpx.URL) -> str:
+    """``scheme://host:port`` of ``url``, read through httpx's properties (the host
+    decoded from IDNA, the scheme's default port filled in)."""
+    scheme = url.scheme
+    host = url.host
+    if ":" in host:  # an IPv6 address, bracketed as in a URL
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{url.port or _DEFAULT_PORTS.get(scheme)}"
 
 
 def idempotency_key_of(request: httpx.Request) -> str | None:

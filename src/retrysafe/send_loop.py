@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import httpx
@@ -59,7 +58,7 @@ _PHASES: Final = ("connect", "read", "write", "pool")
 _INF: Final = math.inf
 
 
-def _bound(given: Mapping[str, Any], limit: float) -> dict[str, float | None]:
+def _bound(given: dict[str, Any], limit: float) -> dict[str, float | None]:
     """httpx's per-phase timeouts ``given``, none of them longer than ``limit``."""
     bounded: dict[str, float | None] = {}
     for phase in _PHASES:
@@ -83,11 +82,7 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     """Bound each phase by the attempt's time and tell the server how long it has."""
     limit = plan.timeout
     given = drive.caller_timeouts
-    try:  # (httpx's four phases; a missing one, or None for "no timeout", is not set)
-        longest = max(given["connect"], given["read"], given["write"], given["pool"])
-    except (KeyError, TypeError):
-        longest = _INF
-    if longest <= limit and longest != _INF and len(given) == 4:
+    if _all_within(given, limit):
         # Every phase already ends within the attempt's time (httpx's default 5 s
         # against the default 10 s attempt): the caller's own timeouts stand (a copy: a
         # transport that changes its request's must not change the caller's).
@@ -97,6 +92,26 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     header = drive.settings.deadline_header
     if header is not None and math.isfinite(limit):
         request.headers[header] = f"{limit:.3f}"
+
+
+def _all_within(given: dict[str, Any], limit: float) -> bool:
+    """Whether ``given`` sets each of httpx's four phases, and only them, to a finite
+    number of seconds no longer than ``limit``. (A missing phase, or None for "no
+    timeout", is not within it.)"""
+    return (
+        len(given) == 4
+        and _within(given.get("connect"), limit)
+        and _within(given.get("read"), limit)
+        and _within(given.get("write"), limit)
+        and _within(given.get("pool"), limit)
+    )
+
+
+def _within(seconds: object, limit: float) -> bool:
+    """Whether one phase's timeout is a finite float no longer than ``limit``. (Any other
+    value, such as an int, is left to :func:`_bound`, which keeps it if it is within:
+    compared here, an int too large for a float would raise in the compiled build.)"""
+    return isinstance(seconds, float) and seconds <= limit and seconds != _INF
 
 
 class SendLoop:
