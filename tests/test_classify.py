@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import pytest
 
 from retrysafe import RetryPolicy, Verdict
-from retrysafe.classify import AttemptTimedOut, classify_exception, classify_response
+from retrysafe.classify import (
+    AttemptTimedOut,
+    InvalidVerdict,
+    classify_exception,
+    classify_response,
+)
 
 NOW = 1_700_000_000.0
 POLICY = RetryPolicy()
@@ -241,6 +248,50 @@ def test_a_rule_with_a_bug_is_not_hidden() -> None:
 
     with pytest.raises(KeyError):
         classify(response(200), policy=RetryPolicy(rules=(buggy,)))
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Verdict.retry("slow_down", after=-1), "after"),
+        (lambda: Verdict.retry("slow_down", after=float("nan")), "after"),
+        (lambda: Verdict.retry("slow_down", after="2"), "after"),  # type: ignore[arg-type]
+        (lambda: Verdict.retry("slow_down", after=True), "after"),
+        (lambda: Verdict.permanent(""), "reason"),
+        (lambda: Verdict.permanent("  "), "reason"),
+        (lambda: Verdict.permanent(5), "reason"),  # type: ignore[arg-type]
+        (lambda: Verdict.retry("x", processed="yes"), "processed"),  # type: ignore[arg-type]
+        (lambda: Verdict("later", "x"), "kind"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_verdict_with_a_wrong_field_is_refused_naming_it(
+    make: Callable[[], Verdict], field: str
+) -> None:
+    with pytest.raises(InvalidVerdict, match=rf"^Verdict\.{field} must be"):
+        make()
+
+
+def test_a_wait_of_zero_or_of_whole_seconds_is_a_verdicts_after() -> None:
+    assert [Verdict.retry("x", after=after).after for after in (0, 2, 0.5)] == [0, 2, 0.5]
+
+
+def test_a_rule_that_builds_a_wrong_verdict_is_a_bug_not_an_unreadable_body() -> None:
+    """InvalidVerdict is a ValueError, which a rule raises for a body it cannot parse:
+    it is told apart, and propagates as the rule's bug it is."""
+
+    def negative_wait(resp: httpx.Response) -> Verdict | None:
+        return Verdict.retry("slow_down", after=-1)
+
+    with pytest.raises(InvalidVerdict):
+        classify(response(503), policy=RetryPolicy(rules=(negative_wait,)))
+
+
+def test_a_rule_that_returns_no_verdict_is_named() -> None:
+    def says_a_string(resp: httpx.Response) -> Verdict | None:
+        return "permanent"  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match=r"says_a_string.* returned str: a rule returns a"):
+        classify(response(503), policy=RetryPolicy(rules=(says_a_string,)))
 
 
 def _as_httpx_maps_it(cause: Exception) -> httpx.LocalProtocolError:

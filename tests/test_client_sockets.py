@@ -12,6 +12,7 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -238,6 +239,25 @@ def test_a_rule_makes_a_stable_503_permanent(api: Any, chaos: Any) -> None:
     assert (caught.value.reason, caught.value.attempts) == ("target_site_refused", 1)
 
 
+def test_a_rule_reads_the_request_its_response_answers(api: Any, chaos: Any) -> None:
+    """A rule may judge by where a response came from (a rule for one endpoint), as on
+    any response httpx returns: its request is set before the rules see it."""
+    seen: list[tuple[str, str]] = []
+
+    def per_endpoint(response: httpx.Response) -> Verdict | None:
+        seen.append((response.request.method, response.url.path))
+        if response.url.path == "/status/503":
+            return Verdict.permanent("endpoint_retired")
+        return None
+
+    policy = RetryPolicy(rules=(per_endpoint,), backoff_base=0.01)
+    assert api.request("GET", chaos.url("/status/200"), policy=policy).status_code == 200
+    with pytest.raises(retrysafe.ServerError) as caught:
+        api.request("DELETE", chaos.url("/status/503"), policy=policy)
+    assert (caught.value.reason, caught.value.attempts) == ("endpoint_retired", 1)
+    assert seen == [("GET", "/status/200"), ("DELETE", "/status/503")]
+
+
 def test_a_rule_turns_a_200_error_body_into_a_failure(api: Any, chaos: Any) -> None:
     def status_field(response: httpx.Response) -> Verdict | None:
         if response.json().get("status") == "error":
@@ -301,6 +321,38 @@ def test_the_drop_in_transport_returns_the_last_response(chaos: Any) -> None:
         response = client.get(chaos.url("/status/503"))
     assert response.status_code == 503
     assert response.extensions["retrysafe"].attempts == 2
+
+
+def _rule_noting_requests(seen: list[str]) -> Callable[[httpx.Response], Verdict | None]:
+    """A rule for one endpoint: it notes each response's request, and retires /status/503."""
+
+    def per_endpoint(response: httpx.Response) -> Verdict | None:
+        seen.append(f"{response.request.method} {response.url.path}")
+        return Verdict.permanent("retired") if response.url.path == "/status/503" else None
+
+    return per_endpoint
+
+
+def test_the_drop_in_transports_rules_read_the_request_too(chaos: Any) -> None:
+    """Under the drop-in transport, httpx's client sets a response's request only after
+    the transport returns: the rules still see it."""
+    seen: list[str] = []
+    policy = RetryPolicy(rules=(_rule_noting_requests(seen),), backoff_base=0.01)
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=policy)) as client:
+        assert client.get(chaos.url("/status/503")).extensions["retrysafe"].attempts == 1
+        assert client.post(chaos.url("/status/200")).status_code == 200
+    assert seen == ["GET /status/503", "POST /status/200"]
+
+
+@pytest.mark.anyio
+async def test_the_async_drop_in_transports_rules_read_the_request_too(chaos: Any) -> None:
+    seen: list[str] = []
+    policy = RetryPolicy(rules=(_rule_noting_requests(seen),), backoff_base=0.01)
+    transport = retrysafe.AsyncRetryTransport(policy=policy)
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get(chaos.url("/status/503"))).extensions["retrysafe"].attempts == 1
+        assert (await client.post(chaos.url("/status/200"))).status_code == 200
+    assert seen == ["GET /status/503", "POST /status/200"]
 
 
 def test_the_drop_in_transport_raises_httpx_errors_as_httpx_would(chaos: Any) -> None:

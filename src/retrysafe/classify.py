@@ -21,6 +21,7 @@ from retrysafe.policy import RetryPolicy
 __all__ = [
     "SUCCESS",
     "AttemptTimedOut",
+    "InvalidVerdict",
     "Processed",
     "Verdict",
     "classify_exception",
@@ -34,8 +35,16 @@ __all__ = [
 #: (never connected, or it refused before doing any work), "maybe" means it might have.
 Processed = Literal["no", "maybe"]
 
+_KINDS: Final = frozenset({"success", "retry", "permanent"})
+_PROCESSED: Final = frozenset({"no", "maybe"})
+
 #: Statuses by which a server says it refused the request before doing any work.
 _REFUSED_BEFORE_WORK = frozenset({408, 429, 503})
+
+
+class InvalidVerdict(ValueError):
+    """A :class:`Verdict` made with a wrong field. Raised in a rule, it is a bug in the
+    rule and propagates: it is never taken for the body the rule could not parse."""
 
 
 @frozen_value
@@ -53,6 +62,31 @@ class Verdict:
     reason: str
     after: float | None = None
     processed: Processed = "maybe"
+
+    def __post_init__(self) -> None:
+        # A rule builds verdicts: a wrong one is refused here, with the field it got
+        # wrong, not found later as a negative wait or a TypeError inside the engine.
+        if self.kind not in _KINDS:
+            raise InvalidVerdict(
+                f"Verdict.kind must be 'success', 'retry' or 'permanent', got {self.kind!r}"
+            )
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise InvalidVerdict(
+                "Verdict.reason must be a short code naming the outcome, e.g. "
+                f"'error_in_body', got {self.reason!r}"
+            )
+        after = self.after
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, (int, float)) or not after >= 0
+        ):
+            raise InvalidVerdict(
+                "Verdict.after must be None or the seconds to wait before the retry "
+                f"(>= 0), got {after!r}"
+            )
+        if self.processed not in _PROCESSED:
+            raise InvalidVerdict(
+                f"Verdict.processed must be 'no' or 'maybe', got {self.processed!r}"
+            )
 
     @classmethod
     def success(cls) -> Verdict:
@@ -277,12 +311,19 @@ def _apply_rules(response: httpx.Response, policy: RetryPolicy) -> Verdict | Non
     for rule in policy.rules:
         try:
             verdict = rule(response)
+        except InvalidVerdict:
+            raise
         except ValueError:
             # A rule that cannot parse the body (response.json() on an HTML error page,
             # truncated JSON, an empty 200) has found an unreadable body, not a bug.
             # Any other exception is a bug in the rule and propagates.
             return Verdict.retry("unreadable_body")
         if verdict is not None:
+            if not isinstance(verdict, Verdict):
+                raise TypeError(
+                    f"the rule {rule!r} returned {type(verdict).__name__}: a rule returns a "
+                    "retrysafe.Verdict (e.g. Verdict.permanent('error_in_body')) or None"
+                )
             return verdict
     return None
 

@@ -517,6 +517,11 @@ class Drive:
             )
         if self.gave_up_inside:
             self._note_nested_give_up()
+        if response._request is None:
+            # A rule may read where the response came from (``response.url``, its
+            # method), as on any response httpx hands back: a transport's own is given
+            # its request only as httpx's client returns it, after the rules ran.
+            response.request = self.request
         step = self.call.attempt_returned(plan, response)
         if type(step) is Succeed:
             # The hot path: nothing to ask, and nothing to apply but, at most, one
