@@ -107,7 +107,7 @@ def test_the_wrapped_transport_is_entered_and_left_with_the_client() -> None:
     for make in (
         lambda inner: retrysafe.Client(transport=inner),
         lambda inner: httpx.Client(transport=retrysafe.RetryTransport(inner)),
-        lambda inner: retrysafe.Client(mounts={"http://": retrysafe.RetryTransport(inner)}),
+        lambda inner: retrysafe.Client(mounts={"http://": inner}),
     ):
         inner = _Recording()
         with make(inner) as client:

@@ -49,6 +49,86 @@ def test_hooks_that_are_not_callables_are_refused(make: Any, hooks: Any) -> None
         make(hooks=hooks)
 
 
+@pytest.mark.parametrize("make", SHELLS)
+def test_one_hook_given_alone_is_refused_with_the_list_it_goes_in(make: Any) -> None:
+    with pytest.raises(TypeError, match=r"one hook goes in a list: hooks=\[print\]"):
+        make(hooks=print)
+
+
+def test_hooks_may_come_from_a_generator_read_once() -> None:
+    seen: list[retrysafe.RetryEvent] = []
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=(hook for hook in [seen.append])) as client:
+        client.get("http://api.test/")
+        client.get("http://api.test/")
+    assert [event.kind for event in seen].count("success") == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "fix"),
+    [
+        ({"breaker": 5}, r"GovernorSettings\.breaker must be a retrysafe\.BreakerSettings or None"),
+        ({"budget": "x"}, r"GovernorSettings\.budget must be a retrysafe\.BudgetSettings or None"),
+        (
+            {"limiter": retrysafe.BudgetSettings()},
+            r"GovernorSettings\.limiter must be a retrysafe\.LimiterSettings or None .*got Budget",
+        ),
+    ],
+)
+def test_a_load_protection_piece_of_another_kind_is_refused_as_the_settings_are_made(
+    settings: dict[str, Any], fix: str
+) -> None:
+    """Refused at once: accepted, it failed only at the first call, with an AttributeError."""
+    with pytest.raises(TypeError, match=fix):
+        GovernorSettings(**settings)
+
+
+@pytest.mark.parametrize("nested", ["2", True, 0])
+def test_nested_attempts_must_be_a_whole_number_of_at_least_one(nested: Any) -> None:
+    with pytest.raises(ValueError, match=r"nested_attempts must be a whole number >= 1 or None"):
+        GovernorSettings(nested_attempts=nested)
+
+
+def test_a_governor_made_from_something_other_than_its_settings_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"settings must be a retrysafe\.GovernorSettings, got str"):
+        Governor("off")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("client", [retrysafe.Client, retrysafe.AsyncClient])
+@pytest.mark.parametrize(
+    ("journal", "fix"),
+    [
+        ("ops.sqlite3", r"got str; open it first: journal=Journal\('ops\.sqlite3'\)"),
+        (5, r"got int; e\.g\. journal=Journal\("),
+    ],
+)
+def test_a_journal_that_is_not_one_is_refused_as_the_client_is_made(
+    client: Any, journal: Any, fix: str
+) -> None:
+    """Refused at once: accepted, a path failed only at the first operation."""
+    with pytest.raises(
+        TypeError, match=r"journal must be a retrysafe\.idempotency\.Journal, " + fix
+    ):
+        client(journal=journal)
+
+
+@pytest.mark.parametrize(
+    ("client", "shell"),
+    [
+        (retrysafe.Client, retrysafe.RetryTransport),
+        (retrysafe.AsyncClient, retrysafe.AsyncRetryTransport),
+    ],
+)
+def test_a_client_given_a_retrying_transport_refuses_it(client: Any, shell: Any) -> None:
+    """Two retrying layers would nest: the inner one's retries counted as one attempt of
+    the outer's, which then retries less. Refused as the client is made, for the
+    transport and for a mounted one alike."""
+    with pytest.raises(TypeError, match=rf"^transport is a retrysafe {shell.__name__}, and"):
+        client(transport=shell())
+    with pytest.raises(TypeError, match=r"^the transport mounted at 'https://' is a retrysafe"):
+        client(mounts={"https://": shell()})
+
+
 def test_good_arguments_still_make_a_working_client() -> None:
     seen: list[retrysafe.RetryEvent] = []
     transport = httpx.MockTransport(lambda request: httpx.Response(200))

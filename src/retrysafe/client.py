@@ -49,6 +49,7 @@ from retrysafe.client_options import (
     add_auto_key,
     begin_operation,
     check_idempotency_mode,
+    check_journal,
     check_typed_url,
     finish_operation,
     mark_stream,
@@ -136,7 +137,7 @@ class Client(httpx.Client):
             default_encoding=default_encoding,
         )
         self.idempotency = check_idempotency_mode(idempotency)
-        self.journal = journal
+        self.journal = check_journal(journal)
         self.governor = governor if governor is not None else Governor(clock=clock)
 
         def wrap(transport: httpx.BaseTransport) -> RetryTransport:

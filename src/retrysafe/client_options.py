@@ -26,7 +26,12 @@ from retrysafe.request_facts import (
     KEY_SENT_BEFORE_EXTENSION,
     idempotency_key_of,
 )
-from retrysafe.transport import OPTIONS_EXTENSION, CallOptions
+from retrysafe.transport import (
+    OPTIONS_EXTENSION,
+    AsyncRetryTransport,
+    CallOptions,
+    RetryTransport,
+)
 
 __all__ = [
     "READ_OPTIONS",
@@ -39,6 +44,7 @@ __all__ = [
     "scrub_refused_url",
     "upload_headers",
     "check_idempotency_mode",
+    "check_journal",
     "finish_operation",
     "mark_stream",
     "report_of",
@@ -64,6 +70,20 @@ def check_idempotency_mode(mode: str) -> IdempotencyMode:
             f"idempotency must be 'off' or 'auto' (a key on every POST and PATCH), got {mode!r}"
         )
     return "auto" if mode == "auto" else "off"
+
+
+def check_journal(journal: Journal | None) -> Journal | None:
+    """``journal``, checked to be one (a path is a common slip: it is what a Journal opens)."""
+    if journal is not None and not isinstance(journal, Journal):
+        hint = (
+            f"open it first: journal=Journal({journal!r})"
+            if isinstance(journal, str)
+            else "e.g. journal=Journal('operations.sqlite3')"
+        )
+        raise TypeError(
+            f"journal must be a retrysafe.idempotency.Journal, got {type(journal).__name__}; {hint}"
+        )
+    return journal
 
 
 def warn_per_request_cookies() -> None:
@@ -259,7 +279,24 @@ def wrap_transports(
     httpx picks a transport per URL from these two; wrapping them all keeps
     httpx's own transport configuration intact.
     """
+    _not_retrying_already(transport, "transport")
+    for pattern, mounted in mounts.items():
+        _not_retrying_already(mounted, f"the transport mounted at {pattern.pattern!r}")
     wrapped = {
         pattern: None if mounted is None else wrap(mounted) for pattern, mounted in mounts.items()
     }
     return wrap(transport), wrapped
+
+
+def _not_retrying_already(transport: object, given_as: str) -> None:
+    """Refuse a transport that retries already: the client wraps each of its transports
+    in a retrying one, and two layers would nest (the inner one's retries counted as
+    one attempt of the outer's, which retries less: see the nesting guard)."""
+    if isinstance(transport, (RetryTransport, AsyncRetryTransport)):
+        kind = type(transport).__name__
+        raise TypeError(
+            f"{given_as} is a retrysafe {kind}, and retrysafe's client retries through its "
+            "transports itself: give the client the transport that sends (e.g. "
+            "httpx.HTTPTransport(http2=True)) and the policy, governor and hooks as its own "
+            f"arguments; or keep the {kind} under httpx's own client"
+        )

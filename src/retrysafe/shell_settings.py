@@ -9,7 +9,7 @@ fix what they refuse; the drive trusts the value it is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.governor import Governor, GovernorSettings
@@ -68,10 +68,15 @@ class ShellSettings(NamedTuple):
             raise TypeError(
                 f"governor must be a retrysafe.Governor, got {type(governor).__name__}; {hint}"
             )
-        if isinstance(hooks, (str, bytes)) or not all(callable(hook) for hook in hooks):
+        given = hooks
+        if isinstance(hooks, Iterable) and not isinstance(hooks, (str, bytes)):
+            hooks = tuple(hooks)  # (a generator is read once, here)
+        if not isinstance(hooks, tuple) or not all(callable(hook) for hook in hooks):
+            name = getattr(given, "__name__", "hook")
+            one = f" (one hook goes in a list: hooks=[{name}])" if callable(given) else ""
             raise TypeError(
                 "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
-                f"e.g. hooks=[print]; got {hooks!r}"
+                f"e.g. hooks=[print]; got {given!r}{one}"
             )
         if deadline_header is not None and (
             not isinstance(deadline_header, str)

@@ -60,6 +60,11 @@ class Governor:
         clock: Clock | None = None,
         fleet: FleetLink | None = None,
     ) -> None:
+        if settings is not None and not isinstance(settings, GovernorSettings):
+            raise TypeError(
+                "Governor's settings must be a retrysafe.GovernorSettings, got "
+                f"{type(settings).__name__}; e.g. Governor(GovernorSettings.off())"
+            )
         self.settings = settings if settings is not None else GovernorSettings()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()

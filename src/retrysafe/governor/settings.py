@@ -167,9 +167,25 @@ class GovernorSettings:
         return cls(budget=None, breaker=None, limiter=None, nested_attempts=None)
 
     def __post_init__(self) -> None:
+        for field, value, kind in (
+            ("budget", self.budget, BudgetSettings),
+            ("breaker", self.breaker, BreakerSettings),
+            ("limiter", self.limiter, LimiterSettings),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(
+                    f"GovernorSettings.{field} must be a retrysafe.{kind.__name__} or None "
+                    f"(None switches it off), got {type(value).__name__}; "
+                    f"e.g. {field}=retrysafe.{kind.__name__}()"
+                )
         check(
-            self.nested_attempts is None or self.nested_attempts >= 1,
+            self.nested_attempts is None
+            or (
+                isinstance(self.nested_attempts, int)
+                and not isinstance(self.nested_attempts, bool)
+                and self.nested_attempts >= 1
+            ),
             "GovernorSettings",
             "nested_attempts",
-            f"must be >= 1, got {self.nested_attempts!r}",
+            f"must be a whole number >= 1 or None, got {self.nested_attempts!r}",
         )
