@@ -119,6 +119,15 @@ def test_get_prints_the_body_on_stdout(capsys: pytest.CaptureFixture[str], chaos
     assert "HTTP 200 OK after 1 attempt" in err
 
 
+def test_a_short_deadline_works_with_a_shorter_least_attempt_time(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    argv = ["--deadline", "0.3", "--min-attempt-time", "0.15"]
+    code, out, _err = run(capsys, "get", chaos.url("/fail/{key}", times=1, status=503), *argv)
+    assert code == 0
+    assert json.loads(out)["attempt"] == 2
+
+
 def test_a_503_then_200_shows_one_retry_line(
     capsys: pytest.CaptureFixture[str], chaos: Any
 ) -> None:
@@ -227,6 +236,15 @@ def test_headers_and_a_data_file_reach_the_server(
         (["-H", "X-Note: a\x01b"], "bad header 'X-Note': its value may not contain line breaks"),
         (["-H", "X-Note: a\nb"], "bad header 'X-Note': its value may not contain line breaks"),
         (["--attempts", "0"], "RetryPolicy.attempts must be >= 1, got 0"),
+        (
+            ["--deadline", "0.3"],
+            "--deadline 0.3 is shorter than --min-attempt-time (0.5 s, the least time left for "
+            "an attempt to start): lower it too, e.g. --deadline 0.3 --min-attempt-time 0.15",
+        ),
+        (
+            ["--deadline", "1", "--min-attempt-time", "2"],
+            "--deadline 1 is shorter than --min-attempt-time (2 s,",
+        ),
         (["--timeout", "-1"], "RetryPolicy.attempt_timeout must be > 0 seconds, got -1.0"),
         (["--backoff-base", "5", "--backoff-cap", "1"], "RetryPolicy.backoff_base must be <="),
         (["--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),

@@ -45,6 +45,7 @@ _POLICY_FLAGS = {
     "backoff_base": "backoff_base",
     "backoff_cap": "backoff_cap",
     "max_retry_after": "max_retry_after",
+    "min_attempt_time": "min_attempt_time",
 }
 
 
@@ -56,6 +57,12 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--deadline", type=float, metavar="S", help="seconds for the whole call")
     policy.add_argument("--backoff-base", type=float, metavar="S", help="first backoff ceiling")
     policy.add_argument("--backoff-cap", type=float, metavar="S", help="largest backoff ceiling")
+    policy.add_argument(
+        "--min-attempt-time",
+        type=float,
+        metavar="S",
+        help="least time left before the deadline for an attempt to start (0.5)",
+    )
     policy.add_argument(
         "--max-retry-after",
         type=float,
@@ -194,6 +201,15 @@ def build_policy(args: argparse.Namespace) -> RetryPolicy:
     try:
         return RetryPolicy(**values)
     except ValueError as exc:
+        least = values.get("min_attempt_time", RetryPolicy().min_attempt_time)
+        if str(exc).startswith("RetryPolicy.min_attempt_time must be <= deadline"):
+            # (RetryPolicy's own advice names its fields; here they are flags)
+            deadline = values["deadline"]
+            raise UsageError(
+                f"--deadline {deadline:g} is shorter than --min-attempt-time ({least:g} s, the "
+                "least time left for an attempt to start): lower it too, e.g. "
+                f"--deadline {deadline:g} --min-attempt-time {deadline / 2:g}"
+            ) from None
         raise UsageError(str(exc)) from None
 
 
