@@ -62,7 +62,8 @@ class AttemptRecord(NamedTuple):
 
 _UNSAFE_ADVICE = (
     "not repeated, since the server may already have acted on it: check before sending "
-    "it again, or send it with an idempotency key (idempotency_key=True) to make retries safe"
+    "it again, or send it with an idempotency key (idempotency_key=True, or an Idempotency-Key "
+    "header) to make retries safe"
 )
 _SPENT_BODY_ADVICE = (
     "not repeated, since its body was a stream (a generator, or a file that cannot be "
@@ -71,7 +72,8 @@ _SPENT_BODY_ADVICE = (
 _UNSAFE_AND_SPENT_ADVICE = (
     "not repeated, since the server may already have acted on it and its body was a "
     "stream, spent once sent: check before sending it again, and send the body as bytes "
-    "with an idempotency key (idempotency_key=True) to make retries safe"
+    "with an idempotency key (idempotency_key=True, or an Idempotency-Key header) to make "
+    "retries safe"
 )
 
 
