@@ -129,6 +129,24 @@ def test_a_client_given_a_retrying_transport_refuses_it(client: Any, shell: Any)
         client(mounts={"https://": shell()})
 
 
+@pytest.mark.parametrize("make", SHELLS)
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_blank_dependency_name_is_refused_not_read_as_none(make: Any, name: str) -> None:
+    """A blank name fell back to each URL's origin, silently: it names nothing."""
+    with pytest.raises(ValueError, match=r"^dependency must be a name, .*leave it out"):
+        make(dependency=name)
+
+
+@pytest.mark.parametrize("name", ["", " "])
+def test_a_blank_dependency_for_one_call_is_refused(name: str) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with (
+        retrysafe.Client(transport=transport) as client,
+        pytest.raises(ValueError, match=r"^dependency for one call must be a name"),
+    ):
+        client.get("http://api.test/", dependency=name)
+
+
 def test_good_arguments_still_make_a_working_client() -> None:
     seen: list[retrysafe.RetryEvent] = []
     transport = httpx.MockTransport(lambda request: httpx.Response(200))

@@ -44,6 +44,11 @@ class CallOptions:
                 f"got {type(self.dependency).__name__} (a callable naming requests goes on "
                 "the transport or client)"
             )
+        if self.dependency is not None and not self.dependency.strip():
+            raise ValueError(
+                "dependency for one call must be a name, e.g. dependency='search'; got "
+                f"{self.dependency!r} (leave it out to group the call under its URL's origin)"
+            )
         # (read as true or false, as httpx reads its own stream= flag)
         object.__setattr__(self, "stream", bool(self.stream))
 

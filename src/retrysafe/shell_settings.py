@@ -59,6 +59,11 @@ class ShellSettings(NamedTuple):
                 "dependency must be a name (str) or a callable naming each request, "
                 f"e.g. retrysafe.dependency_by_path(1); got {type(dependency).__name__}"
             )
+        if isinstance(dependency, str) and not dependency.strip():
+            raise ValueError(
+                "dependency must be a name, e.g. dependency='payments-api'; got "
+                f"{dependency!r} (leave it out to group calls under each URL's origin)"
+            )
         if governor is not None and not isinstance(governor, Governor):
             hint = (
                 "wrap the settings: governor=retrysafe.Governor(settings)"
