@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 from idempotency_app import Shop, build_app, client_for, headers
@@ -22,6 +23,7 @@ from retrysafe.idempotency import (
     IdempotencyMiddleware,
     IdempotencyStore,
     MemoryStore,
+    StoredResponse,
 )
 from retrysafe.idempotency.asgi import Message
 
@@ -272,7 +274,10 @@ async def test_an_endless_stream_stops_once_its_client_left_and_it_outgrew_the_c
     """A stream that only ends when its client leaves runs on after the client left only
     while its copy may still be kept for a retry: once the copy is too large to keep, it
     stops as it would without the middleware, and the key is not run again."""
-    await _run_a_feed_whose_client_leaves(store, max_response_size=200)
+    events = await _run_a_feed_whose_client_leaves(store, max_response_size=200)
+
+    # It ran on, past the client, until its copy outgrew the 200 bytes (17 events).
+    assert events > 200 // len(b"data: tick\n\n")
 
 
 async def test_an_endless_stream_stops_once_its_client_left_a_lease_ago() -> None:
@@ -301,7 +306,9 @@ async def test_a_finite_stream_runs_to_its_end_after_its_client_left_however_lon
     assert app.state.shop.runs["/slow-stream"] == 1
 
 
-async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: Any) -> None:
+async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: Any) -> int:
+    """Run ``/feed`` until its client leaves (after two events) and the middleware stops
+    it; check it stopped for good and its retry is refused. The events it produced."""
     app = build_app(store, **options)
     shop = app.state.shop
     receive = _body_then_silence()
@@ -327,6 +334,7 @@ async def _run_a_feed_whose_client_leaves(store: IdempotencyStore, **options: An
     assert retry.status_code == 409
     assert retry.json()["type"] == PROBLEM_TYPE_PREFIX + "result-not-replayable"
     assert shop.runs["/feed"] == 1
+    return events_when_stopped
 
 
 @pytest.mark.parametrize(
@@ -486,3 +494,156 @@ async def test_a_claim_run_again_after_its_answer_was_lost_takes_its_own_record(
         assert other.state == "in_flight"
     finally:
         await store.close()
+
+
+async def test_a_store_that_is_down_is_answered_without_raising_into_the_server() -> None:
+    """The 503 is the whole answer: nothing is raised into the server after it, which
+    would log a spurious error (or, before the response started, answer a bare 500)."""
+    store = MemoryStore()
+    await store.close()
+    app = build_app(store)
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(_scope("k1", "/orders"), _body_then_silence(), send)
+
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 503
+    assert app.state.shop.runs["/orders"] == 0
+
+
+async def test_a_client_that_leaves_while_sending_its_body_claims_nothing(
+    store: IdempotencyStore,
+) -> None:
+    """Half a body is not the request: the handler does not run on it, nothing is
+    answered or raised, and the key stays free for the client's retry."""
+    app = build_app(store)
+    incoming = [
+        {"type": "http.request", "body": b'{"item": ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return incoming.pop(0)
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(_scope("k1", "/orders"), receive, send)
+    async with client_for(app) as client:
+        retry = await client.post("/orders", json={"item": "tea"}, headers=headers("k1"))
+
+    assert sent == []
+    assert retry.status_code == 201
+    assert "idempotent-replayed" not in retry.headers
+    assert retry.json()["received"] == {"item": "tea"}
+    assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
+    store: IdempotencyStore,
+) -> None:
+    """A Content-Length over the limit gets its 413 at once: the middleware does not wait
+    for (or buffer) a body it would refuse anyway."""
+    app = build_app(store, max_body_size=64)
+    scope = _scope("k1", "/orders")
+    declared = scope["headers"]
+    assert isinstance(declared, list)
+    declared.append((b"content-length", b"1000000"))
+    sent: list[Message] = []
+
+    async def never_sent() -> Message:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    with anyio.fail_after(5):
+        await app(scope, never_sent, send)
+
+    assert sent[0]["status"] == 413
+    assert app.state.shop.runs["/orders"] == 0
+
+
+async def test_server_shortcuts_that_bypass_send_are_hidden_from_the_app(
+    store: IdempotencyStore,
+) -> None:
+    """A file sent through ``pathsend`` or ``zerocopy`` never passes through ``send``, so
+    it could not be kept; the app must not see them. Other extensions pass through."""
+    seen: dict[str, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.update(scope["extensions"])
+        await receive()
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+    guarded = IdempotencyMiddleware(app, store=store, scope=lambda request: "alice", required=True)
+    scope = _scope("k1", "/files")
+    scope["extensions"] = {
+        "http.response.pathsend": {},
+        "http.response.zerocopy": {},
+        "http.response.trailers": {},
+    }
+
+    async def send(message: Message) -> None:
+        pass
+
+    await guarded(scope, _body_then_silence(), send)
+
+    assert set(seen) == {"http.response.trailers"}
+
+
+class CompleteHeldStore(InterposedStore):
+    """An InterposedStore whose first ``complete`` waits until the test lets it go on."""
+
+    def __init__(self, inner: IdempotencyStore) -> None:
+        super().__init__(inner)
+        self.completing = anyio.Event()
+        self.go_on = anyio.Event()
+
+    async def complete(
+        self,
+        scope: str,
+        key: str,
+        token: str,
+        response: StoredResponse | None,
+        *,
+        now: float,
+        ttl: float,
+    ) -> bool:
+        if not self.completing.is_set():
+            self.completing.set()
+            await self.go_on.wait()
+            await anyio.lowlevel.checkpoint()  # a store round trip: cancellation lands here
+        return await super().complete(scope, key, token, response, now=now, ttl=ttl)
+
+
+async def test_a_request_cancelled_while_its_outcome_is_written_still_keeps_it(
+    store: IdempotencyStore,
+) -> None:
+    """A server may cancel a request whose client left; the complete response is already
+    being kept by then, and the write is finished, so the retry gets it replayed."""
+    held = CompleteHeldStore(store)
+    app = build_app(held)
+
+    async def send(message: Message) -> None:
+        pass
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(app, _scope("k1", "/orders"), _body_then_silence(), send)
+        with anyio.fail_after(5):
+            await held.completing.wait()
+        tasks.cancel_scope.cancel()
+        held.go_on.set()
+    async with client_for(app) as client:
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert retry.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json()["order"] == 1
+    assert app.state.shop.runs["/orders"] == 1

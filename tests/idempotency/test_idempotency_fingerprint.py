@@ -53,6 +53,9 @@ def test_json_key_order_does_not_matter_but_values_do() -> None:
     assert fingerprint(b'{"a":1}') != fingerprint(b'{"a":2}')
     assert fingerprint(b'{"a":1}') != fingerprint(b'{"a":"1"}')
     assert fingerprint(b"[1,2]") != fingerprint(b"[2,1]")
+    # Elements stay apart: two amounts are not one written without its comma.
+    assert fingerprint(b"[1,2]") != fingerprint(b"[12]")
+    assert fingerprint(b'{"a":[1,2]}') != fingerprint(b'{"a":[12]}')
 
 
 @pytest.mark.parametrize(
@@ -135,6 +138,7 @@ def test_method_path_and_query_each_count() -> None:
 
     assert fingerprint(b"{}", method="PATCH") != base
     assert fingerprint(b"{}", path="/orders/other") != base
+    assert fingerprint(b"{}", path="/Orders") != base  # paths are case-sensitive
     assert fingerprint(b"{}", query=b"express=1") != base
 
 
@@ -153,3 +157,8 @@ def test_percent_escapes_of_different_bytes_are_different_queries() -> None:
 
 def test_fields_cannot_bleed_into_each_other() -> None:
     assert fingerprint(b"", path="/ab") != fingerprint(b"b", path="/a")
+    # The body's end and the media type meet too: "x" as text/plain is not an untyped
+    # "xtext/plain".
+    assert fingerprint(b"x", content_type="text/plain") != fingerprint(
+        b"xtext/plain", content_type=None
+    )

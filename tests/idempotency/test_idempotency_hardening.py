@@ -34,6 +34,7 @@ from retrysafe.idempotency import (
     MemoryStore,
     RedisStore,
     SQLiteStore,
+    StoreUnavailable,
 )
 from retrysafe.testing import FakeClock
 
@@ -71,6 +72,8 @@ async def test_a_claim_that_waited_longer_than_the_lease_still_holds_the_key() -
         shop.gates[1].set()
 
     assert retry.status_code == 409
+    # The retry's own claim waited too, past the lease it read: still a wait of >= 1 s.
+    assert retry.headers["retry-after"] == "1"
     assert shop.runs["/slow"] == 1
 
 
@@ -106,6 +109,108 @@ async def test_a_claim_that_waited_for_the_sqlite_lock_holds_a_full_lease(
                 blocker.close()
     finally:
         await store.close()
+
+    assert retry.status_code == 409
+    assert shop.runs["/slow"] == 1
+
+
+class TakenOverWhileClaimingStore(MemoryStore):
+    """A MemoryStore whose first ``claim`` is written so late that its lease has already
+    lapsed and another server's request has taken the key over, before it returns."""
+
+    def __init__(self, clock: FakeClock, lease: float) -> None:
+        super().__init__()
+        self._clock = clock
+        self._lease = lease
+        self.claims = 0
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
+    ) -> Claimed | IdempotencyRecord:
+        self.claims += 1
+        outcome = await super().claim(scope, key, fingerprint, now=now, lease=lease)
+        if self.claims == 1:
+            self._clock.advance(2 * self._lease)
+            taken = await super().claim(
+                scope, key, fingerprint, now=self._clock.time(), lease=lease
+            )
+            assert isinstance(taken, Claimed)
+        return outcome
+
+
+async def test_a_claim_taken_over_while_it_was_written_does_not_run() -> None:
+    """The other request now owns the key: this one gets the in-flight 409 (with the
+    configured Retry-After, rounded up) and its handler never runs."""
+    clock = FakeClock()
+    app = build_app(
+        TakenOverWhileClaimingStore(clock, lease=1.0),
+        clock=clock,
+        lease=1.0,
+        in_flight_retry_after=2.5,
+    )
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert response.status_code == 409
+    assert response.json()["type"] == PROBLEM_TYPE_PREFIX + "request-in-flight"
+    assert response.headers["retry-after"] == "3"
+    assert app.state.shop.runs["/orders"] == 0
+
+
+class LateClaimThenDownStore(MemoryStore):
+    """A MemoryStore whose claims take ``delay`` of ``clock`` time and which is down for
+    the first lease renewal after such a claim."""
+
+    def __init__(self, clock: FakeClock, delay: float) -> None:
+        super().__init__()
+        self._clock = clock
+        self._delay = delay
+        self.failing_extends = 1
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
+    ) -> Claimed | IdempotencyRecord:
+        self._clock.advance(self._delay)
+        return await super().claim(scope, key, fingerprint, now=now, lease=lease)
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        if self.failing_extends:
+            self.failing_extends -= 1
+            raise StoreUnavailable("LateClaimThenDownStore", "connection reset (injected)")
+        return await super().extend(scope, key, token, now=now, lease=lease)
+
+
+async def test_a_late_claim_whose_lease_cannot_be_restarted_is_503_and_frees_the_key() -> None:
+    """The handler did not run, so the key is released: the client's retry runs at once
+    instead of waiting out a lease on a claim nobody holds."""
+    clock = FakeClock()
+    app = build_app(LateClaimThenDownStore(clock, delay=0.5), clock=clock, lease=1.0)
+    async with client_for(app) as client:
+        refused = await client.post("/orders", json={}, headers=headers("k1"))
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert refused.status_code == 503
+    assert refused.json()["type"] == PROBLEM_TYPE_PREFIX + "store-unavailable"
+    assert retry.status_code == 201
+    assert "idempotent-replayed" not in retry.headers
+    assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_a_late_claim_is_given_a_whole_lease_from_when_it_was_written() -> None:
+    """A claim the store took half a lease to write still holds the key for a whole
+    lease after that, not just for what was left of the lease stamped before the wait."""
+    clock = FakeClock()
+    app = build_app(SlowClaimStore(clock, delay=0.5), clock=clock, lease=1.0)
+    shop = app.state.shop
+    shop.gates[2].set()
+    async with client_for(app) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: client.post("/slow", json={}, headers=headers("k1")))
+        await shop.entered[1].wait()
+        # The retry claims 0.6 s after the first claim was written: past the lease
+        # stamped before the store's wait, within the one restarted after it.
+        clock.advance(0.6)
+        retry = await client.post("/slow", json={}, headers=headers("k1"))
+        shop.gates[1].set()
 
     assert retry.status_code == 409
     assert shop.runs["/slow"] == 1
@@ -344,3 +449,33 @@ def test_a_credential_scope_does_not_reveal_the_credential() -> None:
     # The secret keys the digest: another secret gives another caller id.
     assert credential_scope(secret=b"another secret")(starlette_request) != hashed
     assert scope(Request({"type": "http", "method": "POST", "path": "/", "headers": []})) is None
+
+
+def _request_with(*authorizations: bytes) -> Request:
+    fields = [(b"authorization", value) for value in authorizations]
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": fields})
+
+
+def test_a_credential_scope_identifies_nobody_from_two_credential_headers() -> None:
+    """Which of two credentials the app will verify is the app's choice; keying on
+    either could put the request in another caller's key space."""
+    from retrysafe.idempotency.middleware import credential_scope
+
+    scope = credential_scope()
+
+    assert scope(_request_with(b"Bearer tok-alice", b"Bearer tok-bob")) is None
+    assert scope(_request_with(b"   ")) is None
+    assert scope(_request_with(b"Bearer tok-alice")) is not None
+
+
+def test_a_credential_scope_tells_credentials_apart_by_letter_case() -> None:
+    """Tokens are case-sensitive: two that differ only in case are two callers."""
+    from retrysafe.idempotency.middleware import credential_scope
+
+    for scope in (credential_scope(), credential_scope(secret=b"shared by the servers")):
+        assert scope(_request_with(b"Bearer tok-Alice")) != scope(
+            _request_with(b"Bearer tok-alice")
+        )
+        assert scope(_request_with(b" Bearer tok-alice ")) == scope(
+            _request_with(b"Bearer tok-alice")
+        )

@@ -4,14 +4,27 @@ kept responses lapse after the TTL. Time is a FakeClock. Every test runs on ever
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
 import httpx
 import pytest
 from idempotency_app import build_app, client_for, headers
 from idempotency_stores import InterposedStore
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+from retrysafe.idempotency import (
+    PROBLEM_TYPE_PREFIX,
+    IdempotencyMiddleware,
+    IdempotencyStore,
+    MemoryStore,
+    StoreUnavailable,
+)
 from retrysafe.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -127,6 +140,42 @@ async def test_a_handler_that_outlives_its_lease_keeps_the_key_by_renewing_it(
     assert shop.runs["/slow"] == 1
 
 
+class BlinkingRenewalsStore(InterposedStore):
+    """An InterposedStore that is unavailable for the first ``failing_extends`` renewals."""
+
+    def __init__(self, inner: IdempotencyStore, *, failing_extends: int) -> None:
+        super().__init__(inner)
+        self.failing_extends = failing_extends
+
+    async def extend(self, scope: str, key: str, token: str, *, now: float, lease: float) -> bool:
+        if self.failing_extends:
+            self.failing_extends -= 1
+            raise StoreUnavailable("BlinkingRenewalsStore", "connection reset (injected)")
+        return await super().extend(scope, key, token, now=now, lease=lease)
+
+
+async def test_a_renewal_the_store_refuses_once_is_tried_again_and_the_key_kept(
+    store: IdempotencyStore,
+) -> None:
+    """A blip at one renewal must not end renewing: the next one still holds the key."""
+    clock = FakeClock()
+    blinking = BlinkingRenewalsStore(store, failing_extends=1)
+    app = build_app(blinking, clock=clock, lease=0.6)  # renewed every 0.2 s of real time
+    shop = app.state.shop
+    async with client_for(app) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: client.post("/slow", json={}, headers=headers("k1")))
+        await shop.entered[1].wait()
+        for _ in range(4):
+            clock.advance(0.5)
+            await blinking.renewal(at_or_after=clock.time())
+        during = await client.post("/slow", json={}, headers=headers("k1"))
+        shop.gates[1].set()
+
+    assert blinking.failing_extends == 0
+    assert during.status_code == 409
+    assert shop.runs["/slow"] == 1
+
+
 async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without_secrets(
     store: IdempotencyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -166,6 +215,79 @@ async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without
     assert results["stale"].json() == {"run": 1}  # its handler ran on to the end
     assert results["takeover"].json() == {"run": 2}
     assert later.json() == {"run": 2}
+
+
+async def test_a_lost_claim_is_not_renewed_again() -> None:
+    """Once another request owns the key, renewing with the old token can only fail:
+    renewal stops, rather than logging the loss again every third of a lease."""
+    clock = FakeClock()
+    watched = InterposedStore(MemoryStore())
+    app = build_app(watched, clock=clock, lease=0.3)  # renewed every 0.1 s of real time
+    shop = app.state.shop
+    async with client_for(app) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: client.post("/slow", json={}, headers=headers("k1")))
+        await shop.entered[1].wait()
+        clock.advance(1)
+        tasks.start_soon(lambda: client.post("/slow", json={}, headers=headers("k1")))
+        await shop.entered[2].wait()
+        await watched.renewal(at_or_after=0, renewed=False)
+        await anyio.sleep(0.35)  # three more renewal periods
+        lost = [now for now, renewed in watched.renewals if not renewed]
+        shop.gates[1].set()
+        shop.gates[2].set()
+
+    assert len(lost) == 1
+
+
+async def test_the_lease_is_renewed_well_before_it_ends(store: IdempotencyStore) -> None:
+    """A renewal due only as the lease ends races the lease: it comes a third of the way
+    in. (A wall-clock bound with a whole third of the lease as slack.)"""
+    watched = InterposedStore(store)
+    app = build_app(watched, lease=3.0)
+    shop = app.state.shop
+    async with client_for(app) as client, anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: client.post("/slow", json={}, headers=headers("k1")))
+        await shop.entered[1].wait()
+        started = time.monotonic()
+        await watched.renewal(at_or_after=0)
+        elapsed = time.monotonic() - started
+        shop.gates[1].set()
+
+    assert elapsed < 2.0
+
+
+async def test_renewal_stops_once_the_outcome_is_kept_though_the_app_runs_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Background tasks run after the response went out: the claim is finished by then,
+    so it is not renewed, nor reported lost, while they run."""
+    watched = InterposedStore(MemoryStore())
+
+    async def after_the_response() -> None:
+        await anyio.sleep(0.35)  # three renewal periods
+
+    async def create(request: Request) -> Response:
+        return JSONResponse({}, status_code=201, background=BackgroundTask(after_the_response))
+
+    app = Starlette(
+        routes=[Route("/orders", create, methods=["POST"])],
+        middleware=[
+            Middleware(
+                IdempotencyMiddleware,
+                store=watched,
+                scope=lambda r: "alice",
+                required=True,
+                lease=0.3,  # renewed every 0.1 s of real time
+            )
+        ],
+    )
+    with caplog.at_level(logging.WARNING, logger="retrysafe.idempotency"):
+        async with client_for(app) as client:
+            response = await client.post("/orders", json={}, headers={"Idempotency-Key": "k1"})
+
+    assert response.status_code == 201
+    assert [renewed for _, renewed in watched.renewals if not renewed] == []
+    assert caplog.records == []
 
 
 async def test_a_kept_response_outlives_the_lease(store: IdempotencyStore) -> None:

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import pytest
 from idempotency_app import build_app, client_for, headers
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+from retrysafe.idempotency import (
+    PROBLEM_TYPE_PREFIX,
+    IdempotencyMiddleware,
+    IdempotencyStore,
+    MemoryStore,
+    mark_committed,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -22,15 +33,17 @@ async def test_a_handler_exception_releases_the_key(store: IdempotencyStore) -> 
     assert app.state.shop.runs["/boom"] == 2
 
 
-async def test_a_503_is_not_kept_by_default(store: IdempotencyStore) -> None:
+@pytest.mark.parametrize("status", [500, 503])
+async def test_a_5xx_is_not_kept_by_default(store: IdempotencyStore, status: int) -> None:
     app = build_app(store)
+    path = f"/status/{status}"
     async with client_for(app) as client:
-        first = await client.post("/status/503", json={}, headers=headers("k1"))
-        second = await client.post("/status/503", json={}, headers=headers("k1"))
+        first = await client.post(path, json={}, headers=headers("k1"))
+        second = await client.post(path, json={}, headers=headers("k1"))
 
-    assert first.status_code == second.status_code == 503
+    assert first.status_code == second.status_code == status
     assert "idempotent-replayed" not in second.headers
-    assert app.state.shop.runs["/status/503"] == 2
+    assert app.state.shop.runs[path] == 2
 
 
 async def test_a_429_frees_the_key_since_nothing_was_processed(store: IdempotencyStore) -> None:
@@ -59,13 +72,18 @@ async def test_a_4xx_is_kept_and_replayed(store: IdempotencyStore, status: int) 
     assert app.state.shop.runs[path] == 1
 
 
-async def test_a_204_is_replayed_without_a_body(store: IdempotencyStore) -> None:
+@pytest.mark.parametrize("status", [204, 304])
+async def test_a_bodiless_status_is_replayed_without_a_body(
+    store: IdempotencyStore, status: int
+) -> None:
+    """204 and 304 never carry a body nor a Content-Length (RFC 9110)."""
     app = build_app(store)
+    path = f"/status/{status}"
     async with client_for(app) as client:
-        await client.post("/status/204", json={}, headers=headers("k1"))
-        repeat = await client.post("/status/204", json={}, headers=headers("k1"))
+        await client.post(path, json={}, headers=headers("k1"))
+        repeat = await client.post(path, json={}, headers=headers("k1"))
 
-    assert repeat.status_code == 204
+    assert repeat.status_code == status
     assert repeat.headers["idempotent-replayed"] == "true"
     assert repeat.content == b""
     assert "content-length" not in repeat.headers
@@ -116,3 +134,27 @@ async def test_a_response_too_large_to_keep_is_refused_later_not_rerun(
     assert small_repeat.headers["idempotent-replayed"] == "true"
     assert small_repeat.content == small.content
     assert app.state.shop.runs["/big"] == 2
+
+
+async def test_mark_committed_says_whether_there_was_a_keyed_request_to_mark() -> None:
+    """A handler may check the answer: ``False`` means no key guards this request, so
+    nothing stops a retry from running it again."""
+    answers: list[bool] = []
+
+    async def create(request: Request) -> Response:
+        answers.append(mark_committed(request))
+        return JSONResponse({}, status_code=201)
+
+    app = Starlette(
+        routes=[Route("/orders", create, methods=["POST"])],
+        middleware=[
+            Middleware(
+                IdempotencyMiddleware, store=MemoryStore(), scope=lambda r: "alice", required=False
+            )
+        ],
+    )
+    async with client_for(app) as client:
+        await client.post("/orders", json={}, headers={"Idempotency-Key": "k1"})
+        await client.post("/orders", json={})
+
+    assert answers == [True, False]

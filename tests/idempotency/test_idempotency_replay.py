@@ -7,8 +7,18 @@ import json
 
 import pytest
 from idempotency_app import build_app, client_for, headers
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from retrysafe.idempotency import PROBLEM_TYPE_PREFIX, IdempotencyStore
+from retrysafe.idempotency import (
+    PROBLEM_TYPE_PREFIX,
+    IdempotencyMiddleware,
+    IdempotencyStore,
+    MemoryStore,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -167,6 +177,32 @@ async def test_a_keyed_request_without_a_verified_caller_is_401(store: Idempoten
     assert app.state.shop.runs["/orders"] == 0
 
 
+async def test_an_empty_caller_is_not_a_caller() -> None:
+    """A scope that returns ``""`` (an unset user id) identifies nobody: pooling every
+    such request under one caller would let strangers replay each other's responses."""
+    runs = 0
+
+    async def create(request: Request) -> Response:
+        nonlocal runs
+        runs += 1
+        return JSONResponse({"run": runs}, status_code=201)
+
+    app = Starlette(
+        routes=[Route("/orders", create, methods=["POST"])],
+        middleware=[
+            Middleware(
+                IdempotencyMiddleware, store=MemoryStore(), scope=lambda r: "", required=True
+            )
+        ],
+    )
+    async with client_for(app) as client:
+        response = await client.post("/orders", json={}, headers={"Idempotency-Key": "k1"})
+
+    assert response.status_code == 401
+    assert_problem(401, response.json(), "caller-unknown")
+    assert runs == 0
+
+
 async def test_a_missing_key_is_400_where_required(store: IdempotencyStore) -> None:
     app = build_app(store, required=True)
     async with client_for(app) as client:
@@ -223,6 +259,32 @@ async def test_a_keyed_body_over_the_limit_is_413_and_the_handler_does_not_run(
     assert_problem(413, too_big.json(), "body-too-large")
     assert fits.status_code == 201
     assert app.state.shop.runs["/orders"] == 1
+
+
+async def test_a_keyed_body_of_exactly_the_limit_is_accepted_and_one_byte_more_is_413(
+    store: IdempotencyStore,
+) -> None:
+    """The limit is the largest body allowed, whether its length is declared or not."""
+    app = build_app(store, max_body_size=64)
+    body = b'{"x": "' + b"y" * 55 + b'"}'
+    over = b'{"x": "' + b"y" * 56 + b'"}'
+    assert (len(body), len(over)) == (64, 65)
+    content_type = {"Content-Type": "application/json"}
+    async with client_for(app) as client:
+        declared = await client.post("/orders", content=body, headers=headers("k1") | content_type)
+        streamed = await client.post(
+            "/orders", content=_chunks(body), headers=headers("k2") | content_type
+        )
+        declared_over = await client.post(
+            "/orders", content=over, headers=headers("k3") | content_type
+        )
+        streamed_over = await client.post(
+            "/orders", content=_chunks(over), headers=headers("k4") | content_type
+        )
+
+    assert declared.status_code == streamed.status_code == 201
+    assert declared_over.status_code == streamed_over.status_code == 413
+    assert app.state.shop.runs["/orders"] == 2
 
 
 async def test_a_body_that_is_not_json_is_compared_byte_for_byte(
