@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import retrysafe
+from hidden_layer import AsyncHiddenLayer, HiddenLayer
 from retrysafe import RetryPolicy
 from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.testing import FakeClock
@@ -117,7 +118,7 @@ async def test_a_deadline_sent_in_a_header_bounds_the_nested_call(chaos: Any) ->
 def test_a_layer_under_a_call_ends_when_the_calls_attempt_must(chaos: Any) -> None:
     # A retrying transport under a retrysafe client: its own policy would retry a read
     # timeout, but the outer attempt, the only time the caller gave, is over by then.
-    under = retrysafe.RetryTransport(httpx.HTTPTransport())
+    under = HiddenLayer(retrysafe.RetryTransport(httpx.HTTPTransport()))
     started = time.monotonic()
     with (
         retrysafe.Client(transport=under, policy=RetryPolicy(deadline=1, attempts=1)) as client,
@@ -128,7 +129,7 @@ def test_a_layer_under_a_call_ends_when_the_calls_attempt_must(chaos: Any) -> No
 
 
 async def test_a_layer_under_an_async_call_ends_when_the_calls_attempt_must(chaos: Any) -> None:
-    under = retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport())
+    under = AsyncHiddenLayer(retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport()))
     started = time.monotonic()
     async with retrysafe.AsyncClient(
         transport=under, policy=RetryPolicy(deadline=1, attempts=1)
@@ -201,7 +202,7 @@ async def test_layers_under_an_async_hedging_call_do_not_multiply() -> None:
 
 
 def test_a_layer_under_a_hedging_call_ends_when_the_copys_attempt_must(chaos: Any) -> None:
-    under = retrysafe.RetryTransport(httpx.HTTPTransport())
+    under = HiddenLayer(retrysafe.RetryTransport(httpx.HTTPTransport()))
     started = time.monotonic()
     policy = RetryPolicy(deadline=1, attempts=2, hedge_after=5.0)
     with (
@@ -215,7 +216,7 @@ def test_a_layer_under_a_hedging_call_ends_when_the_copys_attempt_must(chaos: An
 async def test_a_layer_under_an_async_hedging_call_ends_when_the_copys_attempt_must(
     chaos: Any,
 ) -> None:
-    under = retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport())
+    under = AsyncHiddenLayer(retrysafe.AsyncRetryTransport(httpx.AsyncHTTPTransport()))
     started = time.monotonic()
     async with retrysafe.AsyncClient(
         transport=under, policy=RetryPolicy(deadline=1, attempts=2, hedge_after=5.0)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import retrysafe
+from hidden_layer import HiddenLayer
 from retrysafe.testing import (
     FakeClock,
     TestingSettings,
@@ -115,7 +116,9 @@ def calls_through_a_layer_under_a_call(testing_attempts: int) -> int:
         calls.append(request)
         return httpx.Response(503)
 
-    layer = retrysafe.RetryTransport(httpx.MockTransport(down), policy=TEN_SLOW_ATTEMPTS)
+    layer = HiddenLayer(
+        retrysafe.RetryTransport(httpx.MockTransport(down), policy=TEN_SLOW_ATTEMPTS)
+    )
     with (
         in_testing_mode(attempts=testing_attempts),
         retrysafe.Client(policy=TEN_SLOW_ATTEMPTS, transport=layer) as client,
