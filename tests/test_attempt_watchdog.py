@@ -157,6 +157,34 @@ async def test_an_attempt_that_starts_after_the_timer_was_armed_still_ends_on_ti
         assert 0.3 <= time.monotonic() - started < 1.5
 
 
+async def test_an_attempt_that_outlives_an_earlier_ones_end_is_not_cut_at_that_end() -> None:
+    """The timer is armed for a long attempt, then re-armed for a shorter one that
+    started later: the timer armed first is called off. Left to fire at the long
+    attempt's end, beside the timer re-armed for that same end, it would find the
+    timer since armed for a far later end and cut every attempt due by then."""
+
+    async def answers(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/work":
+            await asyncio.sleep(0.6)
+            return httpx.Response(200, content=b"ok")
+        await asyncio.sleep(3600)
+        return httpx.Response(200)
+
+    long_policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.4, deadline=3.0)
+    short_policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=3.0)
+    roomy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=5.0, deadline=6.0)
+    async with _client(answers, long_policy) as client:
+        long_call = asyncio.ensure_future(client.get("http://upstream.test/long"))
+        await asyncio.sleep(0.02)  # the timer is armed for the long attempt's end
+        with pytest.raises(retrysafe.TransportError):  # re-armed for this one's, earlier
+            await client.get("http://upstream.test/short", policy=short_policy)
+        # Runs past the long attempt's end, with time to spare.
+        response = await client.get("http://upstream.test/work", policy=roomy)
+        assert response.status_code == 200
+        with pytest.raises(retrysafe.TransportError):
+            await long_call
+
+
 async def test_a_cancel_the_transport_swallowed_is_taken_back() -> None:
     async def swallows(request: httpx.Request) -> httpx.Response:
         # A test double that answers 504 when cancelled, or reports a read timeout.
@@ -182,6 +210,30 @@ async def test_a_cancel_the_transport_swallowed_is_taken_back() -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.02):
             await asyncio.sleep(1)
+
+
+async def test_an_attempt_still_winding_down_after_its_cancel_is_cancelled_once() -> None:
+    """A transport that swallows the cancel may take a while to wind down; another
+    attempt's end meanwhile must not cancel it again (a second cancel, not taken back,
+    would read as the caller's, and end the call as cancelled)."""
+
+    async def winds_down(request: httpx.Request) -> httpx.Response:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)  # (closing what it had open)
+            return httpx.Response(504)
+        return httpx.Response(200)
+
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=2.0)
+    later = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=2.0)
+    async with _client(winds_down, policy) as client:
+        other = asyncio.ensure_future(client.get("http://upstream.test/other", policy=later))
+        with pytest.raises(retrysafe.ServerError):
+            await client.get("http://upstream.test/mine")
+        with pytest.raises(retrysafe.ServerError):
+            await other
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
 async def test_a_late_loop_still_runs_the_callers_earlier_timer_first() -> None:
@@ -236,6 +288,7 @@ def test_no_event_loop_is_kept_after_its_run() -> None:
     gc.collect()
     # The transport keeps the watchdog of the loop it last ran on, and nothing else.
     assert sum(ref() is not None for ref in loops) <= 1
+    assert all(ref() is None for ref in loops[:-1])  # (not the first loop's, kept on)
     clients.clear()
     gc.collect()
     assert all(ref() is None for ref in loops)

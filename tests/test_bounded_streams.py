@@ -1,20 +1,24 @@
 """The network streams that bound every operation of an attempt by its end (attempt_deadline).
 
 A write with bytes to send gets at most the attempt's time left, and none at all once it
-has run out. An empty write (httpcore makes two for every GET: its empty body and the end
-of the message) sends nothing, so it is handed on untouched: it costs no clock reading.
+has run out; so does a connect or a TLS handshake (zero then, never a negative timeout,
+which a socket refuses). An empty write (httpcore makes two for every GET: its empty body
+and the end of the message) sends nothing, so it is handed on untouched: it costs no
+clock reading.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 
 import httpcore
 import pytest
 
-from retrysafe.async_bounded_backend import AsyncBoundedStream
-from retrysafe.attempt_deadline import current_call
-from retrysafe.bounded_backend import BoundedStream
+from retrysafe.async_bounded_backend import AsyncBoundedBackend, AsyncBoundedStream
+from retrysafe.attempt_deadline import AttemptDeadlineReached, current_call
+from retrysafe.bounded_backend import BoundedBackend, BoundedStream, _StreamSlots, _TurnToRead
 
 
 class _Call:
@@ -25,8 +29,15 @@ class _Call:
 
 
 class _Recorder(httpcore.NetworkStream):
+    """Records every write and read; a read finds the response's bytes waiting."""
+
     def __init__(self) -> None:
         self.writes: list[tuple[bytes, float | None]] = []
+        self.reads: list[float | None] = []
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self.reads.append(timeout)
+        return b"HTTP/1.1 200 OK\r\n"
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self.writes.append((buffer, timeout))
@@ -35,6 +46,11 @@ class _Recorder(httpcore.NetworkStream):
 class _AsyncRecorder(httpcore.AsyncNetworkStream):
     def __init__(self) -> None:
         self.writes: list[tuple[bytes, float | None]] = []
+        self.reads: list[float | None] = []
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self.reads.append(timeout)
+        return b"HTTP/1.1 200 OK\r\n"
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self.writes.append((buffer, timeout))
@@ -52,6 +68,19 @@ def test_a_write_gets_at_most_the_attempts_time_left() -> None:
     assert 0 < timeout <= 1.0
 
 
+@pytest.mark.anyio
+async def test_async_a_write_gets_at_most_the_attempts_time_left() -> None:
+    inner = _AsyncRecorder()
+    token = current_call.set(_Call(ends_in=1.0))
+    try:
+        await AsyncBoundedStream(inner).write(b"GET / HTTP/1.1\r\n\r\n", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    [(_, timeout)] = inner.writes
+    assert timeout is not None
+    assert 0 < timeout <= 1.0
+
+
 def test_a_write_after_the_attempts_end_sends_nothing() -> None:
     inner = _Recorder()
     token = current_call.set(_Call(ends_in=-0.1))
@@ -61,6 +90,53 @@ def test_a_write_after_the_attempts_end_sends_nothing() -> None:
     finally:
         current_call.reset(token)
     assert inner.writes == []
+
+
+def test_a_read_after_the_attempts_end_reads_nothing_even_with_bytes_waiting() -> None:
+    """Bytes already waiting do not carry an attempt past its end: no read is made (a
+    zero timeout would still hand them over) and the attempt ends as a trickle does."""
+    inner = _Recorder()
+    token = current_call.set(_Call(ends_in=-0.1))
+    try:
+        with pytest.raises(AttemptDeadlineReached) as reached:
+            BoundedStream(inner).read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert inner.reads == []
+    assert reached.value.stalled is False
+
+
+def test_a_read_gets_at_most_the_attempts_time_left() -> None:
+    inner = _Recorder()
+    token = current_call.set(_Call(ends_in=1.0))
+    try:
+        BoundedStream(inner).read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    [timeout] = inner.reads
+    assert timeout is not None
+    assert 0 < timeout <= 1.0
+
+
+@pytest.mark.anyio
+async def test_async_a_late_read_reads_nothing_and_a_timely_one_gets_the_time_left() -> None:
+    inner = _AsyncRecorder()
+    token = current_call.set(_Call(ends_in=-0.1))
+    try:
+        with pytest.raises(AttemptDeadlineReached) as reached:
+            await AsyncBoundedStream(inner).read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert inner.reads == []
+    assert reached.value.stalled is False
+    token = current_call.set(_Call(ends_in=1.0))
+    try:
+        await AsyncBoundedStream(inner).read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    [timeout] = inner.reads
+    assert timeout is not None
+    assert 0 < timeout <= 1.0
 
 
 def test_an_empty_write_is_handed_on_as_it_came() -> None:
@@ -85,3 +161,227 @@ async def test_async_an_empty_write_is_handed_on_and_a_late_one_refused() -> Non
     finally:
         current_call.reset(token)
     assert inner.writes == [(b"", 5.0)]
+
+
+class _Connector(httpcore.NetworkBackend):
+    """Records the timeout of every connect and TLS handshake; its streams record too."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.NetworkStream:
+        self.timeouts.append(timeout)
+        return _Handshaker(self)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: object = None
+    ) -> httpcore.NetworkStream:
+        self.timeouts.append(timeout)
+        return _Handshaker(self)
+
+
+class _Handshaker(_Recorder):
+    def __init__(self, backend: _Connector) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def start_tls(
+        self, ssl_context: object, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        self._backend.timeouts.append(timeout)
+        return _Handshaker(self._backend)
+
+
+class _AsyncConnector(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.AsyncNetworkStream:
+        self.timeouts.append(timeout)
+        return _AsyncRecorder()
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: object = None
+    ) -> httpcore.AsyncNetworkStream:
+        self.timeouts.append(timeout)
+        return _AsyncRecorder()
+
+
+@pytest.mark.parametrize("ends_in", [1.0, -0.1])
+def test_a_connect_and_its_handshake_get_at_most_the_attempts_time_left(ends_in: float) -> None:
+    """Each, over TCP or a Unix socket, within the attempt's time; none (zero) once it is over."""
+    inner = _Connector()
+    token = current_call.set(_Call(ends_in=ends_in))
+    try:
+        stream = BoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
+        tls = stream.start_tls(None, "example.com", timeout=5.0)
+        BoundedBackend(inner).connect_unix_socket("/run/api.sock", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert len(inner.timeouts) == 3
+    for timeout in inner.timeouts:
+        assert timeout is not None
+        assert 0 <= timeout <= max(ends_in, 0.0)
+    # (the stream the handshake gives back is bounded too)
+    assert isinstance(tls, BoundedStream)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ends_in", [1.0, -0.1])
+async def test_async_a_connect_gets_at_most_the_attempts_time_left(ends_in: float) -> None:
+    inner = _AsyncConnector()
+    token = current_call.set(_Call(ends_in=ends_in))
+    try:
+        await AsyncBoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
+        await AsyncBoundedBackend(inner).connect_unix_socket("/run/api.sock", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert len(inner.timeouts) == 2
+    for timeout in inner.timeouts:
+        assert timeout is not None
+        assert 0 <= timeout <= max(ends_in, 0.0)
+
+
+class _Connection:
+    """Stands for httpcore's HTTP/2 connection (no h2 state: nothing to retire)."""
+
+
+def test_a_thread_that_read_before_waits_for_a_free_stream_no_longer_than_its_time() -> None:
+    """Only the thread reading for everyone right now (the server lowered its limit)
+    takes a stream slot back with no time limit. Once its read is over, a request of
+    that same thread waits for a free stream no longer than its attempt has left."""
+    semaphore = threading.Semaphore(0)  # (every stream taken)
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    connection = _Connection()
+    slots = _StreamSlots(semaphore, turn, connection)
+    outcome: list[object] = []
+
+    def request() -> None:
+        with turn:
+            pass  # (this thread read for everyone before)
+        token = current_call.set(_Call(ends_in=0.2))
+        started = time.monotonic()
+        try:
+            slots.acquire()
+            outcome.append("acquired")
+        except httpcore.PoolTimeout as error:
+            outcome.append(error)
+        finally:
+            current_call.reset(token)
+        outcome.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    thread.join(1.5)
+    semaphore.release()  # (lets a thread that waited without limit go)
+    thread.join(1.0)
+    assert isinstance(outcome[0], httpcore.PoolTimeout), outcome
+    assert outcome[1] < 0.2 + 0.5
+
+
+def test_the_thread_reading_for_everyone_takes_a_slot_back_whatever_its_time() -> None:
+    """The server lowered its limit: httpcore, reading for everyone, takes slots back.
+    That is its own bookkeeping, not a request: it waits as long as it takes, even
+    past the reading request's attempt time, and must not fail halfway."""
+    semaphore = threading.Semaphore(0)
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    connection = _Connection()
+    slots = _StreamSlots(semaphore, turn, connection)
+    threading.Timer(0.2, semaphore.release).start()  # (another request's stream closes)
+    token = current_call.set(_Call(ends_in=-0.1))
+    try:
+        with turn:
+            slots.acquire()
+    finally:
+        current_call.reset(token)
+
+
+class _Stalled(_Recorder):
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        raise httpcore.ReadTimeout("the server went quiet")
+
+
+class _AsyncStalled(_AsyncRecorder):
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        raise httpcore.ReadTimeout("the server went quiet")
+
+
+class _H2Connection:
+    """httpcore's HTTP/2 connection, as far as retiring it goes (its h2 state unknown:
+    it is retired at once)."""
+
+    def __init__(self, network_stream: object) -> None:
+        self._network_stream = network_stream
+        self._connection_error = False
+
+
+class _PoolConnection:
+    def __init__(self, connection: _H2Connection) -> None:
+        self._connection = connection
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.connections: list[_PoolConnection] = []
+
+
+def _in_pool(stream: BoundedStream | AsyncBoundedStream, pool: _Pool) -> _H2Connection:
+    connection = _H2Connection(stream)
+    pool.connections.append(_PoolConnection(connection))
+    stream.shared = True  # (it wrote the HTTP/2 preface)
+    return connection
+
+
+@pytest.mark.parametrize(
+    ("inner", "ends_in"), [(_Recorder, -0.1), (_Stalled, 1.0)], ids=["late", "timed_out"]
+)
+def test_an_http2_read_cut_by_the_attempt_retires_its_connection(
+    inner: type[_Recorder], ends_in: float
+) -> None:
+    """A cut request's HTTP/2 stream stays open: its connection takes no new request,
+    whether the attempt was over before the read or ran out during it."""
+    pool = _Pool()
+    stream = BoundedStream(inner(), weakref.ref(pool))  # type: ignore[arg-type]
+    connection = _in_pool(stream, pool)
+    token = current_call.set(_Call(ends_in=ends_in))
+    try:
+        with pytest.raises(AttemptDeadlineReached):
+            stream.read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert connection._connection_error is True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("inner", "ends_in"),
+    [(_AsyncRecorder, -0.1), (_AsyncStalled, 1.0)],
+    ids=["late", "timed_out"],
+)
+async def test_async_an_http2_read_cut_by_the_attempt_retires_its_connection(
+    inner: type[_AsyncRecorder], ends_in: float
+) -> None:
+    pool = _Pool()
+    stream = AsyncBoundedStream(inner(), weakref.ref(pool))  # type: ignore[arg-type]
+    connection = _in_pool(stream, pool)
+    token = current_call.set(_Call(ends_in=ends_in))
+    try:
+        with pytest.raises(AttemptDeadlineReached):
+            await stream.read(4096, timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert connection._connection_error is True

@@ -205,6 +205,13 @@ def h2_three_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def h2_four_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
+    """As ``h2``, with a server that allows four concurrent streams per connection."""
+    with _h2_server(chaos_server, max_streams=4) as server:
+        yield server
+
+
 @contextlib.contextmanager
 def _h2_server(chaos_server: ChaosServer, max_streams: int = 100) -> Iterator[H2Chaos]:
     hypercorn_asyncio = pytest.importorskip("hypercorn.asyncio")
@@ -354,6 +361,74 @@ async def test_h2_a_timed_out_request_spares_a_concurrent_post_async(
 
     assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
     assert results["hang_seconds"] < HANG_POLICY.deadline + SLACK
+    assert isinstance(results["post"], httpx.Response), results["post"]
+    assert results["post"].status_code == 200
+    assert len(_post_records(chaos)) == 1
+
+
+def test_h2_a_read_timeout_shorter_than_the_attempt_spares_a_concurrent_post_sync(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Sync, one HTTP/2 connection: a GET whose own read timeout (httpx's, well inside its
+    attempt's time) runs out ends alone, as a cut by its attempt's end does. Raised as
+    httpcore's ReadTimeout, an Exception, it would fail every stream on the connection."""
+    results: dict[str, Any] = {}
+    with retrysafe.Client(**H2_OPTIONS) as client:
+        client.get(h2.url(chaos, "/status/200"))
+
+        def hang() -> None:
+            url = h2.url(chaos, "/hang")
+            results["hang"] = raised_by(lambda: client.get(url, policy=ONE_ATTEMPT, timeout=0.3))
+
+        def post() -> None:
+            try:
+                url = h2.url(chaos, "/delay", ms=600)
+                results["post"] = client.post(url, json={"n": 1}, policy=POST_POLICY)
+            except Exception as error:
+                results["post"] = error
+
+        threads = [threading.Thread(target=hang), threading.Thread(target=post)]
+        threads[0].start()
+        time.sleep(0.1)  # the hanging GET is the stream reading when its read times out
+        threads[1].start()
+        for thread in threads:
+            thread.join(10)
+
+    assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
+    assert results["hang"].outcome == "read_timeout"
+    assert isinstance(results["post"], httpx.Response), results["post"]
+    assert results["post"].status_code == 200
+    assert len(_post_records(chaos)) == 1
+
+
+async def test_h2_a_read_timeout_shorter_than_the_attempt_spares_a_concurrent_post_async(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The same for tasks."""
+    results: dict[str, Any] = {}
+    async with retrysafe.AsyncClient(**H2_OPTIONS) as client:
+        await client.get(h2.url(chaos, "/status/200"))
+
+        async def hang() -> None:
+            url = h2.url(chaos, "/hang")
+            results["hang"] = await raised_by_async(
+                client.get(url, policy=ONE_ATTEMPT, timeout=0.3)
+            )
+
+        async def post() -> None:
+            await anyio.sleep(0.1)  # the hanging GET is the stream reading when it times out
+            try:
+                url = h2.url(chaos, "/delay", ms=600)
+                results["post"] = await client.post(url, json={"n": 1}, policy=POST_POLICY)
+            except Exception as error:
+                results["post"] = error
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(hang)
+            group.start_soon(post)
+
+    assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
+    assert results["hang"].outcome == "read_timeout"
     assert isinstance(results["post"], httpx.Response), results["post"]
     assert results["post"].status_code == 200
     assert len(_post_records(chaos)) == 1
@@ -576,6 +651,55 @@ def test_h2_requests_cut_up_to_the_stream_limit_leave_the_next_first_attempt_wor
     assert response.http_version == "HTTP/2"
 
 
+def test_h2_cuts_retire_the_connection_once_their_streams_fill_half_the_limit_sync(
+    h2_four_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """On a server that allows four streams, the first cut leaves one stream open: the
+    connection is kept. The second leaves two, half the limit: it is retired, and the
+    next call goes on a fresh connection."""
+    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
+        url = h2_four_streams.url(chaos, "/status/200")
+        connections = [client.get(url).extensions["network_stream"]]
+        for _ in range(2):
+            with pytest.raises(retrysafe.TransportError):
+                client.get(h2_four_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
+            connections.append(client.get(url, policy=ONE_ATTEMPT).extensions["network_stream"])
+    assert connections[1] is connections[0]
+    assert connections[2] is not connections[0]
+
+
+#: Two hangs that hold their streams while a third request is cut beside them.
+HANG_FOR_A_SECOND = RetryPolicy(attempts=1, attempt_timeout=1.0, deadline=1.0)
+
+
+def test_h2_a_cut_that_leaves_the_streams_at_the_limit_sends_the_next_call_elsewhere_sync(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Two GETs hang on a server that allows three streams, and a third is cut: its stream
+    stays open, so h2 counts the limit reached though httpcore has a slot free. One cut is
+    short of half the limit, but the connection is retired all the same: the next call's
+    only attempt goes on a fresh connection (on the old one, h2 would refuse it)."""
+    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
+        url = h2_three_streams.url(chaos, "/status/200")
+        first = client.get(url).extensions["network_stream"]
+
+        def hang() -> None:
+            url = h2_three_streams.url(chaos, "/hang")
+            raised_by(lambda: client.get(url, policy=HANG_FOR_A_SECOND))
+
+        threads = [threading.Thread(target=hang) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.2)  # the two hangs hold two streams
+        with pytest.raises(retrysafe.TransportError):
+            client.get(h2_three_streams.url(chaos, "/hang"), policy=TINY_ATTEMPT)
+        response = client.get(url, policy=ONE_ATTEMPT)
+        for thread in threads:
+            thread.join(10)
+    assert response.status_code == 200
+    assert response.extensions["network_stream"] is not first
+
+
 async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:
@@ -599,6 +723,20 @@ async def test_h2_cancelled_requests_never_use_up_the_connections_streams(
             with anyio.move_on_after(0.1):
                 await client.get(h2_three_streams.url(chaos, "/hang"))
         response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=FAST)
+    assert response.status_code == 200
+
+
+async def test_h2_requests_cancelled_up_to_the_stream_limit_leave_the_next_first_attempt_working(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """The caller gives up on as many requests as the server allows streams: each cancel
+    retires the connection once its streams left open call for it, so the next call's
+    only attempt goes on a fresh connection (on the old one, h2 would refuse it)."""
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_OPTIONS) as client:
+        for _ in range(3):
+            with anyio.move_on_after(0.1):
+                await client.get(h2_three_streams.url(chaos, "/hang"))
+        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
     assert response.status_code == 200
 
 
