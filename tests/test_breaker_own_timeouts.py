@@ -184,6 +184,50 @@ def test_a_probe_as_patient_as_anyone_waiting_decides() -> None:
     assert breaker.state == "open"
 
 
+def test_a_caller_as_patient_but_for_the_time_its_deadline_spent_gets_the_probe() -> None:
+    """Callers of one call site, whose attempts are bounded by their deadline (3 s), each
+    give a little less than the one before, as their clocks run: none is a short call
+    site, and the next to ask after the open period probes (it once waited an open
+    period more, refused as if a probe were in flight)."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    assert not breaker.acquire(probe_lease=3.0).allowed  # (asked while open)
+    clock.advance(SETTINGS.open_for)
+    assert breaker.acquire(probe_lease=2.999).probe
+
+
+def test_the_probe_is_kept_from_a_caller_giving_less_than_half_the_patient_ones_time() -> None:
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    assert not breaker.acquire(probe_lease=3.0).allowed
+    clock.advance(SETTINGS.open_for)
+    assert not breaker.acquire(probe_lease=1.4).allowed
+    assert breaker.acquire(probe_lease=1.5).probe
+
+
+def test_a_probe_kept_for_a_patient_caller_is_explained_as_that() -> None:
+    """Refused half-open with no probe in flight: the message says whom the probe is
+    kept for, and when a caller as short as this one may probe (not "in flight")."""
+    clock = FakeClock(seed=1)
+    governor = Governor(GovernorSettings(breaker=SETTINGS), clock=clock)
+    down = httpx.MockTransport(lambda request: httpx.Response(503))
+    patient = RetryPolicy(attempts=1, attempt_timeout=10.0)
+    with retrysafe.Client(transport=down, governor=governor, clock=clock) as client:
+        for _ in range(SETTINGS.consecutive_failures):
+            with pytest.raises(retrysafe.ServerError):
+                client.get("https://api.test/", policy=patient)
+        with pytest.raises(retrysafe.CircuitOpen):
+            client.get("https://api.test/", policy=patient)  # (asked while open)
+        clock.advance(SETTINGS.open_for)
+        short = RetryPolicy(attempts=1, attempt_timeout=1.0, min_attempt_time=0.1)
+        with pytest.raises(retrysafe.CircuitOpen) as refused:
+            client.get("https://api.test/", policy=short)
+    assert "keeps its one probe for a caller that asked lately" in str(refused.value)
+    assert "(a probe lease of 11.0 s)" in str(refused.value)  # (10 s and the lease's grace)
+    assert "in flight" not in str(refused.value)
+    assert refused.value.retry_after == pytest.approx(0.0, abs=0.01)
+
+
 def test_a_call_whose_short_timeout_went_uncounted_is_a_new_call_when_it_succeeds() -> None:
     """Its timeout was not counted, so its retry's success is a healthy call of its own,
     and takes back no other call's failure."""

@@ -78,6 +78,11 @@ WINDOW_BUCKETS: Final = 10
 ANSWERS_KEPT: Final = 64
 #: How many of them must be slower than a timeout for it to count as the caller's limit.
 SLOWER_ANSWERS_NEEDED: Final = 2
+#: Half-open, a caller gets the probe if it gives an attempt at least this share of the
+#: longest time a caller asked for lately: the probe is kept from a call site whose
+#: limit is far shorter (0.1 s against 10 s), not from one whose deadline has a little
+#: less left (2.9 s against 3 s) than an earlier caller's had.
+AS_PATIENT: Final = 0.5
 
 
 class CircuitBreaker:
@@ -184,7 +189,7 @@ class CircuitBreaker:
             if self._probe_expires is not None and now < self._probe_expires:
                 return Permit(allowed=False, retry_at=self._probe_expires, transition=transition)
             patient_until = self._patience_at + self.settings.open_for
-            if probe_lease < self._patience and now <= patient_until:
+            if probe_lease < self._patience * AS_PATIENT and now <= patient_until:
                 # A caller that asked lately would give the probe longer: its probe can
                 # tell a slow dependency from a dead one, this one's only close the circuit
                 # (so a call site with a short limit cannot hold the probe for ever).
@@ -194,6 +199,17 @@ class CircuitBreaker:
             return Permit(
                 allowed=True, probe=True, probe_token=self._probe_token, transition=transition
             )
+
+    def probe_kept_for(self, now: float) -> tuple[float, float] | None:
+        """Half-open with no probe in flight: the attempt time (seconds) of the patient
+        caller the probe is kept for, and until when (monotonic seconds); else None."""
+        with self._lock:
+            if self._state == "closed" or (self._state == "open" and now < self._open_until):
+                return None
+            if self._probe_expires is not None and now < self._probe_expires:
+                return None
+            until = self._patience_at + self.settings.open_for
+            return (self._patience, until) if now <= until else None
 
     def release(self, permit: Permit) -> None:
         """Give back a probe that ended with no outcome, so the next caller may probe."""

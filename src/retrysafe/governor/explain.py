@@ -46,6 +46,17 @@ def explain_breaker(breaker: CircuitBreaker, now: float) -> tuple[str, float | N
         f"{settings.ratio_min_calls} calls within {settings.ratio_window:g} s, open "
         f"{settings.open_for:g} s"
     )
+    if open_until is None or now >= open_until:
+        kept = breaker.probe_kept_for(now)
+        if kept is not None:
+            patience, until = kept
+            return (
+                "its circuit breaker is half-open and keeps its one probe for a caller that "
+                "asked lately and lets an attempt run over twice as long as this call (a "
+                f"probe lease of {patience:.1f} s): a shorter attempt could not tell a slow "
+                f"dependency from a dead one ({trips})",
+                max(0.0, until - now),
+            )
     if open_until is None:
         return f"its circuit breaker has one probe in flight and waits for it ({trips})", None
     retry_after = max(0.0, open_until - now)
