@@ -122,7 +122,7 @@ def test_get_prints_the_body_on_stdout(capsys: pytest.CaptureFixture[str], chaos
 def test_a_short_deadline_works_with_a_shorter_least_attempt_time(
     capsys: pytest.CaptureFixture[str], chaos: Any
 ) -> None:
-    argv = ["--deadline", "0.3", "--min-attempt-time", "0.15"]
+    argv = ["--deadline", "0.4", "--min-attempt-time", "0.1", "--backoff-base", "0.01"]
     code, out, _err = run(capsys, "get", chaos.url("/fail/{key}", times=1, status=503), *argv)
     assert code == 0
     assert json.loads(out)["attempt"] == 2

@@ -215,6 +215,20 @@ def test_a_409_on_a_keyed_request_is_waited_out(api: Any, chaos: Any) -> None:
     assert attempts_seen(chaos) == 2
 
 
+def test_a_keyed_409_that_outlasts_the_attempts_says_to_try_again_later(
+    api: Any, chaos: Any
+) -> None:
+    """The key's first request still runs: retryable, and the advice says so (it once
+    read "fix the request; repeating it will not help")."""
+    url = chaos.url("/fail/{key}", times=10, status=409, retry_after=0)
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    with pytest.raises(retrysafe.ClientError) as caught:
+        api.request("POST", url, policy=policy, idempotency_key="op-409-busy")
+    assert (caught.value.status, caught.value.retryable) == (409, True)
+    assert "still running on the server; try again later under the same key" in str(caught.value)
+    assert "will not help" not in str(caught.value)
+
+
 def test_a_reply_that_fails_after_the_work_is_retried_and_the_work_happens_once(
     api: Any, chaos: Any
 ) -> None:

@@ -101,6 +101,18 @@ def test_the_repr_names_the_fields_and_leaves_the_body_out() -> None:
 # -- the message: one line, what happened, how often, why it stopped, what to do -----------
 
 
+def test_a_client_error_that_may_be_answered_later_says_to_try_again_later() -> None:
+    """A 408 on every attempt: the request is not wrong, the server was not ready."""
+
+    def timing_out(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(408)
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(timing_out).get("http://api.test/things")
+    assert caught.value.retryable
+    assert str(caught.value).endswith("; the server may take it later; try again later")
+
+
 def test_a_message_names_the_reason_only_when_it_is_not_the_outcome() -> None:
     # A 400 is why the call stopped: the outcome is the reason, said once.
     def refusing(request: httpx.Request) -> httpx.Response:

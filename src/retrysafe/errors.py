@@ -188,9 +188,23 @@ def _received_note(error: ApiError) -> str:
 
 
 class ClientError(ApiError):
-    """The request itself is wrong (400, 401, 403, 404, 422...): fix it; repeating won't help."""
+    """The request itself is wrong (400, 401, 403, 404, 422...): fix it; repeating won't help.
+
+    Unless ``retryable``: a 408, or a 409 saying another request under the same
+    idempotency key is still running, may be answered later.
+    """
 
     advice = "fix the request (see .body); repeating it will not help"
+
+    def _advice(self) -> str:
+        if not self.retryable:
+            return super()._advice()
+        if self.status == 409 and self.idempotency_key is not None:
+            return (
+                "another request under the same idempotency key is still running on the "
+                "server; try again later under the same key for its result"
+            )
+        return "the server may take it later; try again later"
 
 
 class RateLimited(ApiError):
