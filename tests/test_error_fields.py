@@ -101,6 +101,21 @@ def test_the_repr_names_the_fields_and_leaves_the_body_out() -> None:
 # -- the message: one line, what happened, how often, why it stopped, what to do -----------
 
 
+@pytest.mark.parametrize(("headers", "retry_after"), [({"Retry-After": "12"}, 12.0), ({}, None)])
+def test_a_server_error_carries_the_wait_its_last_response_asked_for(
+    headers: dict[str, str], retry_after: float | None
+) -> None:
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers=headers)
+
+    once = retrysafe.RetryPolicy(attempts=1)
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client_for(unavailable).get("http://api.test/things", policy=once)
+    assert caught.value.retry_after == retry_after
+    assert str(caught.value).endswith("; try again in 12.0 s") == (retry_after is not None)
+    assert pickle.loads(pickle.dumps(caught.value)).retry_after == retry_after
+
+
 def test_a_client_error_that_may_be_answered_later_says_to_try_again_later() -> None:
     """A 408 on every attempt: the request is not wrong, the server was not ready."""
 

@@ -113,6 +113,20 @@ def test_an_open_breaker_refuses_a_new_call_and_says_nothing_was_sent() -> None:
     no_attribute_names(message)
 
 
+def test_a_cooldown_cut_to_max_cooldown_says_it_was_cut() -> None:
+    """The server asked for 1000 s; every caller waits 300 s (max_cooldown): the message
+    must not read as if the server had asked for 300."""
+    clock = FakeClock()
+    governor = Governor(clock=clock)
+    replies = iter([httpx.Response(429, headers={"Retry-After": "1000"})])
+    client = client_against(lambda _: next(replies), governor, clock, [])
+    with pytest.raises(retrysafe.RetryAfterTooLong):
+        client.get(URL)
+    with pytest.raises(retrysafe.CooldownActive) as caught:
+        client.get(URL)
+    assert "wait 300.0 s more (its Retry-After, cut to at most max_cooldown:" in str(caught.value)
+
+
 def test_a_cooldown_longer_than_the_deadline_fails_at_once_with_the_wait_it_needed() -> None:
     clock = FakeClock()
     governor = Governor(clock=clock)

@@ -224,9 +224,16 @@ class QuotaExhausted(ApiError):
 
 
 class ServerError(ApiError):
-    """The server failed (5xx) on every attempt allowed: try later or report it upstream."""
+    """The server failed (5xx) on every attempt allowed: try later or report it upstream.
+
+    ``retry_after`` is the wait the last response asked for (its ``Retry-After``), if any.
+    """
 
     advice = "the server is failing; try again later or contact its operators"
+
+    def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(**fields)
 
 
 class TransportError(ApiError):

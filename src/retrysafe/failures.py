@@ -125,7 +125,7 @@ def give_up_error(
         elif 400 <= status < 500:
             error = ClientError(**fields)
         elif status >= 500:
-            error = ServerError(**fields)
+            error = ServerError(retry_after=verdict.after if verdict else None, **fields)
         else:
             error = BadResponse(**fields)
     elif during_body and not isinstance(cause, httpx.TimeoutException):

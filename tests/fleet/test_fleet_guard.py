@@ -30,6 +30,7 @@ class RecordingFleet:
     clock: FakeClock
     vote_after: int = 3
     share_503_retry_after: bool = True
+    quorum_rule: str = "FleetSettings(quorum=3, quorum_share=0.5, vote_after=3)"
     answering: bool = True
     alive: int = 4
     probe: ProbeAnswer | None = None

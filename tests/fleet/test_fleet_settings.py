@@ -59,13 +59,14 @@ def test_a_url_that_cannot_be_parsed_keeps_its_password_out_of_the_error() -> No
     assert caught.value.__suppress_context__
 
 
-def test_the_fleet_breakers_message_names_the_settings_that_govern_it() -> None:
-    from retrysafe.fleet import FleetSettings as Named
+def test_the_fleet_breakers_message_names_the_settings_that_govern_it_with_values() -> None:
     from retrysafe.governor.fleet_guard import explain_fleet_open
 
-    message = explain_fleet_open(5.0)
-    assert "FleetSettings(quorum=..., quorum_share=...)" in message
-    assert {"quorum", "quorum_share"} <= set(Named.__dataclass_fields__)
+    settings = FleetSettings(quorum=2, quorum_share=0.25, vote_after=3)
+    with RedisFleet("redis://127.0.0.1:9/0", settings=settings) as fleet:  # (never connects)
+        message = explain_fleet_open(5.0, fleet.quorum_rule)
+    assert "open for 5.0 s more" in message
+    assert "FleetSettings(quorum=2, quorum_share=0.25, vote_after=3)" in message
 
 
 def test_import_retrysafe_loads_neither_redis_nor_the_fleet() -> None:

@@ -177,6 +177,14 @@ class RedisFleet:
         return self.settings.share_503_retry_after
 
     @property
+    def quorum_rule(self) -> str:
+        settings = self.settings
+        return (
+            f"FleetSettings(quorum={settings.quorum}, quorum_share={settings.quorum_share:g}, "
+            f"vote_after={settings.vote_after})"
+        )
+
+    @property
     def process(self) -> str:
         """This process's name in the fleet (host, pid and a random part: a restarted
         process is a new member, as is a child after a fork)."""

@@ -74,8 +74,9 @@ def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
             f" max_cooldown={settings.max_cooldown:g}))"
         )
     return (
-        f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more "
-        f"(LimiterSettings(cooldown_on_429=True, max_cooldown={settings.max_cooldown:g}))"
+        f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more (its "
+        f"Retry-After, cut to at most max_cooldown: LimiterSettings(cooldown_on_429=True, "
+        f"max_cooldown={settings.max_cooldown:g}))"
     )
 
 

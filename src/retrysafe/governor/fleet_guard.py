@@ -149,7 +149,7 @@ class FleetGuard(DependencyGuard):
                 retry_at = open_until
                 return Admission(
                     permit=Permit(allowed=False, retry_at=retry_at),
-                    detail=explain_fleet_open(retry_at - now),
+                    detail=explain_fleet_open(retry_at - now, self.fleet.quorum_rule),
                 )
             half_open = True
         slot: float | None = None
@@ -190,7 +190,7 @@ class FleetGuard(DependencyGuard):
             view.learn(view.cooldown_until, now + answer.seconds)
             return Admission(
                 permit=Permit(allowed=False, retry_at=now + answer.seconds),
-                detail=explain_fleet_open(answer.seconds),
+                detail=explain_fleet_open(answer.seconds, self.fleet.quorum_rule),
             )
         if answer.kind == "busy":
             return Admission(
@@ -216,7 +216,9 @@ class FleetGuard(DependencyGuard):
         if open_until is not None and self.breaker is not None and open_until > now + ask.wait:
             seconds = open_until - now
             return RetryAnswer(
-                "circuit_open", retry_after=seconds, detail=explain_fleet_open(seconds)
+                "circuit_open",
+                retry_after=seconds,
+                detail=explain_fleet_open(seconds, self.fleet.quorum_rule),
             )
         return DependencyGuard.answer_retry(self, ask, now)
 
@@ -438,11 +440,11 @@ def explain_fleet_cooldown(seconds: float) -> str:
     )
 
 
-def explain_fleet_open(seconds: float) -> str:
-    """The fleet breaker is open."""
+def explain_fleet_open(seconds: float, rule: str) -> str:
+    """The fleet breaker is open (``rule``: the fleet's quorum settings, with values)."""
     return (
         f"the fleet's circuit breaker is open for {seconds:.1f} s more (a quorum of "
-        "processes saw this dependency fail: FleetSettings(quorum=..., quorum_share=...))"
+        f"processes saw this dependency fail: {rule})"
     )
 
 
