@@ -657,7 +657,9 @@ def test_resolving_an_operation_settles_it_and_keeps_its_key(
     assert (resolved.state, resolved.key) == (settled, begun.key)
     assert journal.unresolved() == []
     if settled == "done":  # (reconciliation found the payment: never send it again)
-        with pytest.raises(OperationDone):
+        with pytest.raises(
+            OperationDone, match=r"was settled as done by resolve\(\) \(its last attempt got no"
+        ):
             journal.begin("payout-1", request)
     else:  # (it surely did not happen: a new run sends it under the same key)
         assert journal.begin("payout-1", request).key == begun.key

@@ -196,9 +196,15 @@ class Journal:
                 "the same method, URL and body, or use a new operation name"
             )
         if existing.state == "done":
+            status = existing.last_status
+            if status is not None and 200 <= status < 300:
+                how = f"already completed (HTTP {status})"
+            else:  # (settled by resolve() after an ambiguous outcome)
+                last = "no answer" if status is None else f"HTTP {status}"
+                how = f"was settled as done by resolve() (its last attempt got {last})"
             raise OperationDone(
-                f"operation {name!r} already completed (HTTP {existing.last_status}); "
-                "nothing was sent. Use a new operation name for a new write"
+                f"operation {name!r} {how}; nothing was sent. Use a new operation name for a "
+                "new write"
             )
         return existing
 
