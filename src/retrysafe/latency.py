@@ -118,7 +118,9 @@ class LatencyWindow:
             if cached is not None and seen - cached[0] < _REFRESH_EVERY:
                 return cached[1]
             ordered = sorted(self._samples)
-            rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+            # (rounded first: 99.9 / 100 * 1000 is 999.0000000000001 in floats, and its
+            # ceiling would be the slowest sample, not the 999th)
+            rank = max(1, math.ceil(round(q * len(ordered) / 100.0, 9)))
             value = ordered[rank - 1]
             self._cache[q] = (seen, value)
             return value

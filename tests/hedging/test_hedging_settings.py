@@ -19,6 +19,7 @@ from retrysafe.governor import (
     LimiterSettings,
 )
 from retrysafe.latency import (
+    _REFRESH_EVERY,
     FLOOR,
     MAX_WINDOWS,
     MIN_SAMPLES,
@@ -112,6 +113,16 @@ def test_a_rank_between_two_samples_rounds_up() -> None:
     assert window.percentile(50) == 0.010
 
 
+@pytest.mark.parametrize(("q", "ms"), [(99.9, 999), (99.4, 994), (99.3, 993), (50.1, 501)])
+def test_a_rank_that_floats_put_a_hair_past_a_whole_one_is_that_rank(q: float, ms: int) -> None:
+    """In floats 99.9 / 100 * 1000 is 999.0000000000001: rounded up as it stood, p99.9 of
+    a full default window (1000 samples) was the slowest sample, not the 999th."""
+    window = LatencyWindow()
+    for taken in range(1, 1001):
+        window.record(taken / 1000)
+    assert window.percentile(q) == ms / 1000
+
+
 def test_a_losing_copy_is_learned_too_as_a_lower_bound_of_its_latency() -> None:
     # Left out, the slow copies a hedge cut short would never reach the book, and the
     # percentile would shrink towards the fast ones.
@@ -136,6 +147,39 @@ def test_a_losing_copy_is_learned_too_as_a_lower_bound_of_its_latency() -> None:
     assert report is not None
     assert (report.hedges, report.winner) == (1, 2)
     assert governor.latencies.window(dependency).seen == MIN_SAMPLES + 2  # winner and loser
+
+
+def test_a_cached_percentile_catches_up_after_refresh_every_new_samples() -> None:
+    # Worked out again only every so often (a sort per read would be costly), but never
+    # more than _REFRESH_EVERY samples behind the window.
+    window = LatencyWindow(size=1000)
+    for _ in range(MIN_SAMPLES):
+        window.record(0.010)
+    assert window.percentile(50) == 0.010
+    for _ in range(_REFRESH_EVERY - 1):
+        window.record(1.0)
+    assert window.percentile(50) == 0.010  # (cached: 24 new samples are not enough)
+    window.record(1.0)
+    assert window.percentile(50) == 1.0
+
+
+def test_two_percentiles_of_one_window_are_cached_apart() -> None:
+    window = LatencyWindow(size=100)
+    for ms in range(1, 101):
+        window.record(ms / 1000)
+    assert window.percentile(99.4) == 0.100  # (rank 99.4 rounds up to 100)
+    assert window.percentile(99) == 0.099
+    assert window.percentile(99.4) == 0.100
+
+
+def test_an_instant_answer_is_a_sample_too() -> None:
+    # A latency of zero (a cached answer, a fake clock) is a real one: left out, the
+    # window would warm up later and its percentiles lean slow.
+    window = LatencyWindow()
+    for _ in range(MIN_SAMPLES):
+        window.record(0.0)
+    assert window.seen == MIN_SAMPLES
+    assert window.percentile(95) == 0.0
 
 
 def test_nonsense_samples_are_ignored() -> None:
@@ -206,6 +250,19 @@ def test_a_latency_book_keeps_a_bounded_number_of_dependencies() -> None:
     assert len(book) == MAX_WINDOWS
     book.forget(f"http://host{MAX_WINDOWS + 499}.test:80")
     assert len(book) == MAX_WINDOWS - 1
+
+
+def test_a_full_latency_book_forgets_the_dependency_it_has_kept_longest() -> None:
+    book = LatencyBook()
+    for i in range(MAX_WINDOWS):
+        for _ in range(MIN_SAMPLES):
+            book.record(f"http://host{i}.test:80", 0.01)
+    book.record("http://newcomer.test:80", 0.01)
+    assert len(book) == MAX_WINDOWS
+    # The oldest warms up again; the one kept just before the newcomer is still known.
+    assert book.hedge_delay("http://host1.test:80", "p95") == 0.01
+    assert book.hedge_delay(f"http://host{MAX_WINDOWS - 1}.test:80", "p95") == 0.01
+    assert book.hedge_delay("http://host0.test:80", "p95") == WARMUP_DELAY
 
 
 def test_the_governor_forgets_the_latencies_of_a_dependency_it_forgets() -> None:
