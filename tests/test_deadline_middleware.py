@@ -73,6 +73,45 @@ async def test_a_header_so_long_it_reads_as_infinite_leaves_the_request_without_
     assert await seconds_seen([(b"request-timeout", b"9" * 400)]) is None
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"request-timeout", b"5"), (b"request-timeout", b"2"), (b"request-timeout", b"3")],
+        [(b"request-timeout", b"5, 2,3")],
+        [(b"request-timeout", b"5"), (b"request-timeout", b" 3 ,2 ")],
+    ],
+)
+async def test_a_header_sent_more_than_once_counts_its_tightest_value(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    # Several lines, or values separated by commas (HTTP reads them alike): a proxy that
+    # added its own, shorter deadline must not be overruled by the longer one.
+    assert await seconds_seen(headers, margin=0) == 2.0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"", b"soon", b"-1", b"+2", b"1e3", b"1_000", b"inf", b"nan", b"0x10", b"2s", b"1.2.3"],
+)
+async def test_a_value_that_is_not_plain_decimal_seconds_leaves_the_request_without_a_scope(
+    value: bytes,
+) -> None:
+    assert await seconds_seen([(b"request-timeout", value)]) is None
+
+
+async def test_one_malformed_value_among_good_ones_leaves_the_request_without_a_scope() -> None:
+    # The header cannot be trusted as a whole: a scope from the values that happened to
+    # parse could be looser than what the caller meant.
+    headers = [(b"request-timeout", b"5"), (b"request-timeout", b"-1")]
+    assert await seconds_seen(headers) is None
+    assert await seconds_seen([(b"request-timeout", b"5, soon")]) is None
+
+
+async def test_a_header_name_is_matched_whatever_case_the_server_passes_it_in() -> None:
+    # (ASGI servers should lower-case names; one that does not still gets its deadline)
+    assert await seconds_seen([(b"Request-Timeout", b"2")], margin=0) == 2.0
+
+
 @pytest.mark.parametrize("kind", ["websocket", "lifespan"])
 async def test_only_http_requests_get_a_scope(kind: str) -> None:
     assert await seconds_seen([(b"request-timeout", b"5")], kind=kind) is None

@@ -99,6 +99,20 @@ def test_an_instrument_that_will_not_start_leaves_the_call_alone(chaos: Any) -> 
     assert refusing.seen == ["hook attempt", "hook success"]
 
 
+def test_an_instrument_that_will_not_start_does_not_stop_another_from_following(
+    chaos: Any,
+) -> None:
+    class Refusing(Recorder):
+        def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> None:
+            raise RuntimeError("cannot start")
+
+    following = Recorder()
+    with retrysafe.Client(policy=FAST, hooks=[Refusing(), following], dependency="api") as c:
+        assert c.get(chaos.url("/status/200")).status_code == 200
+    assert following.seen[:2] == ["start GET api", "attempt 1"]
+    assert following.seen[-1] == "close"
+
+
 def test_an_instrument_that_is_not_listening_is_not_asked_to_follow_the_call(
     chaos: Any,
 ) -> None:
@@ -150,3 +164,98 @@ def test_a_call_cancelled_mid_attempt_ends_its_spans(chaos: Any, otel: Otel, bac
     attempt = next(span for span in spans if span.name == "GET")
     assert dict(attempt.attributes or {})["error.type"] == "cancelled"
     assert attempt.status.status_code is StatusCode.ERROR
+
+
+# -- plain hooks ----------------------------------------------------------------------------
+
+
+def test_a_failing_hook_is_logged_and_the_hooks_after_it_still_hear_every_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Telemetry never fails a call: whatever a hook raises (a metrics backend's KeyError
+    as much as a RuntimeError) is logged with its traceback, and the next hook is not
+    robbed of the event."""
+
+    def broken(event: RetryEvent) -> None:
+        raise KeyError(event.kind)
+
+    heard: list[str] = []
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[broken, lambda e: heard.append(e.kind)]) as c:
+        assert c.get("https://api.test/").status_code == 200
+    assert heard == ["attempt", "success"]
+    failures = [r for r in caplog.records if r.name == "retrysafe" and r.levelno == logging.ERROR]
+    assert len(failures) == 2
+    assert all(r.exc_info is not None and r.exc_info[0] is KeyError for r in failures)
+
+
+class Sometimes:
+    """A hook that says whether it listens (an exporter that may have nowhere to send)."""
+
+    def __init__(self, *, listening: bool) -> None:
+        self.listening = listening
+        self.heard: list[str] = []
+
+    def __call__(self, event: RetryEvent) -> None:
+        self.heard.append(event.kind)
+
+
+@pytest.mark.parametrize("neighbours", [0, 1])
+def test_a_successful_call_sends_its_routine_events_only_while_some_hook_listens(
+    caplog: pytest.LogCaptureFixture, neighbours: int
+) -> None:
+    caplog.set_level(logging.INFO, logger="retrysafe")  # (the log does not take DEBUG)
+    hook = Sometimes(listening=False)
+    others = [Sometimes(listening=False) for _ in range(neighbours)]
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[*others, hook]) as client:
+        client.get("https://api.test/")
+        assert hook.heard == []  # not built at all
+        hook.listening = True
+        client.get("https://api.test/")
+        assert hook.heard == ["attempt", "success"]
+
+
+def test_a_hook_that_is_not_listening_still_hears_retries_and_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="retrysafe")
+    hook = Sometimes(listening=False)
+    transport = httpx.MockTransport(lambda request: httpx.Response(503))
+    policy = retrysafe.RetryPolicy(attempts=2, backoff_base=0, backoff_cap=0)
+    with (
+        retrysafe.Client(transport=transport, hooks=[hook], policy=policy) as client,
+        pytest.raises(retrysafe.ServerError),
+    ):
+        client.get("https://api.test/")
+    assert "retry" in hook.heard
+    assert hook.heard[-1] == "failure"
+
+
+def test_a_hook_without_a_listening_attribute_always_listens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="retrysafe")
+    heard: list[str] = []
+    deaf = Sometimes(listening=False)
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[deaf, lambda e: heard.append(e.kind)]) as c:
+        c.get("https://api.test/")
+    assert heard == ["attempt", "success"]
+
+
+def test_two_tracing_instruments_of_a_cancelled_call_leave_the_callers_context_as_it_was(
+    chaos: Any,
+) -> None:
+    """Cancelled mid-attempt, each instrument still has its attempt's context entered when
+    the call is closed: they leave them innermost first, or the caller would be left in
+    the first instrument's ended attempt."""
+    hooks = [OpenTelemetry(tracer_provider=TracerProvider()) for _ in range(2)]
+
+    async def call() -> None:
+        async with retrysafe.AsyncClient(hooks=hooks) as client:
+            with anyio.move_on_after(0.3):
+                await client.get(chaos.url("/hang"))
+        assert not trace.get_current_span().get_span_context().is_valid
+
+    anyio.run(call)
