@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -293,77 +294,98 @@ def test_h2_server_speaks_http2(h2: H2Chaos, chaos: KeyedChaos) -> None:
     assert [record.endpoint for record in chaos.log()] == ["status"]
 
 
-def test_h2_a_timed_out_request_spares_a_concurrent_post_sync(
-    h2: H2Chaos, chaos: KeyedChaos
-) -> None:
-    """Sync, one HTTP/2 connection: a GET cut by its deadline leaves the POST beside it alone."""
+def _hang_beside_a_post(
+    client: retrysafe.Client, url: Callable[..., str], hang: dict[str, Any], post_ms: int
+) -> dict[str, Any]:
+    """Sync, on the client's one HTTP/2 connection: a GET to /hang (sent with ``hang``'s
+    options) and, 0.1 s later, a POST beside it that takes ``post_ms``. What each ended
+    with (``hang``, ``post``), and how long the GET took (``hang_seconds``)."""
     results: dict[str, Any] = {}
-    with retrysafe.Client(**H2_OPTIONS) as client:
-        client.get(h2.url(chaos, "/status/200"))  # one connection, open before both start
+    client.get(url("/status/200"))  # one connection, open before both start
 
-        def hang() -> None:
-            started = time.monotonic()
-            results["hang"] = raised_by(
-                lambda: client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
-            )
-            results["hang_seconds"] = time.monotonic() - started
+    def get() -> None:
+        started = time.monotonic()
+        results["hang"] = raised_by(lambda: client.get(url("/hang"), **hang))
+        results["hang_seconds"] = time.monotonic() - started
 
-        def post() -> None:
-            try:
-                url = h2.url(chaos, "/delay", ms=1000)
-                results["post"] = client.post(url, json={"n": 1}, policy=POST_POLICY)
-            except Exception as error:
-                results["post"] = error
+    def post() -> None:
+        try:
+            delay = url("/delay", ms=post_ms)
+            results["post"] = client.post(delay, json={"n": 1}, policy=POST_POLICY)
+        except Exception as error:
+            results["post"] = error
 
-        threads = [threading.Thread(target=hang), threading.Thread(target=post)]
-        threads[0].start()
-        time.sleep(0.1)  # the hanging GET is the stream reading when its time runs out
-        threads[1].start()
-        for thread in threads:
-            thread.join(10)
+    threads = [threading.Thread(target=get), threading.Thread(target=post)]
+    threads[0].start()
+    time.sleep(0.1)  # the hanging GET is the stream reading when it is cut
+    threads[1].start()
+    for thread in threads:
+        thread.join(10)
+    return results
 
-    assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
-    # (ended by its 0.5 s deadline, not its 10 s attempt time; the sync HTTP/2 cut has
-    # taken 0.80 s once on a loaded CI machine, hence twice the usual slack)
-    assert results["hang_seconds"] < HANG_POLICY.deadline + 2 * SLACK
+
+async def _hang_beside_a_post_async(
+    client: retrysafe.AsyncClient, url: Callable[..., str], hang: dict[str, Any], post_ms: int
+) -> dict[str, Any]:
+    """:func:`_hang_beside_a_post` for tasks."""
+    results: dict[str, Any] = {}
+    await client.get(url("/status/200"))
+
+    async def get() -> None:
+        started = time.monotonic()
+        results["hang"] = await raised_by_async(client.get(url("/hang"), **hang))
+        results["hang_seconds"] = time.monotonic() - started
+
+    async def post() -> None:
+        await anyio.sleep(0.1)  # the hanging GET is the stream reading when it is cut
+        try:
+            delay = url("/delay", ms=post_ms)
+            results["post"] = await client.post(delay, json={"n": 1}, policy=POST_POLICY)
+        except Exception as error:
+            results["post"] = error
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(get)
+        group.start_soon(post)
+    return results
+
+
+def _assert_the_post_went_once_over_http2(results: dict[str, Any], chaos: KeyedChaos) -> None:
     assert isinstance(results["post"], httpx.Response), results["post"]
     assert results["post"].status_code == 200
     assert results["post"].http_version == "HTTP/2"
     assert len(_post_records(chaos)) == 1
 
 
+def test_h2_a_timed_out_request_spares_a_concurrent_post_sync(
+    h2: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Sync, one HTTP/2 connection: a GET cut by its deadline leaves the POST beside it alone."""
+    with retrysafe.Client(**H2_OPTIONS) as client:
+        url = functools.partial(h2.url, chaos)
+        results = _hang_beside_a_post(client, url, {"policy": HANG_POLICY}, post_ms=1000)
+    assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
+    # (ended by its 0.5 s deadline, not its 10 s attempt time; the sync HTTP/2 cut has
+    # taken 0.80 s once on a loaded CI machine, hence twice the usual slack)
+    assert results["hang_seconds"] < HANG_POLICY.deadline + 2 * SLACK
+    _assert_the_post_went_once_over_http2(results, chaos)
+
+
 async def test_h2_a_timed_out_request_spares_a_concurrent_post_async(
     h2: H2Chaos, chaos: KeyedChaos
 ) -> None:
     """Async, one HTTP/2 connection: a task cut by its deadline leaves the POST task alone."""
-    results: dict[str, Any] = {}
     async with retrysafe.AsyncClient(**H2_OPTIONS) as client:
-        await client.get(h2.url(chaos, "/status/200"))
-
-        async def hang() -> None:
-            started = time.monotonic()
-            results["hang"] = await raised_by_async(
-                client.get(h2.url(chaos, "/hang"), policy=HANG_POLICY)
-            )
-            results["hang_seconds"] = time.monotonic() - started
-
-        async def post() -> None:
-            await anyio.sleep(0.1)  # the hanging GET is the stream reading when time runs out
-            try:
-                url = h2.url(chaos, "/delay", ms=1000)
-                results["post"] = await client.post(url, json={"n": 1}, policy=POST_POLICY)
-            except Exception as error:
-                results["post"] = error
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(hang)
-            group.start_soon(post)
-
+        url = functools.partial(h2.url, chaos)
+        hang = {"policy": HANG_POLICY}
+        results = await _hang_beside_a_post_async(client, url, hang, post_ms=1000)
     assert isinstance(results["hang"], retrysafe.DeadlineExceeded)
     assert results["hang_seconds"] < HANG_POLICY.deadline + SLACK
-    assert isinstance(results["post"], httpx.Response), results["post"]
-    assert results["post"].status_code == 200
-    assert len(_post_records(chaos)) == 1
+    _assert_the_post_went_once_over_http2(results, chaos)
+
+
+#: A GET whose own read timeout (httpx's, 0.3 s) ends it well inside its attempt's time.
+_READ_TIMES_OUT: Final = {"policy": ONE_ATTEMPT, "timeout": 0.3}
 
 
 def test_h2_a_read_timeout_shorter_than_the_attempt_spares_a_concurrent_post_sync(
@@ -372,66 +394,24 @@ def test_h2_a_read_timeout_shorter_than_the_attempt_spares_a_concurrent_post_syn
     """Sync, one HTTP/2 connection: a GET whose own read timeout (httpx's, well inside its
     attempt's time) runs out ends alone, as a cut by its attempt's end does. Raised as
     httpcore's ReadTimeout, an Exception, it would fail every stream on the connection."""
-    results: dict[str, Any] = {}
     with retrysafe.Client(**H2_OPTIONS) as client:
-        client.get(h2.url(chaos, "/status/200"))
-
-        def hang() -> None:
-            url = h2.url(chaos, "/hang")
-            results["hang"] = raised_by(lambda: client.get(url, policy=ONE_ATTEMPT, timeout=0.3))
-
-        def post() -> None:
-            try:
-                url = h2.url(chaos, "/delay", ms=600)
-                results["post"] = client.post(url, json={"n": 1}, policy=POST_POLICY)
-            except Exception as error:
-                results["post"] = error
-
-        threads = [threading.Thread(target=hang), threading.Thread(target=post)]
-        threads[0].start()
-        time.sleep(0.1)  # the hanging GET is the stream reading when its read times out
-        threads[1].start()
-        for thread in threads:
-            thread.join(10)
-
+        url = functools.partial(h2.url, chaos)
+        results = _hang_beside_a_post(client, url, _READ_TIMES_OUT, post_ms=600)
     assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
     assert results["hang"].outcome == "read_timeout"
-    assert isinstance(results["post"], httpx.Response), results["post"]
-    assert results["post"].status_code == 200
-    assert len(_post_records(chaos)) == 1
+    _assert_the_post_went_once_over_http2(results, chaos)
 
 
 async def test_h2_a_read_timeout_shorter_than_the_attempt_spares_a_concurrent_post_async(
     h2: H2Chaos, chaos: KeyedChaos
 ) -> None:
     """The same for tasks."""
-    results: dict[str, Any] = {}
     async with retrysafe.AsyncClient(**H2_OPTIONS) as client:
-        await client.get(h2.url(chaos, "/status/200"))
-
-        async def hang() -> None:
-            url = h2.url(chaos, "/hang")
-            results["hang"] = await raised_by_async(
-                client.get(url, policy=ONE_ATTEMPT, timeout=0.3)
-            )
-
-        async def post() -> None:
-            await anyio.sleep(0.1)  # the hanging GET is the stream reading when it times out
-            try:
-                url = h2.url(chaos, "/delay", ms=600)
-                results["post"] = await client.post(url, json={"n": 1}, policy=POST_POLICY)
-            except Exception as error:
-                results["post"] = error
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(hang)
-            group.start_soon(post)
-
+        url = functools.partial(h2.url, chaos)
+        results = await _hang_beside_a_post_async(client, url, _READ_TIMES_OUT, post_ms=600)
     assert isinstance(results["hang"], retrysafe.TransportError), results["hang"]
     assert results["hang"].outcome == "read_timeout"
-    assert isinstance(results["post"], httpx.Response), results["post"]
-    assert results["post"].status_code == 200
-    assert len(_post_records(chaos)) == 1
+    _assert_the_post_went_once_over_http2(results, chaos)
 
 
 def test_h2_a_request_waiting_its_turn_to_read_ends_at_its_own_time_sync(

@@ -137,16 +137,6 @@ def test_a_blank_dependency_name_is_refused_not_read_as_none(make: Any, name: st
         make(dependency=name)
 
 
-@pytest.mark.parametrize("name", ["", " "])
-def test_a_blank_dependency_for_one_call_is_refused(name: str) -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(200))
-    with (
-        retrysafe.Client(transport=transport) as client,
-        pytest.raises(ValueError, match=r"^dependency for one call must be a name"),
-    ):
-        client.get("http://api.test/", dependency=name)
-
-
 def test_good_arguments_still_make_a_working_client() -> None:
     seen: list[retrysafe.RetryEvent] = []
     transport = httpx.MockTransport(lambda request: httpx.Response(200))
@@ -176,12 +166,23 @@ def test_report_of_something_else_than_an_httpx_response_names_the_right_reader(
         retrysafe.report_of(NotHttpx())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("dependency", [3, ["search"]])
-def test_a_per_call_dependency_must_be_a_name(dependency: Any) -> None:
+@pytest.mark.parametrize(
+    ("dependency", "error", "message"),
+    [
+        (3, TypeError, r"^dependency for one call must be a name \(str\)"),
+        (["search"], TypeError, r"^dependency for one call must be a name \(str\)"),
+        # (a blank name once fell back to the URL's origin, silently)
+        ("", ValueError, r"^dependency for one call must be a name, e\.g\."),
+        (" ", ValueError, r"^dependency for one call must be a name, e\.g\."),
+    ],
+)
+def test_a_per_call_dependency_must_be_a_name(
+    dependency: Any, error: type[Exception], message: str
+) -> None:
     transport = httpx.MockTransport(lambda request: httpx.Response(200))
     with (
         retrysafe.Client(transport=transport) as client,
-        pytest.raises(TypeError, match=r"dependency for one call must be a name \(str\)"),
+        pytest.raises(error, match=message),
     ):
         client.get("http://api.test/", dependency=dependency)
 
