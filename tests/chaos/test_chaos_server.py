@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -114,6 +116,26 @@ def test_serving_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
             httpx.get(server.url + "/sequence/k?steps=reset")
 
     assert capfd.readouterr() == ("", "")
+
+
+def test_stopping_with_an_apps_handler_still_running_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler of your own ``app=`` that outlasts the stop is cancelled, as the stop
+    promises: that is no error of the app, and no traceback is logged for it (with no
+    logging set up, Python prints such a record to stderr)."""
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(60)
+
+    server = ChaosServer(app=slow).start()
+    held = _open_request(server, "/")
+    time.sleep(0.1)
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 3.0
+    held.close()
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 def test_reset_clears_all_state() -> None:

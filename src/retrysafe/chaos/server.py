@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import socket
 import threading
 import time
@@ -52,6 +53,25 @@ class _ReportingServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
+
+
+_THREAD_NAME = "retrysafe-chaos-server"
+
+
+class _StopNoise(logging.Filter):
+    """Drops what uvicorn logs, in a chaos server's own thread, about the handlers a stop
+    cancels: the graceful-shutdown timeout and each cancelled handler's traceback.
+    ``stop()`` promises to end hanging requests; that is no error of the app served."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.threadName != _THREAD_NAME:
+            return True  # (another uvicorn server in this process: its records stand)
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return False
+        return "timeout graceful shutdown exceeded" not in record.getMessage()
+
+
+_stop_noise = _StopNoise()
 
 
 def _url(host: str, port: int) -> str:
@@ -117,13 +137,16 @@ class ChaosServer:
                 server_header=False,
                 timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN,
             )
+            uvicorn_log = logging.getLogger("uvicorn.error")
+            if _stop_noise not in uvicorn_log.filters:
+                uvicorn_log.addFilter(_stop_noise)
             ready = threading.Event()
             server = _ReportingServer(config, ready)
             errors: list[BaseException] = []
             thread = threading.Thread(
                 target=self._run,
                 args=(server, http_socket, faults, ready, errors),
-                name="retrysafe-chaos-server",
+                name=_THREAD_NAME,
                 daemon=True,
             )
             thread.start()
