@@ -8,10 +8,11 @@ from its own log. Wall-clock assertions are loose bounds, never exact timings.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -228,6 +229,64 @@ def test_a_request_that_cannot_be_hedged_is_sent_from_the_callers_thread() -> No
     assert threads == [threading.current_thread().name]
 
 
+#: A deadline shorter than the attempt's time: each copy's timeouts are what is left of
+#: it, so a copy sent later has shorter ones than the copy still in flight.
+_DEADLINE_BOUND = RetryPolicy(hedge_after=0.1, attempt_timeout=5.0, deadline=3.0)
+
+
+def test_each_copy_is_a_request_of_its_own_whose_timeouts_no_later_copy_changes() -> None:
+    """The hedged copy goes with less of the deadline left, so with shorter timeouts,
+    set on a request of its own: the first copy, still in flight, keeps its own (one
+    request shared by the copies would have the later copy rewrite them under it)."""
+    seen: list[tuple[httpx.Request, dict[str, Any]]] = []
+    first_when_second_came: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request, dict(request.extensions["timeout"])))
+        if len(seen) == 1:
+            time.sleep(0.4)
+        else:
+            first_when_second_came.append(dict(seen[0][0].extensions["timeout"]))
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(handler)
+    with retrysafe.Client(transport=transport, policy=_DEADLINE_BOUND) as client:
+        report = retrysafe.report_of(client.get("http://api.test/"))
+    assert report is not None
+    assert (report.hedges, report.winner) == (1, 2)
+    (first, first_timeouts), (second, second_timeouts) = seen
+    assert first is not second
+    assert second_timeouts["read"] < first_timeouts["read"]  # (less of the deadline left)
+    assert first_when_second_came == [first_timeouts]
+
+
+@pytest.mark.anyio
+async def test_async_each_copy_is_a_request_of_its_own_whose_timeouts_no_later_copy_changes() -> (
+    None
+):
+    """As above, for the async client's copies (tasks)."""
+    seen: list[tuple[httpx.Request, dict[str, Any]]] = []
+    first_when_second_came: list[dict[str, Any]] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request, dict(request.extensions["timeout"])))
+        if len(seen) == 1:
+            await anyio.sleep(0.4)
+        else:
+            first_when_second_came.append(dict(seen[0][0].extensions["timeout"]))
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(handler)
+    async with retrysafe.AsyncClient(transport=transport, policy=_DEADLINE_BOUND) as client:
+        report = retrysafe.report_of(await client.get("http://api.test/"))
+    assert report is not None
+    assert (report.hedges, report.winner) == (1, 2)
+    (first, first_timeouts), (second, second_timeouts) = seen
+    assert first is not second
+    assert second_timeouts["read"] < first_timeouts["read"]
+    assert first_when_second_came == [first_timeouts]
+
+
 @pytest.mark.anyio
 async def test_cancelling_a_hedging_call_cancels_every_copy(chaos: KeyedChaos) -> None:
     """The caller gives up (a cancel scope ends) while two copies are out: both go."""
@@ -275,6 +334,336 @@ def test_a_copy_stuck_past_its_time_on_an_unbounded_transport_does_not_hold_the_
     assert elapsed < 2.5  # not the 3 s the stuck copy takes
 
 
+def test_a_copy_given_up_as_overdue_while_another_is_in_flight_leaves_the_call_to_that_one() -> (
+    None
+):
+    """The first copy hangs on a transport the attempt deadline cannot reach; it is given
+    up once (timed out) while the hedged copy is still out, its answer that comes later
+    is dropped, and the call takes the hedged copy's answer when it comes."""
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(0.95)  # past its 0.3 s: given up at about 0.85 s, answers after
+            return httpx.Response(200, stream=_ClosedStream(dropped_closed))
+        time.sleep(0.75)  # sent at 0.4 s: answers at about 1.15 s, before its own end
+        return httpx.Response(200)
+
+    dropped_closed = threading.Event()
+    policy = RetryPolicy(hedge_after=0.4, attempt_timeout=0.3, deadline=5.0)
+    started = time.monotonic()
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(handler), policy=policy) as client,
+        client.stream("GET", "http://api.test/") as response,
+    ):
+        elapsed = time.monotonic() - started
+        assert dropped_closed.is_set()  # (the answer nobody reads gives its connection back)
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert [(r.attempt, r.outcome) for r in report.history] == [
+        (1, "attempt_timeout"),
+        (2, "success"),
+    ]
+    assert (report.hedges, report.winner) == (1, 2)
+    assert elapsed < 1.8
+
+
+def test_a_copy_due_while_a_slow_hook_ran_goes_at_once() -> None:
+    """The caller's thread runs the hooks: one that takes longer than the next copy's
+    delay leaves that copy overdue when the round comes back to waiting, and it goes
+    at once (a wait already over is no wait, not an error)."""
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(1.0)
+            return httpx.Response(200)
+        return httpx.Response(503 if numbers[-1] == 2 else 200)
+
+    def slow_hook(event: RetryEvent) -> None:
+        if (event.kind, event.outcome) == ("attempt", "service_unavailable"):
+            time.sleep(0.2)  # the third copy falls due (0.1 s after the second) meanwhile
+
+    policy = RetryPolicy(hedge_after=0.1, max_hedges=2, attempts=3, deadline=5.0)
+    transport = httpx.MockTransport(handler)
+    started = time.monotonic()
+    with retrysafe.Client(transport=transport, policy=policy, hooks=[slow_hook]) as client:
+        response = client.get("http://api.test/")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert (report.hedges, report.winner) == (2, 3)
+    assert elapsed < 0.9  # not the 1 s of the first copy
+
+
+class _ClosedStream(httpx.SyncByteStream):
+    """A response body that notes when it is closed."""
+
+    def __init__(self, closed: threading.Event) -> None:
+        self.closed = closed
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"ok"
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_an_answer_a_losing_copy_gets_after_the_round_is_over_is_closed() -> None:
+    """A copy the shell cannot cut (a transport the attempt deadline cannot reach) still
+    answers after another copy won: nobody will read that answer, so it is closed (its
+    connection goes back to its pool)."""
+    late_closed = threading.Event()
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(0.3)
+            return httpx.Response(200, stream=_ClosedStream(late_closed))
+        return httpx.Response(200, content=b"ok")
+
+    policy = RetryPolicy(hedge_after=0.05, attempt_timeout=5.0, deadline=8.0)
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(handler), policy=policy) as client,
+        client.stream("GET", "http://api.test/") as response,
+    ):
+        report = retrysafe.report_of(response)
+        assert report is not None
+        assert report.winner == 2
+        assert late_closed.wait(2.0)
+
+
+@pytest.mark.anyio
+async def test_async_a_copy_ends_with_its_own_time_on_a_transport_the_deadline_cannot_reach() -> (
+    None
+):
+    """A hanging async copy is cancelled when its own time is up (0.35 s after it went),
+    not only when it is given up as overdue half a second later."""
+    numbers: list[int] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            await anyio.sleep(0.1)
+            return httpx.Response(503)
+        if numbers[-1] == 2:
+            await anyio.sleep(3.0)
+        return httpx.Response(200)
+
+    policy = RetryPolicy(
+        hedge_after=0.05, attempt_timeout=0.3, deadline=5.0, backoff_base=0.01, backoff_cap=0.01
+    )
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(transport=httpx.MockTransport(handler), policy=policy) as c:
+        response = await c.get("http://api.test/")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert [r.outcome for r in report.history] == [
+        "service_unavailable",
+        "attempt_timeout",
+        "success",
+    ]
+    assert elapsed < 0.8  # the copy's 0.35 s and a retry, not its overdue 0.9 s
+
+
+_CALLERS_VALUE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "callers_value", default=None
+)
+
+
+def test_each_copy_runs_in_a_copy_of_the_callers_context() -> None:
+    """A transport (or anything under it) reading a context variable the caller set sees
+    the caller's value in every copy, though each copy goes from a thread of its own."""
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(_CALLERS_VALUE.get())
+        if len(seen) == 1:
+            time.sleep(0.3)
+        return httpx.Response(200)
+
+    token = _CALLERS_VALUE.set("the caller's")
+    try:
+        with retrysafe.Client(transport=httpx.MockTransport(handler), policy=HEDGED) as client:
+            report = retrysafe.report_of(client.get("http://api.test/"))
+    finally:
+        _CALLERS_VALUE.reset(token)
+    assert report is not None
+    assert report.hedges == 1
+    assert seen == ["the caller's", "the caller's"]
+
+
+def test_a_copy_whose_body_cannot_be_decoded_fails_as_an_attempt() -> None:
+    """A body that cannot be decoded (a broken gzip stream) is the copy's failure, told
+    to the engine like any other (the call goes on with the other copy), not an error
+    that ends the call."""
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(0.1)  # (the hedged copy is out by now)
+            return httpx.Response(200, headers={"Content-Encoding": "gzip"}, content=b"not gzip")
+        time.sleep(0.1)
+        return httpx.Response(200, content=b"ok")
+
+    with retrysafe.Client(transport=httpx.MockTransport(handler), policy=HEDGED) as client:
+        response = client.get("http://api.test/")
+    assert response.text == "ok"
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.winner == 2
+    assert report.history[0].attempt == 1
+    assert report.history[0].outcome != "success"
+
+
+class _TransportBug(Exception):
+    pass
+
+
+def test_an_unexpected_error_of_a_copy_is_raised_to_the_caller() -> None:
+    """A copy's transport raising what is no transport error (a bug) ends the call with
+    that error, though another copy could still answer."""
+
+    numbers: list[int] = []
+
+    def buggy_first(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(0.1)  # (the hedged copy is out by now)
+            raise _TransportBug("a bug in the transport")
+        time.sleep(0.1)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(buggy_first)
+    with (
+        retrysafe.Client(transport=transport, policy=HEDGED) as client,
+        pytest.raises(_TransportBug),
+    ):
+        client.get("http://api.test/")
+    assert numbers == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_async_an_unexpected_error_of_a_copy_is_raised_to_the_caller_as_itself() -> None:
+    """As above for a task: the error itself, not an exception group of the copies'."""
+    numbers: list[int] = []
+
+    async def buggy_first(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            await anyio.sleep(0.1)
+            raise _TransportBug("a bug in the transport")
+        await anyio.sleep(0.1)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(buggy_first)
+    async with retrysafe.AsyncClient(transport=transport, policy=HEDGED) as client:
+        with pytest.raises(_TransportBug):
+            await client.get("http://api.test/")
+    assert numbers == [1, 2]
+
+
+class _AsyncStalledBody(httpx.AsyncByteStream):
+    """A response body that stalls, and notes when it is closed."""
+
+    def __init__(self, closed: list[bool]) -> None:
+        self.closed = closed
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await anyio.sleep(5.0)
+        yield b"late"
+
+    async def aclose(self) -> None:
+        self.closed.append(True)
+
+
+@pytest.mark.anyio
+async def test_async_a_losing_copy_cancelled_while_reading_its_body_closes_its_response() -> None:
+    closed: list[bool] = []
+    numbers: list[int] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:  # headers at once, then a body that stalls
+            return httpx.Response(200, stream=_AsyncStalledBody(closed))
+        return httpx.Response(200, content=b"ok")
+
+    transport = httpx.MockTransport(handler)
+    async with retrysafe.AsyncClient(transport=transport, policy=HEDGED) as client:
+        response = await client.get("http://api.test/")
+    assert response.text == "ok"
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.winner == 2
+    assert closed == [True]
+
+
+def test_an_answer_that_came_in_while_the_winner_was_judged_is_closed() -> None:
+    """The losing copy answers while the caller's thread still judges the winner (here a
+    slow hook): the round is not over yet, so the answer waits for it, and the round
+    closes it as it ends."""
+    late_closed = threading.Event()
+    numbers: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        numbers.append(len(numbers) + 1)
+        if numbers[-1] == 1:
+            time.sleep(0.15)
+            return httpx.Response(200, stream=_ClosedStream(late_closed))
+        return httpx.Response(200, content=b"ok")
+
+    def slow_hook(event: RetryEvent) -> None:
+        if (event.kind, event.outcome) == ("hedge", "won"):
+            time.sleep(0.3)  # the first copy answers meanwhile
+
+    policy = RetryPolicy(hedge_after=0.05, attempt_timeout=5.0, deadline=8.0)
+    transport = httpx.MockTransport(handler)
+    with (
+        retrysafe.Client(transport=transport, policy=policy, hooks=[slow_hook]) as client,
+        client.stream("GET", "http://api.test/") as response,
+    ):
+        report = retrysafe.report_of(response)
+        assert report is not None
+        assert report.winner == 2
+        assert late_closed.is_set()
+
+
+#: The attempt's own read timeout (0.3 s) is shorter than the gaps of the body the caller
+#: then streams (0.4 s); the caller's (httpx's 5 s) is not.
+_SHORT_ATTEMPT = RetryPolicy(hedge_after=2.0, attempt_timeout=0.3, deadline=5.0)
+
+
+def test_the_caller_streams_the_winners_body_under_its_own_timeouts(chaos: KeyedChaos) -> None:
+    url = chaos.url("/drip", chunks=2, interval_ms=400)
+    with (
+        retrysafe.Client(policy=_SHORT_ATTEMPT) as client,
+        client.stream("GET", url) as response,
+    ):
+        assert response.status_code == 200
+        assert len(response.read()) == 16
+
+
+@pytest.mark.anyio
+async def test_async_the_caller_streams_the_winners_body_under_its_own_timeouts(
+    chaos: KeyedChaos,
+) -> None:
+    url = chaos.url("/drip", chunks=2, interval_ms=400)
+    async with (
+        retrysafe.AsyncClient(policy=_SHORT_ATTEMPT) as client,
+        client.stream("GET", url) as response,
+    ):
+        assert response.status_code == 200
+        assert len(await response.aread()) == 16
+
+
 # -- what an abandoned hedged call leaves behind ------------------------------------------
 
 
@@ -314,6 +703,43 @@ async def test_a_rule_that_raises_on_an_async_streamed_hedged_call_gives_its_con
             async with client.stream("GET", chaos.url("/status/200"), policy=policy):
                 pass
         assert (await client.get(chaos.url("/status/200"))).status_code == 200
+
+
+def _reads_body(response: httpx.Response) -> None:
+    """A rule that reads the body: a streamed answer is read before it is judged."""
+    response.content  # noqa: B018
+
+
+#: The body's read is bounded by the copy's time (0.4 s), not only by each read's timeout:
+#: the server drips a chunk every 0.1 s for 1.5 s. No copy is due before that.
+_BODY_READ_BY_A_RULE = RetryPolicy(
+    hedge_after=2.0, attempt_timeout=0.4, deadline=5.0, attempts=2, rules=[_reads_body]
+)
+
+
+def test_a_streamed_body_a_rule_reads_ends_with_its_copys_time(chaos: KeyedChaos) -> None:
+    url = chaos.url("/drip", chunks=15, interval_ms=100)
+    started = time.monotonic()
+    with (
+        retrysafe.Client(policy=_BODY_READ_BY_A_RULE) as client,
+        pytest.raises((httpx.TimeoutException, retrysafe.ApiError)),
+        client.stream("GET", url),
+    ):
+        pass
+    assert time.monotonic() - started < 1.4  # two attempts of 0.4 s, not a 1.5 s body
+
+
+@pytest.mark.anyio
+async def test_async_a_streamed_body_a_rule_reads_ends_with_its_copys_time(
+    chaos: KeyedChaos,
+) -> None:
+    url = chaos.url("/drip", chunks=15, interval_ms=100)
+    started = time.monotonic()
+    async with retrysafe.AsyncClient(policy=_BODY_READ_BY_A_RULE) as client:
+        with pytest.raises((httpx.TimeoutException, retrysafe.ApiError)):
+            async with client.stream("GET", url):
+                pass
+    assert time.monotonic() - started < 1.4
 
 
 class _CancelsAsItAnswers(httpx.AsyncBaseTransport):
