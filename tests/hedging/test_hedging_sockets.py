@@ -413,19 +413,29 @@ class _ClosedStream(httpx.SyncByteStream):
         self.closed.set()
 
 
-def test_an_answer_a_losing_copy_gets_after_the_round_is_over_is_closed() -> None:
-    """A copy the shell cannot cut (a transport the attempt deadline cannot reach) still
-    answers after another copy won: nobody will read that answer, so it is closed (its
-    connection goes back to its pool)."""
-    late_closed = threading.Event()
+def _first_copy_answers_late(
+    after: float, closed: threading.Event
+) -> Callable[[httpx.Request], httpx.Response]:
+    """A MockTransport handler: the first copy answers ``after`` seconds late, with a body
+    that sets ``closed`` when closed; every later copy answers at once."""
     numbers: list[int] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         numbers.append(len(numbers) + 1)
         if numbers[-1] == 1:
-            time.sleep(0.3)
-            return httpx.Response(200, stream=_ClosedStream(late_closed))
+            time.sleep(after)
+            return httpx.Response(200, stream=_ClosedStream(closed))
         return httpx.Response(200, content=b"ok")
+
+    return handler
+
+
+def test_an_answer_a_losing_copy_gets_after_the_round_is_over_is_closed() -> None:
+    """A copy the shell cannot cut (a transport the attempt deadline cannot reach) still
+    answers after another copy won: nobody will read that answer, so it is closed (its
+    connection goes back to its pool)."""
+    late_closed = threading.Event()
+    handler = _first_copy_answers_late(0.3, late_closed)
 
     policy = RetryPolicy(hedge_after=0.05, attempt_timeout=5.0, deadline=8.0)
     with (
@@ -611,14 +621,7 @@ def test_an_answer_that_came_in_while_the_winner_was_judged_is_closed() -> None:
     slow hook): the round is not over yet, so the answer waits for it, and the round
     closes it as it ends."""
     late_closed = threading.Event()
-    numbers: list[int] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        numbers.append(len(numbers) + 1)
-        if numbers[-1] == 1:
-            time.sleep(0.15)
-            return httpx.Response(200, stream=_ClosedStream(late_closed))
-        return httpx.Response(200, content=b"ok")
+    handler = _first_copy_answers_late(0.15, late_closed)
 
     def slow_hook(event: RetryEvent) -> None:
         if (event.kind, event.outcome) == ("hedge", "won"):
