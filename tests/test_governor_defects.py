@@ -320,6 +320,29 @@ def test_a_guard_a_call_has_just_asked_for_is_not_swept(settings: GovernorSettin
     assert governor.guard("http://a.test:80").limiter is first.limiter
 
 
+def test_a_dependency_whose_call_is_in_flight_is_not_swept_by_another_calls_sweep() -> None:
+    """A call marks its dependency's guard as asked for, as ``Governor.guard`` does: a
+    sweep that another dependency's first call starts while it runs keeps it."""
+    clock = FakeClock()
+    governor = retrysafe.Governor(clock=clock)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/while-in-flight":
+            governor.guard("http://b.test:80")  # a minute on: this sweeps
+        return httpx.Response(200)
+
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(answer), clock=clock, governor=governor
+    )
+    with httpx.Client(transport=transport) as client:
+        first = client.get("http://a.test/first")
+        report = retrysafe.report_of(first)
+        assert report is not None
+        clock.advance(61)
+        client.get("http://a.test/while-in-flight")
+    assert report.dependency in governor.dependencies()
+
+
 def test_a_guard_is_swept_a_minute_after_the_sweep_that_saw_its_last_call() -> None:
     clock = FakeClock()
     governor = Governor(clock=clock)

@@ -162,3 +162,31 @@ def test_a_disabled_logger_is_not_listening_even_at_debug() -> None:
     finally:
         logger.setLevel(level)
         logger.disabled = disabled
+
+
+def test_a_call_asks_whether_anyone_listens_as_the_observer_does_in_every_log_state() -> None:
+    # The drive asks the log in short (from logging's kept answer, without the frames)
+    # on every call; it must answer what Observer.listening answers: at DEBUG and not,
+    # with the logger disabled by logging.config (its kept answer left in place), and
+    # with logging switched off by logging.disable() (which clears it).
+    from retrysafe.drive import _listening
+    from retrysafe.observe import Observer
+
+    observer = Observer(())
+    logger = logging.getLogger("retrysafe")
+    level, disabled = logger.level, logger.disabled
+    seen: list[tuple[bool, bool]] = []
+    try:
+        for state in ("info", "debug", "disabled", "switched off", "debug again"):
+            logger.disabled = False
+            logging.disable(logging.DEBUG if state == "switched off" else logging.NOTSET)
+            logger.setLevel(logging.INFO if state == "info" else logging.DEBUG)
+            if state != "info":  # (at INFO it is asked with no answer kept: none yet)
+                logger.isEnabledFor(logging.DEBUG)  # (logging keeps its answer from here)
+            logger.disabled = state == "disabled"
+            seen.append((_listening(observer), observer.listening))
+    finally:
+        logging.disable(logging.NOTSET)
+        logger.setLevel(level)
+        logger.disabled = disabled
+    assert seen == [(False, False), (True, True), (False, False), (False, False), (True, True)]

@@ -25,6 +25,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "retrysafe.async_send_loop",
     "retrysafe.drive",
     "retrysafe.first_attempt",
+    "retrysafe.clock_read",
     "retrysafe.attempt_plan",
     "retrysafe.engine",
     "retrysafe.hedged_call",

@@ -26,6 +26,7 @@ import httpx
 from retrysafe.attempt_deadline import RunningCall, SharedStream, current_call
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.clock import SystemClock
+from retrysafe.clock_read import monotonic_of
 from retrysafe.deadline_scope import current_deadline
 from retrysafe.decisions import (
     OPEN_ADMISSION,
@@ -195,10 +196,21 @@ def _time_read_body(response: httpx.Response, seconds: float) -> None:
     response.elapsed = timedelta(0, seconds)
 
 
+#: The log's own answers to "is this level enabled?", kept by :mod:`logging` on the
+#: logger and cleared in place whenever a level changes (None where a Python keeps none).
+_LOG_LEVEL_ANSWERS: Final = getattr(_log, "_cache", None)
+
+
 def _listening(observer: Observer) -> bool:
     """``observer.listening``: with no hook, whether the log takes DEBUG events (asked
-    here, on every call, without the property's frame)."""
-    return observer.listening if observer.hooked else _log.isEnabledFor(logging.DEBUG)
+    here, on every call, without the property's frame, and, once the log has answered,
+    from its kept answer, as ``isEnabledFor`` reads it, without that method's frame)."""
+    if observer.hooked:
+        return observer.listening
+    if _log.disabled:
+        return False
+    known = _LOG_LEVEL_ANSWERS.get(logging.DEBUG) if type(_LOG_LEVEL_ANSWERS) is dict else None
+    return known if type(known) is bool else _log.isEnabledFor(logging.DEBUG)
 
 
 class _FirstAttempt:
@@ -273,18 +285,23 @@ class Drive:
         governor = settings.governor
         # Testing mode (retrysafe.testing.set_testing) leaves load protection out: its
         # cooldowns and paced slots would make a test suite wait.
-        self._guard = (
-            governor.guard(self.dependency)
-            if governor.protects and testing_mode.active is None
-            else None
-        )
+        guard: DependencyGuard | None = None
+        if governor.protects and testing_mode.active is None:
+            # governor.guard(), its lock-free half inline (a Python frame on every call):
+            # a dependency's guard is made once, and marked in use on each call after.
+            guard = governor._guards.get(self.dependency)
+            if guard is None:
+                guard = governor.guard(self.dependency)
+            else:
+                guard.asked = True
+        self._guard = guard
         #: Set by a call nested in this one's attempt that retried and gave up.
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
         self.shared_stream: SharedStream | None = None
-        self._started = settings.clock.monotonic()
+        self._started = monotonic_of(settings.clock)
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.
         self._first: _FirstAttempt | None = None
@@ -459,7 +476,7 @@ class Drive:
         guard = self._guard
         if self._call is None:
             # A fresh call's first attempt: when nothing holds it back, it needs no engine.
-            now = self.settings.clock.monotonic()
+            now = monotonic_of(self.settings.clock)
             remaining = self._started + self.policy.deadline - now
             if remaining > 0:  # (with no time left, the engine says how the call ends)
                 admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
@@ -503,7 +520,7 @@ class Drive:
         ):
             self._first = None
             guard = self._guard
-            now = self.settings.clock.monotonic()
+            now = monotonic_of(self.settings.clock)
             if first.permit is not None and guard is not None:
                 guard.healthy_call(now - first.started)  # (admitted while closed)
             return first_success(
@@ -578,7 +595,7 @@ class Drive:
         self._apply_effects()
         if isinstance(step, AskRetry):
             guard = self._guard
-            now = self.settings.clock.monotonic()
+            now = monotonic_of(self.settings.clock)
             answer = GRANTED if guard is None else guard.answer_retry(step, now)
             if answer.refusal is not None and guard is not None:
                 answer = self._explain_refusal(guard, answer)
@@ -606,7 +623,7 @@ class Drive:
         if admission.pacing > 0 and limiter is not None:
             return explain_pacing(limiter, admission.pacing)
         if guard.breaker is not None:
-            return explain_breaker(guard.breaker, self.settings.governor.clock.monotonic())[0]
+            return explain_breaker(guard.breaker, monotonic_of(self.settings.governor.clock))[0]
         return ""
 
     def _explain_refusal(self, guard: DependencyGuard, answer: RetryAnswer) -> RetryAnswer:
@@ -617,7 +634,7 @@ class Drive:
             detail, retry_after = explain_budget(guard.budget)
         elif guard.breaker is not None:
             detail, retry_after = explain_breaker(
-                guard.breaker, self.settings.governor.clock.monotonic()
+                guard.breaker, monotonic_of(self.settings.governor.clock)
             )
         else:
             return answer

@@ -15,6 +15,7 @@ import threading
 from typing import Final, Literal, NamedTuple
 
 from retrysafe.clock import Clock
+from retrysafe.clock_read import monotonic_of
 from retrysafe.governor.settings import BreakerSettings
 
 __all__ = [
@@ -154,7 +155,7 @@ class CircuitBreaker:
     def state(self) -> BreakerState:
         """The state now (an expired open period reads as half-open)."""
         with self._lock:
-            if self._state == "open" and self._clock.monotonic() >= self._open_until:
+            if self._state == "open" and monotonic_of(self._clock) >= self._open_until:
                 return "half_open"
             return self._state
 
@@ -173,7 +174,7 @@ class CircuitBreaker:
         if self._state == "closed":  # one attribute read: the healthy path takes no lock
             return self.closed_permit
         with self._lock:
-            now = self._clock.monotonic()
+            now = monotonic_of(self._clock)
             # Looked at again under the lock: another thread may have closed it since.
             if self._state == "closed":  # type: ignore[comparison-overlap]
                 return self.closed_permit
@@ -247,7 +248,7 @@ class CircuitBreaker:
         timeout taken for the caller's own limit (decided here once, under the lock, so
         the caller's call can be told it does not count as failing)."""
         with self._lock:
-            now = self._clock.monotonic()
+            now = monotonic_of(self._clock)
             if seconds is not None:
                 if health == "healthy":
                     self._answers.append((now, seconds))
@@ -307,7 +308,7 @@ class CircuitBreaker:
         ``seconds``: what ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` does, on
         the short path every healthy call takes."""
         with self._lock:
-            now = self._clock.monotonic()
+            now = monotonic_of(self._clock)
             self._answers.append((now, seconds))
             if self._state != "closed":
                 return
@@ -323,7 +324,7 @@ class CircuitBreaker:
         """Whether a timeout after ``seconds`` would be taken for the caller's own limit,
         not evidence against the dependency (see :meth:`_cut_short`)."""
         with self._lock:
-            return self._cut_short(self._clock.monotonic(), seconds)
+            return self._cut_short(monotonic_of(self._clock), seconds)
 
     def _cut_short(self, now: float, seconds: float) -> bool:
         """Whether healthy answers slower than ``seconds`` are common: at least
@@ -363,14 +364,14 @@ class CircuitBreaker:
     def calls_in_window(self) -> int:
         """Calls counted in the ratio window now."""
         with self._lock:
-            return self._tally(int(self._clock.monotonic() // self._bucket_width))[0]
+            return self._tally(int(monotonic_of(self._clock) // self._bucket_width))[0]
 
     def at_rest(self) -> bool:
         """Nothing here outlives a fresh breaker: closed, no failing run, an empty window."""
         if self._state != "closed":
             return False
         with self._lock:
-            now = self._clock.monotonic()
+            now = monotonic_of(self._clock)
             if self._run and self._run[-1] >= now - self.settings.failure_window:
                 return False
             return self._tally(int(now // self._bucket_width))[0] == 0
