@@ -218,6 +218,11 @@ def _send(transport: Sender, copy: _Copy) -> _Result:
     copy_token = current_copy.set(copy)
     response: httpx.Response | None = None
     try:
+        if copy.cancelled:
+            # It lost before this thread came to send it (on a busy machine, a thread
+            # may start late): it sends nothing, and waits for no connection in the
+            # pool, where its loss could no longer take it out of the queue.
+            return _Result(copy, None, AttemptTimedOut("the copy lost before it was sent"))
         response = transport.handle_request(copy.request)
         if copy.plan.read_body:
             response.read()

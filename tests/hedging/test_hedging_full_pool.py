@@ -28,6 +28,10 @@ from retrysafe import RetryPolicy
 
 #: A copy goes after 50 ms; the first request takes 300 ms.
 HEDGED = RetryPolicy(hedge_after=0.05, attempt_timeout=5.0, deadline=8.0)
+#: The calls around the one under test do not hedge: on a busy machine a quick answer
+#: may take longer than 50 ms, and a copy of it would then wait in the pool (the race
+#: the module's docstring leaves) and could close the one connection.
+UNHEDGED = RetryPolicy(attempt_timeout=5.0, deadline=8.0)
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):
@@ -90,7 +94,7 @@ def test_a_copy_that_lost_while_waiting_for_the_pool_leaves_it_and_sends_nothing
 ) -> None:
     url, handler = server
     with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
-        client.get(f"{url}/warm")
+        client.get(f"{url}/warm", policy=UNHEDGED)
         started = time.monotonic()
         with client.stream("GET", f"{url}/stream/slow") as response:
             report = retrysafe.report_of(response)
@@ -103,7 +107,7 @@ def test_a_copy_that_lost_while_waiting_for_the_pool_leaves_it_and_sends_nothing
             assert response.read() == b"okokok"
         assert time.monotonic() - started < 3.0
         time.sleep(0.2)  # (a copy still waiting would have taken the connection by now)
-        assert client.get(f"{url}/after").text == "ok"
+        assert client.get(f"{url}/after", policy=UNHEDGED).text == "ok"
     # The server saw the winner only, and every call went over the one connection.
     assert handler.requests == ["/warm", "/stream/slow", "/after"]
     assert len(handler.connections) == 1
@@ -116,7 +120,7 @@ def test_a_winning_looking_answer_whose_body_fails_does_not_hold_up_the_call(
     # the connection: the call goes on at once (the copy, or a retry), and succeeds.
     url, handler = server
     with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
-        client.get(f"{url}/warm")
+        client.get(f"{url}/warm", policy=UNHEDGED)
         started = time.monotonic()
         response = client.get(f"{url}/slow/broken")
         elapsed = time.monotonic() - started
@@ -127,3 +131,41 @@ def test_a_winning_looking_answer_whose_body_fails_does_not_hold_up_the_call(
     assert report.history[-1].outcome == "success"
     assert elapsed < 3.0  # not a copy's 5 s attempt
     assert handler.requests == ["/warm", "/slow/broken", "/slow/broken"]
+
+
+def test_a_copy_that_lost_before_its_thread_came_to_send_it_sends_nothing() -> None:
+    # On a busy machine a copy's thread may start after the round it belongs to was
+    # judged: the copy has lost, and there is no queue entry yet for its loss to take
+    # out. It must not go on to send (and wait in the pool for a connection).
+    from retrysafe.decisions import AttemptPlan
+    from retrysafe.drive import Drive
+    from retrysafe.hedged_shell import _Copy, _send
+    from retrysafe.shell_settings import ShellSettings
+
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(answer)
+    settings = ShellSettings.build(
+        policy=HEDGED,
+        clock=None,
+        governor=None,
+        hooks=(),
+        dependency=None,
+        raise_errors=False,
+        deadline_header=None,
+    )
+    request = httpx.Request("GET", "http://api.test/items")
+    drive = Drive(settings, request)
+    try:
+        copy = _Copy(AttemptPlan(2, 5.0, False, True), request, drive, transport)
+        copy.cancel()  # the round was judged before the copy's thread began
+        result = _send(transport, copy)
+    finally:
+        drive.close()
+    assert sent == []
+    assert result.response is None
+    assert result.failure is not None
