@@ -58,6 +58,7 @@ def test_replace_derives_a_validated_variant() -> None:
         ({"retry_statuses": "503"}, r"retry_statuses must be a collection"),
         ({"idempotent_methods": {"G E T"}}, r"idempotent_methods must hold method names"),
         ({"quota_headers": ("",)}, r"quota_headers must hold header names"),
+        ({"quota_headers": ("  ",)}, r"quota_headers must hold header names"),
         ({"rules": ("not callable",)}, r"rules must hold callables"),
         ({"max_retry_after": -5}, r"max_retry_after must be >= 0"),
         ({"deadline": 0.2}, r"min_attempt_time must be <= deadline"),
@@ -67,6 +68,7 @@ def test_replace_derives_a_validated_variant() -> None:
             {"hedge_after": 0.1, "attempts": 3, "max_hedges": 3},
             r"max_hedges must be at most attempts - 1 = 2",
         ),
+        ({"hedge_after": 0.1, "attempts": 1}, r"hedge_after needs attempts >= 2"),
     ],
 )
 def test_invalid_fields_name_the_field_and_the_rule(
