@@ -80,3 +80,21 @@ def test_a_deadline_with_no_attempt_sent_says_nothing_of_the_server() -> None:
         client.post("http://api.test/payments", json={"amount": 1})
     assert caught.value.attempts == 0
     assert "the server" not in str(caught.value)
+
+
+def test_a_read_cut_by_the_deadline_does_not_talk_of_writes() -> None:
+    # Whether the server acted on a GET does not matter before it is sent again: the
+    # message leaves out the warning a write gets.
+    clock = FakeClock()
+    client = retrysafe.Client(
+        transport=timing_out_at_the_deadline(clock, 1.0),
+        clock=clock,
+        policy=retrysafe.RetryPolicy(deadline=1.0),
+    )
+    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
+        client.get("http://api.test/payments")
+    error = caught.value
+    assert error.processed == "maybe"
+    assert "processed" not in str(error)
+    assert "write" not in str(error)
+    assert str(error).startswith("GET http://api.test/payments failed: ")

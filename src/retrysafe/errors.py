@@ -15,7 +15,7 @@ subclass that matches what you would do about it::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import httpx
 
@@ -176,11 +176,18 @@ def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiErr
     return error
 
 
+#: Methods that only read (RFC 9110's safe methods): whether the server acted on one does
+#: not matter before it is sent again.
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
 def _received_note(error: ApiError) -> str:
     """Whether the server may have acted on the request, for an error that ends with no
     usable answer: before a write is sent again, the caller must know."""
     if error.processed == "no":
         return "; the server never received it"
+    if error.method in _SAFE_METHODS:
+        return ""  # (reading it twice changes nothing: nothing to check before sending again)
     note = "; the server may have processed it: check before sending a write again"
     if error.idempotency_key is not None:
         note += f", or resend it under the same idempotency key ({error.idempotency_key})"
