@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -371,8 +372,17 @@ async def test_the_async_drop_in_transports_rules_read_the_request_too(chaos: An
 
 def test_the_drop_in_transport_raises_httpx_errors_as_httpx_would(chaos: Any) -> None:
     transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=2, backoff_base=0.01))
-    with httpx.Client(transport=transport) as client, pytest.raises(httpx.ConnectError):
+    with httpx.Client(transport=transport) as client, pytest.raises(httpx.ConnectError) as caught:
         client.get(chaos.closed_port_url())
+    # What the call did rides along as a note, printed under the traceback (Python 3.11+).
+    notes = getattr(caught.value, "__notes__", None)
+    if sys.version_info >= (3, 11):
+        assert notes is not None
+        assert len(notes) == 1
+        assert notes[0].startswith("retrysafe: GET http://127.0.0.1:")
+        assert "after 2 attempts in " in notes[0]
+    else:
+        assert notes is None
 
 
 async def test_the_async_drop_in_transport(chaos: Any) -> None:

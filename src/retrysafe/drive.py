@@ -712,6 +712,11 @@ class Drive:
                     unread(step.response)  # (the caller streams it: see kept_body)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
+            # httpx's own exception, as a drop-in transport promises; with what the call
+            # did as a note (PEP 678), which a traceback prints under it.
+            add_note = getattr(step.cause, "add_note", None)
+            if add_note is not None:
+                add_note(f"retrysafe: {step.error}")
             raise step.cause
         # (`raise error from cause`, spelled out: the compiled build drops a `from` cause)
         error = step.error
