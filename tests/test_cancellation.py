@@ -95,3 +95,35 @@ def test_ctrl_c_during_a_backoff_sends_nothing_more(chaos: Any) -> None:
         assert time.monotonic() - started < 1.5
     time.sleep(0.1)
     assert len(chaos.log()) == 1
+
+
+def test_ctrl_c_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
+    # A paced call waiting its turn reserved a slot in the dependency's queue; stopped
+    # there (Ctrl-C in the wait), it gives the slot back, so the next caller is not
+    # paced behind a caller that is gone.
+    import httpx
+
+    from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
+    from retrysafe.testing import FakeClock
+
+    class Interrupted(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            if seconds > 0:
+                raise KeyboardInterrupt
+
+    clock = Interrupted()
+    governor = Governor(
+        GovernorSettings(limiter=LimiterSettings(requests_per_second=1.0, burst=1)), clock=clock
+    )
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)), clock=clock, governor=governor
+    )
+    with httpx.Client(transport=transport) as client:
+        first = client.get("http://api.test/first")  # takes the one token
+        with pytest.raises(KeyboardInterrupt):
+            client.get("http://api.test/second")  # its slot is a second away: it waits
+    dependency = first.extensions["retrysafe"].dependency
+    assert governor.dependencies() == [dependency]
+    limiter = governor.guard(dependency).limiter
+    assert limiter is not None
+    assert limiter.queued() == 0.0
