@@ -45,29 +45,6 @@ def test_a_transport_that_changes_its_requests_timeouts_does_not_change_the_call
     assert server.sent == [CALLERS, CALLERS]
 
 
-class HeaderRecorder:
-    """A mock server that notes the ``Request-Timeout`` header each attempt carried."""
-
-    def __init__(self) -> None:
-        self.sent: list[str | None] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(request.headers.get("Request-Timeout"))
-        return httpx.Response(200)
-
-
-def test_an_attempt_with_no_time_limit_sends_no_deadline_header() -> None:
-    """With neither an attempt timeout nor a deadline there is no time to tell the server:
-    the header is left off rather than sent as ``inf``."""
-    server = HeaderRecorder()
-    unbounded = retrysafe.RetryPolicy(attempt_timeout=float("inf"), deadline=float("inf"))
-    with retrysafe.Client(
-        transport=httpx.MockTransport(server), policy=unbounded, deadline_header="Request-Timeout"
-    ) as client:
-        assert client.get(URL).status_code == 200
-    assert server.sent == [None]
-
-
 class TimeoutRecorder:
     """A mock server that notes the timeouts each attempt was sent with."""
 

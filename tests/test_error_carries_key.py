@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -53,8 +55,9 @@ def timing_out_at_the_deadline(clock: FakeClock, deadline: float) -> httpx.MockT
     return httpx.MockTransport(handler)
 
 
-@pytest.mark.parametrize("keyed", [False, True])
-def test_a_write_cut_by_the_deadline_warns_that_the_server_may_have_acted(keyed: bool) -> None:
+def cut_by_the_deadline(method: str, **options: Any) -> retrysafe.DeadlineExceeded:
+    """The error of one call to http://api.test/payments whose only attempt, sent, is cut
+    off by the call's 1 s deadline."""
     clock = FakeClock()
     client = retrysafe.Client(
         transport=timing_out_at_the_deadline(clock, 1.0),
@@ -62,8 +65,13 @@ def test_a_write_cut_by_the_deadline_warns_that_the_server_may_have_acted(keyed:
         policy=retrysafe.RetryPolicy(deadline=1.0),
     )
     with pytest.raises(retrysafe.DeadlineExceeded) as caught:
-        client.post("http://api.test/payments", json={"amount": 1}, idempotency_key=keyed)
-    error = caught.value
+        client.request(method, "http://api.test/payments", **options)
+    return caught.value
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_write_cut_by_the_deadline_warns_that_the_server_may_have_acted(keyed: bool) -> None:
+    error = cut_by_the_deadline("POST", json={"amount": 1}, idempotency_key=keyed)
     assert (error.processed, error.retryable, error.attempts) == ("maybe", keyed, 1)
     # "raise the deadline" alone would invite sending the write again blind
     assert "the server may have processed it: check before sending a write again" in str(error)
@@ -85,15 +93,7 @@ def test_a_deadline_with_no_attempt_sent_says_nothing_of_the_server() -> None:
 def test_a_read_cut_by_the_deadline_does_not_talk_of_writes() -> None:
     # Whether the server acted on a GET does not matter before it is sent again: the
     # message leaves out the warning a write gets.
-    clock = FakeClock()
-    client = retrysafe.Client(
-        transport=timing_out_at_the_deadline(clock, 1.0),
-        clock=clock,
-        policy=retrysafe.RetryPolicy(deadline=1.0),
-    )
-    with pytest.raises(retrysafe.DeadlineExceeded) as caught:
-        client.get("http://api.test/payments")
-    error = caught.value
+    error = cut_by_the_deadline("GET")
     assert error.processed == "maybe"
     assert "processed" not in str(error)
     assert "write" not in str(error)

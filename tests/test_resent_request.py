@@ -157,6 +157,18 @@ class HeaderRecorder:
         return httpx.Response(200)
 
 
+def test_an_attempt_with_no_time_limit_sends_no_deadline_header() -> None:
+    """With neither an attempt timeout nor a deadline there is no time to tell the server:
+    the header is left off rather than sent as ``inf``."""
+    server = HeaderRecorder()
+    unbounded = retrysafe.RetryPolicy(attempt_timeout=float("inf"), deadline=float("inf"))
+    with retrysafe.Client(
+        transport=httpx.MockTransport(server), policy=unbounded, deadline_header="Request-Timeout"
+    ) as client:
+        assert client.get("https://api.test/items").status_code == 200
+    assert server.sent == [None]
+
+
 def test_a_request_sent_again_without_a_deadline_header_carries_no_stale_one() -> None:
     # The header said how long the first call's attempt had; sent again by a client that
     # does not send the header, it would tell the server a time nobody gave it.
