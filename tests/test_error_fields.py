@@ -253,3 +253,48 @@ def test_a_json_failing_body_within_the_limit_is_parsed_and_a_longer_one_is_cut_
     assert isinstance(caught.value.body, str)
     assert len(caught.value.body) == 64 * 1024
     assert caught.value.body.startswith('{"errors":"yyy')
+
+
+def test_a_later_hop_that_runs_out_of_retries_says_what_the_earlier_hops_used() -> None:
+    # One retry allowance serves a whole redirect chain: each hop here fails once with a
+    # 503 before it redirects, so the fourth hop finds the chain's three retries used and
+    # gives up after its one attempt. Its error says so, rather than "after 1 attempt,
+    # gave up: attempts_exhausted" alone.
+    seen: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        seen.append(path)
+        if seen.count(path) == 1:
+            return httpx.Response(503)
+        hop = int(path.rsplit("/", 1)[1])
+        return httpx.Response(302, headers={"Location": f"/hop/{hop + 1}"})
+
+    clock = FakeClock(randoms=[0.0] * 8)
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(server), clock=clock, follow_redirects=True
+        ) as client,
+        pytest.raises(retrysafe.ServerError) as caught,
+    ):
+        client.get("http://api.test/hop/1")
+    error = caught.value
+    assert seen == ["/hop/1", "/hop/1", "/hop/2", "/hop/2", "/hop/3", "/hop/3", "/hop/4"]
+    assert (error.reason, error.attempts, error.earlier_retries) == ("attempts_exhausted", 1, 3)
+    assert "after 1 attempt on this hop (its redirect chain's earlier hops used 3 retries)" in str(
+        error
+    )
+    assert pickle.loads(pickle.dumps(error)).earlier_retries == 3
+
+
+def test_a_call_without_a_redirect_chain_says_nothing_of_hops() -> None:
+    clock = FakeClock(randoms=[0.0] * 8)
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(lambda request: httpx.Response(503)), clock=clock
+        ) as client,
+        pytest.raises(retrysafe.ServerError) as caught,
+    ):
+        client.get("http://api.test/items")
+    assert caught.value.earlier_retries == 0
+    assert "hop" not in str(caught.value)

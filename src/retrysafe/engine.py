@@ -166,6 +166,8 @@ class Call:
         #: redirect chain already retried (one retry allowance serves the whole chain).
         limit = policy.attempts if max_attempts is None else min(policy.attempts, max_attempts)
         self.max_attempts = max(1, limit - retries_used)
+        #: Retries the redirect chain's earlier hops used (the error tells of them).
+        self._earlier_retries = retries_used
         # (compared as sums: at - started may round below a deadline that equals
         # min_attempt_time, while started + deadline >= started + min is exact)
         if self.deadline.at >= self._started + policy.min_attempt_time:
@@ -602,6 +604,7 @@ class Call:
                 elapsed=self._clock.monotonic() - self._reported_from,
                 processed=self._processed,
                 idempotency_key=self.idempotency_key,
+                earlier_retries=self._earlier_retries,
             ),
             verdict=verdict,
             response=response,

@@ -108,6 +108,7 @@ class ApiError(Exception):
         processed: Literal["no", "maybe"] = "no",
         idempotency_key: str | None = None,
         spent_body: bool = False,
+        earlier_retries: int = 0,
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -127,6 +128,9 @@ class ApiError(Exception):
         #: The request's body was a stream (a generator, a file that cannot be rewound),
         #: spent once sent: it could not be sent again, whatever else allowed a repeat.
         self.spent_body = spent_body
+        #: Retries the earlier hops of the call's redirect chain used: one retry allowance
+        #: serves the whole chain, and ``attempts`` counts this hop's only.
+        self.earlier_retries = earlier_retries
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:
@@ -138,8 +142,16 @@ class ApiError(Exception):
         advice = self._unsafe_advice() if self.reason == "unsafe_to_repeat" else self._advice()
         return (
             f"{self.method} {self.url} failed: {what} after {self.attempts} attempt{plural}"
-            f" in {self.elapsed:.2f}s{why}; {advice}"
+            f"{self._earlier_hops()} in {self.elapsed:.2f}s{why}; {advice}"
         )
+
+    def _earlier_hops(self) -> str:
+        """What the redirect chain's earlier hops used of the call's retries, if any."""
+        retries = self.earlier_retries
+        if not retries:
+            return ""
+        plural = "y" if retries == 1 else "ies"
+        return f" on this hop (its redirect chain's earlier hops used {retries} retr{plural})"
 
     def _unsafe_advice(self) -> str:
         """Why the request was not repeated: the server may have acted on it, its body

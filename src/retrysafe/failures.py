@@ -69,6 +69,8 @@ class CallSummary:
     elapsed: float
     processed: Literal["no", "maybe"]
     idempotency_key: str | None = None
+    #: Retries the earlier hops of the call's redirect chain used (0: none, or no chain).
+    earlier_retries: int = 0
 
 
 def give_up_error(
@@ -108,6 +110,7 @@ def give_up_error(
         "processed": summary.processed,
         "idempotency_key": summary.idempotency_key,
         "spent_body": spent_body,
+        "earlier_retries": summary.earlier_retries,
     }
     error: ApiError
     if stop == "deadline":
