@@ -197,8 +197,12 @@ def _time_read_body(response: httpx.Response, seconds: float) -> None:
 
 
 #: The log's own answers to "is this level enabled?", kept by :mod:`logging` on the
-#: logger and cleared in place whenever a level changes (None where a Python keeps none).
-_LOG_LEVEL_ANSWERS: Final = getattr(_log, "_cache", None)
+#: logger and cleared in place whenever a level changes (where a Python keeps none, an
+#: empty dict: every call then asks ``isEnabledFor``).
+_kept_answers = getattr(_log, "_cache", None)
+_LOG_LEVEL_ANSWERS: Final[dict[int, bool]] = (
+    _kept_answers if isinstance(_kept_answers, dict) else {}
+)
 
 
 def _listening(observer: Observer) -> bool:
@@ -209,8 +213,8 @@ def _listening(observer: Observer) -> bool:
         return observer.listening
     if _log.disabled:
         return False
-    known = _LOG_LEVEL_ANSWERS.get(logging.DEBUG) if type(_LOG_LEVEL_ANSWERS) is dict else None
-    return known if type(known) is bool else _log.isEnabledFor(logging.DEBUG)
+    known = _LOG_LEVEL_ANSWERS.get(logging.DEBUG)
+    return known if known is not None else _log.isEnabledFor(logging.DEBUG)
 
 
 class _FirstAttempt:
