@@ -361,6 +361,35 @@ def test_ctrl_c_during_a_request_exits_130(chaos: Any) -> None:
             process.wait()
 
 
+def test_a_body_and_its_summary_sent_to_one_pipe_stay_on_lines_of_their_own(chaos: Any) -> None:
+    """With ``2>&1`` the summary starts a line of its own, though the body (the chaos
+    server's JSON) ends without a newline."""
+    both = subprocess.run(
+        [str(CONSOLE_SCRIPT), "get", chaos.url("/status/200"), "--no-color"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=30,
+        check=True,
+    ).stdout
+
+    body, summary = both.decode().split("\n", 1)
+    assert json.loads(body)["status"] == 200
+    assert summary.startswith("retrysafe: HTTP 200 OK after 1 attempt in ")
+
+
+def test_a_body_piped_apart_from_the_summary_keeps_its_bytes(chaos: Any) -> None:
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), "get", chaos.url("/status/200"), "--no-color"],
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
+
+    assert not done.stdout.endswith(b"\n")  # (nothing added to the server's bytes)
+    assert json.loads(done.stdout)["status"] == 200
+    assert done.stderr.startswith(b"retrysafe: HTTP 200 OK after 1 attempt in ")
+
+
 def test_idempotency_key_auto_sends_a_generated_key_not_the_word_auto(
     capsys: pytest.CaptureFixture[str], chaos: Any
 ) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
+import os
 import re
 import sys
 from typing import Any, TextIO
@@ -327,5 +329,20 @@ def run_request(args: argparse.Namespace) -> int:
         raise UsageError(f"invalid URL {redact_url_text(spec.url)!r}: {exc}") from None
     _write_body(response, stdout)
     if not args.quiet:
+        if _left_a_line_open(response.content, stdout, stderr):
+            stderr.write("\n")  # (the summary is not glued to the body's last line)
         stderr.write(style.paint(safe_line(f"retrysafe: {_summary(response)}"), "dim") + "\n")
     return EXIT_OK
+
+
+def _left_a_line_open(content: bytes, stdout: TextIO, stderr: TextIO) -> bool:
+    """Whether the body ended mid-line where stderr's next line would continue it: both
+    streams go to one pipe or file (``2>&1``). A terminal got its newline on stdout, and
+    separate destinations keep the body's bytes as they came."""
+    if not content or content.endswith(b"\n") or stdout.isatty():
+        return False
+    try:
+        out, err = os.fstat(stdout.fileno()), os.fstat(stderr.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # (a stream with no file behind it)
+        return stdout is stderr
+    return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
