@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def test_concurrent_begins_of_one_operation_in_two_processes_agree_on_one_key(
         if outcome.startswith("raised")
     )
     assert raised == [], f"{len(raised)} begins raised, e.g. {raised[:3]}"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         keys = dict(db.execute("SELECT name, key FROM retrysafe_operations").fetchall())
     assert len(keys) == OPERATIONS
     for result in outcomes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class SqlBackend:
     def lapsed_rows(self, now: float) -> int:
         query = f"SELECT count(*) FROM {self.table} WHERE expires_at <= "
         if self.kind == "sqlite":
-            with sqlite3.connect(self.location) as db:
+            with closing(sqlite3.connect(self.location)) as db:
                 count: int = db.execute(query + "?", (now,)).fetchone()[0]
                 return count
         import psycopg

@@ -5,8 +5,10 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -322,3 +324,48 @@ def test_a_worker_that_dies_fails_the_run_instead_of_hanging_it() -> None:
 
     with pytest.raises(concurrent.futures.process.BrokenProcessPool):
         run_jobs(_dies, [1, 2, 3, 4], workers=2)
+
+
+_MARK = "as imported"
+
+
+def _mark(_: int) -> str:
+    return _MARK
+
+
+def test_with_another_thread_running_the_workers_start_fresh_not_forked() -> None:
+    """A fork copies one thread of many, and a lock another thread holds stays held in
+    the copy: with a second thread alive, no worker is a fork of this process (a fork
+    would see the value set here after import)."""
+    global _MARK
+    from retrysafe.simulate.parallel import run_jobs
+
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    _MARK = "set after import"
+    try:
+        assert run_jobs(_mark, [1, 2], workers=2) == ["as imported", "as imported"]
+    finally:
+        _MARK = "as imported"
+        release.set()
+        other.join()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is used on Linux only")
+def test_a_process_with_one_thread_forks_its_workers() -> None:
+    # (in a process of its own: pytest's may run threads of its own)
+    script = textwrap.dedent(
+        """
+        import retrysafe.simulate.parallel as parallel
+        parallel.MARK = "set after import"
+        def mark(_):
+            return getattr(parallel, "MARK", "as imported")
+        if __name__ == "__main__":
+            print(parallel.run_jobs(mark, [1, 2], workers=2))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "['set after import', 'set after import']"

@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -38,7 +40,7 @@ def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -
         pickle.dumps((work, jobs))
     except (pickle.PicklingError, AttributeError, TypeError):
         return [work(job) for job in jobs]
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    context = multiprocessing.get_context(_start_method())
     # Its workers leave Ctrl-C to this process (a terminal sends it to the whole process
     # group), which stops them all at once; a worker that dies (killed, out of memory)
     # raises BrokenProcessPool here rather than leaving its job waited for.
@@ -60,6 +62,22 @@ def run_jobs(work: Callable[[Job], Result], jobs: Sequence[Job], workers: int) -
         raise
     pool.shutdown()
     return results
+
+
+def _start_method() -> str:
+    """How the workers start: ``fork`` where that is safe, a fresh interpreter elsewhere.
+
+    A fork copies only the thread that calls it: a lock another thread held stays held
+    in the copy, and the first worker to take it waits forever (the deadlock Python 3.12
+    warns of with a DeprecationWarning). So ``fork`` (fast: nothing is imported again)
+    is used only on Linux, and only while this process runs no other thread. Else, on
+    Linux, ``forkserver`` (forks from a process of its own that runs one thread), and
+    ``spawn`` elsewhere (macOS and Windows default to it). The jobs are known to pickle
+    (see run_jobs), which both of those need.
+    """
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    return "fork" if threading.active_count() == 1 else "forkserver"
 
 
 def _leave_interrupts_to_the_parent() -> None:
