@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 
 import anyio
 import httpx
@@ -36,14 +37,27 @@ ONE_ATTEMPT = retrysafe.RetryPolicy(attempts=1, deadline=2.0)
 VOTING = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1000, open_for=30))
 
 
+#: The clients a test made with client(), closed when it ends (their sockets with them).
+_opened: list[retrysafe.Client] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_the_tests_clients() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def client(
     fleet: RedisFleet,
     settings: GovernorSettings | None = None,
     policy: retrysafe.RetryPolicy = ONE_ATTEMPT,
 ) -> retrysafe.Client:
-    return retrysafe.Client(
+    made = retrysafe.Client(
         governor=Governor(settings, fleet=fleet), dependency="api", policy=policy
     )
+    _opened.append(made)
+    return made
 
 
 def test_a_governor_without_a_fleet_keeps_its_plain_guards() -> None:
