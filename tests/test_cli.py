@@ -31,6 +31,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """In a child: SIGINT at its default, so Python turns it into KeyboardInterrupt even
+    when this run started with it ignored (a shell's background job, nohup)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def code_of(error_class: type[retrysafe.ApiError]) -> int:
     return next(code for family, code, _ in ERROR_EXIT_CODES if family is error_class)
 
@@ -345,6 +351,7 @@ def test_ctrl_c_during_a_request_exits_130(chaos: Any) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_a_terminal_sends_it,
     )
     try:
         give_up = time.monotonic() + 10
@@ -453,6 +460,7 @@ def test_chaos_serves_until_sigint_and_exits_cleanly() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_a_terminal_sends_it,
     )
     try:
         assert process.stdout is not None
