@@ -127,3 +127,33 @@ def test_ctrl_c_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
     limiter = governor.guard(dependency).limiter
     assert limiter is not None
     assert limiter.queued() == 0.0
+
+
+async def test_a_task_cancelled_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
+    # The same for a task cancelled in that wait: the slot it reserved is given back.
+    import httpx
+
+    from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
+    from retrysafe.testing import FakeClock
+
+    class Stalled(FakeClock):
+        async def async_sleep(self, seconds: float) -> None:
+            if seconds > 0:
+                await anyio.sleep_forever()
+
+    clock = Stalled()
+    governor = Governor(
+        GovernorSettings(limiter=LimiterSettings(requests_per_second=1.0, burst=1)), clock=clock
+    )
+    transport = retrysafe.AsyncRetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)), clock=clock, governor=governor
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        first = await client.get("http://api.test/first")  # takes the one token
+        with anyio.move_on_after(0.2) as scope:
+            await client.get("http://api.test/second")  # its slot is a second away: it waits
+    assert scope.cancelled_caught
+    dependency = first.extensions["retrysafe"].dependency
+    limiter = governor.guard(dependency).limiter
+    assert limiter is not None
+    assert limiter.queued() == 0.0

@@ -82,6 +82,30 @@ def test_infinite_caller_timeouts_under_an_unbounded_attempt_are_sent_as_none() 
     assert server.sent == [{"connect": None, "read": None, "write": None, "pool": None}]
 
 
+async def own_read_timeout(request: httpx.Request) -> httpx.Response:
+    """A mock server that never answers, sent through a transport that keeps its own read
+    timeout (the one it was sent with), as a custom transport may."""
+    try:
+        with anyio.fail_after(request.extensions["timeout"]["read"]):
+            await anyio.sleep_forever()
+    except TimeoutError:
+        raise httpx.ReadTimeout("no answer", request=request) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def test_a_transports_own_timeout_at_the_attempts_time_is_what_ends_the_attempt() -> None:
+    """An attempt's hard end comes a little after its per-phase timeouts, so a transport
+    retrysafe cannot reach into still reports its own timeout first (a read timeout),
+    rather than retrysafe's cut."""
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(own_read_timeout),
+        policy=retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.2),
+    ) as client:
+        with pytest.raises(retrysafe.ApiError) as caught:
+            await client.get(URL)
+    assert [record.outcome for record in caught.value.history] == ["read_timeout"]
+
+
 class BrokenBody(httpx.SyncByteStream, httpx.AsyncByteStream):
     """A body whose first read fails with ``error``; it notes whether it was closed."""
 
@@ -242,6 +266,30 @@ async def test_an_async_body_read_cancelled_in_the_attempt_closes_its_response()
     assert body.closed
 
 
+class SlowToCloseBody(HangingBody):
+    """A hanging body whose close takes a while (it waits for its connection to wind
+    down); it notes whether its close ran to the end."""
+
+    async def aclose(self) -> None:
+        await anyio.sleep(0.4)
+        self.closed = True
+
+
+async def test_a_slow_close_after_a_cancel_is_not_cut_by_the_attempts_time_limit() -> None:
+    """The task is cancelled while the attempt reads the body: the response's close, which
+    outlasts the attempt's time, runs to its end; the attempt's time limit no longer
+    applies to it."""
+    body = SlowToCloseBody()
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, stream=body)),
+        policy=retrysafe.RetryPolicy(attempt_timeout=0.3),
+    ) as client:
+        with anyio.move_on_after(0.1) as scope:
+            await client.get(URL)
+    assert scope.cancelled_caught
+    assert body.closed
+
+
 # -- redirect chains ------------------------------------------------------------------------
 
 
@@ -320,6 +368,35 @@ def test_an_outer_call_does_not_retry_the_connection_failure_an_inner_layer_gave
     with httpx.Client(transport=outer) as client, pytest.raises(httpx.ConnectError):
         client.get(URL)
     assert len(sent) == 2  # the inner call retried once; the outer one stopped
+
+
+def test_a_call_a_hook_makes_between_attempts_is_not_bounded_by_the_attempt_that_ended() -> None:
+    """Hooks run after an attempt has ended: a call one makes (a log shipper's, say) is
+    not made inside that attempt, so it keeps its own timeouts, not the attempt's end."""
+    shipped = TimeoutRecorder()
+    attempts: list[httpx.Request] = []
+
+    def refuses_once(request: httpx.Request) -> httpx.Response:
+        attempts.append(request)
+        if len(attempts) == 1:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200)
+
+    with retrysafe.Client(transport=httpx.MockTransport(shipped), timeout=5.0) as shipper:
+
+        def ship(event: retrysafe.RetryEvent) -> None:
+            if event.kind == "retry":
+                shipper.get(URL)
+
+        with retrysafe.Client(
+            transport=httpx.MockTransport(refuses_once),
+            policy=retrysafe.RetryPolicy(attempt_timeout=1.0, deadline=30.0),
+            hooks=[ship],
+            clock=FakeClock(randoms=[0.0]),
+        ) as client:
+            assert client.get(URL).status_code == 200
+    assert len(attempts) == 2
+    assert shipped.sent == [CALLERS]
 
 
 def test_a_rule_can_read_where_the_response_came_from() -> None:
