@@ -694,6 +694,32 @@ async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
     assert response.status_code == 200
 
 
+class OwnTimeLimit(httpx.AsyncHTTPTransport):
+    """An HTTP/2 transport that bounds each request with a time limit of its own, well
+    inside the attempt's, and raises the bare ``TimeoutError`` that limit ends with."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        with anyio.fail_after(0.1):
+            return await super().handle_async_request(request)
+
+
+async def test_h2_requests_a_transport_cuts_with_its_own_time_limit_never_use_up_the_streams(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """A transport's own time limit leaves the cut request's stream open as a cancel does:
+    those cuts, past the server's stream limit, retire the connection, so the next call's
+    only attempt goes on a fresh one."""
+    async with retrysafe.AsyncClient(
+        transport=OwnTimeLimit(http1=False, http2=True), governor=unprotected()
+    ) as client:
+        for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
+            with pytest.raises(retrysafe.TransportError) as caught:
+                await client.get(h2_three_streams.url(chaos, "/hang"), policy=ONE_ATTEMPT)
+            assert caught.value.outcome == "attempt_timeout"
+        response = await client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
+    assert response.status_code == 200
+
+
 async def test_h2_cancelled_requests_never_use_up_the_connections_streams(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:
