@@ -695,11 +695,13 @@ async def test_h2_timed_out_requests_never_use_up_the_connections_streams_async(
 
 
 class OwnTimeLimit(httpx.AsyncHTTPTransport):
-    """An HTTP/2 transport that bounds each request with a time limit of its own, well
-    inside the attempt's, and raises the bare ``TimeoutError`` that limit ends with."""
+    """An HTTP/2 transport that bounds each request to ``/hang`` with a time limit of its
+    own, well inside the attempt's, and raises the bare ``TimeoutError`` it ends with."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        with anyio.fail_after(0.1):
+        if request.url.path != "/hang":
+            return await super().handle_async_request(request)
+        with anyio.fail_after(0.2):
             return await super().handle_async_request(request)
 
 
@@ -712,6 +714,8 @@ async def test_h2_requests_a_transport_cuts_with_its_own_time_limit_never_use_up
     async with retrysafe.AsyncClient(
         transport=OwnTimeLimit(http1=False, http2=True), governor=unprotected()
     ) as client:
+        # (the connection is open before the cuts: each one cuts a stream, not a connect)
+        await client.get(h2_three_streams.url(chaos, "/status/200"), policy=ONE_ATTEMPT)
         for _ in range(TIMEOUTS_PAST_THE_STREAM_LIMIT):
             with pytest.raises(retrysafe.TransportError) as caught:
                 await client.get(h2_three_streams.url(chaos, "/hang"), policy=ONE_ATTEMPT)
