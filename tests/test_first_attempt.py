@@ -340,3 +340,47 @@ def test_a_timeout_at_the_deadline_ends_the_call_on_either_path() -> None:
             with client, pytest.raises(retrysafe.ApiError) as caught:
                 client.get("http://upstream.test/")
             assert (len(seen), caught.value.reason) == expected, (took, hooks)
+
+
+class _StalledClock(FakeClock):
+    """A fake clock on which ``stall`` seconds pass just after its first reading once
+    armed (the call's start), as if the process stalled before the first attempt."""
+
+    def __init__(self, stall: float) -> None:
+        super().__init__()
+        self.stall = stall
+        self.armed = False
+
+    def monotonic(self) -> float:
+        now = super().monotonic()
+        if self.armed:
+            self.armed = False
+            self.advance(self.stall)
+        return now
+
+
+def test_a_call_whose_deadline_passed_before_its_first_attempt_sends_nothing() -> None:
+    """With no time left at all (not even a moment) when the first attempt would start,
+    the call ends with deadline_exceeded and nothing is sent. The short path (no hooks)
+    and the engine's agree."""
+    import retrysafe
+
+    def answers(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    seen: list[httpx.Request] = []
+    for hooks in ([], [lambda event: None]):
+        seen.clear()
+        clock = _StalledClock(3.0)
+        client = retrysafe.Client(
+            transport=httpx.MockTransport(answers),
+            policy=RetryPolicy(deadline=3.0),
+            hooks=hooks,
+            clock=clock,
+            governor=Governor(clock=FakeClock()),  # (its own clock: the stall is the call's)
+        )
+        clock.armed = True
+        with client, pytest.raises(retrysafe.DeadlineExceeded) as caught:
+            client.get("http://upstream.test/")
+        assert (seen, caught.value.reason) == ([], "deadline_exceeded"), hooks
