@@ -71,9 +71,10 @@ def open_each_together(
 def test_two_processes_opening_new_files_together_both_succeed(
     opener: Callable[[Path], None], tmp_path: Path
 ) -> None:
-    if "fork" not in multiprocessing.get_all_start_methods():
-        pytest.skip("needs the fork start method to share the barrier cheaply")
-    context = multiprocessing.get_context("fork")
+    # (forkserver: a fork of this process, which pytest's threads share, could deadlock)
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs the forkserver start method")
+    context = multiprocessing.get_context("forkserver")
     barrier = context.Barrier(2)
     failures: multiprocessing.Queue[str] = context.Queue()
     workers = [
