@@ -12,11 +12,11 @@ import pytest
 
 import retrysafe
 from retrysafe.testing import FakeClock
+from timeout_recorder import CALLERS, TimeoutRecorder
 
 pytestmark = pytest.mark.anyio
 
 URL = "http://api.test/items"
-CALLERS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
 NO_JITTER = retrysafe.RetryPolicy(retry_after_jitter=0.0)
 
 
@@ -43,17 +43,6 @@ def test_a_transport_that_changes_its_requests_timeouts_does_not_change_the_call
     ) as client:
         assert client.get(URL).status_code == 200
     assert server.sent == [CALLERS, CALLERS]
-
-
-class TimeoutRecorder:
-    """A mock server that notes the timeouts each attempt was sent with."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(dict(request.extensions["timeout"]))
-        return httpx.Response(200)
 
 
 @pytest.mark.parametrize("pool", [None, 3.0])

@@ -8,33 +8,20 @@ first call's last attempt was sent with.
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import pytest
 
 import retrysafe
 from retrysafe.testing import FakeClock
+from timeout_recorder import CALLERS, TimeoutRecorder
 
 pytestmark = pytest.mark.anyio
 
 URL = "http://api.test/items"
-CALLERS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
-
-
-class Recorder:
-    """A mock server that notes the timeouts each attempt was sent with."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(dict(request.extensions["timeout"]))
-        return httpx.Response(200)
 
 
 def test_a_request_sent_again_by_the_client_gets_the_callers_timeouts() -> None:
-    server = Recorder()
+    server = TimeoutRecorder()
     with retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client:
         request = client.build_request("GET", URL)
         with retrysafe.deadline(1):
@@ -47,7 +34,7 @@ def test_a_request_sent_again_by_the_client_gets_the_callers_timeouts() -> None:
 
 
 async def test_a_request_sent_again_by_the_async_client_gets_the_callers_timeouts() -> None:
-    server = Recorder()
+    server = TimeoutRecorder()
     async with retrysafe.AsyncClient(transport=httpx.MockTransport(server), timeout=5.0) as client:
         request = client.build_request("GET", URL)
         async with retrysafe.deadline(1):
@@ -60,7 +47,7 @@ async def test_a_request_sent_again_by_the_async_client_gets_the_callers_timeout
 
 
 def test_a_request_sent_again_through_the_transport_gets_the_callers_timeouts() -> None:
-    server = Recorder()
+    server = TimeoutRecorder()
     short = retrysafe.RetryTransport(
         httpx.MockTransport(server), policy=retrysafe.RetryPolicy(deadline=1)
     )
@@ -81,7 +68,7 @@ def test_a_request_sent_again_through_the_transport_gets_the_callers_timeouts() 
 def test_a_retrysafe_layer_inside_another_keeps_the_outer_attempts_bounds() -> None:
     # Not a request sent again: the inner layer sends the outer attempt's request while
     # that attempt runs, and the outer attempt's time is all it has.
-    server = Recorder()
+    server = TimeoutRecorder()
     inner = retrysafe.RetryTransport(httpx.MockTransport(server))
     outer = retrysafe.RetryTransport(inner, policy=retrysafe.RetryPolicy(deadline=1))
     with httpx.Client(transport=outer, timeout=5.0) as client:
@@ -95,7 +82,7 @@ def test_a_retrysafe_layer_inside_another_keeps_the_outer_attempts_bounds() -> N
 
 
 def test_timeouts_the_caller_changed_before_sending_again_are_used() -> None:
-    server = Recorder()
+    server = TimeoutRecorder()
     with retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client:
         request = client.build_request("GET", URL)
         with retrysafe.deadline(1):
@@ -114,7 +101,7 @@ def test_timeouts_the_caller_changed_before_sending_again_are_used() -> None:
 def test_the_bounded_timeouts_stay_on_the_request_the_attempt_was_sent_with() -> None:
     # httpcore reads the request's timeouts while the body streams in, after the call
     # returns: they must stay bounded there, and read as the plain mapping httpx made.
-    server = Recorder()
+    server = TimeoutRecorder()
     with (
         retrysafe.Client(transport=httpx.MockTransport(server), timeout=5.0) as client,
         retrysafe.deadline(1),
@@ -128,7 +115,7 @@ def test_the_bounded_timeouts_stay_on_the_request_the_attempt_was_sent_with() ->
 
 
 def test_a_deadline_too_short_for_any_attempt_says_which_setting_to_change() -> None:
-    server = Recorder()
+    server = TimeoutRecorder()
     policy = retrysafe.RetryPolicy(min_attempt_time=0.5)
     with (
         retrysafe.Client(transport=httpx.MockTransport(server), policy=policy) as client,
