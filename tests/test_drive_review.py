@@ -4,6 +4,7 @@ that a mutation review found no test pinned down."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -296,7 +297,7 @@ class Redirecting:
         if request.url.path == "/start":
             self.clock.advance(self.first_hop)
             return httpx.Response(302, headers={"location": "/end"})
-        return httpx.Response(200, content=b"end")
+        return httpx.Response(200, stream=httpx.ByteStream(b"end"))  # (unread, as on a socket)
 
 
 def test_a_redirects_next_hop_hands_the_callers_own_timeouts_to_a_streamed_body() -> None:
@@ -318,6 +319,28 @@ def test_a_redirects_next_hop_hands_the_callers_own_timeouts_to_a_streamed_body(
     assert [path for path, _ in server.sent] == ["/start", "/end"]
     assert server.sent[0][1] == dict.fromkeys(CALLERS, 3.0)
     assert server.sent[1][1] == dict.fromkeys(CALLERS, 2.0)  # what the chain had left
+
+
+def test_a_redirects_last_hop_whose_streamed_body_a_rule_read_is_timed_by_its_own_hop() -> None:
+    """A rule read the last hop's body before it was handed over, so retrysafe sets its
+    ``elapsed`` (httpx sets it only as the stream closes): the hop's time, as httpx
+    counts each hop's, not the whole chain's."""
+    clock = FakeClock()
+    server = Redirecting(clock, first_hop=1.0)
+
+    def reads_the_body(response: httpx.Response) -> retrysafe.Verdict | None:
+        return retrysafe.Verdict.success() if response.content == b"end" else None
+
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(server),
+            policy=retrysafe.RetryPolicy(deadline=3.0, rules=(reads_the_body,)),
+            clock=clock,
+        ) as client,
+        client.stream("GET", "http://api.test/start", follow_redirects=True) as response,
+    ):
+        assert response.elapsed == timedelta(0)  # the first hop's 1 s is not this hop's
+        assert response.read() == b"end"
 
 
 def test_a_request_sent_again_after_its_redirect_starts_a_chain_of_its_own() -> None:
