@@ -214,8 +214,9 @@ def test_a_request_httpx_refuses_to_send_says_to_fix_it_not_to_wait(chaos: Any) 
     )
     assert " failed: invalid_request after 1 attempt in " in str(error)
     assert str(error).endswith(
-        "s; the request could not be sent as built (a header or body httpx refuses); "
-        "fix it; the server never received it"
+        "s; the request could not be sent as built: httpx refused a header or the body "
+        "(a header value with a space at either end or a line break, say; the error's "
+        "__cause__ names it); fix it; the server never received it"
     )
     assert chaos.log() == []
 

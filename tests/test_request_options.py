@@ -104,3 +104,58 @@ def test_report_of_a_response_that_holds_no_report_is_none() -> None:
     assert retrysafe.report_of(httpx.Response(200)) is None
     foreign = httpx.Response(200, extensions={OPTIONS_EXTENSION: {"attempts": 2}})
     assert retrysafe.report_of(foreign) is None
+
+
+# -- a key is what a header carries as it stands -----------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["commande-é-42", " order-1", "order-1 ", "order\t1", "order-1\n"])
+def test_a_key_no_header_carries_as_it_stands_is_refused_before_anything_is_sent(key: str) -> None:
+    """httpx refuses a non-ASCII header given as ``headers=`` and h11 a space at either
+    end, but a key set as a keyword would go out as UTF-8 and be read back (on the
+    error, in the report) as other characters: resent under that key, a write would be
+    a new one. So ``idempotency_key=`` takes printable ASCII only, and says how to make
+    such a key."""
+    seen: list[httpx.Request] = []
+    with (
+        recording_client(seen) as client,
+        pytest.raises(ValueError, match="printable ASCII") as refused,
+    ):
+        client.post("https://api.test/pay", json={"amount": 1}, idempotency_key=key)
+    assert seen == []
+    assert "pass True for a fresh key" in str(refused.value)
+    assert "hashlib.sha256" in str(refused.value)
+
+
+@pytest.mark.anyio
+async def test_the_async_client_refuses_the_same_keys() -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
+    async with retrysafe.AsyncClient(transport=transport) as client:
+        with pytest.raises(ValueError, match="printable ASCII"):
+            await client.post("https://api.test/pay", idempotency_key="commande-é-42")
+    assert sent == []
+
+
+def test_a_key_with_spaces_inside_it_is_sent_as_given() -> None:
+    seen: list[httpx.Request] = []
+    with recording_client(seen) as client:
+        response = client.post("https://api.test/pay", idempotency_key="order 42 / pay")
+    assert seen[0].headers["idempotency-key"] == "order 42 / pay"
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.idempotency_key == "order 42 / pay"
+
+
+def test_a_key_header_set_on_a_built_request_reads_back_as_httpx_reads_it() -> None:
+    """A header set after the request is built is sent as UTF-8: the report's key is the
+    one httpx reads back from it, the caller's own characters, not its raw bytes."""
+    seen: list[httpx.Request] = []
+    with recording_client(seen) as client:
+        request = client.build_request("POST", "https://api.test/pay")
+        request.headers["Idempotency-Key"] = "commande-é-42"
+        response = client.send(request)
+    assert seen[0].headers.raw[-1][1] == "commande-é-42".encode()
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.idempotency_key == "commande-é-42"

@@ -131,11 +131,29 @@ def with_call_options(
                 "idempotency_key must be True (make one) or a non-empty string, "
                 f"got {idempotency_key!r}"
             )
+        _check_sendable(idempotency_key)
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
     if call_options is not None:
         options[OPTIONS_EXTENSION] = call_options
     return headers, options
+
+
+def _check_sendable(key: str) -> None:
+    """Refuse a key that is not what an HTTP header carries as it is: printable ASCII,
+    with no space at either end.
+
+    httpx refuses any other character in a header given as ``headers=`` and h11 a
+    space at either end, but a header set afterwards is sent as UTF-8: the server
+    would store the key under bytes that the key read back (the error's, the report's)
+    does not spell, and a write resent under that key would be a new one. The IETF
+    draft's key is an ASCII string too."""
+    if not key.isascii() or not key.isprintable() or key != key.strip():
+        raise ValueError(
+            f"idempotency_key must be printable ASCII with no space at either end, as an "
+            f"HTTP header value is, got {key!r}; pass True for a fresh key, or derive one "
+            "from your own id, e.g. hashlib.sha256(order_id.encode()).hexdigest()"
+        )
 
 
 def add_auto_key(request: httpx.Request) -> None:

@@ -269,7 +269,11 @@ class TransportError(ApiError):
         if self.outcome == "invalid_request":
             # httpx refused to send the request as built (e.g. a header value it cannot
             # write): nothing left this process, and no network will fix it.
-            return "the request could not be sent as built (a header or body httpx refuses); fix it"
+            return (
+                "the request could not be sent as built: httpx refused a header or the body "
+                "(a header value with a space at either end or a line break, say; the "
+                "error's __cause__ names it); fix it"
+            )
         if self.outcome == "unsupported_protocol":
             # The URL has no scheme httpx can send (a relative URL without base_url, a
             # typo'd or missing scheme): no network will fix it either.

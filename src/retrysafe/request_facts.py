@@ -83,7 +83,12 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
     # private, but every httpx the package accepts (pyproject pins <0.29) keeps them.
     for triple in request.headers._list:
         if triple[1] == _KEY_NAME:
-            key = triple[2].decode("latin-1")
+            try:
+                key = triple[2].decode("ascii")
+            except UnicodeDecodeError:
+                # Set after the request was built (httpx encodes such a header as UTF-8):
+                # the key as httpx itself reads its headers back, not the raw bytes'.
+                key = triple[2].decode(request.headers.encoding)
             return key if key.strip() else None
     return None
 
