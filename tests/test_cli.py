@@ -256,6 +256,8 @@ def test_headers_and_a_data_file_reach_the_server(
         (["--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
         (["--json", "{oops"], "--json is not valid JSON"),
         (["--idempotency-key", " "], "--idempotency-key needs a key"),
+        (["--idempotency-key", "commande-é-42"], "--idempotency-key must be printable ASCII"),
+        (["--idempotency-key", " order-1"], "--idempotency-key must be printable ASCII"),
     ],
 )
 def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(

@@ -40,6 +40,7 @@ __all__ = [
     "begin_operation",
     "NO_KEY_EXTENSION",
     "add_auto_key",
+    "key_fits_a_header",
     "check_typed_url",
     "scrub_refused_url",
     "upload_headers",
@@ -139,16 +140,21 @@ def with_call_options(
     return headers, options
 
 
-def _check_sendable(key: str) -> None:
-    """Refuse a key that is not what an HTTP header carries as it is: printable ASCII,
-    with no space at either end.
+def key_fits_a_header(key: str) -> bool:
+    """Whether ``key`` is what an HTTP header carries as it is: printable ASCII, with no
+    space at either end.
 
     httpx refuses any other character in a header given as ``headers=`` and h11 a
     space at either end, but a header set afterwards is sent as UTF-8: the server
     would store the key under bytes that the key read back (the error's, the report's)
     does not spell, and a write resent under that key would be a new one. The IETF
     draft's key is an ASCII string too."""
-    if not key.isascii() or not key.isprintable() or key != key.strip():
+    return key.isascii() and key.isprintable() and key == key.strip()
+
+
+def _check_sendable(key: str) -> None:
+    """Refuse a key that does not fit a header (see :func:`key_fits_a_header`)."""
+    if not key_fits_a_header(key):
         raise ValueError(
             f"idempotency_key must be printable ASCII with no space at either end, as an "
             f"HTTP header value is, got {key!r}; pass True for a fresh key, or derive one "

@@ -21,6 +21,7 @@ import httpx
 from retrysafe import ApiError, CallReport, Client, EventHook, RetryEvent, RetryPolicy
 from retrysafe.cli.exit_codes import EXIT_OK, UsageError, exit_code_for
 from retrysafe.cli.terminal import Style, safe_line, wants_color
+from retrysafe.client_options import key_fits_a_header
 from retrysafe.redact import redact_url_text
 
 __all__ = [
@@ -220,6 +221,11 @@ def _idempotency_key(text: str | None) -> str | bool | None:
         return None
     if not text.strip():
         raise UsageError("--idempotency-key needs a key, or 'auto' to make one")
+    if not key_fits_a_header(text):
+        raise UsageError(
+            f"--idempotency-key must be printable ASCII with no space at either end (it is "
+            f"sent as a header), got {text!r}; or 'auto' to make one"
+        )
     return True if text == "auto" else text
 
 
