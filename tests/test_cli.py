@@ -159,6 +159,10 @@ def test_a_404_exits_with_the_client_error_code(
     assert out == ""
     assert err.startswith("retrysafe: ClientError [not_found, HTTP 404]: GET ")
     assert len(err.strip().splitlines()) == 1
+    # the body's start is in the line; a command line has no .body to see
+    assert '({"status":404' in err
+    assert "fix the request; repeating it will not help" in err
+    assert ".body" not in err
 
 
 def test_out_of_credits_exits_with_the_quota_code(
@@ -241,7 +245,9 @@ def test_headers_and_a_data_file_reach_the_server(
         (["-H", "X-Note: caf\u00e9"], "bad header 'X-Note': its value must be ASCII text"),
         (["-H", "X-Note: a\x01b"], "bad header 'X-Note': its value may not contain line breaks"),
         (["-H", "X-Note: a\nb"], "bad header 'X-Note': its value may not contain line breaks"),
-        (["--attempts", "0"], "RetryPolicy.attempts must be >= 1, got 0"),
+        # RetryPolicy's refusals, in the command's words: the flags, not the fields
+        (["--attempts", "0"], "retrysafe get: --attempts must be >= 1, got 0"),
+        (["--deadline", "0"], "retrysafe get: --deadline must be > 0 seconds, got 0.0"),
         (
             ["--deadline", "0.3"],
             "--deadline 0.3 is shorter than --min-attempt-time (0.5 s, the least time left for "
@@ -251,8 +257,11 @@ def test_headers_and_a_data_file_reach_the_server(
             ["--deadline", "1", "--min-attempt-time", "2"],
             "--deadline 1 is shorter than --min-attempt-time (2 s,",
         ),
-        (["--timeout", "-1"], "RetryPolicy.attempt_timeout must be > 0 seconds, got -1.0"),
-        (["--backoff-base", "5", "--backoff-cap", "1"], "RetryPolicy.backoff_base must be <="),
+        (["--timeout", "-1"], "retrysafe get: --timeout must be > 0 seconds, got -1.0"),
+        (
+            ["--backoff-base", "5", "--backoff-cap", "1"],
+            "retrysafe get: --backoff-base must be <= --backoff-cap (5.0 > 1.0)",
+        ),
         (["--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
         (["--json", "{oops"], "--json is not valid JSON"),
         (["--idempotency-key", " "], "--idempotency-key needs a key"),

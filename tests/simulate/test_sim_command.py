@@ -155,8 +155,12 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
         # (a timeline of 600,000 columns took 520 MB; one of 200 million never ended)
         (["simulate", "outage", "--bucket", "0.0001"], "raise bucket to at least 0.06 s"),
-        (["simulate", "outage", "--rate", "nan"], "outage.rate must be a number, got nan"),
-        (["simulate", "brownout", "--rate", "0"], "brownout.rate must be > 0"),
+        (["simulate", "outage", "--rate", "nan"], "--rate must be a number, got nan"),
+        # a scenario's refusal names the flag, not the Python argument
+        (["simulate", "brownout", "--calls", "0"], "simulate: --calls must be a whole number"),
+        (["simulate", "contention", "--runs", "0"], "simulate: --runs must be a whole number"),
+        (["simulate", "layers", "--deadline", "0"], "simulate: --deadline must be > 0, got 0.0"),
+        (["simulate", "brownout", "--rate", "0"], "--rate must be > 0"),
         (["simulate", "layers", "--layers", "3xthree"], "e.g. 3x3x4"),
         (["simulate", "layers", "--fault", "fire"], "invalid choice"),
         (["simulate", "brownout", "--policy", "nowhere"], "must be given as module:NAME"),
@@ -282,7 +286,7 @@ def test_settings_are_read_from_module_and_name(settings_module: str) -> None:
     assert load_policy(f"{settings_module}:POLICY").attempts == 2
     assert load_governor(f"{settings_module}:GOVERNOR").budget is None
     assert load_governor(f"{settings_module}:SHARED").breaker is None  # a Governor's settings
-    with pytest.raises(SettingsNotFound, match=r"is a int, not a retrysafe\.RetryPolicy"):
+    with pytest.raises(SettingsNotFound, match=r"is of type int, not a retrysafe\.RetryPolicy"):
         load_policy(f"{settings_module}:NOT_A_POLICY")
     with pytest.raises(SettingsNotFound, match="has no 'MISSING'"):
         load_governor(f"{settings_module}:MISSING")

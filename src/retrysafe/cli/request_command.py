@@ -213,7 +213,13 @@ def build_policy(args: argparse.Namespace) -> RetryPolicy:
                 "least time left for an attempt to start): lower it too, e.g. "
                 f"--deadline {deadline:g} --min-attempt-time {deadline / 2:g}"
             ) from None
-        raise UsageError(str(exc)) from None
+        message = str(exc)
+        for flag, field in _POLICY_FLAGS.items():  # (RetryPolicy's fields, as the flags)
+            option = f"--{flag.replace('_', '-')}"
+            message = message.replace(f"RetryPolicy.{field}", option)
+            if "_" in field:  # (a plain word such as "deadline" may be prose)
+                message = re.sub(rf"\b{field}\b", option, message)
+        raise UsageError(message) from None
 
 
 def _idempotency_key(text: str | None) -> str | bool | None:
@@ -313,7 +319,9 @@ def _summary(response: httpx.Response) -> str:
 
 def _error_line(error: ApiError) -> str:
     status = "" if error.status is None else f", HTTP {error.status}"
-    line = f"{type(error).__name__} [{error.reason}{status}]: {error}"
+    # (the body's start is in the message already: there is no .body to see here)
+    message = str(error).replace(" (see .body)", "")
+    line = f"{type(error).__name__} [{error.reason}{status}]: {message}"
     if error.reason == "unsafe_to_repeat":
         # The library's advice names its Python argument; say it the command's way too.
         line += " (on the command line: --idempotency-key auto)"

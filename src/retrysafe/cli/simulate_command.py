@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -172,6 +173,19 @@ def add_simulate_command(commands: Any) -> None:
         )
 
 
+#: The scenarios' arguments whose flag is not their own name.
+_FLAG_OF = {"attempts": "--layers", "user_deadline": "--deadline"}
+
+
+def _in_flags(message: str) -> str:
+    """A scenario's refusal in the command's words: ``brownout.calls`` is ``--calls``."""
+    return re.sub(
+        r"\b(?:contention|brownout|outage|layers|ContentionSettings)\.([a-z_]+)",
+        lambda found: _FLAG_OF.get(found[1], "--" + found[1].replace("_", "-")),
+        message,
+    )
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """Run the scenario; print its table or JSON; draw it if asked."""
     if args.scenario is None:
@@ -232,7 +246,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                 **common,
             )
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(_in_flags(str(exc))) from None
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:

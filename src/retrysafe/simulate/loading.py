@@ -83,7 +83,9 @@ def load_policy(spec: str) -> RetryPolicy:
     """The :class:`~retrysafe.RetryPolicy` named by ``module:NAME``."""
     value = _load(spec, "policy")
     if not isinstance(value, RetryPolicy):
-        raise SettingsNotFound(f"{spec} is a {type(value).__name__}, not a retrysafe.RetryPolicy")
+        raise SettingsNotFound(
+            f"{spec} is of type {type(value).__name__}, not a retrysafe.RetryPolicy"
+        )
     return value
 
 
@@ -95,6 +97,7 @@ def load_governor(spec: str) -> GovernorSettings:
         return value.settings
     if not isinstance(value, GovernorSettings):
         raise SettingsNotFound(
-            f"{spec} is a {type(value).__name__}, not retrysafe.GovernorSettings or a Governor"
+            f"{spec} is of type {type(value).__name__}, "
+            "not retrysafe.GovernorSettings or a Governor"
         )
     return value
