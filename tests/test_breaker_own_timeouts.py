@@ -20,7 +20,14 @@ import pytest
 import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.chaos import KeyedChaos
-from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, GovernorSettings, Permit
+from retrysafe.governor import (
+    BreakerSettings,
+    CircuitBreaker,
+    Governor,
+    GovernorSettings,
+    Permit,
+    Transition,
+)
 from retrysafe.request_facts import default_dependency
 from retrysafe.testing import FakeClock
 
@@ -256,6 +263,100 @@ def test_a_call_whose_short_timeout_went_uncounted_is_a_new_call_when_it_succeed
     breaker = governor.guard("http://api.test:80").breaker
     assert breaker is not None
     assert breaker.calls_in_window() == 3 + 4 + 1
+
+
+def test_a_timeout_as_long_as_the_healthy_answers_took_counts() -> None:
+    """The attempt was given as long as the dependency takes to answer: only answers that
+    took longer than the timeout make it the caller's own limit."""
+    breaker, _ = _breaker()
+    _answers(breaker, 0.3)
+    _time_out(breaker, 0.3, 5)
+    assert breaker.state == "open"
+
+
+def test_two_slower_answers_that_are_a_tenth_of_the_latest_are_enough() -> None:
+    """At least two, and at least a tenth: two slower answers of twenty make a timeout
+    the caller's own limit."""
+    breaker, _ = _breaker()
+    _answers(breaker, 0.3, times=2)
+    _answers(breaker, 0.05, times=18)  # (2 of 20: exactly a tenth)
+    _time_out(breaker, 0.1, 50)
+    assert breaker.state == "closed"
+
+
+def test_one_slower_answer_of_a_few_does_not_hide_an_outage() -> None:
+    """One slower answer is never enough, however few answers are known (here a fifth)."""
+    breaker, _ = _breaker()
+    breaker.record_healthy_call(1.35)
+    _answers(breaker, 0.05, times=4)
+    _time_out(breaker, 0.5, 5)
+    assert breaker.state == "open"
+
+
+def test_healthy_answers_recorded_with_a_permit_are_learned_too() -> None:
+    """A success reported through ``record`` (a retry's, a probe's) teaches the breaker
+    what its answers take, as the short path's successes do."""
+    breaker, _ = _breaker()
+    for _ in range(3):
+        breaker.record(CLOSED, "healthy", seconds=0.3)
+    _time_out(breaker, 0.1, 50)
+    assert breaker.state == "closed"
+
+
+def test_the_patient_caller_counts_from_the_last_time_it_asked() -> None:
+    """A patient caller that asked early in the open period and again near its end still
+    holds the probe back from a short caller after it (its patience is as recent as its
+    latest ask, not its first)."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    clock.advance(0.5)
+    assert not breaker.acquire(probe_lease=11.0).allowed
+    clock.advance(SETTINGS.open_for - 1.0)
+    assert not breaker.acquire(probe_lease=11.0).allowed  # (the same caller, again)
+    clock.advance(1.1)  # half-open, more than an open period after its first ask
+    assert not breaker.acquire(probe_lease=1.1).allowed
+
+
+def test_a_refusal_for_patience_says_until_when_the_probe_is_kept() -> None:
+    """The probe is kept for the patient caller until an open period after it last asked:
+    a short caller refused half-open is told to come back then, not at once."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    opened = clock.monotonic()
+    clock.advance(3.0)
+    assert not breaker.acquire(probe_lease=11.0).allowed  # (the patient caller, 3 s in)
+    clock.advance(SETTINGS.open_for - 3.0)
+    refused = breaker.acquire(probe_lease=1.1)
+    assert not refused.allowed
+    assert refused.retry_at == pytest.approx(opened + 3.0 + SETTINGS.open_for)
+
+
+def test_a_caller_refused_for_patience_still_reports_the_move_to_half_open() -> None:
+    """The first caller after the open period moves the breaker to half-open, and its
+    permit says so even when the probe is kept from it (nobody else would report it)."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    assert not breaker.acquire(probe_lease=11.0).allowed
+    clock.advance(SETTINGS.open_for)
+    refused = breaker.acquire(probe_lease=1.1)
+    assert not refused.allowed
+    assert refused.transition == Transition("open", "half_open")
+
+
+def test_patience_from_before_the_circuit_closed_does_not_hold_the_next_probe() -> None:
+    """The patient caller's probe closed the circuit; it opens again at once, for a 503's
+    short Retry-After. The next open period starts with no patient caller: the first
+    caller after it probes, short or not."""
+    breaker, clock = _breaker()
+    _time_out(breaker, 10.0, 5)
+    clock.advance(SETTINGS.open_for)
+    patient = breaker.acquire(probe_lease=11.0)
+    assert breaker.record(patient, "healthy", seconds=0.3) == Transition("half_open", "closed")
+    for _ in range(SETTINGS.consecutive_failures):
+        breaker.record(breaker.closed_permit, "unhealthy", open_for=1.0)
+    assert breaker.state == "open"
+    clock.advance(1.0)
+    assert breaker.acquire(probe_lease=1.1).probe
 
 
 # -- over real sockets ----------------------------------------------------------------------

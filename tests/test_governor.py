@@ -290,6 +290,67 @@ def test_a_503_retry_after_sets_the_open_period_within_its_cap() -> None:
     assert other.open_until() == 60
 
 
+def test_a_probes_503_retry_after_sets_the_next_open_period() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5, max_open_for=60)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    probe = circuit.acquire(probe_lease=1)
+    assert circuit.record(probe, "unhealthy", open_for=45) == Transition("half_open", "open")
+    assert circuit.open_until() == 5 + 45
+
+
+def test_a_retry_after_is_not_the_open_period_when_use_retry_after_is_off() -> None:
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=20, max_open_for=60, use_retry_after=False)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy", open_for=45)
+    assert circuit.open_until() == 20
+
+
+def test_a_retry_after_of_zero_opens_for_open_for() -> None:
+    """A 503 saying ``Retry-After: 0`` does not leave the circuit open for no time at all."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=20)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy", open_for=0.0)
+    assert circuit.open_until() == 20
+    assert circuit.state == "open"
+
+
+@pytest.mark.parametrize("status", [404, 409, 429])
+def test_a_probe_the_server_answered_with_a_4xx_closes_the_circuit(status: int) -> None:
+    """A 4xx or 429 counts nowhere while closed, but a probe always decides: the server
+    answered, so the circuit closes."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    probe = circuit.acquire(probe_lease=1)
+    verdict = classify_response(httpx.Response(status), RetryPolicy(), keyed=False, now=0.0)
+    outcome = health_of(verdict, status)
+    assert outcome == "neutral"
+    assert circuit.record(probe, outcome) == Transition("half_open", "closed")
+    assert circuit.state == "closed"
+
+
+def test_a_probe_given_back_late_does_not_free_the_slot_of_the_probe_after_it() -> None:
+    """A probe whose lease ran out was replaced; when it ends with no outcome and is given
+    back, the probe in flight keeps its slot."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    lost = circuit.acquire(probe_lease=2)
+    clock.advance(2)
+    assert circuit.acquire(probe_lease=2).probe
+    circuit.release(lost)
+    assert not circuit.acquire(probe_lease=2).allowed
+
+
 def test_outcomes_of_calls_started_before_opening_are_ignored() -> None:
     circuit = breaker(FakeClock())
     for _ in range(5):

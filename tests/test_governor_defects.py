@@ -141,6 +141,20 @@ def test_the_bucketed_window_still_trips_on_the_ratio_and_forgets_old_calls() ->
     assert breaker.state == "open"
 
 
+def test_a_success_on_the_short_path_starts_a_reused_bucket_afresh() -> None:
+    """The ring's bucket a window ago is reused for now: a healthy call counted on the
+    short path does not inherit the calls and failures it held."""
+    clock = FakeClock()
+    settings = BreakerSettings(ratio_window=60)
+    breaker = CircuitBreaker(settings, clock)
+    for _ in range(3):
+        breaker.record(breaker.closed_permit, "unhealthy")
+    clock.advance(settings.ratio_window)  # (the same bucket of the ring, a window later)
+    breaker.record_healthy_call(0.1)
+    assert breaker.calls_in_window() == 1
+    assert breaker._tally(int(clock.monotonic() // breaker._bucket_width)) == (1, 0)
+
+
 # -- (3) the probe lease outlives its attempt ---------------------------------------------
 
 
@@ -234,6 +248,40 @@ def test_a_two_minute_probe_through_a_client_is_not_joined_by_a_second() -> None
     assert len(sent) == 1
     assert len(second) == 1
     assert isinstance(second[0], retrysafe.CircuitOpen)
+
+
+def test_a_caller_refused_while_a_probe_is_in_flight_is_told_so_and_when_its_lease_ends() -> None:
+    """The second caller's CircuitOpen says a probe is in flight (not open, not kept for
+    a patient caller), and its retry_after is when the probe's lease ends."""
+    clock = FakeClock()
+    governor = half_open(clock)
+    second: list[retrysafe.CircuitOpen] = []
+
+    def other_caller() -> None:
+        try:
+            client.get("http://api.test/")
+        except retrysafe.CircuitOpen as error:
+            second.append(error)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if not second:
+            clock.advance(90)  # the probe takes 90 s of its 120 s attempt; meanwhile:
+            thread = threading.Thread(target=other_caller)
+            thread.start()
+            thread.join()
+        return httpx.Response(200)
+
+    policy = RetryPolicy(attempt_timeout=120, deadline=300)
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor, policy=policy
+    )
+    assert client.get("http://api.test/").status_code == 200
+    assert len(second) == 1
+    message = str(second[0])
+    assert "its circuit breaker has one probe in flight and waits for it" in message
+    assert "keeps its one probe" not in message
+    assert "open for" not in message
+    assert second[0].retry_after == pytest.approx(120 + 1 - 90)  # (the lease: attempt + 1 s)
 
 
 # -- (4) idle guards are evicted ----------------------------------------------------------
@@ -365,3 +413,15 @@ def test_a_young_guard_is_never_swept() -> None:
     for i in range(5_000):
         governor.guard(f"http://host{i}.test:80")
     assert len(governor.dependencies()) == 5_000
+
+
+def test_a_breaker_whose_window_holds_healthy_calls_is_not_at_rest() -> None:
+    """A fresh breaker would have an empty window: one that counted healthy calls lately
+    is not at rest (its guard is kept, and the calls still count toward the ratio)."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(ratio_window=60), clock)
+    assert breaker.at_rest()
+    breaker.record_healthy_call(0.1)
+    assert not breaker.at_rest()
+    clock.advance(121)
+    assert breaker.at_rest()
