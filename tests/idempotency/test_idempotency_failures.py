@@ -391,15 +391,36 @@ async def test_the_longest_key_and_every_printable_character_are_accepted(
         "postgresql://app:pa%ss-hunter2@127.0.0.1:9/app",  # a '%' not percent-encoded
         "postgresql//app:hunter2@127.0.0.1:9/app",  # a typo psycopg quotes back
         "host=127.0.0.1 port=9 password='hunter2",  # an unterminated quote
-        "host=127.0.0.1 port=9 password=hunter2 sslmode=bogus",
         "host=127.0.0.1 port=9 password=pass hunter2 dbname=app",  # a space, unquoted
+        "not a dsn at all",
+    ],
+)
+def test_a_dsn_the_driver_cannot_read_is_refused_at_once_without_its_password(dsn: str) -> None:
+    """A typo in the connection string is a setting to fix: refused as the store is made,
+    saying how to write one, where the server would otherwise start and answer every keyed
+    request 503 "store unavailable". psycopg quotes what it cannot read: the password is
+    kept out."""
+    from retrysafe.idempotency import PostgresStore
+
+    with pytest.raises(ValueError, match="the connection string cannot be read") as caught:
+        PostgresStore(dsn, timeout=2)
+    assert "hunter2" not in str(caught.value)
+    assert "postgresql://user:password@host:5432/dbname" in str(caught.value)
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 port=9 password=hunter2 sslmode=bogus",  # read, refused on connect
     ],
 )
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_dsn_the_driver_cannot_parse_keeps_its_password_out_of_the_error(
+async def test_a_dsn_the_driver_refuses_on_connect_keeps_its_password_out_of_the_error(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # psycopg quotes the part of a DSN it cannot parse; the store's error, which the
+    # psycopg quotes the part of a DSN it cannot use; the store's error, which the
     # middleware logs on every keyed request, must not carry the password with it.
     from retrysafe.idempotency import PostgresStore, StoreUnavailable
 
@@ -412,6 +433,21 @@ async def test_a_dsn_the_driver_cannot_parse_keeps_its_password_out_of_the_error
     assert "hunter2" not in str(caught.value)
     assert "hunter2" not in repr(caught.value)
     assert "PostgresStore is unavailable" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["127.0.0.1:6379", "localhost:6379/0", "http://127.0.0.1:6379", ":hunter2@127.0.0.1:6379"],
+)
+def test_a_redis_url_without_its_scheme_is_refused_naming_the_schemes(url: str) -> None:
+    """The likeliest slip (``host:port``) gets its own fix, not the password's advice; a
+    password typed before the host stays out of the message."""
+    from retrysafe.idempotency import RedisStore
+
+    with pytest.raises(ValueError, match="the URL needs a scheme, one of redis://") as caught:
+        RedisStore(url)
+    assert "percent-encode" not in str(caught.value)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_a_redis_url_that_cannot_be_parsed_keeps_its_password_out_of_the_error() -> None:

@@ -65,6 +65,21 @@ def test_the_middleware_validates_its_settings_when_built() -> None:
         IdempotencyMiddleware(app, MemoryStore(), scope=lambda r: "x", required=True, lease=-5)
 
 
+@pytest.mark.parametrize("scope", ["user_id", None, 42])
+def test_a_scope_that_is_no_function_is_refused_when_the_middleware_is_built(
+    scope: object,
+) -> None:
+    """``scope="user_id"`` is a likely slip: refused at once, saying what a scope is, where it
+    would otherwise fail every keyed request with a 500."""
+
+    async def app(scope: object, receive: object, send: object) -> None: ...
+
+    with pytest.raises(TypeError, match="scope must be a function of the request") as caught:
+        IdempotencyMiddleware(app, MemoryStore(), scope=scope, required=True)  # type: ignore[arg-type]
+    assert "credential_scope" in str(caught.value)
+    assert type(scope).__name__ in str(caught.value)
+
+
 def test_a_missing_starlette_names_the_server_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "starlette.requests", None)
 

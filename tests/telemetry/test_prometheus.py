@@ -182,11 +182,16 @@ def test_the_default_dependency_label_is_the_origin_never_the_path(chaos: Any) -
 
 
 def test_a_registry_holds_one_set_of_names() -> None:
+    """A second PrometheusMetrics in one registry (one per client, the natural first try)
+    is refused saying to share one, or to keep them apart."""
     registry = CollectorRegistry()
     PrometheusMetrics(registry=registry)
-    with pytest.raises(ValueError, match="Duplicated timeseries"):
+    with pytest.raises(ValueError, match="registered in this registry already") as caught:
         PrometheusMetrics(registry=registry)
+    assert "give it to every client (hooks=[metrics])" in str(caught.value)
+    assert "Duplicated timeseries" in str(caught.value.__cause__)
     PrometheusMetrics(registry=CollectorRegistry())  # another registry is fine
+    PrometheusMetrics(registry=registry, namespace="other")  # and another namespace
 
 
 def test_without_a_governor_the_breaker_state_comes_from_its_changes(chaos: Any) -> None:

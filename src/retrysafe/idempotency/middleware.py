@@ -137,6 +137,12 @@ class IdempotencyMiddleware:
             raise ImportError(
                 "IdempotencyMiddleware needs starlette: pip install 'retrysafe[server]'"
             ) from exc
+        if not callable(scope):
+            raise TypeError(
+                "scope must be a function of the request naming its caller, e.g. "
+                "scope=credential_scope or scope=lambda request: request.headers['x-user'] "
+                f"(keys are kept apart per caller); got {type(scope).__name__}"
+            )
         self.app = app
         self.store = store
         self.settings = IdempotencySettings(

@@ -86,6 +86,7 @@ class PostgresStore:
         #: What the DSN holds that must not reach a message (psycopg quotes a DSN it
         #: cannot parse): its passwords.
         self._secrets = _passwords_in(dsn)
+        _check_parses(dsn, self._secrets)
         self._pool = ConnectionPool(
             dsn, size=pool_size, connect_timeout=timeout, prepare=self._create_table
         )
@@ -265,6 +266,25 @@ _KEYWORD_PASSWORD: Final = re.compile(
 )
 #: A word of a password typed with spaces is scrubbed alone from this length on.
 _MIN_WORD = 4
+
+
+def _check_parses(dsn: str, secrets: tuple[str, ...]) -> None:
+    """Refuse, at construction, a connection string psycopg cannot read: a typo there is
+    a setting to fix, which the first request would only have shown as the store being
+    down (503 ``store-unavailable``), for as long as the server ran. (A database that
+    does not exist, or a wrong password, can only show when a connection is made.)"""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        reason = _without(str(exc).strip(), secrets)
+        raise ValueError(
+            f"PostgresStore(dsn): the connection string cannot be read ({reason}); write it "
+            "as 'postgresql://user:password@host:5432/dbname', percent-encoding special "
+            "characters in the password, or as 'host=... port=... dbname=... user=...'"
+        ) from None
 
 
 def _passwords_in(dsn: str) -> tuple[str, ...]:

@@ -79,6 +79,8 @@ return 0
 
 
 _Script = Literal["claim", "complete", "extend", "release"]
+#: The URL schemes redis-py reads (a URL without one is refused, naming them).
+_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class _LoopClient:
@@ -125,6 +127,12 @@ class RedisStore:
             raise ImportError(
                 "RedisStore needs the redis package: pip install 'retrysafe[redis]'"
             ) from exc
+        if not isinstance(url, str) or not url.startswith(_SCHEMES):
+            shown = url.split("@")[-1] if isinstance(url, str) else type(url).__name__
+            raise ValueError(
+                f"RedisStore(url): the URL needs a scheme, one of {', '.join(_SCHEMES)}; "
+                f"got {shown!r} (e.g. RedisStore('redis://127.0.0.1:6379/0'))"
+            )
         self._prefix = prefix
         self._timeout = timeout
 

@@ -81,13 +81,23 @@ class PrometheusMetrics:
         if governor is not None and not isinstance(governor, Governor):
             raise TypeError(f"governor must be a retrysafe.Governor, got {type(governor).__name__}")
         self.registry = registry
-        self.calls = Counter(
-            "calls",
-            "retrysafe calls ended, by result and the reason a failed call stopped.",
-            ("dependency", "method", "result", "reason"),
-            namespace=namespace,
-            registry=registry,
-        )
+        try:  # (the first metric: if it is refused, no other was registered)
+            self.calls = Counter(
+                "calls",
+                "retrysafe calls ended, by result and the reason a failed call stopped.",
+                ("dependency", "method", "result", "reason"),
+                namespace=namespace,
+                registry=registry,
+            )
+        except ValueError as exc:
+            if not str(exc).startswith("Duplicated timeseries"):
+                raise
+            raise ValueError(
+                f"retrysafe's metrics ({namespace}_calls_total and the rest) are registered "
+                "in this registry already: make one PrometheusMetrics and give it to every "
+                "client (hooks=[metrics]), or give each its own "
+                "registry=prometheus_client.CollectorRegistry() or namespace="
+            ) from exc
         self.call_duration = Histogram(
             "call_duration_seconds",
             "Whole retrysafe calls, retries and waits included.",
