@@ -8,6 +8,7 @@ backoffs; assertions on time are bounds, never exact values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import socket
 import sys
@@ -182,6 +183,22 @@ def test_a_rate_limit_is_waited_out_and_carries_retry_after(api: Any, chaos: Any
         api.request("GET", url, policy=FAST)
     assert caught.value.retry_after == 0.0
     assert caught.value.attempts == 4
+
+
+def test_a_policy_that_leaves_429_out_of_its_statuses_takes_a_rate_limit_as_final(
+    api: Any, chaos: Any
+) -> None:
+    """``retry_statuses`` decides a 429 as it does every status (a status list copied from
+    urllib3's ``status_forcelist`` or a tenacity predicate often leaves it out): a rate
+    limit is then raised at once, with the server's wait on the error."""
+    policy = dataclasses.replace(FAST, retry_statuses={500, 502, 503, 504})
+    url = chaos.url("/fail/{key}", times=1, status=429, retry_after=0)
+    with pytest.raises(retrysafe.RateLimited) as caught:
+        api.request("GET", url, policy=policy)
+    error = caught.value
+    assert (error.status, error.reason, error.attempts) == (429, "rate_limited", 1)
+    assert (error.retryable, error.processed, error.retry_after) == (False, "no", 0.0)
+    assert attempts_seen(chaos) == 1
 
 
 @pytest.mark.parametrize(

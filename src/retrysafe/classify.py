@@ -345,6 +345,11 @@ def _default_verdict(
         after = retry_after_of(response, now)
         if after is None:  # no Retry-After: the announced reset says how long, if it is 0 left
             after = exhausted_until(response, now)
+        if status not in policy.retry_statuses:
+            # A policy that leaves 429 out of its statuses takes a rate limit as final; the
+            # wait the server asked for still rides on the error, and still pauses the
+            # dependency's other calls (the cooldown).
+            return Verdict("permanent", "rate_limited", after, "no")
         return Verdict.retry("rate_limited", after, processed="no")
     if status == 409 and keyed:
         return _keyed_conflict(response, now, key_may_be_in_use=key_may_be_in_use)

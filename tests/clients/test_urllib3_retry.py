@@ -23,7 +23,7 @@ def test_a_typical_retry_maps_field_by_field() -> None:
     )
     policy = policy_from_retry(retry)
     assert policy.attempts == 6
-    assert policy.retry_statuses == frozenset({502, 503, 504})
+    assert policy.retry_statuses == frozenset({429, 502, 503, 504})
     assert policy.idempotent_methods == frozenset({"GET", "PUT"})
     assert (policy.backoff_base, policy.backoff_cap) == (0.5, 30.0)
 
@@ -40,10 +40,11 @@ def test_a_hedging_base_is_refused_saying_why() -> None:
         policy_from_retry(Retry(total=2), base=base)
 
 
-def test_a_503_with_retry_after_is_repeated_as_urllib3_repeats_it() -> None:
-    """urllib3 repeats 413, 429 and 503 carrying Retry-After even without a forcelist."""
+def test_a_429_and_a_503_with_retry_after_are_repeated_as_urllib3_repeats_them() -> None:
+    """urllib3 repeats 413, 429 and 503 carrying Retry-After even without a forcelist (and
+    retry_statuses decides a 429 as it does every status)."""
     policy = policy_from_retry(Retry(total=3))
-    assert 503 in policy.retry_statuses
+    assert {429, 503} <= policy.retry_statuses
     assert 413 not in policy.retry_statuses  # too large: asking again cannot fix it
 
 

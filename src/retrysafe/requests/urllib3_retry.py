@@ -9,7 +9,7 @@ where it has none (silently dropping a setting would change behaviour unseen):
 ``Retry`` field                 ``RetryPolicy``
 =============================  ======================================================
 ``total=N``                     ``attempts=N + 1`` (``total=0`` or ``False``: 1)
-``status_forcelist``            ``retry_statuses`` (429 is always waited out)
+``status_forcelist``            ``retry_statuses``, plus 429 and 503
 ``allowed_methods``             ``idempotent_methods`` (others repeat only with a key)
 ``backoff_factor``              ``backoff_base`` (full jitter below it, doubling)
 ``backoff_max``                 ``backoff_cap``
@@ -44,8 +44,9 @@ class UnsupportedRetrySetting(ValueError):
 
 
 #: What urllib3 repeats without status_forcelist (when it carries Retry-After) and
-#: retrysafe's table also repeats: 503. (429 retrysafe always waits out.)
-_WAITED_OUT_STATUSES = frozenset({503})
+#: retrysafe's table also repeats: 429 and 503 (retrysafe waits out a 429 only while
+#: retry_statuses holds it, as for any status). A 413 is never repeated.
+_WAITED_OUT_STATUSES = frozenset({429, 503})
 
 
 def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) -> RetryPolicy:
@@ -109,8 +110,8 @@ def policy_from_retry(retry: Retry | int, *, base: RetryPolicy | None = None) ->
         base,
         attempts=retries + 1,
         # urllib3 also repeats 413, 429 and 503 that carry Retry-After. retrysafe waits out
-        # every 429 anyway, and repeats a 503 (refused before any work) with or without
-        # a Retry-After; a 413 (too large) is never repeated: asking again cannot fix it.
+        # a 429 and repeats a 503 (both refused before any work) with or without a
+        # Retry-After; a 413 (too large) is never repeated: asking again cannot fix it.
         retry_statuses=frozenset(retry.status_forcelist or ()) | _WAITED_OUT_STATUSES,
         idempotent_methods=frozenset(retry.allowed_methods),
         backoff_base=backoff_base,
