@@ -38,6 +38,22 @@ def test_by_default_a_429_pauses_every_call_to_the_same_origin() -> None:
     assert caught.value.retry_after == pytest.approx(120)
 
 
+def test_a_429_a_policy_takes_as_final_still_pauses_the_origin() -> None:
+    """A policy that leaves 429 out of ``retry_statuses`` does not repeat the call, yet the
+    server's wait still holds for the dependency's other calls: the limit is the account's,
+    whatever one call site makes of it."""
+    seen: list[str] = []
+    policy = RetryPolicy(retry_statuses={500, 502, 503, 504})
+    with retrysafe.Client(transport=api(seen), clock=FakeClock(), policy=policy) as client:
+        with pytest.raises(retrysafe.RateLimited) as final:
+            client.get("http://api.test/search?q=a")
+        with pytest.raises(retrysafe.CooldownActive) as paused:
+            client.get("http://api.test/orders/1")
+    assert seen == ["/search"]
+    assert (final.value.attempts, final.value.retry_after) == (1, 120)
+    assert paused.value.retry_after == pytest.approx(120)
+
+
 def test_dependency_by_path_keeps_a_429_to_its_own_endpoint_family() -> None:
     seen: list[str] = []
     with retrysafe.Client(
