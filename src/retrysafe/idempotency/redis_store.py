@@ -127,7 +127,7 @@ class RedisStore:
             raise ImportError(
                 "RedisStore needs the redis package: pip install 'retrysafe[redis]'"
             ) from exc
-        if not isinstance(url, str) or not url.startswith(_SCHEMES):
+        if not isinstance(url, str) or not url.lower().startswith(_SCHEMES):
             shown = url.split("@")[-1] if isinstance(url, str) else type(url).__name__
             raise ValueError(
                 f"RedisStore(url): the URL needs a scheme, one of {', '.join(_SCHEMES)}; "
