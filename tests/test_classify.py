@@ -13,6 +13,8 @@ from retrysafe.classify import (
     InvalidVerdict,
     classify_exception,
     classify_response,
+    health,
+    may_have_acted,
 )
 
 NOW = 1_700_000_000.0
@@ -201,11 +203,15 @@ def test_rules_can_turn_a_200_into_a_retryable_failure() -> None:
         (httpx.ConnectError("refused"), "connect_error", "no"),
         (httpx.ConnectTimeout("slow"), "connect_timeout", "no"),
         (httpx.PoolTimeout("busy"), "pool_timeout", "no"),
+        (httpx.ProxyError("proxy refused"), "proxy_error", "no"),
         (httpx.ReadTimeout("slow"), "read_timeout", "maybe"),
         (httpx.WriteTimeout("slow"), "write_timeout", "maybe"),
+        (httpx.WriteError("broken pipe"), "write_error", "maybe"),
         (httpx.ReadError("reset"), "connection_reset", "maybe"),
+        (httpx.CloseError("unclean close"), "network_error", "maybe"),
         (httpx.RemoteProtocolError("closed"), "remote_protocol_error", "maybe"),
         (AttemptTimedOut("too long"), "attempt_timeout", "maybe"),
+        (httpx.DecodingError("bad gzip"), "undecodable_body", "maybe"),
     ],
 )
 def test_exceptions_by_how_far_the_request_got(exc: Exception, reason: str, processed: str) -> None:
@@ -219,6 +225,7 @@ def test_exceptions_by_how_far_the_request_got(exc: Exception, reason: str, proc
         (httpx.RemoteProtocolError("incomplete body"), "truncated_body"),
         (httpx.ReadError("reset"), "truncated_body"),
         (httpx.ReadTimeout("slow"), "read_timeout"),
+        (AttemptTimedOut("too long"), "read_timeout"),  # a timeout, not a truncated body
         (httpx.DecodingError("bad gzip"), "undecodable_body"),
     ],
 )
@@ -231,6 +238,15 @@ def test_requests_that_can_never_work_are_permanent() -> None:
     assert classify_exception(httpx.UnsupportedProtocol("ftp"), during_body=False).kind == (
         "permanent"
     )
+
+
+def test_a_request_refused_on_this_side_was_never_sent() -> None:
+    """A bad URL scheme or a request httpx will not send fails before anything leaves:
+    final, and surely not processed, so the error never says the server may have acted."""
+    for exc in (httpx.UnsupportedProtocol("ftp"), httpx.LocalProtocolError("bad header")):
+        verdict = classify_exception(exc, during_body=False)
+        assert (verdict.kind, verdict.processed) == ("permanent", "no"), exc
+        assert not may_have_acted(verdict, None), exc
 
 
 def test_a_rule_that_cannot_parse_the_body_finds_it_unreadable() -> None:
@@ -321,3 +337,89 @@ def test_other_local_protocol_errors_stay_final() -> None:
     error = _as_httpx_maps_it(ValueError("Invalid input ConnectionInputs.SEND_HEADERS"))
     verdict = classify_exception(error, during_body=False)
     assert (verdict.kind, verdict.reason) == ("permanent", "invalid_request")
+
+
+def test_only_a_retry_verdict_is_retryable() -> None:
+    """``Verdict.retryable`` is True for a retry alone: a success or a final answer is not."""
+    assert Verdict.retry("busy_body").retryable
+    assert not Verdict.permanent("error_in_body").retryable
+    assert not Verdict.success().retryable
+
+
+def test_a_final_answer_leaves_open_whether_the_server_acted() -> None:
+    """A permanent verdict does not claim the server did nothing: a 500 the server says
+    not to retry is final, and still maybe processed, as any 500 is."""
+    assert Verdict.permanent("error_in_body").processed == "maybe"
+    said = response(500, {"x-should-retry": "false"})
+    verdict = classify(said)
+    assert (verdict.kind, verdict.reason, verdict.processed) == (
+        "permanent",
+        "server_said_no_retry",
+        "maybe",
+    )
+    assert may_have_acted(verdict, said)
+
+
+def test_a_replay_header_other_than_true_is_no_replay() -> None:
+    """Only ``Idempotent-Replayed: true`` marks a stored answer: with ``false`` a 503 is
+    the server's live refusal, retried as the table says."""
+    verdict = classify(response(503, {"Idempotent-Replayed": "false"}))
+    assert (verdict.kind, verdict.reason, verdict.processed) == (
+        "retry",
+        "service_unavailable",
+        "no",
+    )
+
+
+def test_the_first_rule_with_a_verdict_decides() -> None:
+    """Rules are asked in the order given; the first to return a verdict decides, and a
+    rule returning None passes the response on to the next."""
+
+    def no_opinion(resp: httpx.Response) -> Verdict | None:
+        return None
+
+    def final(resp: httpx.Response) -> Verdict | None:
+        return Verdict.permanent("first_rule")
+
+    def retry(resp: httpx.Response) -> Verdict | None:
+        return Verdict.retry("second_rule")
+
+    policy = RetryPolicy(rules=(no_opinion, final, retry))
+    assert classify(response(503), policy=policy) == Verdict.permanent("first_rule")
+
+
+def test_a_redirect_a_rule_passes_over_is_a_success() -> None:
+    """A 3xx is no failure: when the policy has rules and none has a verdict on it, it is
+    a success, as it is without rules."""
+
+    def no_opinion(resp: httpx.Response) -> Verdict | None:
+        return None
+
+    policy = RetryPolicy(rules=(no_opinion,))
+    for status in (301, 304):
+        assert classify(response(status), policy=policy).kind == "success", status
+
+
+def test_a_409_without_a_key_is_final_even_with_retry_after() -> None:
+    """Only a keyed request's 409 can mean "key in use": without a key a 409 is the app's
+    own conflict, final, whatever Retry-After it carries."""
+    verdict = classify(response(409, {"Retry-After": "1"}), keyed=False)
+    assert (verdict.kind, verdict.reason) == ("permanent", "conflict")
+
+
+def test_a_transport_error_of_no_known_kind_is_final() -> None:
+    """An error the table does not know (no connect, timeout, network or protocol error
+    of httpx's) is final as ``transport_error``: it is never retried blind."""
+    verdict = classify_exception(httpx.TransportError("unknown"), during_body=False)
+    assert (verdict.kind, verdict.reason) == ("permanent", "transport_error")
+
+
+def test_a_final_verdict_is_about_the_request_not_the_dependencys_health() -> None:
+    """Only trouble another attempt might clear counts against the dependency: a final
+    verdict is neutral, a 5xx's or an unknown transport error's alike."""
+    for status, said in ((501, {}), (503, {"x-should-retry": "false"})):
+        verdict = classify(response(status, said))
+        assert verdict.kind == "permanent", status
+        assert health(verdict, status) == "neutral", status
+    assert health(Verdict.permanent("transport_error"), None) == "neutral"
+    assert health(classify(response(503)), 503) == "unhealthy"

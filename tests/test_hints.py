@@ -172,8 +172,26 @@ def test_should_retry_true_does_not_reopen_quota_exhausted() -> None:
     assert classify(resp).reason == "quota_exhausted"
 
 
+def test_should_retry_false_keeps_a_final_verdict_as_it_is() -> None:
+    """``false`` only stops a retry: a 404 the server also says not to retry stays the
+    404 it was, never turned into a retry."""
+    verdict = classify(response(404, {"x-should-retry": "false"}))
+    assert (verdict.kind, verdict.reason) == ("permanent", "not_found")
+
+
 def test_should_retry_false_does_not_fail_a_success() -> None:
     assert classify(response(200, {"x-should-retry": "false"})).kind == "success"
+
+
+def test_should_retry_true_does_not_fail_a_success_a_rule_passed_over() -> None:
+    """A success stays one under ``x-should-retry: true``, also when the policy's rules
+    looked at it and had no verdict."""
+
+    def no_opinion(resp: httpx.Response) -> Verdict | None:
+        return None
+
+    resp = response(200, {"x-should-retry": "true"})
+    assert classify(resp, policy=RetryPolicy(rules=(no_opinion,))).kind == "success"
 
 
 def test_a_rule_comes_before_should_retry() -> None:
