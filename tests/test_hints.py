@@ -9,7 +9,7 @@ import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy, Verdict
-from retrysafe.classify import classify_response
+from retrysafe.classify import classify_response, may_have_acted
 from retrysafe.hints import (
     announced_limit,
     exhausted_until,
@@ -134,11 +134,57 @@ def test_should_retry_false_makes_a_retryable_status_final() -> None:
     assert (verdict.kind, verdict.reason) == ("permanent", "server_said_no_retry")
 
 
-def test_should_retry_false_makes_a_keyed_conflict_final() -> None:
-    # (a 409 in flight, by its Retry-After, that the server says not to ask again)
+def test_should_retry_false_makes_a_keyed_conflict_final_and_still_a_key_in_use() -> None:
+    """A 409 in flight (by its Retry-After) that the server says not to ask again: final,
+    and still the key in use, so the call's error says the server may have acted (an
+    attempt under the key may still be running there), with the server's wait on it."""
     said = response(409, {"Stripe-Should-Retry": "false", "Retry-After": "1"})
     verdict = classify(said, keyed=True)
-    assert (verdict.kind, verdict.reason) == ("permanent", "server_said_no_retry")
+    assert (verdict.kind, verdict.reason, verdict.after) == (
+        "permanent",
+        "idempotency_key_in_use",
+        1.0,
+    )
+    assert may_have_acted(verdict, said)
+
+
+def test_a_key_in_use_the_server_says_not_to_retry_fails_as_maybe_processed() -> None:
+    clock, seen = FakeClock(), []
+    reply = httpx.Response(
+        409, headers={"Idempotency-Problem": "request-in-flight", "x-should-retry": "false"}
+    )
+    client = unguarded(clock, scripted([reply, httpx.Response(201)], seen))
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client.post("http://api.test/charges", content=b"{}", headers={"Idempotency-Key": "k-1"})
+    error = caught.value
+    assert (len(seen), error.reason, error.retryable, error.processed) == (
+        1,
+        "idempotency_key_in_use",
+        False,
+        "maybe",
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "error_type"),
+    [
+        (503, {"x-should-retry": "false"}, retrysafe.ServerError),
+        (501, {}, retrysafe.ServerError),
+        (429, {"x-should-retry": "false"}, retrysafe.RateLimited),
+    ],
+)
+def test_a_final_answer_keeps_the_servers_retry_after_on_its_error(
+    status: int, headers: dict[str, str], error_type: type[retrysafe.ApiError]
+) -> None:
+    """Made final by the table or by the server's own advice, a failure still says when
+    the server asked to be asked again: the error's ``retry_after``."""
+    clock, seen = FakeClock(), []
+    reply = httpx.Response(status, headers={"Retry-After": "30", **headers})
+    client = unguarded(clock, scripted([reply], seen))
+    with pytest.raises(error_type) as caught:
+        client.get("http://api.test/")
+    assert (len(seen), caught.value.retryable) == (1, False)
+    assert getattr(caught.value, "retry_after", None) == 30.0
 
 
 def test_should_retry_true_makes_a_conflict_retryable_but_maybe_processed() -> None:

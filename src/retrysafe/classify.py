@@ -246,7 +246,13 @@ def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verd
     if says is None:
         return verdict
     if verdict.kind == "retry":
-        return verdict if says else Verdict.permanent("server_said_no_retry")
+        if says:
+            return verdict
+        # Final now, keeping what the outcome told: the server's wait (the error's
+        # retry_after, a 429's cooldown) and whether it may have acted. A key in use stays
+        # one: an attempt under it may still be running there, whatever this answer says.
+        reason = verdict.reason if verdict.reason in _KEY_ALREADY_USED else "server_said_no_retry"
+        return Verdict("permanent", reason, verdict.after, verdict.processed)
     if not says:
         return verdict
     status = response.status_code
@@ -358,7 +364,8 @@ def _default_verdict(
         return Verdict.retry(
             status_reason(status), retry_after_of(response, now), processed=processed
         )
-    return Verdict.permanent(status_reason(status))
+    # (final, with the server's wait on it if it gave one: the error's retry_after)
+    return Verdict("permanent", status_reason(status), retry_after_of(response, now))
 
 
 _NEVER_SENT: tuple[tuple[type[Exception], str], ...] = (
