@@ -96,6 +96,16 @@ def breaker(clock: FakeClock, **settings: object) -> CircuitBreaker:
     return CircuitBreaker(BreakerSettings(**{**PINNED, **settings}), clock)  # type: ignore[arg-type]
 
 
+def half_open_at(clock: FakeClock, **settings: object) -> CircuitBreaker:
+    """A breaker (open for 5 s) that five failures opened, its open period just over: the
+    next caller is its probe."""
+    circuit = breaker(clock, open_for=5, **settings)
+    for _ in range(5):
+        circuit.record(CLOSED, "unhealthy")
+    clock.advance(5)
+    return circuit
+
+
 def pinned_governor(clock: FakeClock, **settings: object) -> Governor:
     """A governor whose breakers use the pinned settings (other pieces: the defaults)."""
     return Governor(GovernorSettings(breaker=PINNED_BREAKER, **settings), clock=clock)  # type: ignore[arg-type]
@@ -253,10 +263,7 @@ def test_a_client_keeps_a_closed_breaker_closed_when_old_calls_fail_late() -> No
 
 def test_a_failed_probe_opens_again() -> None:
     clock = FakeClock()
-    circuit = breaker(clock, open_for=5)
-    for _ in range(5):
-        circuit.record(CLOSED, "unhealthy")
-    clock.advance(5)
+    circuit = half_open_at(clock)
     probe = circuit.acquire(probe_lease=1)
     assert circuit.record(probe, "unhealthy") == Transition("half_open", "open")
     assert circuit.open_until() == 10.0
@@ -264,10 +271,7 @@ def test_a_failed_probe_opens_again() -> None:
 
 def test_a_probe_that_never_reports_frees_its_slot_after_its_lease() -> None:
     clock = FakeClock()
-    circuit = breaker(clock, open_for=5)
-    for _ in range(5):
-        circuit.record(CLOSED, "unhealthy")
-    clock.advance(5)
+    circuit = half_open_at(clock)
     lost = circuit.acquire(probe_lease=2)
     clock.advance(2)
     second = circuit.acquire(probe_lease=2)
@@ -292,10 +296,7 @@ def test_a_503_retry_after_sets_the_open_period_within_its_cap() -> None:
 
 def test_a_probes_503_retry_after_sets_the_next_open_period() -> None:
     clock = FakeClock()
-    circuit = breaker(clock, open_for=5, max_open_for=60)
-    for _ in range(5):
-        circuit.record(CLOSED, "unhealthy")
-    clock.advance(5)
+    circuit = half_open_at(clock, max_open_for=60)
     probe = circuit.acquire(probe_lease=1)
     assert circuit.record(probe, "unhealthy", open_for=45) == Transition("half_open", "open")
     assert circuit.open_until() == 5 + 45
@@ -324,10 +325,7 @@ def test_a_probe_the_server_answered_with_a_4xx_closes_the_circuit(status: int) 
     """A 4xx or 429 counts nowhere while closed, but a probe always decides: the server
     answered, so the circuit closes."""
     clock = FakeClock()
-    circuit = breaker(clock, open_for=5)
-    for _ in range(5):
-        circuit.record(CLOSED, "unhealthy")
-    clock.advance(5)
+    circuit = half_open_at(clock)
     probe = circuit.acquire(probe_lease=1)
     verdict = classify_response(httpx.Response(status), RetryPolicy(), keyed=False, now=0.0)
     outcome = health_of(verdict, status)
@@ -340,10 +338,7 @@ def test_a_probe_given_back_late_does_not_free_the_slot_of_the_probe_after_it() 
     """A probe whose lease ran out was replaced; when it ends with no outcome and is given
     back, the probe in flight keeps its slot."""
     clock = FakeClock()
-    circuit = breaker(clock, open_for=5)
-    for _ in range(5):
-        circuit.record(CLOSED, "unhealthy")
-    clock.advance(5)
+    circuit = half_open_at(clock)
     lost = circuit.acquire(probe_lease=2)
     clock.advance(2)
     assert circuit.acquire(probe_lease=2).probe

@@ -220,6 +220,7 @@ def test_a_probe_with_no_time_limit_at_all_gets_a_finite_lease() -> None:
 
 
 def test_a_two_minute_probe_through_a_client_is_not_joined_by_a_second() -> None:
+    """A second caller while the probe is in flight is refused, and told so and when."""
     clock = FakeClock()
     governor = half_open(clock)
     sent: list[float] = []
@@ -247,41 +248,15 @@ def test_a_two_minute_probe_through_a_client_is_not_joined_by_a_second() -> None
     assert client.get("http://api.test/").status_code == 200
     assert len(sent) == 1
     assert len(second) == 1
-    assert isinstance(second[0], retrysafe.CircuitOpen)
-
-
-def test_a_caller_refused_while_a_probe_is_in_flight_is_told_so_and_when_its_lease_ends() -> None:
-    """The second caller's CircuitOpen says a probe is in flight (not open, not kept for
-    a patient caller), and its retry_after is when the probe's lease ends."""
-    clock = FakeClock()
-    governor = half_open(clock)
-    second: list[retrysafe.CircuitOpen] = []
-
-    def other_caller() -> None:
-        try:
-            client.get("http://api.test/")
-        except retrysafe.CircuitOpen as error:
-            second.append(error)
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if not second:
-            clock.advance(90)  # the probe takes 90 s of its 120 s attempt; meanwhile:
-            thread = threading.Thread(target=other_caller)
-            thread.start()
-            thread.join()
-        return httpx.Response(200)
-
-    policy = RetryPolicy(attempt_timeout=120, deadline=300)
-    client = retrysafe.Client(
-        transport=httpx.MockTransport(handler), clock=clock, governor=governor, policy=policy
-    )
-    assert client.get("http://api.test/").status_code == 200
-    assert len(second) == 1
-    message = str(second[0])
+    refused = second[0]
+    assert isinstance(refused, retrysafe.CircuitOpen)
+    # It is told a probe is in flight (not "open", not kept for a patient caller), and to
+    # come back as the probe's lease ends (the attempt's 120 s and 1 s more).
+    message = str(refused)
     assert "its circuit breaker has one probe in flight and waits for it" in message
     assert "keeps its one probe" not in message
     assert "open for" not in message
-    assert second[0].retry_after == pytest.approx(120 + 1 - 90)  # (the lease: attempt + 1 s)
+    assert refused.retry_after == pytest.approx(120 + 1 - 90)
 
 
 # -- (4) idle guards are evicted ----------------------------------------------------------
