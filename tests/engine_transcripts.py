@@ -373,6 +373,10 @@ def _gen_policy(rng: random.Random) -> tuple[tuple[tuple[str, Any], ...], tuple[
         ("retry_after_jitter", jitter),
         ("max_retry_after", max_retry_after),
     )
+    if _chance(rng, 0.15):
+        # a status list that leaves 429 out (as one copied from urllib3's forcelist): a
+        # rate limit is then final, yet retryable later
+        fields += (("retry_statuses", _RETRY_STATUSES_WITHOUT_429),)
     rules: tuple[str, ...] = ()
     if _chance(rng, 0.25):
         rules = tuple(rng.sample(sorted(RULES), rng.randint(1, len(RULES))))
@@ -930,13 +934,29 @@ def _oracle_rule(name: str, spec: Outcome) -> tuple[str, str | None] | None:
 _DOCUMENTED_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
-def _oracle_default(spec: Outcome, keyed: bool, in_use: bool) -> tuple[str, str | None]:
+#: The retried statuses of a scenario whose policy leaves 429 out.
+_RETRY_STATUSES_WITHOUT_429 = frozenset({408, 500, 502, 503, 504})
+
+
+def retry_statuses_of(run: Run) -> frozenset[int]:
+    """The statuses the scenario's policy retries: the documented ones unless it names its own."""
+    named: frozenset[int] = dict(run.scenario.policy).get(
+        "retry_statuses", _DOCUMENTED_RETRY_STATUSES
+    )
+    return named
+
+
+def _oracle_default(
+    spec: Outcome, keyed: bool, in_use: bool, statuses: frozenset[int]
+) -> tuple[str, str | None]:
     status = spec.status
     if status < 400:
         return ("success", None)
     if status == 429:
         if spec.quota is not None and spec.quota.strip() == "0":
             return ("permanent", None)
+        if status not in statuses:
+            return ("permanent", None)  # final, yet retryable later (final_yet_retryable)
         return ("retry", "no")
     if status == 409 and keyed:
         if spec.body in _NOT_REPLAYABLE_BODIES:
@@ -944,9 +964,23 @@ def _oracle_default(spec: Outcome, keyed: bool, in_use: bool) -> tuple[str, str 
         if spec.body in _IN_FLIGHT_BODIES or spec.retry_after is not None or in_use:
             return ("retry", "no")  # the key is in use by an attempt still running
         return ("permanent", None)  # the app's own conflict
-    if status in _DOCUMENTED_RETRY_STATUSES:
+    if status in statuses:
         return ("retry", "no" if status in (408, 429, 503) else "maybe")
     return ("permanent", None)
+
+
+def final_yet_retryable(run: Run, rec: OutcomeRec) -> bool:
+    """Whether a final outcome's error still says ``retryable``: a rate limit (a 429 not
+    out of quota, answered live, no rule speaking) that the policy does not wait out."""
+    spec = rec.spec
+    return (
+        rec.exc is None
+        and spec.status == 429
+        and not spec.replayed
+        and not (spec.quota is not None and spec.quota.strip() == "0")
+        and 429 not in retry_statuses_of(run)
+        and _rule_meaning(run, spec) is None
+    )
 
 
 def spec_meaning(run: Run, rec: OutcomeRec) -> tuple[str, str | None]:
@@ -961,10 +995,11 @@ def spec_meaning(run: Run, rec: OutcomeRec) -> tuple[str, str | None]:
         return ("retry", "no" if spec.exception in NEVER_SENT else "maybe")
     rule = _rule_meaning(run, spec)
     in_use = key_may_be_in_use(run, run.records.index(rec))
+    statuses = retry_statuses_of(run)
     if spec.replayed:
-        meaning = rule or _oracle_default(spec, run.keyed, in_use)
+        meaning = rule or _oracle_default(spec, run.keyed, in_use, statuses)
         return ("permanent", None) if meaning[0] == "retry" else meaning
-    return rule or _oracle_default(spec, run.keyed, in_use)
+    return rule or _oracle_default(spec, run.keyed, in_use, statuses)
 
 
 def _rule_meaning(run: Run, spec: Outcome) -> tuple[str, str | None] | None:
@@ -1264,7 +1299,8 @@ def check_no_retry_of_permanent(run: Run, expect: Expect) -> None:
     """No retry of a permanent error. After an outcome the scenario says is final (a
     4xx other than 408, 429 and a keyed 409 still in flight; a 429 out of quota; the
     not-replayable 409; a replayed failure; a rule's permanent verdict; a request this
-    side cannot send), the call ends at once, with ``retryable=False``."""
+    side cannot send; a 429 the policy's statuses leave out), the call ends at once, with
+    ``retryable=False`` (``True`` for that last one: asked later, it may go through)."""
     for index, rec in enumerate(run.records):
         if not isinstance(rec, OutcomeRec) or spec_meaning(run, rec)[0] != "permanent":
             continue
@@ -1277,11 +1313,13 @@ def check_no_retry_of_permanent(run: Run, expect: Expect) -> None:
             result,
         )
         if type(result) is Fail:
+            retryable_later = final_yet_retryable(run, rec)
             expect(
-                result.error.retryable is False,
-                "attempt %d got a final outcome (%s), but the error says retryable=True (%r)",
+                result.error.retryable is retryable_later,
+                "attempt %d got a final outcome (%s), but the error says retryable=%r (%r)",
                 rec.plan.number,
                 rec.spec.describe(),
+                result.error.retryable,
                 result.error,
             )
         later = _later_plan(run, index)
@@ -1393,7 +1431,7 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
         return refused, True, f"the governor refused the retry ({last.answer.refusal})"
     assert isinstance(last, OutcomeRec)
     if last.verdict.kind == "permanent":
-        return by_outcome, False, "a final outcome"
+        return by_outcome, final_yet_retryable(run, last), "a final outcome"
     if (
         isinstance(last.exc, httpx.TimeoutException)
         and last.plan.cut_by_deadline

@@ -149,6 +149,8 @@ def test_should_retry_false_makes_a_keyed_conflict_final_and_still_a_key_in_use(
 
 
 def test_a_key_in_use_the_server_says_not_to_retry_fails_as_maybe_processed() -> None:
+    """The call stops, as the server asks; its error says the work may be under way and
+    to ask again later under the same key."""
     clock, seen = FakeClock(), []
     reply = httpx.Response(
         409, headers={"Idempotency-Problem": "request-in-flight", "x-should-retry": "false"}
@@ -160,9 +162,12 @@ def test_a_key_in_use_the_server_says_not_to_retry_fails_as_maybe_processed() ->
     assert (len(seen), error.reason, error.retryable, error.processed) == (
         1,
         "idempotency_key_in_use",
-        False,
+        True,
         "maybe",
     )
+    # never "fix the request": under another key, the work could be done twice
+    assert "try again later under the same key" in str(error)
+    assert "fix the request" not in str(error)
 
 
 @pytest.mark.parametrize(

@@ -233,7 +233,9 @@ _FINAL_REASONS = frozenset({"quota_exhausted", "result_not_replayable"})
 def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verdict:
     """Let ``x-should-retry`` / ``Stripe-Should-Retry`` overturn the table's verdict.
 
-    ``false`` makes a retryable outcome final (``server_said_no_retry``); ``true``
+    ``false`` makes a retryable outcome final (``server_said_no_retry``; a key in use
+    stays ``idempotency_key_in_use``), keeping its wait and whether the server may have
+    acted; ``true``
     makes a final one retryable (``server_said_retry``), as processed "maybe"
     unless the status says the server refused before any work, so a write
     without a key is still never repeated. A success, quota exhaustion or a key's
@@ -456,6 +458,13 @@ def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     ):
         return False
     return verdict.processed == "maybe"
+
+
+#: Final outcomes that asking again later may still fix: a rate limit the policy does not
+#: wait out (``retry_statuses`` without 429), and a key in use the server said not to ask
+#: again about now. The call stops, and its error says ``retryable`` (not for a replayed
+#: answer: asked again, the server replays it).
+RETRYABLE_LATER: Final = frozenset({"rate_limited", "idempotency_key_in_use"})
 
 
 #: The outcomes of an attempt that ran out of time waiting for its answer (its own limit,

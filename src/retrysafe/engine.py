@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import httpx
 
 from retrysafe.classify import (
+    RETRYABLE_LATER,
     SUCCESS,
     TIMEOUT_REASONS,
     Processed,
@@ -38,6 +39,7 @@ from retrysafe.classify import (
     classify_exception,
     classify_response,
     health,
+    is_replay,
     may_have_acted,
 )
 from retrysafe.clock import Clock
@@ -428,7 +430,12 @@ class Call:
         if may_have_acted(verdict, response):
             self._processed = "maybe"
         if verdict.kind == "permanent":
-            return self._stop("outcome", verdict.reason, retryable=False)
+            # (final for this call; a rate limit, or a key in use, may be answered later,
+            # unless the answer is a stored one, which asking again only replays)
+            later = verdict.reason in RETRYABLE_LATER and not (
+                response is not None and is_replay(response)
+            )
+            return self._stop("outcome", verdict.reason, retryable=later)
         assert self._plan is not None
         safe = safe_to_repeat(
             verdict,

@@ -227,7 +227,8 @@ class ClientError(ApiError):
 
 
 class RateLimited(ApiError):
-    """429 "too fast" that outlasted the retries: slow down and try again after ``retry_after``."""
+    """429 "too fast" that outlasted the retries (or that a policy leaving 429 out of
+    ``retry_statuses`` does not wait out): slow down and try again after ``retry_after``."""
 
     advice = "slow down: send fewer requests"
 

@@ -83,12 +83,16 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
     # private, but every httpx the package accepts (pyproject pins <0.29) keeps them.
     for triple in request.headers._list:
         if triple[1] == _KEY_NAME:
+            raw = triple[2]
             try:
-                key = triple[2].decode("ascii")
+                key = raw.decode("ascii")
             except UnicodeDecodeError:
-                # Set after the request was built (httpx encodes such a header as UTF-8):
-                # the key as httpx itself reads its headers back, not the raw bytes'.
-                key = triple[2].decode(request.headers.encoding)
+                # Set after the request was built, httpx sends such a header as UTF-8; its
+                # own bytes say which (not a guess made over every header of the request).
+                try:
+                    key = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    key = raw.decode("latin-1")
             return key if key.strip() else None
     return None
 

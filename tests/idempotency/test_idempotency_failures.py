@@ -450,6 +450,38 @@ def test_a_redis_url_without_its_scheme_is_refused_naming_the_schemes(url: str) 
     assert "hunter2" not in str(caught.value)
 
 
+def test_a_redis_url_without_its_scheme_keeps_a_password_in_its_query_out_of_the_error() -> None:
+    from retrysafe.idempotency import RedisStore
+
+    with pytest.raises(ValueError, match="needs a scheme") as caught:
+        RedisStore("127.0.0.1:6379/0?password=hunter2")  # (redis-py reads it there too)
+    assert "hunter2" not in str(caught.value)
+    with pytest.raises(TypeError, match="must be a str"):
+        RedisStore(None)  # type: ignore[arg-type]
+
+
+def test_a_postgres_url_whose_password_holds_a_slash_is_refused_without_it() -> None:
+    """``/`` in a URL's password ends the host, and psycopg reads the password as the
+    port: refused as the store is made, the password not quoted."""
+    from retrysafe.idempotency import PostgresStore
+
+    with pytest.raises(ValueError, match="port is not a number") as caught:
+        PostgresStore("postgresql://app:hunter2/x@127.0.0.1:5432/orders")
+    assert "hunter2" not in str(caught.value)
+    assert "%2F" in str(caught.value)
+    store = PostgresStore("host=127.0.0.1 port=5432,5433 dbname=app")  # (ports, as libpq)
+    assert store is not None
+
+
+def test_a_short_word_of_a_password_with_spaces_is_kept_out_of_the_parse_error() -> None:
+    from retrysafe.idempotency import PostgresStore
+
+    with pytest.raises(ValueError, match="cannot be read") as caught:
+        PostgresStore("host=127.0.0.1 password=hunter2 ab user=app")
+    assert '"ab"' not in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
 def test_a_redis_url_that_cannot_be_parsed_keeps_its_password_out_of_the_error() -> None:
     from retrysafe.idempotency import RedisStore
 

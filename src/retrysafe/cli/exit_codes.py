@@ -44,7 +44,7 @@ class UsageError(Exception):
 #: Each error family's exit code and what it tells the caller to do.
 ERROR_EXIT_CODES: tuple[tuple[type[ApiError], int, str], ...] = (
     (ClientError, 3, "fix the request (4xx)"),
-    (RateLimited, 4, "too fast, even after waiting (429)"),
+    (RateLimited, 4, "too fast (429), even after waiting as long as allowed"),
     (QuotaExhausted, 5, "out of credits (429, quota header 0)"),
     (ServerError, 6, "the server kept failing (5xx)"),
     (TransportError, 7, "no usable response: connect error, reset or timeout"),

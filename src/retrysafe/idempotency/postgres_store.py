@@ -277,14 +277,32 @@ def _check_parses(dsn: str, secrets: tuple[str, ...]) -> None:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        conninfo_to_dict(dsn)
+        fields = conninfo_to_dict(dsn)
     except ProgrammingError as exc:
-        reason = _without(str(exc).strip(), secrets)
+        reason = _without(_without_password_words(str(exc).strip(), dsn), secrets)
         raise ValueError(
             f"PostgresStore(dsn): the connection string cannot be read ({reason}); write it "
             "as 'postgresql://user:password@host:5432/dbname', percent-encoding special "
             "characters in the password, or as 'host=... port=... dbname=... user=...'"
         ) from None
+    port = str(fields.get("port", ""))
+    if port and not all(part.strip().isdigit() for part in port.split(",")):
+        # (a '/' in a URL's password ends the host: the password is read as the port,
+        # so the value is not quoted)
+        raise ValueError(
+            "PostgresStore(dsn): the connection string's port is not a number; in "
+            "'postgresql://user:password@host:5432/dbname', percent-encode a '/', '?', '#' "
+            "or '@' in the password (e.g. '/' as %2F)"
+        )
+
+
+def _without_password_words(message: str, dsn: str) -> str:
+    """``message`` with every word of a keyword password (``password=two words``) taken
+    out, however short: psycopg quotes the word it could not read."""
+    for value in _KEYWORD_PASSWORD.findall(dsn):
+        for word in value.strip("'").split():
+            message = re.sub(rf'"{re.escape(word)}"', '"[REDACTED]"', message)
+    return message
 
 
 def _passwords_in(dsn: str) -> tuple[str, ...]:

@@ -127,8 +127,14 @@ class RedisStore:
             raise ImportError(
                 "RedisStore needs the redis package: pip install 'retrysafe[redis]'"
             ) from exc
-        if not isinstance(url, str) or not url.lower().startswith(_SCHEMES):
-            shown = url.split("@")[-1] if isinstance(url, str) else type(url).__name__
+        if not isinstance(url, str):
+            raise TypeError(
+                "RedisStore(url): the URL must be a str, e.g. 'redis://127.0.0.1:6379/0'; "
+                f"got {type(url).__name__}"
+            )
+        if not url.lower().startswith(_SCHEMES):
+            # (its host and port only: a password may sit before an '@' or in the query)
+            shown = url.split("@")[-1].split("?")[0].split("#")[0]
             raise ValueError(
                 f"RedisStore(url): the URL needs a scheme, one of {', '.join(_SCHEMES)}; "
                 f"got {shown!r} (e.g. RedisStore('redis://127.0.0.1:6379/0'))"
