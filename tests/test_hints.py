@@ -130,8 +130,15 @@ def test_should_retry_headers_that_disagree_read_as_false() -> None:
 
 
 def test_should_retry_false_makes_a_retryable_status_final() -> None:
+    """Final, keeping what the status says of the work: a 503 refused it (processed "no"),
+    a 500 may have done it."""
     verdict = classify(response(503, {"x-should-retry": "false"}))
-    assert (verdict.kind, verdict.reason) == ("permanent", "server_said_no_retry")
+    assert (verdict.kind, verdict.reason, verdict.processed) == (
+        "permanent",
+        "server_said_no_retry",
+        "no",
+    )
+    assert classify(response(500, {"x-should-retry": "false"})).processed == "maybe"
 
 
 def test_should_retry_false_makes_a_keyed_conflict_final_and_still_a_key_in_use() -> None:
