@@ -153,6 +153,10 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
             "from 0 to 100 (e.g. 50 for half), got 'nan'",
         ),
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
+        (
+            ["simulate", "outage", "--down-at", "50", "--down-for", "20"],
+            "--down-for must end within the run: --down-at + --down-for (70.0) > duration",
+        ),
         # (a timeline of 600,000 columns took 520 MB; one of 200 million never ended)
         (["simulate", "outage", "--bucket", "0.0001"], "raise bucket to at least 0.06 s"),
         (["simulate", "outage", "--rate", "nan"], "--rate must be a number, got nan"),

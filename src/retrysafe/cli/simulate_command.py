@@ -177,10 +177,20 @@ def add_simulate_command(commands: Any) -> None:
 _FLAG_OF = {"attempts": "--layers", "user_deadline": "--deadline"}
 
 
+#: The scenarios' arguments of two words, named bare in their rules' text.
+_TWO_WORD_ARGUMENTS = ("down_at", "down_for", "failure_rates", "failure_rate", "user_deadline")
+
+
 def _in_flags(message: str) -> str:
-    """A scenario's refusal in the command's words: ``brownout.calls`` is ``--calls``."""
-    return re.sub(
+    """A scenario's refusal in the command's words: ``brownout.calls`` is ``--calls``, and
+    ``down_at + down_for`` is ``--down-at + --down-for``."""
+    message = re.sub(
         r"\b(?:contention|brownout|outage|layers|ContentionSettings)\.([a-z_]+)",
+        lambda found: _FLAG_OF.get(found[1], "--" + found[1].replace("_", "-")),
+        message,
+    )
+    return re.sub(
+        rf"(?<![-\w])({'|'.join(_TWO_WORD_ARGUMENTS)})\b",
         lambda found: _FLAG_OF.get(found[1], "--" + found[1].replace("_", "-")),
         message,
     )
