@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from telemetry_support import (
     SCRIPTED_ENDINGS,
@@ -186,12 +186,26 @@ def test_a_registry_holds_one_set_of_names() -> None:
     is refused saying to share one, or to keep them apart."""
     registry = CollectorRegistry()
     PrometheusMetrics(registry=registry)
-    with pytest.raises(ValueError, match="registered in this registry already") as caught:
+    with pytest.raises(ValueError, match="in this registry already") as caught:
         PrometheusMetrics(registry=registry)
     assert "give it to every client (hooks=[metrics])" in str(caught.value)
     assert "Duplicated timeseries" in str(caught.value.__cause__)
     PrometheusMetrics(registry=CollectorRegistry())  # another registry is fine
     PrometheusMetrics(registry=registry, namespace="other")  # and another namespace
+
+
+def test_a_name_the_application_took_leaves_nothing_half_registered() -> None:
+    """One of retrysafe's names already taken (here by the application's own metric): the
+    error names it, and none of retrysafe's metrics stays registered, so asking again
+    names the same clash, not a clash with retrysafe's own leftovers."""
+    registry = CollectorRegistry()
+    Counter("retries", "the application's own", namespace="retrysafe", registry=registry)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="retrysafe_retries") as caught:
+            PrometheusMetrics(registry=registry)
+        assert "retrysafe_calls" not in str(caught.value)
+    assert registry.get_sample_value("retrysafe_calls_total") is None
+    assert "retrysafe_calls" not in generate_latest(registry).decode()
 
 
 def test_without_a_governor_the_breaker_state_comes_from_its_changes(chaos: Any) -> None:

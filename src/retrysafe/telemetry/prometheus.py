@@ -81,29 +81,20 @@ class PrometheusMetrics:
         if governor is not None and not isinstance(governor, Governor):
             raise TypeError(f"governor must be a retrysafe.Governor, got {type(governor).__name__}")
         self.registry = registry
-        try:  # (the first metric: if it is refused, no other was registered)
-            self.calls = Counter(
-                "calls",
-                "retrysafe calls ended, by result and the reason a failed call stopped.",
-                ("dependency", "method", "result", "reason"),
-                namespace=namespace,
-                registry=registry,
-            )
-        except ValueError as exc:
-            if not str(exc).startswith("Duplicated timeseries"):
-                raise
-            raise ValueError(
-                f"retrysafe's metrics ({namespace}_calls_total and the rest) are registered "
-                "in this registry already: make one PrometheusMetrics and give it to every "
-                "client (hooks=[metrics]), or give each its own "
-                "registry=prometheus_client.CollectorRegistry() or namespace="
-            ) from exc
+        # Made apart from the registry, then registered all or none (_register_all).
+        self.calls = Counter(
+            "calls",
+            "retrysafe calls ended, by result and the reason a failed call stopped.",
+            ("dependency", "method", "result", "reason"),
+            namespace=namespace,
+            registry=None,
+        )
         self.call_duration = Histogram(
             "call_duration_seconds",
             "Whole retrysafe calls, retries and waits included.",
             ("dependency", "result"),
             namespace=namespace,
-            registry=registry,
+            registry=None,
             buckets=DURATION_BUCKETS,
         )
         self.attempts = Counter(
@@ -111,21 +102,21 @@ class PrometheusMetrics:
             "Attempts sent, by what each got.",
             ("dependency", "outcome"),
             namespace=namespace,
-            registry=registry,
+            registry=None,
         )
         self.retries = Counter(
             "retries",
             "Retries, by what the retried attempt got.",
             ("dependency", "outcome"),
             namespace=namespace,
-            registry=registry,
+            registry=None,
         )
         self.retry_wait = Histogram(
             "retry_wait_seconds",
             "Waits before a retry.",
             ("dependency",),
             namespace=namespace,
-            registry=registry,
+            registry=None,
             buckets=DURATION_BUCKETS,
         )
         self.hedges = Counter(
@@ -133,14 +124,14 @@ class PrometheusMetrics:
             "Hedged copies, by what became of each: sent, won, lost, refused.",
             ("dependency", "outcome"),
             namespace=namespace,
-            registry=registry,
+            registry=None,
         )
         self.refusals = Counter(
             "refusals",
             "Calls retrysafe's own load protection stopped, by reason.",
             ("dependency", "reason"),
             namespace=namespace,
-            registry=registry,
+            registry=None,
         )
         #: The labelled children already made, by (metric, label values): as many as the
         #: label values the calls have shown, a bounded set.
@@ -149,17 +140,28 @@ class PrometheusMetrics:
         #: Set from breaker events; with a governor, its state is read at each scrape instead
         #: (every dependency, and an open breaker whose period ran out reads half open).
         self.circuit_state: Gauge | None = None
+        collectors: list[Any] = [
+            self.calls,
+            self.call_duration,
+            self.attempts,
+            self.retries,
+            self.retry_wait,
+            self.hedges,
+            self.refusals,
+        ]
         if governor is not None:
-            if registry is not None:
-                registry.register(_GovernorCollector(governor, namespace))
+            collectors.append(_GovernorCollector(governor, namespace))
         else:
             self.circuit_state = Gauge(
                 "circuit_state",
                 _CIRCUIT_HELP,
                 ("dependency",),
                 namespace=namespace,
-                registry=registry,
+                registry=None,
             )
+            collectors.append(self.circuit_state)
+        if registry is not None:
+            _register_all(registry, collectors)
 
     def __call__(self, event: RetryEvent) -> None:
         """Count ``event``."""
@@ -194,6 +196,30 @@ class PrometheusMetrics:
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"
+
+
+def _register_all(registry: CollectorRegistry, collectors: list[Any]) -> None:
+    """Register every one of ``collectors``, or none: a name already taken (another
+    ``PrometheusMetrics``'s, or one of the application's) leaves nothing half registered,
+    so the error says the same whenever it is asked again."""
+    done: list[Any] = []
+    try:
+        for collector in collectors:
+            registry.register(collector)
+            done.append(collector)
+    except ValueError as exc:
+        for collector in done:
+            registry.unregister(collector)
+        message = str(exc)
+        if not message.startswith("Duplicated timeseries"):
+            raise
+        taken = message.partition(":")[2].strip()
+        raise ValueError(
+            f"metrics retrysafe registers are in this registry already ({taken}): if they "
+            "are another PrometheusMetrics's, make one and give it to every client "
+            "(hooks=[metrics]); else give this one its own "
+            "registry=prometheus_client.CollectorRegistry() or namespace="
+        ) from exc
 
 
 _CIRCUIT_HELP = "Circuit breaker state per dependency: 0 closed, 1 half open, 2 open."
