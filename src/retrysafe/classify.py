@@ -28,6 +28,7 @@ __all__ = [
     "classify_response",
     "health",
     "may_have_acted",
+    "retryable_later",
     "status_reason",
 ]
 
@@ -460,11 +461,16 @@ def may_have_acted(verdict: Verdict, response: httpx.Response | None) -> bool:
     return verdict.processed == "maybe"
 
 
-#: Final outcomes that asking again later may still fix: a rate limit the policy does not
-#: wait out (``retry_statuses`` without 429), and a key in use the server said not to ask
-#: again about now. The call stops, and its error says ``retryable`` (not for a replayed
-#: answer: asked again, the server replays it).
-RETRYABLE_LATER: Final = frozenset({"rate_limited", "idempotency_key_in_use"})
+#: Final outcomes that asking again later may still fix (see :func:`retryable_later`).
+_RETRYABLE_LATER: Final = frozenset({"rate_limited", "idempotency_key_in_use"})
+
+
+def retryable_later(verdict: Verdict, response: httpx.Response | None) -> bool:
+    """Whether a final outcome may still be fixed by asking again later: a rate limit the
+    policy does not wait out (``retry_statuses`` without 429), or a key in use the server
+    said not to ask again about now; never a replayed answer, which asking again only
+    replays. The call stops all the same; its error says ``retryable``."""
+    return verdict.reason in _RETRYABLE_LATER and not (response is not None and is_replay(response))
 
 
 #: The outcomes of an attempt that ran out of time waiting for its answer (its own limit,

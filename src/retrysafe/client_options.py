@@ -132,7 +132,12 @@ def with_call_options(
                 "idempotency_key must be True (make one) or a non-empty string, "
                 f"got {idempotency_key!r}"
             )
-        _check_sendable(idempotency_key)
+        if not key_fits_a_header(idempotency_key):
+            raise ValueError(
+                f"idempotency_key must be printable ASCII with no space at either end, as an "
+                f"HTTP header value is, got {idempotency_key!r}; pass True for a fresh key, or "
+                "derive one from your own id, e.g. hashlib.sha256(order_id.encode()).hexdigest()"
+            )
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
     if call_options is not None:
@@ -150,16 +155,6 @@ def key_fits_a_header(key: str) -> bool:
     does not spell, and a write resent under that key would be a new one. The IETF
     draft's key is an ASCII string too."""
     return key.isascii() and key.isprintable() and key == key.strip()
-
-
-def _check_sendable(key: str) -> None:
-    """Refuse a key that does not fit a header (see :func:`key_fits_a_header`)."""
-    if not key_fits_a_header(key):
-        raise ValueError(
-            f"idempotency_key must be printable ASCII with no space at either end, as an "
-            f"HTTP header value is, got {key!r}; pass True for a fresh key, or derive one "
-            "from your own id, e.g. hashlib.sha256(order_id.encode()).hexdigest()"
-        )
 
 
 def add_auto_key(request: httpx.Request) -> None:

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Final, Literal
 import httpx
 
 from retrysafe.classify import (
-    RETRYABLE_LATER,
     SUCCESS,
     TIMEOUT_REASONS,
     Processed,
@@ -39,8 +38,8 @@ from retrysafe.classify import (
     classify_exception,
     classify_response,
     health,
-    is_replay,
     may_have_acted,
+    retryable_later,
 )
 from retrysafe.clock import Clock
 from retrysafe.decisions import (
@@ -430,11 +429,7 @@ class Call:
         if may_have_acted(verdict, response):
             self._processed = "maybe"
         if verdict.kind == "permanent":
-            # (final for this call; a rate limit, or a key in use, may be answered later,
-            # unless the answer is a stored one, which asking again only replays)
-            later = verdict.reason in RETRYABLE_LATER and not (
-                response is not None and is_replay(response)
-            )
+            later = retryable_later(verdict, response)
             return self._stop("outcome", verdict.reason, retryable=later)
         assert self._plan is not None
         safe = safe_to_repeat(

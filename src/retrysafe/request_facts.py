@@ -83,16 +83,12 @@ def idempotency_key_of(request: httpx.Request) -> str | None:
     # private, but every httpx the package accepts (pyproject pins <0.29) keeps them.
     for triple in request.headers._list:
         if triple[1] == _KEY_NAME:
-            raw = triple[2]
             try:
-                key = raw.decode("ascii")
+                # (a key set after the request was built goes out as UTF-8: its own bytes
+                # say so, not a guess made over every header of the request)
+                key = triple[2].decode("utf-8")
             except UnicodeDecodeError:
-                # Set after the request was built, httpx sends such a header as UTF-8; its
-                # own bytes say which (not a guess made over every header of the request).
-                try:
-                    key = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    key = raw.decode("latin-1")
+                key = triple[2].decode("latin-1")
             return key if key.strip() else None
     return None
 
