@@ -18,6 +18,7 @@ from retrysafe.idempotency.records import (
     record_from_fields,
 )
 from retrysafe.idempotency.store import StoreUnavailable, new_token
+from retrysafe.redact import redact_url_text
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -133,11 +134,10 @@ class RedisStore:
                 f"got {type(url).__name__}"
             )
         if not url.lower().startswith(_SCHEMES):
-            # (its host and port only: a password may sit before an '@' or in the query)
-            shown = url.split("@")[-1].split("?")[0].split("#")[0]
+            # (redacted as every URL retrysafe shows: a password before an '@' or in the query)
             raise ValueError(
                 f"RedisStore(url): the URL needs a scheme, one of {', '.join(_SCHEMES)}; "
-                f"got {shown!r} (e.g. RedisStore('redis://127.0.0.1:6379/0'))"
+                f"got {redact_url_text(url)!r} (e.g. RedisStore('redis://127.0.0.1:6379/0'))"
             )
         self._prefix = prefix
         self._timeout = timeout
