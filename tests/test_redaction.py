@@ -376,6 +376,16 @@ def test_urls_show_ordinary_parameters_and_hide_presigned_ones() -> None:
             "https://api.test/v1?page=1;api_key=SEMISECRET",
             "https://api.test/v1?page=1;api_key=[REDACTED]",
         ),
+        # ...yet httpx, and most servers, read a ";" inside a value as part of it: a
+        # secret's value is hidden up to the next "&", ";" and all
+        (
+            "https://api.test/v1?token=tok_A;tok_B_TAIL&page=2",
+            "https://api.test/v1?token=[REDACTED]&page=2",
+        ),
+        (
+            "https://api.test/v1?page=1;sort=asc;api_key=K1;K2#top",
+            "https://api.test/v1?page=1;sort=asc;api_key=[REDACTED]#top",
+        ),
         # a fragment is never sent, but an OAuth reply carries its token there
         (
             "https://api.test/cb#access_token=FRAGSECRET&state=s1",
@@ -419,6 +429,30 @@ def test_a_percent_encoded_secret_parameter_never_reaches_the_error_or_log(
     assert "api%5Fkey=[REDACTED]&page=2" in caught.value.url
     for text in produced:
         assert "PCT-ENCODED-KEY-61" not in text
+
+
+def test_a_secret_value_holding_a_semicolon_never_reaches_the_error_event_or_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """httpx sends ``?token=tok_A;tok_B`` as one value, ``tok_A;tok_B``: none of it shows."""
+    caplog.set_level(logging.DEBUG)
+    url = "https://api.test/v1?token=tok_HEAD_31;tok_TAIL_SECRET_31&page=2"
+    assert httpx.URL(url).params["token"] == "tok_HEAD_31;tok_TAIL_SECRET_31"
+    events: list[retrysafe.RetryEvent] = []
+    transport = httpx.MockTransport(lambda request: httpx.Response(503))
+    policy = retrysafe.RetryPolicy(attempts=2, backoff_base=0.001)
+    with (
+        retrysafe.Client(transport=transport, policy=policy, hooks=[events.append]) as client,
+        pytest.raises(retrysafe.ServerError) as caught,
+    ):
+        client.get(url)
+    produced = [str(caught.value), caught.value.url, *(event.url for event in events)]
+    produced += [record.getMessage() for record in caplog.records]
+    assert events
+    assert "token=[REDACTED]&page=2" in caught.value.url
+    for text in produced:
+        assert "tok_HEAD_31" not in text
+        assert "TAIL_SECRET_31" not in text
 
 
 @pytest.mark.parametrize(

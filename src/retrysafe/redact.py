@@ -170,9 +170,18 @@ def redact_url(url: httpx.URL | str) -> str:
 
 def _redacted_pair(match: re.Match[str]) -> str:
     """A ``name=value`` pair of a URL's query or fragment, its value hidden if the name
-    is a secret's."""
+    is a secret's.
+
+    Whether ``;`` separates pairs depends on the server (httpx, and most servers today,
+    read ``?token=a;b`` as one value, ``a;b``), so both readings are kept safe: a secret's
+    value is hidden up to the next ``&`` or ``#``, ``;`` and all, and what follows an
+    ordinary value's ``;`` is read as pairs of its own (``?page=1;api_key=...``).
+    """
     name = urllib.parse.unquote_plus(match.group("name"))
-    return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
+    if is_secret_name(name):
+        return match.group("start") + REDACTED
+    after = match.group("after") or ""
+    return match.group("start") + match.group("value") + _url_parts()[1].sub(_redacted_pair, after)
 
 
 #: Control and invisible formatting characters: C0, DEL, C1, soft hyphen, bidi overrides
@@ -257,7 +266,7 @@ def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """A typed URL's scheme and ``//``, and its query pairs (compiled on first use)."""
     return (
         re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//"),
-        re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)"),
+        re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)(?P<after>;[^&#]*)?"),
     )
 
 
@@ -295,7 +304,10 @@ def url_text_secrets(text: str) -> list[str]:
         # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
         secrets += re.split(r"[/?#:@]", userinfo)
     query = text.partition("?")[2].partition("#")[0]
-    for pair in query.replace(";", "&").split("&"):
+    # A secret's value runs to the next "&", ";" and all (as httpx reads it), and each
+    # ";"-separated piece may be a pair of its own (as some servers read it): see
+    # _redacted_pair.
+    for pair in query.split("&") + query.replace(";", "&").split("&"):
         name, _, value = pair.partition("=")
         if is_secret_name(urllib.parse.unquote_plus(name)):
             secrets += [value, urllib.parse.unquote_plus(value), urllib.parse.unquote(value)]
