@@ -38,6 +38,12 @@ BAD_INPUT = {
     "url_password_before_a_question_mark": ["get", f"http://user:{SECRET}?x@127.0.0.1/"],
     "url_password_before_a_hash": ["get", f"http://user:{SECRET}#x@127.0.0.1/"],
     "url_password_before_a_slash": ["get", f"http://user:{SECRET}/x@127.0.0.1/"],
+    # ...and a password holding both: the userinfo still ends at its "@"
+    "url_password_with_a_slash_then_a_question_mark": [
+        "get",
+        f"http://user:{SECRET}/x?yz@127.0.0.1:9/a",
+    ],
+    "url_password_with_a_hash_then_a_slash": ["get", f"http://user:{SECRET}#w/x@127.0.0.1:9/a"],
     "bad_policy_after_secret_header": [
         "get",
         "https://api.test/",
@@ -97,6 +103,36 @@ def test_a_servers_control_characters_never_reach_the_terminal(
     bad = [c for c in output if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0]
     assert bad == [], f"control characters {bad!r} in {output!r}"
     assert "\u202e" not in output
+
+
+def test_a_username_beside_a_password_is_a_name_not_a_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the password is hidden: scrubbed from every text, the username ``user`` would
+    hide ``/users/1`` and ``User-Agent`` in what the server answered."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"path": request.url.path, "ua": "User-Agent"})
+
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    code, output = run(capsys, "get", f"https://user:{SECRET}@api.test/users/1")
+    assert code != 0
+    assert "/users/1" in output
+    assert "User-Agent" in output
+    assert "51HxQ9" not in output
+
+
+def test_a_lone_username_is_a_token_and_hidden_everywhere() -> None:
+    redactor = argv_secrets(["get", f"https://{SECRET}@api.test/x"])
+    assert redactor.scrub(f"unknown key {SECRET}") == "unknown key [REDACTED]"
+    redactor = argv_secrets(["get", f"https://{SECRET}:@api.test/x"])  # (Stripe's form)
+    assert redactor.scrub(f"unknown key {SECRET}") == "unknown key [REDACTED]"
 
 
 @pytest.mark.parametrize(

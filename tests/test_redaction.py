@@ -256,7 +256,7 @@ def test_secret_fields_of_a_body_sent_without_a_type_are_scrubbed(content: bytes
     assert "refresh_token" in str(caught.value)
 
 
-@pytest.mark.parametrize("after", ["?x", "#x", "/x"])
+@pytest.mark.parametrize("after", ["?x", "#x", "/x", "/x?y", "#x/y"])
 def test_a_url_httpx_refuses_is_refused_without_its_password(after: str) -> None:
     """httpx reads a password up to a "?", "#" or "/" as a port, and quotes it."""
     password = "sk_live_" + "URLPIECE4"
@@ -464,6 +464,14 @@ def test_a_secret_value_holding_a_semicolon_never_reaches_the_error_event_or_log
         ),
         # a password with a "/" that httpx cannot parse: hidden whole all the same
         ("https://alice:pw/TYPED-77@api.test/v1", "https://[REDACTED]@api.test/v1"),
+        # ...or with a "/" and a "?" or "#", which httpx reads as a host, port and path
+        ("http://alice:Hu/x?TYPED-77@127.0.0.1:9/a", "http://[REDACTED]@127.0.0.1:9/a"),
+        ("http://alice:Pa#w/TYPED-77@127.0.0.1:9/a", "http://[REDACTED]@127.0.0.1:9/a"),
+        # (an "@" in the query after such a password is the query's)
+        (
+            "http://alice:Hu/x?TYPED-77@127.0.0.1/a?to=b@c.test",
+            "http://[REDACTED]@127.0.0.1/a?to=b@c.test",
+        ),
         (
             "https://ghp_LONETOKEN99@api.test/x?token=T1&q=1",
             "https://[REDACTED]@api.test/x?token=[REDACTED]&q=1",

@@ -274,10 +274,11 @@ def typed_userinfo(text: str) -> tuple[int, int] | None:
     """Where the userinfo of a URL as typed is (start, end: before its ``@``), or None.
 
     Generous, for a URL that may not parse: the userinfo ends at the last ``@`` before
-    the query (a password typed with a ``/`` included), or at the last ``@`` before the
-    first ``/``, for one typed with a ``?`` or ``#``: only when what precedes that ``?``
-    or ``#`` reads as ``user:password``, not ``host:port``, so that an ``@`` in a query,
-    ``https://api.test?email=a@b``, is left alone.
+    the query (a password typed with a ``/`` included). For one typed with a ``?`` or
+    ``#``, only when what precedes it reads as ``user:password``, not ``host:port`` (so
+    that an ``@`` in a query, ``https://api.test?email=a@b``, is left alone), it ends at
+    the last ``@`` before the first ``/``, or, with none there (a password holding both,
+    ``deploy:pw?x/y@host``), at the last ``@`` before the query's first ``=``.
     """
     scheme = _url_parts()[0].match(text)
     start = scheme.end() if scheme is not None else 0
@@ -286,9 +287,11 @@ def typed_userinfo(text: str) -> tuple[int, int] | None:
     if "@" in before_query:
         return start, start + before_query.rindex("@")
     authority = before_query.split("/", 1)[0]
-    up_to_path = rest.split("/", 1)[0]
-    if "@" in up_to_path and ":" in authority and not authority.rpartition(":")[2].isdigit():
-        return start, start + up_to_path.rindex("@")
+    if ":" not in authority or authority.rpartition(":")[2].isdigit():
+        return None
+    for end in (rest.split("/", 1)[0], rest.split("=", 1)[0]):
+        if "@" in end:
+            return start, start + end.rindex("@")
     return None
 
 
@@ -299,10 +302,14 @@ def url_text_secrets(text: str) -> list[str]:
     if span is not None:
         userinfo = text[span[0] : span[1]]
         user, _, password = userinfo.partition(":")
-        secrets += [userinfo, password or user]
+        # The password; or a lone username, which is usually a token ("ghp_...@host",
+        # "sk_live_...:@host"). A username beside a password is a name, not a secret:
+        # scrubbed from every text, "user" would hide "/users/1" and "User-Agent".
+        secret = password or user
+        secrets += [userinfo, secret]
         # httpx parses a password holding "/", "?" or "#" as other parts of the URL and
         # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
-        secrets += re.split(r"[/?#:@]", userinfo)
+        secrets += re.split(r"[/?#:@]", secret)
     query = text.partition("?")[2].partition("#")[0]
     # A secret's value runs to the next "&", ";" and all (as httpx reads it), and each
     # ";"-separated piece may be a pair of its own (as some servers read it): see
