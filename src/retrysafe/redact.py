@@ -38,6 +38,7 @@ __all__ = [
     "QueryRedactingFilter",
     "SECRET_NAMES",
     "RedactingFilter",
+    "TraceRedactingFilter",
     "Redactor",
     "add_secret_names",
     "is_secret_name",
@@ -558,11 +559,67 @@ class RedactingFilter(logging.Filter):
 _httpx_filter = RedactingFilter()
 
 
+class TraceRedactingFilter(logging.Filter):
+    """Redacts header values in httpcore's DEBUG trace records.
+
+    httpcore writes each trace as finished text: the response's headers as bytes pairs
+    (``(b'Set-Cookie', b'session=...')``) and a failure's exception, such as h11's
+    refusal of a header value, which quotes it whole (``Illegal header value b'Bearer
+    sk_...\\n'``: a token read from a file with its newline). A pair whose name is a
+    secret's, and every refused value, is replaced.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg
+        if isinstance(message, str) and ("b'" in message or 'b"' in message):
+            pair, refused = _trace_parts()
+            message = pair.sub(_redacted_header_pair, message)
+            record.msg = refused.sub(r"\g<start>" + REDACTED + r"\g<quote>", message)
+        return True
+
+
+@functools.cache
+def _trace_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A header pair of bytes as httpcore's traces write it, and a refused header value
+    (compiled on first use)."""
+    quoted = r"b(?P<{0}q>['\"])(?P<{0}>(?:\\.|(?!(?P={0}q)).)*)(?P={0}q)"
+    return (
+        re.compile(r"\(" + quoted.format("name") + ", " + quoted.format("value") + r"\)"),
+        re.compile(
+            r"(?P<start>Illegal header value b(?P<quote>['\"]))(?:\\.|(?!(?P=quote)).)*(?P=quote)"
+        ),
+    )
+
+
+def _redacted_header_pair(match: re.Match[str]) -> str:
+    if not is_secret_name(match.group("name")):
+        return match.group()
+    quote = match.group("valueq")
+    return match.group()[: match.start("value") - match.start()] + REDACTED + quote + ")"
+
+
+_trace_filter = TraceRedactingFilter()
+#: httpcore's loggers: one per module that traces (a filter sees only its own logger's
+#: records, not those its children pass up).
+_HTTPCORE_LOGGERS = (
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+)
+
+
 def redact_httpx_logs() -> None:
-    """Install :class:`RedactingFilter` on the ``httpx`` logger (once; safe to call again)."""
+    """Install :class:`RedactingFilter` on the ``httpx`` logger, and
+    :class:`TraceRedactingFilter` on httpcore's (once; safe to call again)."""
     httpx_logger = logging.getLogger("httpx")
     if _httpx_filter not in httpx_logger.filters:
         httpx_logger.addFilter(_httpx_filter)
+    for name in _HTTPCORE_LOGGERS:
+        trace_logger = logging.getLogger(name)
+        if _trace_filter not in trace_logger.filters:
+            trace_logger.addFilter(_trace_filter)
 
 
 class QueryRedactingFilter(logging.Filter):

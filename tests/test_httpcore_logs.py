@@ -1,0 +1,74 @@
+"""httpcore's DEBUG traces, under a retrysafe client, carry no secret header value.
+
+httpcore logs the response's headers as bytes pairs, and a failure's exception as it
+reads: h11's refusal of a header value quotes the value whole. Over a real socket.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+
+COOKIE = "session=SESSION_COOKIE_SECRET_72"
+TOKEN = "sk-live-TOKEN_FROM_FILE_72"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Set-Cookie", COOKIE)
+        self.send_header("X-Request-Id", "req-72")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def httpcore_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name.startswith("httpcore")]
+
+
+def test_a_secret_response_header_is_hidden_and_the_others_shown(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="httpcore")
+    with retrysafe.Client() as client:
+        client.get(server)
+    logged = "\n".join(httpcore_messages(caplog))
+    assert "(b'Set-Cookie', b'[REDACTED]')" in logged
+    assert "(b'X-Request-Id', b'req-72')" in logged, "an ordinary header stays"
+    assert "SESSION_COOKIE_SECRET_72" not in logged
+
+
+def test_a_header_value_h11_refuses_is_not_quoted(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A token read from a file with its newline: h11 refuses it, quoting it whole."""
+    caplog.set_level(logging.DEBUG, logger="httpcore")
+    transport = retrysafe.RetryTransport(policy=retrysafe.RetryPolicy(attempts=1))
+    with httpx.Client(transport=transport) as client, pytest.raises(httpx.LocalProtocolError):
+        client.get(server, headers={"Authorization": f"Bearer {TOKEN}\n"})
+    logged = "\n".join(httpcore_messages(caplog))
+    assert "Illegal header value b'[REDACTED]'" in logged
+    assert TOKEN not in logged
