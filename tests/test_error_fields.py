@@ -1,6 +1,6 @@
 """What an ApiError carries across a process boundary and prints: every field survives
-pickling (a process pool hands the error back to its parent), and the repr names the
-fields a log line needs and nothing of the body.
+pickling (a process pool hands the error back to its parent), but the request's secrets,
+and the repr names the fields a log line needs and nothing of the body.
 
 The network here is httpx.MockTransport: these tests are about the error itself.
 """
@@ -67,6 +67,41 @@ def test_a_pickled_client_error_keeps_its_body_and_response() -> None:
         422,
         {"error": "amount must be positive"},
     )
+
+
+def test_a_pickled_error_leaves_the_requests_secrets_behind() -> None:
+    """A pickled error may leave the process (a task queue's result store): its response
+    goes with it, but not the credentials of the request it answers, nor a cookie."""
+
+    def refusing(request: httpx.Request) -> httpx.Response:
+        headers = {"Set-Cookie": "sid=COOKIE_SECRET_8", "X-Request-Id": "req-8"}
+        return httpx.Response(400, json={"error": "no"}, headers=headers)
+
+    secrets = ["QUERY_SECRET_8", "sk-live-HEADER_SECRET_8", "HDR_SECRET_8", "BODY_SECRET_8"]
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(refusing).post(
+            "https://api.test/pay?api_key=QUERY_SECRET_8&page=2",
+            headers={
+                "Authorization": "Bearer sk-live-HEADER_SECRET_8",
+                "X-Api-Key": "HDR_SECRET_8",
+            },
+            json={"password": "BODY_SECRET_8"},
+        )
+    blob = pickle.dumps(caught.value)
+    for secret in [*secrets, "COOKIE_SECRET_8"]:
+        assert secret.encode() not in blob
+    copy = pickle.loads(blob)
+    assert copy.response is not None
+    assert (copy.response.status_code, copy.response.json()) == (400, {"error": "no"})
+    assert copy.response.headers["X-Request-Id"] == "req-8"
+    assert copy.response.headers["Set-Cookie"] == "[REDACTED]"
+    request = copy.response.request
+    assert (request.method, request.url.path, request.url.params["page"]) == ("POST", "/pay", "2")
+    assert request.headers["Authorization"] == "[REDACTED]"
+    assert request.headers["Content-Type"] == "application/json"
+    # the error in this process keeps what it was given
+    assert caught.value.response is not None
+    assert caught.value.response.request.headers["X-Api-Key"] == "HDR_SECRET_8"
 
 
 def test_a_pickled_refusal_keeps_its_detail_and_wait() -> None:

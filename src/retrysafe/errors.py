@@ -15,6 +15,7 @@ subclass that matches what you would do about it::
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Final, Literal
 
 import httpx
@@ -178,7 +179,45 @@ class ApiError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Exceptions pickle through their args; ours are keyword-only, so rebuild by hand.
-        return (_rebuild, (type(self), self.__dict__.copy(), str(self)))
+        return (_rebuild, (type(self), self._shareable_state(), str(self)))
+
+    def _shareable_state(self) -> dict[str, Any]:
+        """The fields a pickled error carries: every one, its response's request's secrets
+        left behind (see :func:`_shareable`; the requests shell's errors add their own)."""
+        state = self.__dict__.copy()
+        if isinstance(state.get("response"), httpx.Response):
+            state["response"] = _shareable(state["response"])
+        return state
+
+
+def _shareable(response: httpx.Response) -> httpx.Response:
+    """The copy of ``response`` a pickled error carries: what httpx pickles of it (status,
+    headers, the body read, no stream), with the values of its secret headers hidden
+    (``Set-Cookie``), and its request's, and the request's URL redacted and body left out.
+
+    A pickled error may leave the process (a task queue's result store, a cache), and
+    the request it answers holds the caller's credentials: ``Authorization``, an
+    ``api_key`` in the query, a password in the body.
+    """
+    from retrysafe.redact import REDACTED, is_secret_name, redact_url
+
+    def hidden(headers: httpx.Headers) -> httpx.Headers:
+        return httpx.Headers(
+            [
+                (name, REDACTED if is_secret_name(name) else value)
+                for name, value in headers.multi_items()
+            ]
+        )
+
+    shared = copy.copy(response)  # (httpx's own pickled state: detached, its body kept)
+    shared.headers = hidden(response.headers)
+    shared.history = [_shareable(earlier) for earlier in response.history]  # (redirects)
+    request = response._request
+    if request is not None:
+        shared.request = httpx.Request(
+            request.method, redact_url(request.url), headers=hidden(request.headers)
+        )
+    return shared
 
 
 def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:

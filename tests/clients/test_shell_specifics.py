@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import http.server
 import logging
+import pickle
 import socket
 import threading
 import time
@@ -503,6 +504,48 @@ def test_secrets_stay_out_of_the_error(chaos: KeyedChaos) -> None:
     shown = str(caught.value) + repr(caught.value) + str(caught.value.body)
     assert "sk-live-secret-value" not in shown
     assert "tok-secret-123" not in shown
+
+
+def test_a_pickled_requests_error_leaves_the_requests_secrets_behind(chaos: KeyedChaos) -> None:
+    """A pickled error may leave the process (a task queue's result store): requests' own
+    response and request go with it, without the caller's credentials."""
+    url = chaos.url("/status/400", api_key="sk-live-PICKLED-31", page="2")
+    adapter = RetryAdapter(policy=RetryPolicy(attempts=1))
+    with session_with(adapter) as session, pytest.raises(retrysafe.ClientError) as caught:
+        session.post(url, headers={"Authorization": "Bearer tok-PICKLED-31"}, data=b"pw=BODY-31")
+    blob = pickle.dumps(caught.value)
+    for secret in (b"sk-live-PICKLED-31", b"tok-PICKLED-31", b"BODY-31"):
+        assert secret not in blob
+    copy = pickle.loads(blob)
+    assert isinstance(copy, requests.HTTPError)
+    assert copy.response.status_code == 400
+    assert copy.request.headers["Authorization"] == "[REDACTED]"
+    assert copy.response.request.headers["Authorization"] == "[REDACTED]"
+    assert "page=2" in copy.request.url
+    # the error in this process keeps what it was given
+    assert caught.value.request.headers["Authorization"] == "Bearer tok-PICKLED-31"
+
+
+def test_an_aiohttp_errors_request_info_shows_no_secret(chaos: KeyedChaos) -> None:
+    """aiohttp's own ``ClientResponseError`` prints its ``request_info``: headers and URL."""
+    url = chaos.url("/status/401", api_key="sk-live-INFO-32", page="2")
+
+    async def run() -> BaseException:
+        middleware = RetryMiddleware(policy=RetryPolicy(attempts=1))
+        try:
+            await aiohttp_get(middleware, url, headers={"Authorization": "Bearer tok-INFO-32"})
+        except aiohttp.ClientResponseError as error:
+            return error
+        raise AssertionError("no error")
+
+    error = asyncio.run(run())
+    assert isinstance(error, aiohttp.ClientResponseError)
+    shown = repr(error.request_info)
+    assert "sk-live-INFO-32" not in shown
+    assert "tok-INFO-32" not in shown
+    assert error.request_info.headers["Authorization"] == "[REDACTED]"
+    assert error.request_info.method == "GET"
+    assert "page=2" in str(error.request_info.url)
 
 
 @pytest.mark.parametrize("mode", ["always", "on", "Auto", "true"])

@@ -30,9 +30,12 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
+from multidict import CIMultiDict, CIMultiDictProxy
 
 import retrysafe.errors as base
 from retrysafe.foreign_shell import adopt_error
+from retrysafe.redact import REDACTED, is_secret_name, redact_url
 
 __all__ = [
     "BadResponse",
@@ -141,6 +144,24 @@ def as_aiohttp_error(
     if isinstance(adopted, aiohttp.ClientResponseError):
         # What aiohttp's own ClientResponseError carries, for handlers written for it.
         adopted.message = error.outcome
-        adopted.request_info = response.request_info if response is not None else None  # type: ignore[assignment]
+        adopted.request_info = (
+            _shown(response.request_info) if response is not None else None  # type: ignore[assignment]
+        )
         adopted.headers = response.headers if response is not None else None
     return adopted  # type: ignore[no-any-return]
+
+
+def _shown(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:
+    """``info`` as the error carries it: its secret headers' values hidden and its URLs
+    redacted. aiohttp's own ``ClientResponseError`` prints its ``request_info``, and a
+    handler written for it may log that; the request's credentials must not go with it.
+    """
+    headers = CIMultiDict(
+        (name, REDACTED if is_secret_name(name) else value) for name, value in info.headers.items()
+    )
+    return aiohttp.RequestInfo(
+        yarl.URL(redact_url(str(info.url)), encoded=True),
+        info.method,
+        CIMultiDictProxy(headers),
+        yarl.URL(redact_url(str(info.real_url)), encoded=True),
+    )

@@ -27,14 +27,18 @@ On these, ``response`` is the last ``requests.Response`` (body read), or None, a
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import requests
 from requests.exceptions import RetryError
+from requests.structures import CaseInsensitiveDict
 
 import retrysafe.errors as base
 from retrysafe.foreign_shell import adopt_error
+from retrysafe.redact import REDACTED, is_secret_name, redact_url
 
 __all__ = [
     "BadResponse",
@@ -58,6 +62,46 @@ class _RequestsError:
     """What the re-typed errors add: requests' ``request`` attribute."""
 
     request: requests.PreparedRequest | None = None
+
+    def _shareable_state(self) -> dict[str, Any]:
+        """The fields a pickled error carries (see ``ApiError._shareable_state``), with
+        requests' own response and request, their secrets left behind."""
+        state: dict[str, Any] = super()._shareable_state()  # type: ignore[misc]
+        if isinstance(state.get("request"), requests.PreparedRequest):
+            state["request"] = _shareable_request(state["request"])
+        if isinstance(state.get("response"), requests.Response):
+            state["response"] = _shareable_response(state["response"])
+        return state
+
+
+def _hidden(headers: Mapping[str, str]) -> CaseInsensitiveDict[str]:
+    """``headers`` with the values of secret ones replaced."""
+    return CaseInsensitiveDict(
+        {name: REDACTED if is_secret_name(name) else value for name, value in headers.items()}
+    )
+
+
+def _shareable_request(request: requests.PreparedRequest) -> requests.PreparedRequest:
+    """A copy of ``request`` with its secret headers hidden, its URL redacted and its body
+    left out: a pickled error may leave the process, and these are the caller's."""
+    shared = request.copy()
+    shared.headers = _hidden(request.headers)
+    shared.url = redact_url(request.url) if request.url else request.url
+    shared.body = None
+    return shared
+
+
+def _shareable_response(response: requests.Response) -> requests.Response:
+    """What requests pickles of ``response`` (its body read), its secret headers (a
+    ``Set-Cookie``), cookies and request's secrets left behind."""
+    shared = copy.copy(response)
+    shared.headers = _hidden(response.headers)
+    shared.cookies = requests.cookies.RequestsCookieJar()
+    shared.url = redact_url(response.url) if response.url else response.url
+    shared.history = [_shareable_response(earlier) for earlier in response.history]
+    if response.request is not None:
+        shared.request = _shareable_request(response.request)
+    return shared
 
 
 class ClientError(_RequestsError, base.ClientError, requests.HTTPError):  # type: ignore[misc]  # both bases define the fields
