@@ -185,6 +185,51 @@ def test_only_the_last_slot_of_the_queue_is_given_back() -> None:
     assert limiter.reserve_slot()[0] == pytest.approx(0.4)
 
 
+def test_a_gap_goes_back_once_every_slot_behind_it_has() -> None:
+    """Callers cancelled together give up first to last (a task group, ``asyncio.timeout``,
+    ``gather``): each but the last leaves a gap, and the last one takes them all back."""
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=10), clock)
+    slots = [limiter.reserve_slot()[1] for _ in range(5)]  # 0, 0.1, ... 0.4 s
+    for slot in slots[1:4]:
+        limiter.release(slot)  # gaps: each has a slot queued behind it
+    assert limiter.queued() == pytest.approx(4)
+    limiter.release(slots[4])  # the last: it, then the gaps now last, go back
+    assert limiter.queued() == pytest.approx(0)
+    assert limiter.reserve_slot()[0] == pytest.approx(0.1)  # right after the one in use
+
+
+def test_a_gap_behind_a_slot_still_in_use_stays_a_gap() -> None:
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=10), clock)
+    slots = [limiter.reserve_slot()[1] for _ in range(4)]  # 0, 0.1, 0.2, 0.3 s
+    limiter.release(slots[1])  # a gap, with 0.2 still waiting behind it
+    limiter.release(slots[3])  # the last goes back; 0.2 is now last, and in use
+    assert limiter.queued() == pytest.approx(2)
+    assert limiter.reserve_slot()[0] == pytest.approx(0.3), "after 0.2, never on it"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_queue_cancelled_together_leaves_no_wait_for_the_next_caller() -> None:
+    """The whole queue gives up at once (its callers' deadline, a task group cancelled):
+    the next caller is not made to wait for slots nobody will use."""
+    paced = GovernorSettings(limiter=LimiterSettings(requests_per_second=20))
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+        governor=Governor(paced),
+    ) as client:
+        tasks = [asyncio.create_task(client.get("http://svc.test/")) for _ in range(12)]
+        await asyncio.sleep(0.02)  # one sent; eleven queued, up to 0.55 s ahead
+        for task in tasks:  # first to last, as a task group cancels
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        started = time.monotonic()
+        await client.get("http://svc.test/")
+        waited = time.monotonic() - started
+    assert waited < 0.3, f"waited {waited:.2f} s for slots given up"
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_caller_that_gives_up_mid_queue_never_makes_two_send_at_once() -> None:

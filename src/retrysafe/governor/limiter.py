@@ -49,6 +49,9 @@ class Limiter:
         self.paced = settings.requests_per_second is not None
         self._tokens = float(settings.burst)
         self._refilled_at = clock.monotonic()
+        #: The slots given back with others queued behind them (when each comes up): each
+        #: goes back too once every slot behind it has (see :meth:`release`).
+        self._gaps: list[float] = []
         rate = settings.requests_per_second
         #: The fewest tokens the bucket may hold: the longest queue, as a debt.
         self._floor = -rate * settings.max_cooldown if rate is not None else 0.0
@@ -104,11 +107,13 @@ class Limiter:
     def release(self, slot: float | None = None) -> None:
         """Give back a reserved slot that will not be used (its caller gave up).
 
-        ``slot`` (from :meth:`reserve_slot`) says which. Only the last slot of the
-        queue is given back: the queue then ends one interval sooner. A slot with
-        others queued behind it stays a gap that time closes, since giving it back
-        would put the next caller on the last one's slot, both sending at once.
-        Without ``slot``, the last one is given back.
+        ``slot`` (from :meth:`reserve_slot`) says which. The last slot of the queue
+        is given back: the queue then ends one interval sooner. A slot with others
+        queued behind it is kept as a gap, since giving it back would put the next
+        caller on the last one's slot, both sending at once; it goes back once every
+        slot behind it has (callers cancelled together, first to last, give back
+        the whole queue), or time closes it. Without ``slot``, the last one is given
+        back.
         """
         rate = self.settings.requests_per_second
         if rate is None:
@@ -117,9 +122,22 @@ class Limiter:
             tokens = self._refill(rate)
             # (the last slot comes up when the bucket is back at zero: -tokens/rate away)
             last = self._refilled_at - tokens / rate
+            # (a gap whose time has come was closed by time: only those ahead are kept, at
+            # most the queue's length)
+            self._gaps = [gap for gap in self._gaps if gap > self._refilled_at]
             if slot is not None and tokens < 0 and slot < last - _SAME_SLOT:
+                self._gaps.append(slot)
                 return
-            self._tokens = min(float(self.settings.burst), tokens + 1.0)
+            tokens += 1.0
+            # Gaps left earlier that are now the queue's last go back with it.
+            while tokens < 0 and self._gaps:
+                last = self._refilled_at - tokens / rate
+                gap = next((gap for gap in self._gaps if abs(gap - last) <= _SAME_SLOT), None)
+                if gap is None:
+                    break
+                self._gaps.remove(gap)
+                tokens += 1.0
+            self._tokens = min(float(self.settings.burst), tokens)
 
     def queued(self) -> float:
         """Slots reserved ahead of now (0.0 when the bucket holds tokens)."""
