@@ -51,6 +51,7 @@ from retrysafe.decisions import (
     Fail,
     ReadBody,
     RecordHealth,
+    RefundBudget,
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
@@ -1574,10 +1575,13 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     the 503's hint) or released once with ReleaseProbe (its attempt never started), never
     both; refused permits need neither. Every paced slot granted is used by the attempt
     that follows its wait or released once. A 429 with a hint starts one cooldown of that
-    hint; nothing else does. Events: one "retry" per granted retry, one "success" or
-    "failure" at the end, numbered with the attempts so far; one "attempt" as each attempt
-    ends, before the others."""
+    hint; nothing else does. A retry granted on a budget token (``spends_budget``) whose
+    attempt is never sent, the call ending first, gives the token back once
+    (RefundBudget); nothing else does. Events: one "retry" per granted retry, one
+    "success" or "failure" at the end, numbered with the attempts so far; one "attempt"
+    as each attempt ends, before the others."""
     in_flight: Permit | None = None
+    spent_unsent = False  # a granted retry spent a budget token; its attempt is not sent
     held = 0
     held_slot: float | None = None  # the slot the call holds, as the governor named it
     failed_before = False  # the call already told the breaker of a failure
@@ -1591,12 +1595,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         pacings = [e for e in effects if type(e) is ReleasePacing]
         cooldowns = [e for e in effects if type(e) is StartCooldown]
         events = [e.event for e in effects if type(e) is EmitEvent]
-        unknown = [
-            e
-            for e in effects
-            if type(e) not in (RecordHealth, ReleaseProbe, ReleasePacing, StartCooldown, EmitEvent)
-        ]
+        refunds = [e for e in effects if type(e) is RefundBudget]
+        known = (RecordHealth, ReleaseProbe, ReleasePacing, StartCooldown, RefundBudget, EmitEvent)
+        unknown = [e for e in effects if type(e) not in known]
         expect(not unknown, "unknown effects %r", unknown)
+        expected_refunds: list[RefundBudget] = []
         expected_events: list[str] = []
         expected_probes: list[Permit] = []
         expected_pacing = 0
@@ -1613,6 +1616,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 held += 1
                 held_slot = rec.admission.slot
                 expect(held <= 1, "the call holds %d paced slots at once", held)
+            if type(rec.result) is AttemptPlan:
+                spent_unsent = False  # (the retry went out: its token was used)
+            elif type(rec.result) is Fail and spent_unsent:
+                spent_unsent = False
+                expected_refunds.append(RefundBudget(1.0))
             if type(rec.result) is AttemptPlan:
                 attempts += 1
                 held = 0
@@ -1681,6 +1689,15 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         elif isinstance(rec, AnswerRec):
             expect(not health_effects, "RecordHealth %r on a retry answer", health_effects)
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
+            spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
+        expect(
+            refunds == expected_refunds,
+            "budget refunds %r, expected %r (%s -> %s)",
+            refunds,
+            expected_refunds,
+            type(rec).__name__,
+            _fmt(rec.result),
+        )
         expect(
             probes == [ReleaseProbe(p) for p in expected_probes],
             "released probes %r, expected %r (%s -> %s)",

@@ -157,3 +157,58 @@ async def test_a_task_cancelled_while_waiting_for_a_paced_slot_gives_the_slot_ba
     limiter = governor.guard(dependency).limiter
     assert limiter is not None
     assert limiter.queued() == 0.0
+
+
+def test_ctrl_c_during_a_backoff_gives_the_retrys_budget_token_back() -> None:
+    # The retry the budget paid for was never sent: the dependency saw no load from it,
+    # and a burst of callers stopped mid-backoff must not leave the budget empty.
+    import httpx
+
+    from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
+    from retrysafe.testing import FakeClock
+
+    class Interrupted(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            if seconds > 0:
+                raise KeyboardInterrupt
+
+    clock = Interrupted()
+    budget = BudgetSettings(ratio=0.1, max_tokens=10, min_per_second=0.0)
+    governor = Governor(GovernorSettings(budget=budget, breaker=None), clock=clock)
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(503)), clock=clock, governor=governor
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                client.get("http://api.test/")  # a 503, then stopped in the backoff
+    tokens = governor.guard("http://api.test:80").budget
+    assert tokens is not None
+    assert tokens.tokens == pytest.approx(10)
+
+
+async def test_a_task_cancelled_during_a_backoff_gives_the_retrys_budget_token_back() -> None:
+    import httpx
+
+    from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
+    from retrysafe.testing import FakeClock
+
+    class Stalled(FakeClock):
+        async def async_sleep(self, seconds: float) -> None:
+            if seconds > 0:
+                await anyio.sleep_forever()
+
+    clock = Stalled()
+    budget = BudgetSettings(ratio=0.1, max_tokens=10, min_per_second=0.0)
+    governor = Governor(GovernorSettings(budget=budget, breaker=None), clock=clock)
+    transport = retrysafe.AsyncRetryTransport(
+        httpx.MockTransport(lambda request: httpx.Response(503)), clock=clock, governor=governor
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(3):
+            with anyio.move_on_after(0.05) as scope:
+                await client.get("http://api.test/")  # a 503, then cancelled in the backoff
+            assert scope.cancelled_caught
+    tokens = governor.guard("http://api.test:80").budget
+    assert tokens is not None
+    assert tokens.tokens == pytest.approx(10)

@@ -227,6 +227,13 @@ class ReleasePacing(NamedTuple):
     slot: float | None = None
 
 
+class RefundBudget(NamedTuple):
+    """Give back the retry-budget ``tokens`` a granted retry spent and never used: the
+    call was cancelled while it waited to send it, or ended before it could."""
+
+    tokens: float = 1.0
+
+
 class ReleaseProbe(NamedTuple):
     """Give back the breaker's permit of an attempt that ended with no outcome."""
 
@@ -248,4 +255,12 @@ class RecordLatency(NamedTuple):
     censored: bool = False
 
 
-Effect = RecordLatency | RecordHealth | StartCooldown | ReleasePacing | ReleaseProbe | EmitEvent
+Effect = (
+    RecordLatency
+    | RecordHealth
+    | StartCooldown
+    | ReleasePacing
+    | ReleaseProbe
+    | RefundBudget
+    | EmitEvent
+)

@@ -54,6 +54,7 @@ from retrysafe.decisions import (
     Fail,
     ReadBody,
     RecordHealth,
+    RefundBudget,
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
@@ -88,6 +89,8 @@ _RETRIED_REASONS: Final = frozenset({"attempts_exhausted", "nested_retry_exhaust
 #: The effect of a call that succeeded at once while the breaker was closed: shells may
 #: apply it by identity, on a short path (see ``Drive.returned``).
 HEALTHY_WHILE_CLOSED: Final = RecordHealth(CLOSED_PERMIT, "healthy", None)
+#: The effect of a granted retry that will never be sent (see Call._refund_unsent_retry).
+REFUND_ONE_RETRY: Final = RefundBudget()
 
 
 class Call:
@@ -111,6 +114,8 @@ class Call:
     #: A wait was granted for the next attempt: it may start with less than
     #: min_attempt_time left (a sleep can overshoot by a little).
     _promised = False
+    #: The granted wait's retry spent a budget token, and the retry has not been sent yet.
+    _spent_unsent = False
     _verdict: Verdict | None = None
     _last_response: httpx.Response | None = None
     _last_cause: Exception | None = None
@@ -257,6 +262,7 @@ class Call:
         self._pacing_held = False
         self._permit = permit
         self._promised = False
+        self._spent_unsent = False
         self._nested_gave_up = False
         timeout = min(self.policy.attempt_timeout, remaining)
         plan = AttemptPlan(
@@ -405,6 +411,14 @@ class Call:
         if self._pacing_held:
             self._pacing_held = False
             self.effects.append(ReleasePacing(self._pacing_slot))
+        self._refund_unsent_retry()
+
+    def _refund_unsent_retry(self) -> None:
+        """A retry the governor granted, spending a budget token, will never be sent:
+        the token goes back (the dependency saw no load from it)."""
+        if self._spent_unsent:
+            self._spent_unsent = False
+            self.effects.append(REFUND_ONE_RETRY)
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -518,6 +532,7 @@ class Call:
         status = self._last_response.status_code if self._last_response is not None else None
         self._emit("retry", verdict.reason, status, wait=ask.wait, exception=last.exception)
         self._promised = True
+        self._spent_unsent = ask.spends_budget
         self.state = "ready"
         return Wait(ask.wait)
 
@@ -590,6 +605,7 @@ class Call:
         from retrysafe.failures import CallSummary, give_up_error
 
         self.state = "done"
+        self._refund_unsent_retry()
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
         last = self._history[-1] if self._history else None
         outcome = last.outcome if last is not None else reason

@@ -53,6 +53,13 @@ class RetryBudget:
             self._tokens = max(0.0, self._tokens - 1.0)
             return True
 
+    def refund(self, tokens: float = 1.0) -> None:
+        """Give back ``tokens`` spent for retries that were never sent (their calls were
+        cancelled while waiting to send them): no load reached the dependency."""
+        with self._lock:
+            self._refill()
+            self._tokens = min(self.settings.max_tokens, self._tokens + tokens)
+
     def _refill(self) -> None:
         now = self._clock.monotonic()
         elapsed = max(0.0, now - self._refilled_at)

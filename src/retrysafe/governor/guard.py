@@ -20,6 +20,7 @@ from retrysafe.decisions import (
     Effect,
     HedgeAnswer,
     RecordHealth,
+    RefundBudget,
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
@@ -234,8 +235,11 @@ class DependencyGuard:
         elif isinstance(effect, ReleaseProbe):
             if self.breaker is not None:
                 self.breaker.release(effect.permit)
-        elif isinstance(effect, ReleasePacing) and self.limiter is not None:
-            self.limiter.release(effect.slot)
+        elif isinstance(effect, ReleasePacing):
+            if self.limiter is not None:
+                self.limiter.release(effect.slot)
+        elif isinstance(effect, RefundBudget) and self.budget is not None:
+            self.budget.refund(effect.tokens)
         return None
 
     def at_rest(self) -> bool:
