@@ -1,8 +1,9 @@
 """The network streams that bound every operation of an attempt by its end (attempt_deadline).
 
 A write with bytes to send gets at most the attempt's time left, and none at all once it
-has run out; so does a connect or a TLS handshake (zero then, never a negative timeout,
-which a socket refuses). An empty write (httpcore makes two for every GET: its empty body
+has run out; so does a TLS handshake (zero then, never a negative timeout, which a socket
+refuses). A connect with no time left is not tried: the time went on waiting for a
+connection, a pool timeout. An empty write (httpcore makes two for every GET: its empty body
 and the end of the message) sends nothing, so it is handed on untouched: it costs no
 clock reading.
 """
@@ -221,11 +222,10 @@ class _AsyncConnector(httpcore.AsyncNetworkBackend):
         return _AsyncRecorder()
 
 
-@pytest.mark.parametrize("ends_in", [1.0, -0.1])
-def test_a_connect_and_its_handshake_get_at_most_the_attempts_time_left(ends_in: float) -> None:
-    """Each, over TCP or a Unix socket, within the attempt's time; none (zero) once it is over."""
+def test_a_connect_and_its_handshake_get_at_most_the_attempts_time_left() -> None:
+    """Each, over TCP or a Unix socket, within the attempt's time."""
     inner = _Connector()
-    token = current_call.set(_Call(ends_in=ends_in))
+    token = current_call.set(_Call(ends_in=1.0))
     try:
         stream = BoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
         tls = stream.start_tls(None, "example.com", timeout=5.0)
@@ -235,16 +235,42 @@ def test_a_connect_and_its_handshake_get_at_most_the_attempts_time_left(ends_in:
     assert len(inner.timeouts) == 3
     for timeout in inner.timeouts:
         assert timeout is not None
-        assert 0 <= timeout <= max(ends_in, 0.0)
+        assert 0 < timeout <= 1.0
     # (the stream the handshake gives back is bounded too)
     assert isinstance(tls, BoundedStream)
 
 
+def test_a_handshake_after_the_attempts_time_ran_out_gets_none() -> None:
+    inner = _Connector()
+    token = current_call.set(_Call(ends_in=1.0))
+    try:
+        stream = BoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
+        current_call.get().attempt_ends_at = time.monotonic() - 0.1  # type: ignore[union-attr]
+        stream.start_tls(None, "example.com", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert inner.timeouts[1] == 0.0  # (zero: a socket refuses a negative timeout)
+
+
+def test_a_connect_with_no_time_left_is_a_pool_timeout_and_is_not_tried() -> None:
+    """The attempt's time went on waiting for a connection (a full pool): nothing is sent,
+    and the server, never asked, is not blamed with a connect timeout."""
+    inner = _Connector()
+    token = current_call.set(_Call(ends_in=-0.01))
+    try:
+        with pytest.raises(httpcore.PoolTimeout, match="max_connections"):
+            BoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
+        with pytest.raises(httpcore.PoolTimeout):
+            BoundedBackend(inner).connect_unix_socket("/run/api.sock", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert inner.timeouts == []
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("ends_in", [1.0, -0.1])
-async def test_async_a_connect_gets_at_most_the_attempts_time_left(ends_in: float) -> None:
+async def test_async_a_connect_gets_at_most_the_attempts_time_left() -> None:
     inner = _AsyncConnector()
-    token = current_call.set(_Call(ends_in=ends_in))
+    token = current_call.set(_Call(ends_in=1.0))
     try:
         await AsyncBoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
         await AsyncBoundedBackend(inner).connect_unix_socket("/run/api.sock", timeout=5.0)
@@ -253,7 +279,21 @@ async def test_async_a_connect_gets_at_most_the_attempts_time_left(ends_in: floa
     assert len(inner.timeouts) == 2
     for timeout in inner.timeouts:
         assert timeout is not None
-        assert 0 <= timeout <= max(ends_in, 0.0)
+        assert 0 < timeout <= 1.0
+
+
+@pytest.mark.anyio
+async def test_async_a_connect_with_no_time_left_is_a_pool_timeout_and_is_not_tried() -> None:
+    inner = _AsyncConnector()
+    token = current_call.set(_Call(ends_in=-0.01))
+    try:
+        with pytest.raises(httpcore.PoolTimeout):
+            await AsyncBoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=5.0)
+        with pytest.raises(httpcore.PoolTimeout):
+            await AsyncBoundedBackend(inner).connect_unix_socket("/run/api.sock", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert inner.timeouts == []
 
 
 class _Connection:

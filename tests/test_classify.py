@@ -423,3 +423,14 @@ def test_a_final_verdict_is_about_the_request_not_the_dependencys_health() -> No
         assert health(verdict, status) == "neutral", status
     assert health(Verdict.permanent("transport_error"), None) == "neutral"
     assert health(classify(response(503)), 503) == "unhealthy"
+
+
+def test_a_pool_timeout_is_the_clients_own_queue_not_the_dependencys_health() -> None:
+    """More requests at once than the client's connections: the dependency never saw the
+    request (the attempts holding the connections tell how it answers). A connect
+    timeout, the server not taking connections, still counts."""
+    pooled = classify_exception(httpx.PoolTimeout("busy"), during_body=False)
+    assert (pooled.kind, pooled.reason) == ("retry", "pool_timeout")
+    assert health(pooled, None) == "neutral"
+    connect = classify_exception(httpx.ConnectTimeout("slow"), during_body=False)
+    assert health(connect, None) == "unhealthy"

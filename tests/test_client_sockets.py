@@ -450,6 +450,7 @@ def test_a_post_that_waits_too_long_for_a_pooled_connection_is_retried(chaos: An
         hog.join()
     assert caught.value.sent == "no"
     assert [record.outcome for record in caught.value.history] == ["pool_timeout"] * 2
+    assert "max_connections" in str(caught.value), "it names the client's own limit"
     assert [record.endpoint for record in chaos.log()] == ["delay"]
 
 

@@ -27,7 +27,7 @@ from retrysafe.attempt_deadline import (
     retire_if_full,
     time_left,
 )
-from retrysafe.bounded_backend import H2_PREFACE, PoolRef, written_by_call
+from retrysafe.bounded_backend import H2_PREFACE, PoolRef, connect_time_left, written_by_call
 
 __all__ = ["AsyncBoundedBackend", "AsyncBoundedStream"]
 
@@ -170,7 +170,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
+        bounded = connect_time_left(timeout)
         stream = await self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return AsyncBoundedStream(stream, self._pool)
 
@@ -180,7 +180,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
+        bounded = connect_time_left(timeout)
         stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
         return AsyncBoundedStream(stream, self._pool)
 

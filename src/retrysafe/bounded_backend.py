@@ -52,6 +52,7 @@ __all__ = [
     "BoundedBackend",
     "BoundedStream",
     "PoolRef",
+    "connect_time_left",
     "withdraw_queued",
     "written_by_call",
 ]
@@ -301,6 +302,23 @@ def withdraw_queued(transport: object, extensions: object) -> None:
                 return
 
 
+def connect_time_left(timeout: float | None) -> float | None:
+    """The time a connect may take now: ``timeout``, bounded by the attempt's time left.
+
+    With none left, no connect is tried: the attempt's time went on waiting for a
+    connection (its pool full, every connection busy, or the event loop late to
+    resume it), so it fails as httpx's pool timeout does, never sent, rather than as a
+    connect timeout, which would blame a server never asked.
+    """
+    bounded, binds, _ = time_left(timeout)
+    if binds and bounded is not None and bounded <= 0:
+        raise httpcore.PoolTimeout(
+            "the attempt's time ran out waiting for a connection, before one was opened "
+            "(a full connection pool: see httpx.Limits(max_connections=...))"
+        )
+    return bounded
+
+
 class BoundedBackend(httpcore.NetworkBackend):
     """A network backend whose connections are :class:`BoundedStream`, for ``pool``."""
 
@@ -316,7 +334,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _, _ = time_left(timeout)
+        bounded = connect_time_left(timeout)
         stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return BoundedStream(stream, self._pool)
 
@@ -326,7 +344,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _, _ = time_left(timeout)
+        bounded = connect_time_left(timeout)
         stream = self.inner.connect_unix_socket(path, bounded, socket_options)
         return BoundedStream(stream, self._pool)
 

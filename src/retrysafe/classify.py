@@ -475,7 +475,7 @@ def retryable_later(verdict: Verdict, response: httpx.Response | None) -> bool:
 
 #: The outcomes of an attempt that ran out of time waiting for its answer (its own limit,
 #: or httpx's read or write timeout): the breaker weighs them against how long healthy
-#: answers take. (A connect or pool timeout is not about answers: it always counts.)
+#: answers take. (A connect timeout is not about answers: it always counts.)
 TIMEOUT_REASONS: Final = frozenset({"attempt_timeout", "write_timeout", "read_timeout", "timeout"})
 
 
@@ -483,10 +483,17 @@ def health(verdict: Verdict, status: int | None) -> Health:
     """What an outcome says about the dependency: only server-side trouble is unhealthy.
 
     5xx, timeouts, transport errors and unreadable bodies count; 4xx (429 included)
-    means the server is answering, and a permanent verdict is about the request.
+    means the server is answering, and a permanent verdict is about the request. A pool
+    timeout is the client's own queue (more requests at once than its connections):
+    the dependency never saw the request, and the attempts holding the connections
+    tell how it answers.
     """
     if verdict.kind == "success":
         return "healthy"
-    if verdict.kind == "permanent" or (status is not None and 400 <= status < 500):
+    if (
+        verdict.kind == "permanent"
+        or (status is not None and 400 <= status < 500)
+        or verdict.reason == "pool_timeout"
+    ):
         return "neutral"
     return "unhealthy"

@@ -314,6 +314,14 @@ class TransportError(ApiError):
                 "(a header value with a space at either end or a line break, say; the "
                 "error's __cause__ names it); fix it"
             )
+        if self.outcome == "pool_timeout":
+            # The attempt's time went on waiting for a connection of the client's own:
+            # nothing reached the server, and the network is not to blame.
+            return (
+                "the client's connection pool stayed full for the attempt's whole time (more "
+                "requests at once than httpx.Limits(max_connections=...) allows, each held "
+                "as long as the server takes); send fewer at once, or raise the limit"
+            )
         if self.outcome == "unsupported_protocol":
             # The URL has no scheme httpx can send (a relative URL without base_url, a
             # typo'd or missing scheme): no network will fix it either.
