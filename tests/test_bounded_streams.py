@@ -27,6 +27,7 @@ class _Call:
 
     def __init__(self, ends_in: float) -> None:
         self.attempt_ends_at: float | None = time.monotonic() + ends_in
+        self.attempt_sent_at: float | None = None
 
 
 class _Recorder(httpcore.NetworkStream):
@@ -67,6 +68,26 @@ def test_a_write_gets_at_most_the_attempts_time_left() -> None:
     [(_, timeout)] = inner.writes
     assert timeout is not None
     assert 0 < timeout <= 1.0
+
+
+def test_the_first_write_notes_when_the_request_went_out() -> None:
+    """What the breaker learns of the attempt starts there: the time before it went on
+    waiting for a connection (see Drive._time_queued). An empty write sends nothing."""
+    call = _Call(ends_in=1.0)
+    token = current_call.set(call)
+    try:
+        stream = BoundedStream(_Recorder())
+        stream.write(b"", timeout=5.0)
+        assert call.attempt_sent_at is None
+        before = time.monotonic()
+        stream.write(b"GET / HTTP/1.1\r\n", timeout=5.0)
+        sent_at = call.attempt_sent_at
+        stream.write(b"\r\n", timeout=5.0)
+    finally:
+        current_call.reset(token)
+    assert sent_at is not None
+    assert before <= sent_at <= time.monotonic()
+    assert call.attempt_sent_at == sent_at, "the first write's time, kept"
 
 
 @pytest.mark.anyio

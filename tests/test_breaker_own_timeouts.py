@@ -12,6 +12,7 @@ The arithmetic on the fake clock; then the same over real sockets.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 
 import httpx
@@ -19,7 +20,11 @@ import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy
+from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.chaos import KeyedChaos
+from retrysafe.classify import AttemptTimedOut
+from retrysafe.decisions import Admission, RecordHealth
+from retrysafe.engine import Call
 from retrysafe.governor import (
     BreakerSettings,
     CircuitBreaker,
@@ -345,6 +350,28 @@ def test_patience_from_before_the_circuit_closed_does_not_hold_the_next_probe() 
     assert breaker.acquire(probe_lease=1.1).probe
 
 
+def _timed_out_after(queued: float) -> RecordHealth:
+    """What a call tells the breaker of an attempt that timed out 1 s after it started,
+    having waited ``queued`` of it for a connection."""
+    clock = FakeClock()
+    call = Call(httpx.Request("GET", "http://api.test/"), policy=RetryPolicy(), clock=clock)
+    plan = call.start_attempt(Admission(permit=CLOSED))
+    assert isinstance(plan, AttemptPlan)
+    clock.advance(1.0)
+    if queued:
+        call.attempt_queued(queued)
+    call.attempt_raised(plan, AttemptTimedOut("too slow"), during_body=False)
+    [health] = [effect for effect in call.take_effects() if isinstance(effect, RecordHealth)]
+    return health
+
+
+def test_a_timeout_counts_only_the_time_after_the_request_went_out() -> None:
+    """Time spent waiting for a connection (the client's own full pool) was never given
+    to the dependency: the breaker weighs the time its request had."""
+    assert _timed_out_after(queued=0.0).seconds == pytest.approx(1.0)
+    assert _timed_out_after(queued=0.9).seconds == pytest.approx(0.1)
+
+
 # -- over real sockets ----------------------------------------------------------------------
 
 #: Opens on five failing calls in a row, so the test needs few calls to show it would.
@@ -389,6 +416,74 @@ def test_a_server_that_stops_answering_still_opens_it(chaos: KeyedChaos) -> None
             list(pool.map(lambda _: _hang(client, chaos, patient_enough), range(5)))
         with pytest.raises(retrysafe.CircuitOpen):
             client.get(chaos.url("/hang"), policy=patient_enough)
+
+
+def _outcome(client: retrysafe.Client, url: str, policy: RetryPolicy) -> str:
+    try:
+        return str(client.get(url, policy=policy).status_code)
+    except retrysafe.ApiError as error:
+        return error.outcome
+
+
+def test_a_burst_larger_than_the_pool_does_not_open_it(chaos: KeyedChaos) -> None:
+    """Forty calls at once through six connections to a server answering in 0.2 s: the
+    later ones wait for a connection, and time out there (the pool) or soon after getting
+    one (six at once, the third call on each connection). The client's own queue, not
+    the server: the circuit stays closed."""
+    limits = httpx.Limits(max_connections=6)
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.5)
+    healthy = chaos.url("/delay", ms=200)
+    with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW), limits=limits) as client:
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            outcomes = list(pool.map(lambda _: _outcome(client, healthy, policy), range(40)))
+        assert "200" in outcomes
+        assert outcomes.count("200") < 40, f"the pool was never full: {outcomes}"
+        breaker = client.governor.guard(default_dependency(httpx.URL(healthy))).breaker
+        assert breaker is not None
+        assert breaker.state == "closed", outcomes
+        assert client.get(healthy).status_code == 200
+
+
+def test_async_a_burst_larger_than_the_pool_does_not_open_it(chaos: KeyedChaos) -> None:
+    limits = httpx.Limits(max_connections=6)
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.5)
+    healthy = chaos.url("/delay", ms=200)
+
+    async def burst() -> tuple[list[str], str, int]:
+        async with retrysafe.AsyncClient(governor=Governor(FIVE_IN_A_ROW), limits=limits) as client:
+
+            async def one() -> str:
+                try:
+                    return str((await client.get(healthy, policy=policy)).status_code)
+                except retrysafe.ApiError as error:
+                    return error.outcome
+
+            outcomes = list(await asyncio.gather(*(one() for _ in range(40))))
+            breaker = client.governor.guard(default_dependency(httpx.URL(healthy))).breaker
+            assert breaker is not None
+            return outcomes, breaker.state, (await client.get(healthy)).status_code
+
+    outcomes, state, after = asyncio.run(burst())
+    assert "200" in outcomes
+    assert outcomes.count("200") < 40, f"the pool was never full: {outcomes}"
+    assert (state, after) == ("closed", 200), outcomes
+
+
+def test_a_hung_server_behind_a_full_pool_still_opens_it(chaos: KeyedChaos) -> None:
+    """The calls that got a connection waited their whole time on the server: that is
+    evidence, however many others queued behind them."""
+    limits = httpx.Limits(max_connections=2)
+    policy = RetryPolicy(attempts=1, attempt_timeout=0.3)
+    with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW), limits=limits) as client:
+        assert client.get(chaos.url("/delay", ms=50)).status_code == 200
+        hang = chaos.url("/hang")
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            outcomes = list(pool.map(lambda _: _outcome(client, hang, policy), range(8)))
+        assert set(outcomes) <= {"attempt_timeout", "read_timeout", "pool_timeout"}, outcomes
+        for _ in range(4):  # one at a time now: each waits its whole time on the server
+            _outcome(client, hang, policy)
+        with pytest.raises(retrysafe.CircuitOpen):
+            client.get(hang, policy=policy)
 
 
 def _hang(client: retrysafe.Client, chaos: KeyedChaos, policy: RetryPolicy) -> None:

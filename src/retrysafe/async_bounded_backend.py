@@ -23,6 +23,7 @@ import httpcore
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
+    note_sent,
     retire,
     retire_if_full,
     time_left,
@@ -132,10 +133,12 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 self._slots_unwatched = False
                 _watch_stream_slots_async(self)
             written_by_call(self)
+            note_sent()
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
+        note_sent()
         await self._inner.write(buffer, bounded)
 
     async def aclose(self) -> None:

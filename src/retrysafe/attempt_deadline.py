@@ -35,6 +35,7 @@ __all__ = [
     "connection_carrying",
     "current_call",
     "current_copy",
+    "note_sent",
     "retire",
     "retire_if_full",
     "retire_stream_of",
@@ -48,6 +49,10 @@ class RunningCall(Protocol):
     #: The monotonic time (``time.monotonic()``) by which its attempt in flight must
     #: end, or None between attempts (a streamed body the caller reads is not bounded).
     attempt_ends_at: float | None
+    #: When its attempt in flight first wrote its request to the network
+    #: (``time.monotonic()``; None before): the time before it went on waiting for a
+    #: connection, time the dependency was not given (set by the network stream).
+    attempt_sent_at: float | None
     #: The HTTP/2 stream its attempts last wrote to (set by the network stream), to
     #: retire its connection when an attempt is cut from outside (retire_stream_of).
     shared_stream: SharedStream | None
@@ -215,6 +220,14 @@ def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:
     if timeout is None or left < timeout:
         return max(0.0, left), True, True
     return timeout, False, True
+
+
+def note_sent() -> None:
+    """The attempt in flight in this context writes its request now: note when, the
+    first time (see :attr:`RunningCall.attempt_sent_at`)."""
+    call = current_call.get()
+    if call is not None and call.attempt_sent_at is None and call.attempt_ends_at is not None:
+        call.attempt_sent_at = time.monotonic()
 
 
 def bound_transport(transport: object) -> bool:

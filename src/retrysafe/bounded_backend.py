@@ -42,6 +42,7 @@ from retrysafe.attempt_deadline import (
     connection_carrying,
     current_call,
     current_copy,
+    note_sent,
     retire,
     retire_if_full,
     time_left,
@@ -112,10 +113,12 @@ class BoundedStream(httpcore.NetworkStream):
                 self._slots_unbounded = False
                 _bound_stream_slots(self)
             written_by_call(self)
+            note_sent()
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
+        note_sent()
         copy = current_copy.get()
         if copy is not None:
             copy.watch(self)  # a hedged copy: it may be cut off if another copy wins

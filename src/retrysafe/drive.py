@@ -260,6 +260,8 @@ class Drive:
         "_token",
         "_trace",
         "attempt_ends_at",
+        "attempt_sent_at",
+        "attempt_started_at",
         "caller_timeouts",
         "dependency",
         "gave_up_inside",
@@ -303,6 +305,11 @@ class Drive:
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
+        #: When it started and first wrote its request (``time.monotonic()``: the shell
+        #: sets the one, the network stream the other, None until it writes; see
+        #: :meth:`_time_queued`).
+        self.attempt_started_at = 0.0
+        self.attempt_sent_at: float | None = None
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
         self.shared_stream: SharedStream | None = None
         self._started = monotonic_of(settings.clock)
@@ -526,7 +533,9 @@ class Drive:
             guard = self._guard
             now = monotonic_of(self.settings.clock)
             if first.permit is not None and guard is not None:
-                guard.healthy_call(now - first.started)  # (admitted while closed)
+                # (admitted while closed; the time the server was given: see _time_queued)
+                took = now - first.started
+                guard.healthy_call(took if self.attempt_sent_at is None else self._on_wire(took))
             return first_success(
                 self.request,
                 response,
@@ -543,6 +552,8 @@ class Drive:
             # method), as on any response httpx hands back: a transport's own is given
             # its request only as httpx's client returns it, after the rules ran.
             response.request = self.request
+        if self.attempt_sent_at is not None:
+            self.call.attempt_queued(self._time_queued())
         step = self.call.attempt_returned(plan, response)
         if type(step) is Succeed:
             # The hot path: nothing to ask, and nothing to apply but, at most, one
@@ -561,7 +572,20 @@ class Drive:
         """The attempt failed with ``exc``."""
         if self.gave_up_inside:
             self._note_nested_give_up()
+        if self.attempt_sent_at is not None:
+            self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
+
+    def _time_queued(self) -> float:
+        """How long the attempt in flight waited for a connection before its request went
+        out: the client's own queue (a full pool), time the dependency was not given,
+        which what the breaker learns of its answers and timeouts leaves out."""
+        sent_at = self.attempt_sent_at
+        return 0.0 if sent_at is None else max(0.0, sent_at - self.attempt_started_at)
+
+    def _on_wire(self, took: float) -> float:
+        """Of an attempt that took ``took`` seconds, the time after its request went out."""
+        return max(0.0, took - self._time_queued())
 
     def abandoned(self) -> None:
         """The attempt ended with no outcome (cancelled): free what it held."""

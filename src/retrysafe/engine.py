@@ -116,6 +116,8 @@ class Call:
     _promised = False
     #: The granted wait's retry spent a budget token, and the retry has not been sent yet.
     _spent_unsent = False
+    #: How long the attempt in flight waited for a connection (see attempt_queued).
+    _queued = 0.0
     _verdict: Verdict | None = None
     _last_response: httpx.Response | None = None
     _last_cause: Exception | None = None
@@ -263,6 +265,7 @@ class Call:
         self._permit = permit
         self._promised = False
         self._spent_unsent = False
+        self._queued = 0.0
         self._nested_gave_up = False
         timeout = min(self.policy.attempt_timeout, remaining)
         plan = AttemptPlan(
@@ -375,9 +378,18 @@ class Call:
 
     @property
     def last_attempt_seconds(self) -> float:
-        """How long the last attempt took (0 before any ended): what a healthy call told
-        by :data:`HEALTHY_WHILE_CLOSED` took, for the breaker to learn from."""
-        return self._history[-1].elapsed if self._history else 0.0
+        """How long the last attempt took once its request went out (0 before any
+        ended): what a healthy call told by :data:`HEALTHY_WHILE_CLOSED` took, for the
+        breaker to learn from."""
+        return max(0.0, self._history[-1].elapsed - self._queued) if self._history else 0.0
+
+    def attempt_queued(self, seconds: float) -> None:
+        """The attempt in flight waited ``seconds`` for a connection before its request
+        went out: the client's own queue (more requests at once than its pool's
+        connections). The dependency was not given that time, so what the breaker learns
+        of the attempt (how long a healthy answer took, how long a timeout waited) leaves
+        it out: a burst larger than the pool must not read as a slow dependency."""
+        self._queued = seconds
 
     def _key_may_be_in_use(self) -> bool:
         """Whether an earlier attempt under this call's key may still be running on the
@@ -564,9 +576,9 @@ class Call:
                 if outcome_health == "unhealthy":
                     self._failed_before = True
                     if verdict.reason in TIMEOUT_REASONS:
-                        seconds = self._history[-1].elapsed
+                        seconds = self.last_attempt_seconds
                 elif outcome_health == "healthy":
-                    seconds = self._history[-1].elapsed
+                    seconds = self.last_attempt_seconds
                 self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
             self._permit = None
         cooldown = verdict.after if status == 429 else None

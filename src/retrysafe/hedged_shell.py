@@ -97,6 +97,8 @@ class _Copy:
         self.drive = drive
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
+        #: The RunningCall field noting when the copy first wrote its request.
+        self.attempt_sent_at: float | None = None
         #: The RunningCall field an HTTP/2 stream the copy writes to is kept in.
         self.shared_stream: SharedStream | None = None
         self.lock = threading.Lock()

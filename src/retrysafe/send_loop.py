@@ -75,7 +75,9 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     does the same inline; the async one is plain Python, which this keeps short.)"""
     _prepare(request, drive, plan)
     limit = plan.timeout
-    drive.attempt_ends_at = time.monotonic() + limit + _GRACE if limit != _INF else None
+    drive.attempt_sent_at = None
+    drive.attempt_started_at = now = time.monotonic()
+    drive.attempt_ends_at = now + limit + _GRACE if limit != _INF else None
 
 
 def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
@@ -152,7 +154,9 @@ class SendLoop:
     def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
-        ends_at = time.monotonic() + plan.timeout + _GRACE
+        drive.attempt_sent_at = None
+        drive.attempt_started_at = now = time.monotonic()
+        ends_at = now + plan.timeout + _GRACE
         drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:
