@@ -210,6 +210,38 @@ def test_only_the_last_slot_of_the_fleets_schedule_is_given_back(make_fleet: Fle
     assert again[1] == pytest.approx(after[1])
 
 
+def test_gaps_go_back_once_every_slot_behind_them_has(make_fleet: FleetMaker) -> None:
+    """Callers cancelled together give up first to last: each but the last leaves a gap,
+    and the last one takes them all back, so the next caller does not wait for them."""
+    fleet = make_fleet()
+    started = time.monotonic()
+    slots = [fleet.reserve_slot("together", 10.0, 1, 60.0) for _ in range(5)]
+    names = [slot[1] for slot in slots if slot is not None]
+    assert len(names) == 5
+    for name in names[1:]:  # first to last: every one but the last leaves a gap
+        assert fleet.release("together", 10.0, name)
+    assert fleet.flush()
+    after = fleet.reserve_slot("together", 10.0, 1, 60.0)
+    assert after is not None
+    elapsed = time.monotonic() - started
+    # right after the first slot (0.1 s from the start), not after the fifth (0.5 s)
+    assert 0.1 - elapsed - 0.03 <= after[0] <= 0.1 + 0.03, after
+
+
+def test_a_gap_behind_a_slot_still_in_use_stays_a_gap(make_fleet: FleetMaker) -> None:
+    fleet = make_fleet()
+    started = time.monotonic()
+    slots = [fleet.reserve_slot("held", 10.0, 1, 60.0) for _ in range(4)]
+    names = [slot[1] for slot in slots if slot is not None]
+    assert fleet.release("held", 10.0, names[1])  # a gap: the slot at 0.2 s waits behind it
+    assert fleet.release("held", 10.0, names[3])  # the last goes back; 0.2 s is now last
+    assert fleet.flush()
+    after = fleet.reserve_slot("held", 10.0, 1, 60.0)
+    assert after is not None
+    elapsed = time.monotonic() - started
+    assert 0.3 - elapsed - 0.03 <= after[0] <= 0.3 + 0.03, "after 0.2 s, never on it"
+
+
 def test_the_fleets_half_open_probe_is_paced_like_any_attempt(make_fleet: FleetMaker) -> None:
     # 10/s, burst 1: the probe takes a paced slot, so the call after it waits its turn.
     settings = GovernorSettings(

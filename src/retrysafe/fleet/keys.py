@@ -16,10 +16,11 @@ class FleetKeys:
         self.alive = f"{namespace}:alive"
         #: The pub/sub channel every change of state is announced on.
         self.changed = f"{namespace}:changed"
-        self._made: dict[str, tuple[str, str, str, str, str]] = {}
+        self._made: dict[str, tuple[str, str, str, str, str, str]] = {}
 
-    def of(self, dependency: str) -> tuple[str, str, str, str, str]:
-        """``(pace, cool, open, probe, votes)`` of ``dependency``."""
+    def of(self, dependency: str) -> tuple[str, str, str, str, str, str]:
+        """``(pace, cool, open, probe, votes, gaps)`` of ``dependency`` (gaps: the paced
+        slots given back with others reserved behind them)."""
         names = self._made.get(dependency)
         if names is None:
             ns = self.namespace
@@ -29,6 +30,7 @@ class FleetKeys:
                 f"{ns}:open:{dependency}",
                 f"{ns}:probe:{dependency}",
                 f"{ns}:votes:{dependency}",
+                f"{ns}:gaps:{dependency}",
             )
             self._made[dependency] = names
         return names

@@ -239,11 +239,12 @@ class RedisFleet:
 
     def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
         """Give a reserved slot back (sent in the background); False if Redis is away.
-        Only the last slot of the schedule goes back (see ``Limiter.release``); without
-        ``slot``, whichever is last."""
-        pace = self._keys.of(dependency)[0]
+        The last slot of the schedule goes back, and with it the gaps left before it by
+        slots given back from the middle (see ``Limiter.release``); without ``slot``,
+        whichever is last."""
+        names = self._keys.of(dependency)
         name = "" if slot is None else repr(slot)
-        return self._later("RELEASE_PACE", [pace], [repr(1000.0 / rate), name])
+        return self._later("RELEASE_PACE", [names[0], names[5]], [repr(1000.0 / rate), name])
 
     # -- cooldowns -------------------------------------------------------------------------
 
@@ -267,7 +268,7 @@ class RedisFleet:
     def vote(self, dependency: str, open_for: float, max_open_for: float) -> bool:
         """This process saw ``dependency`` fail (sent in the background); the fleet breaker
         opens on a quorum. False if Redis is away."""
-        _, _, opened, _, votes = self._keys.of(dependency)
+        _, _, opened, _, votes, _ = self._keys.of(dependency)
         settings = self.settings
         keys = [votes, self._keys.alive, opened]
         args = [
@@ -297,7 +298,7 @@ class RedisFleet:
 
     def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None:
         """Ask to be the fleet's one half-open probe, holding it for ``lease`` seconds."""
-        _, _, opened, probe, _ = self._keys.of(dependency)
+        _, _, opened, probe, _, _ = self._keys.of(dependency)
         token = f"{self.process}:{secrets.token_hex(6)}"
         reply = self._run("ACQUIRE_PROBE", [opened, probe], [token, repr(lease * 1000.0)])
         if reply is None:
@@ -312,7 +313,7 @@ class RedisFleet:
         """The probe's outcome closes the fleet breaker, or opens it for ``open_for`` (sent
         in the background; a probe whose lease ran out changes nothing). False if Redis is
         away."""
-        _, _, opened, probe, votes = self._keys.of(dependency)
+        _, _, opened, probe, votes, _ = self._keys.of(dependency)
         return self._later(
             "REPORT_PROBE",
             [opened, probe, votes],

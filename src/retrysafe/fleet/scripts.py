@@ -54,17 +54,32 @@ return {math.floor(wait * 1000), name}
 """
 )
 
-#: Give a reserved slot back. KEYS: pace. ARGV: interval ms, the slot's name as a number
-#: ("": the last one). Only the schedule's last slot goes back: one with others reserved behind
-#: it stays a gap that time closes (giving it back would put the next caller on the
-#: last one's slot).
+#: Give a reserved slot back. KEYS: pace, gaps. ARGV: interval ms, the slot's name as a
+#: number ("": the last one). The schedule's last slot goes back; one with others reserved
+#: behind it is kept in gaps (giving it back would put the next caller on the last one's
+#: slot) until every slot behind it has gone back too, and goes back with them, or its
+#: time comes. (Slots are an interval apart: a gap is the schedule's new end when it is
+#: within a quarter of one.)
 RELEASE_PACE = (
     _NOW
     + """
+local interval = tonumber(ARGV[1])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat <= now then return 0 end
-if ARGV[2] ~= '' and math.abs(tat - tonumber(ARGV[2])) > 0.000001 then return 0 end
-local back = tat - tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if ARGV[2] ~= '' and math.abs(tat - tonumber(ARGV[2])) > 0.000001 then
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], math.ceil(tat - now) + 1000)
+  return 0
+end
+local back = tat - interval
+while back > now do
+  local gap = redis.call('ZRANGEBYSCORE', KEYS[2], back - interval / 4, back + interval / 4,
+    'LIMIT', 0, 1)
+  if #gap == 0 then break end
+  redis.call('ZREM', KEYS[2], gap[1])
+  back = back - interval
+end
 if back < now then back = now end
 redis.call('SET', KEYS[1], tostring(back), 'PX', math.ceil(back - now) + 1000)
 return 1
