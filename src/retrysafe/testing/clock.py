@@ -24,7 +24,8 @@ class FakeClock:
         ...
         assert clock.sleeps == [0.1, 0.35]
 
-    ``sleeps`` records every sleep requested, in order. ``random()`` draws from a
+    ``sleeps`` records every sleep requested, in order (all of them: a long run that
+    only needs the latest clears it, ``clock.sleeps.clear()``). ``random()`` draws from a
     ``random.Random(seed)``; pass ``randoms=[...]`` to script exact values instead.
     The clock is thread-safe so it can sit behind concurrent callers.
     """
