@@ -97,6 +97,47 @@ def test_reusing_a_name_for_a_different_body_is_refused_before_sending(
     assert len(chaos.log()) == 1
 
 
+def test_the_journal_file_holds_no_hash_to_test_a_secret_against(tmp_path: Path) -> None:
+    """The fingerprint leaves the request's secret values out: whoever reads the file cannot
+    test guesses at a password in the query or the body against it."""
+    path = tmp_path / "ops.sqlite3"
+    transport = httpx.MockTransport(lambda request: httpx.Response(201))
+    with Journal(path) as journal, retrysafe.Client(transport=transport, journal=journal) as c:
+        c.post("https://api.test/orders?password=summer2024", json=PAYMENT, operation="a")
+        c.post(
+            "https://api.test/orders?password=winter2023",
+            json={**PAYMENT, "client_secret": "cs_secret_8c2f"},
+            operation="b",
+        )
+        c.post("https://api.test/orders?password=x", json=PAYMENT, operation="c")
+        first, second, third = (journal.get(name) for name in "abc")
+    assert first is not None
+    assert second is not None
+    assert third is not None
+    # The same request but for its secrets: one fingerprint, whatever the secrets were.
+    assert first.fingerprint == third.fingerprint
+    assert second.fingerprint != first.fingerprint  # (it also has a field more)
+    raw = path.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("ops.sqlite3-*"))
+    for secret in (b"summer2024", b"winter2023", b"cs_secret_8c2f"):
+        assert secret not in raw
+
+
+def test_an_operation_resumed_with_a_rotated_token_is_the_same_request(
+    chaos: Any, journal: Journal
+) -> None:
+    """A token in the query, rotated between the crash and the re-run: not a conflict."""
+    url = chaos.url("/fail/{key}", times=9, status=503)
+    with retrysafe.Client(journal=journal, policy=RetryPolicy(attempts=1)) as client:
+        with pytest.raises(retrysafe.ServerError):
+            client.post(f"{url}&api_key=old-token-1234", json=PAYMENT, operation="pay-9")
+        first = journal.get("pay-9")
+        with pytest.raises(retrysafe.ServerError):  # resumed, under the same key
+            client.post(f"{url}&api_key=new-token-5678", json=PAYMENT, operation="pay-9")
+    assert first is not None
+    keys = {record.idempotency_key for record in chaos.log()}
+    assert keys == {first.key}
+
+
 def test_an_ambiguous_outcome_goes_to_the_hook_and_resumes_with_the_same_key(
     chaos: Any, tmp_path: Path
 ) -> None:
