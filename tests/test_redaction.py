@@ -342,8 +342,56 @@ MISSED = [
     "client.secret",
     "apikey",
     "sessionid",
+    "jsessionid",  # Java's session, in a path (";jsessionid=") or a cookie
+    "PHPSESSID",
+    "hmac",  # a webhook's signature
+    "X-Authentication",
 ]
-OVER_HIDDEN = ["keyword", "author", "monkey", "Authored-By", "passage", "signal", "sigma"]
+OVER_HIDDEN = [
+    "keyword",
+    "author",
+    "monkey",
+    "Authored-By",
+    "passage",
+    "signal",
+    "sigma",
+    # a key or token the server reads as a name or a cursor: shown, to debug paging
+    "public_key",
+    "sort_key",
+    "primary_key",
+    "pageToken",
+    "nextPageToken",
+    "page_token",
+]
+
+
+def test_a_public_name_does_not_hide_a_secret_name_beside_it() -> None:
+    assert is_secret_name("X-Public-Key-Signature")
+    assert is_secret_name("page_token_secret")
+
+
+def test_a_secret_parameter_of_a_path_segment_is_hidden_and_the_path_kept() -> None:
+    """Java's URL rewriting puts the session in the path: ``/cart;jsessionid=...``."""
+    url = "https://app.test/a;v=1/cart;jsessionid=JSESS_31/items?page=2;token=T_31&q=x#f"
+    assert redact_url(url) == (
+        "https://app.test/a;v=1/cart;jsessionid=[REDACTED]/items?page=2;token=[REDACTED]&q=x#f"
+    )
+
+
+def test_a_signature_among_a_headers_parameters_is_scrubbed_bare() -> None:
+    """AWS SigV4's ``Authorization`` carries ``Signature=<hex>`` among parameters, and S3
+    echoes the bare hex (``<SignatureProvided>``); short parameters name no secret."""
+    signature = "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
+    value = (
+        "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20260101/us-east-1/s3/aws4_request, "
+        f"SignedHeaders=host;x-amz-date, Signature={signature}"
+    )
+    request = httpx.Request("GET", "https://b.test/k", headers={"Authorization": value})
+    redactor = Redactor.for_request(request)
+    echoed = f"<SignatureProvided>{signature}</SignatureProvided> for host x-amz-date"
+    assert redactor.scrub(echoed) == (
+        "<SignatureProvided>[REDACTED]</SignatureProvided> for host x-amz-date"
+    )
 
 
 @pytest.mark.parametrize("name", MISSED)

@@ -7,8 +7,10 @@
 the segments of a registered secret name (:data:`SECRET_NAMES`): a single word such as
 ``key``, ``token``, ``sig`` or ``pass`` matches that whole segment only, so ``api_key``,
 ``X-Amz-Signature`` and ``sig`` are secret while ``keyword``, ``author`` and ``monkey``
-are not. ``Idempotency-Key`` is the one built-in exception (:data:`PUBLIC_NAMES`): its
-segments are set aside before matching, so ``X-Idempotency-Key`` is public too.
+are not. A few names that hold no secret though they end in one are built-in exceptions
+(:data:`PUBLIC_NAMES`: ``Idempotency-Key``, ``public_key``, ``sort_key``, ``primary_key``,
+``pageToken``): their segments are set aside before matching, so ``X-Idempotency-Key``
+and ``nextPageToken`` are public too.
 Add your own with :func:`add_secret_names` (``add_secret_names("ticket", "acme-seal")``
 makes ``X-Acme-Ticket`` and ``acmeSeal`` secret), process-wide.
 
@@ -63,11 +65,19 @@ SECRET_NAMES: tuple[str, ...] = (
     "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "otp", "totp",
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
+    "authentication", "hmac", "jsessionid", "phpsessid",
 )  # fmt: skip
-#: Segment runs that carry no secret though they contain a secret name's segments.
-PUBLIC_NAMES: tuple[str, ...] = ("idempotency-key",)
+#: Segment runs that carry no secret though they contain a secret name's segments: a key
+#: the server reads as a name or a cursor, which a developer needs to see to debug paging
+#: or sorting.
+PUBLIC_NAMES: tuple[str, ...] = (
+    "idempotency-key", "public-key", "sort-key", "primary-key", "page-token",
+)  # fmt: skip
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
+#: A parameter of a secret header (``Signature=...``) is taken for a secret of its own from
+#: this long: shorter ones name things (``SignedHeaders=host``, ``algorithm="hmac"``).
+_MIN_PARAMETER = 16
 #: Control characters (a header value that holds one is refused, quoted with it escaped).
 #: (This module's patterns are compiled on first use, by ``re``'s own cache: a successful
 #: call needs none of them, and ``import retrysafe`` is lighter without them.)
@@ -161,12 +171,35 @@ def redact_url(url: httpx.URL | str) -> str:
         parsed = parsed.copy_with(username=REDACTED)
     # httpx percent-encodes the marker's brackets; show it as written.
     text = str(parsed).replace("%5BREDACTED%5D", REDACTED)
-    if not parsed.query and not parsed.fragment:
+    if not parsed.query and not parsed.fragment and ";" not in parsed.raw_path.decode("ascii"):
         return text
     # The query's (and a fragment's) pairs as written, whichever separator they use
     # ("&" or ";"): re-encoding them through httpx's params would read "a=1;key=s" as
-    # one value, and print a URL other than the one sent.
-    return _url_parts()[1].sub(_redacted_pair, text)
+    # one value, and print a URL other than the one sent. And a path segment's
+    # parameters (Java's ";jsessionid=..."), each ending where its segment does.
+    scheme = _url_parts()[0].match(text)
+    authority_end = text.find("/", scheme.end() if scheme is not None else 0)
+    query_start = len(text)
+    for mark in "?#":
+        found = text.find(mark, max(authority_end, 0))
+        if found != -1:
+            query_start = min(query_start, found)
+    if authority_end == -1 or authority_end > query_start:
+        authority_end = query_start
+    path = _path_parameter().sub(_redacted_path_parameter, text[authority_end:query_start])
+    rest = _url_parts()[1].sub(_redacted_pair, text[query_start:])
+    return text[:authority_end] + path + rest
+
+
+@functools.cache
+def _path_parameter() -> re.Pattern[str]:
+    """A path segment's ``;name=value`` parameter (compiled on first use)."""
+    return re.compile(r"(?P<start>;(?P<name>[^=;/?#]*)=)(?P<value>[^;/?#]*)")
+
+
+def _redacted_path_parameter(match: re.Match[str]) -> str:
+    name = urllib.parse.unquote(match.group("name"))
+    return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
 
 
 def _redacted_pair(match: re.Match[str]) -> str:
@@ -369,6 +402,14 @@ class Redactor:
                 words = value.split()
                 secrets.extend(words[1:])
                 secrets.extend(part.split("=", 1)[-1] for part in value.split(";"))
+                # A signature among parameters (AWS's "Credential=..., Signature=<hex>",
+                # HTTP Signatures' signature="..."), which a server may echo bare. (Long
+                # ones only: "SignedHeaders=host" names no secret.)
+                secrets.extend(
+                    parameter
+                    for piece in re.split(r"[,;\s]+", value)
+                    if len(parameter := piece.partition("=")[2].strip('"')) >= _MIN_PARAMETER
+                )
                 if len(words) == 2 and words[0].lower() == "basic":
                     secrets.extend(_basic_credentials(words[1]))
         for name, value in request.url.params.multi_items():
