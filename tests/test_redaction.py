@@ -256,6 +256,22 @@ def test_secret_fields_of_a_body_sent_without_a_type_are_scrubbed(content: bytes
     assert "refresh_token" in str(caught.value)
 
 
+def test_secret_fields_of_a_multipart_form_are_scrubbed_and_its_files_left_alone() -> None:
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(echoing_body)) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.post(
+            "https://auth.test/login",
+            data={"username": "bob", "password": "MULTIPART-PW-31"},
+            files={"avatar": ("a.png", b"PNG-BYTES-NOT-A-SECRET")},
+        )
+    shown = str(caught.value) + str(caught.value.body)
+    assert "MULTIPART-PW-31" not in shown
+    assert 'name="password"' in shown
+    assert "bob" in shown
+
+
 @pytest.mark.parametrize("after", ["?x", "#x", "/x", "/x?y", "#x/y"])
 def test_a_url_httpx_refuses_is_refused_without_its_password(after: str) -> None:
     """httpx reads a password up to a "?", "#" or "/" as a port, and quotes it."""

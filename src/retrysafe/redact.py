@@ -494,11 +494,11 @@ _CARD_DIGITS = r"[0-9][0-9 -]{11,22}[0-9]"
 
 
 def _body_secrets(request: httpx.Request) -> list[str]:
-    """The secret values of a JSON or form request body, which a server may echo back in
-    its error ("invalid card: {...}"): values of 8 characters or more of fields named
-    like secrets (but for a bare ``key``: in a body it is as often a sort key or a file
-    name), and payment card numbers wherever they are. Only a body retrysafe holds as
-    bytes is read (not the requests and aiohttp shells' stand-ins)."""
+    """The secret values of a JSON, form or multipart request body (not its files), which
+    a server may echo back in its error ("invalid card: {...}"): values of 8 characters or
+    more of fields named like secrets (but for a bare ``key``: in a body it is as often a
+    sort key or a file name), and payment card numbers wherever they are. Only a body
+    retrysafe holds as bytes is read (not the requests and aiohttp shells' stand-ins)."""
     if not isinstance(request.stream, httpx.ByteStream):
         return []
     try:
@@ -517,6 +517,9 @@ def _body_secrets(request: httpx.Request) -> list[str]:
     if "x-www-form-urlencoded" in kind:
         for name, value in urllib.parse.parse_qsl(text, keep_blank_values=False):
             _take_field(name, value, secrets)
+    elif "multipart/form-data" in kind:
+        for name, value in _multipart_fields(request.headers["content-type"], content):
+            _take_field(name, value, secrets)
     elif "json" in kind:
         try:
             parsed = json.loads(text)
@@ -524,6 +527,26 @@ def _body_secrets(request: httpx.Request) -> list[str]:
             return []
         _json_secrets(parsed, secrets, depth=0)
     return secrets[:_BODY_SECRETS_KEPT]
+
+
+def _multipart_fields(content_type: str, content: bytes) -> list[tuple[str, str]]:
+    """The text fields of a ``multipart/form-data`` body, as (name, value); not its files."""
+    import email.parser  # (here: only a failing call with a multipart body reads one)
+    import email.policy
+
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + content
+    )
+    fields: list[tuple[str, str]] = []
+    for part in message.iter_parts() if message.is_multipart() else ():
+        disposition = part.get("content-disposition")
+        if disposition is None or part.get_filename() is not None:
+            continue
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields.append((name, payload.decode("utf-8", "replace").strip()))
+    return fields
 
 
 def _json_secrets(value: object, into: list[str], *, depth: int) -> None:
