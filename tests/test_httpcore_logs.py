@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 import retrysafe
+from local_http import serving
 
 COOKIE = "session=SESSION_COOKIE_SECRET_72"
 TOKEN = "sk-live-TOKEN_FROM_FILE_72"
@@ -37,12 +37,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def httpcore_messages(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 import retrysafe
+from local_http import serving
 from retrysafe import RetryPolicy, Verdict
 
 pytestmark = pytest.mark.anyio
@@ -45,12 +45,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _reads_body(response: httpx.Response) -> Verdict | None:

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from urllib3.util import Timeout as Urllib3Timeout
 
 import retrysafe
+from local_http import serving
 from retrysafe import Governor, RetryPolicy
 from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.aiohttp import report_of as aiohttp_report_of
@@ -979,12 +980,8 @@ class _Utf8HeaderHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def utf8_server() -> Any:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Utf8HeaderHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Utf8HeaderHandler) as url:
+        yield url
 
 
 def test_requests_takes_header_values_beyond_ascii(utf8_server: str) -> None:
