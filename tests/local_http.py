@@ -8,7 +8,16 @@ import http.server
 import threading
 from collections.abc import Iterator
 
-__all__ = ["serving"]
+__all__ = ["QuietHandler", "serving"]
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A handler speaking HTTP/1.1 (keep-alive, as most servers) that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
 
 @contextlib.contextmanager

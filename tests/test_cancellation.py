@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy
+from retrysafe.governor import BudgetSettings, Governor, GovernorSettings, LimiterSettings
+from retrysafe.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -97,27 +100,46 @@ def test_ctrl_c_during_a_backoff_sends_nothing_more(chaos: Any) -> None:
     assert len(chaos.log()) == 1
 
 
+class _Interrupted(FakeClock):
+    """Ctrl-C in any wait the call makes (a backoff, a paced slot)."""
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            raise KeyboardInterrupt
+
+
+class _Stalled(FakeClock):
+    """A wait that never ends, for the task to be cancelled in."""
+
+    async def async_sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            await anyio.sleep_forever()
+
+
+def _governed(
+    clock: FakeClock, settings: GovernorSettings, status: int
+) -> tuple[Governor, httpx.MockTransport]:
+    """A governor on ``clock``, and a transport answering every request with ``status``."""
+    return (
+        Governor(settings, clock=clock),
+        httpx.MockTransport(lambda request: httpx.Response(status)),
+    )
+
+
+PACED = GovernorSettings(limiter=LimiterSettings(requests_per_second=1.0, burst=1))
+#: Ten tokens, none earned or refilled: what the budget holds after is what was given back.
+BUDGETED = GovernorSettings(
+    budget=BudgetSettings(ratio=0.1, max_tokens=10, min_per_second=0.0), breaker=None
+)
+
+
 def test_ctrl_c_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
     # A paced call waiting its turn reserved a slot in the dependency's queue; stopped
     # there (Ctrl-C in the wait), it gives the slot back, so the next caller is not
     # paced behind a caller that is gone.
-    import httpx
-
-    from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
-    from retrysafe.testing import FakeClock
-
-    class Interrupted(FakeClock):
-        def sleep(self, seconds: float) -> None:
-            if seconds > 0:
-                raise KeyboardInterrupt
-
-    clock = Interrupted()
-    governor = Governor(
-        GovernorSettings(limiter=LimiterSettings(requests_per_second=1.0, burst=1)), clock=clock
-    )
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(lambda request: httpx.Response(200)), clock=clock, governor=governor
-    )
+    clock = _Interrupted()
+    governor, mock = _governed(clock, PACED, 200)
+    transport = retrysafe.RetryTransport(mock, clock=clock, governor=governor)
     with httpx.Client(transport=transport) as client:
         first = client.get("http://api.test/first")  # takes the one token
         with pytest.raises(KeyboardInterrupt):
@@ -131,23 +153,9 @@ def test_ctrl_c_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
 
 async def test_a_task_cancelled_while_waiting_for_a_paced_slot_gives_the_slot_back() -> None:
     # The same for a task cancelled in that wait: the slot it reserved is given back.
-    import httpx
-
-    from retrysafe.governor import Governor, GovernorSettings, LimiterSettings
-    from retrysafe.testing import FakeClock
-
-    class Stalled(FakeClock):
-        async def async_sleep(self, seconds: float) -> None:
-            if seconds > 0:
-                await anyio.sleep_forever()
-
-    clock = Stalled()
-    governor = Governor(
-        GovernorSettings(limiter=LimiterSettings(requests_per_second=1.0, burst=1)), clock=clock
-    )
-    transport = retrysafe.AsyncRetryTransport(
-        httpx.MockTransport(lambda request: httpx.Response(200)), clock=clock, governor=governor
-    )
+    clock = _Stalled()
+    governor, mock = _governed(clock, PACED, 200)
+    transport = retrysafe.AsyncRetryTransport(mock, clock=clock, governor=governor)
     async with httpx.AsyncClient(transport=transport) as client:
         first = await client.get("http://api.test/first")  # takes the one token
         with anyio.move_on_after(0.2) as scope:
@@ -162,53 +170,27 @@ async def test_a_task_cancelled_while_waiting_for_a_paced_slot_gives_the_slot_ba
 def test_ctrl_c_during_a_backoff_gives_the_retrys_budget_token_back() -> None:
     # The retry the budget paid for was never sent: the dependency saw no load from it,
     # and a burst of callers stopped mid-backoff must not leave the budget empty.
-    import httpx
-
-    from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
-    from retrysafe.testing import FakeClock
-
-    class Interrupted(FakeClock):
-        def sleep(self, seconds: float) -> None:
-            if seconds > 0:
-                raise KeyboardInterrupt
-
-    clock = Interrupted()
-    budget = BudgetSettings(ratio=0.1, max_tokens=10, min_per_second=0.0)
-    governor = Governor(GovernorSettings(budget=budget, breaker=None), clock=clock)
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(lambda request: httpx.Response(503)), clock=clock, governor=governor
-    )
+    clock = _Interrupted()
+    governor, mock = _governed(clock, BUDGETED, 503)
+    transport = retrysafe.RetryTransport(mock, clock=clock, governor=governor)
     with httpx.Client(transport=transport) as client:
         for _ in range(3):
             with pytest.raises(KeyboardInterrupt):
                 client.get("http://api.test/")  # a 503, then stopped in the backoff
-    tokens = governor.guard("http://api.test:80").budget
-    assert tokens is not None
-    assert tokens.tokens == pytest.approx(10)
+    budget = governor.guard("http://api.test:80").budget
+    assert budget is not None
+    assert budget.tokens == pytest.approx(10)
 
 
 async def test_a_task_cancelled_during_a_backoff_gives_the_retrys_budget_token_back() -> None:
-    import httpx
-
-    from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
-    from retrysafe.testing import FakeClock
-
-    class Stalled(FakeClock):
-        async def async_sleep(self, seconds: float) -> None:
-            if seconds > 0:
-                await anyio.sleep_forever()
-
-    clock = Stalled()
-    budget = BudgetSettings(ratio=0.1, max_tokens=10, min_per_second=0.0)
-    governor = Governor(GovernorSettings(budget=budget, breaker=None), clock=clock)
-    transport = retrysafe.AsyncRetryTransport(
-        httpx.MockTransport(lambda request: httpx.Response(503)), clock=clock, governor=governor
-    )
+    clock = _Stalled()
+    governor, mock = _governed(clock, BUDGETED, 503)
+    transport = retrysafe.AsyncRetryTransport(mock, clock=clock, governor=governor)
     async with httpx.AsyncClient(transport=transport) as client:
         for _ in range(3):
             with anyio.move_on_after(0.05) as scope:
                 await client.get("http://api.test/")  # a 503, then cancelled in the backoff
             assert scope.cancelled_caught
-    tokens = governor.guard("http://api.test:80").budget
-    assert tokens is not None
-    assert tokens.tokens == pytest.approx(10)
+    budget = governor.guard("http://api.test:80").budget
+    assert budget is not None
+    assert budget.tokens == pytest.approx(10)

@@ -6,33 +6,26 @@ reads: h11's refusal of a header value quotes the value whole. Over a real socke
 
 from __future__ import annotations
 
-import http.server
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 
 import retrysafe
-from local_http import serving
+from local_http import QuietHandler, serving
 
 COOKIE = "session=SESSION_COOKIE_SECRET_72"
 TOKEN = "sk-live-TOKEN_FROM_FILE_72"
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Set-Cookie", COOKIE)
         self.send_header("X-Request-Id", "req-72")
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

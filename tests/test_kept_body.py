@@ -9,7 +9,6 @@ Over a real socket, against a server whose bodies are gzip-encoded, so the raw b
 from __future__ import annotations
 
 import gzip
-import http.server
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 import retrysafe
-from local_http import serving
+from local_http import QuietHandler, serving
 from retrysafe import RetryPolicy, Verdict
 
 pytestmark = pytest.mark.anyio
@@ -28,9 +27,7 @@ ONCE = RetryPolicy(attempts=1)
 QUICK = {"attempts": 2, "backoff_base": 0.01, "backoff_cap": 0.01}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         status = 503 if self.path.startswith("/busy") else 200
         self.send_response(status)
@@ -38,9 +35,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(RAW)))
         self.end_headers()
         self.wfile.write(RAW)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
