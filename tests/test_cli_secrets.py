@@ -141,6 +141,7 @@ def test_a_lone_username_is_a_token_and_hidden_everywhere() -> None:
         "https://api.test?email=a@b.com&page=2",
         "https://api.test#contact@team",
         "https://api.test:8443?email=a@b.com",
+        "https://[::1]?email=a@b.com",  # (an IPv6 address's colons are no password's)
     ],
 )
 def test_an_at_sign_in_a_query_or_fragment_is_not_taken_for_userinfo(url: str) -> None:

@@ -495,6 +495,14 @@ def test_a_percent_encoded_secret_parameter_never_reaches_the_error_or_log(
         assert "PCT-ENCODED-KEY-61" not in text
 
 
+def test_a_long_query_of_semicolon_pairs_is_redacted_whole() -> None:
+    """Thousands of ``;`` pairs (a filter list, a tracking URL): every one is read, and a
+    secret after them hidden, with no limit on how many."""
+    query = ";".join(f"f{index}=v{index}" for index in range(5000))
+    shown = redact_url(f"https://api.test/search?{query};token=LATE-SECRET-5000&page=2")
+    assert shown.endswith(";f4999=v4999;token=[REDACTED]&page=2")
+
+
 def test_a_secret_value_holding_a_semicolon_never_reaches_the_error_event_or_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

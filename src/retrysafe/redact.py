@@ -173,10 +173,15 @@ def redact_url(url: httpx.URL | str) -> str:
     text = str(parsed).replace("%5BREDACTED%5D", REDACTED)
     if not parsed.query and not parsed.fragment and ";" not in parsed.raw_path.decode("ascii"):
         return text
-    # The query's (and a fragment's) pairs as written, whichever separator they use
-    # ("&" or ";"): re-encoding them through httpx's params would read "a=1;key=s" as
-    # one value, and print a URL other than the one sent. And a path segment's
-    # parameters (Java's ";jsessionid=..."), each ending where its segment does.
+    return _redacted_path_and_query(text)
+
+
+def _redacted_path_and_query(text: str) -> str:
+    """A URL's text with the secret values of its path segments' parameters (Java's
+    ``;jsessionid=...``, each ending where its segment does) and of its query's and
+    fragment's pairs hidden, the rest as written: re-encoding the query through httpx's
+    params would read ``a=1;key=s`` as one value, and print a URL other than the one sent.
+    """
     scheme = _url_parts()[0].match(text)
     authority_end = text.find("/", scheme.end() if scheme is not None else 0)
     query_start = len(text)
@@ -187,8 +192,8 @@ def redact_url(url: httpx.URL | str) -> str:
     if authority_end == -1 or authority_end > query_start:
         authority_end = query_start
     path = _path_parameter().sub(_redacted_path_parameter, text[authority_end:query_start])
-    rest = _url_parts()[1].sub(_redacted_pair, text[query_start:])
-    return text[:authority_end] + path + rest
+    query = _url_parts()[1].sub(_redacted_pairs, text[query_start:])
+    return text[:authority_end] + path + query
 
 
 @functools.cache
@@ -202,20 +207,23 @@ def _redacted_path_parameter(match: re.Match[str]) -> str:
     return match.group("start") + (REDACTED if is_secret_name(name) else match.group("value"))
 
 
-def _redacted_pair(match: re.Match[str]) -> str:
-    """A ``name=value`` pair of a URL's query or fragment, its value hidden if the name
-    is a secret's.
+def _redacted_pairs(match: re.Match[str]) -> str:
+    """The pairs of a URL's query or fragment from one ``?``, ``&`` or ``#`` to the next
+    ``&`` or ``#``, a secret's value hidden.
 
     Whether ``;`` separates pairs depends on the server (httpx, and most servers today,
     read ``?token=a;b`` as one value, ``a;b``), so both readings are kept safe: a secret's
     value is hidden up to the next ``&`` or ``#``, ``;`` and all, and what follows an
     ordinary value's ``;`` is read as pairs of its own (``?page=1;api_key=...``).
     """
-    name = urllib.parse.unquote_plus(match.group("name"))
-    if is_secret_name(name):
-        return match.group("start") + REDACTED
-    after = match.group("after") or ""
-    return match.group("start") + match.group("value") + _url_parts()[1].sub(_redacted_pair, after)
+    pieces = match.group().split(";")
+    for index, piece in enumerate(pieces):
+        lead = 1 if index == 0 else 0  # (the first piece starts with its "?", "&" or "#")
+        name, equals, _ = piece[lead:].partition("=")
+        if equals and is_secret_name(urllib.parse.unquote_plus(name)):
+            hidden = piece[: lead + len(name) + 1] + REDACTED
+            return ";".join([*pieces[:index], hidden])
+    return match.group()
 
 
 #: Control and invisible formatting characters: C0, DEL, C1, soft hyphen, bidi overrides
@@ -297,10 +305,11 @@ def _secret_pattern(secret: str) -> str:
 
 @functools.cache
 def _url_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A typed URL's scheme and ``//``, and its query pairs (compiled on first use)."""
+    """A typed URL's scheme and ``//``, and its query's pairs from one ``?``, ``&`` or
+    ``#`` to the next ``&`` or ``#`` (compiled on first use)."""
     return (
         re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:)?//"),
-        re.compile(r"(?P<start>[?&;#](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)(?P<after>;[^&#]*)?"),
+        re.compile(r"[?&#][^&#]*"),
     )
 
 
@@ -321,8 +330,8 @@ def typed_userinfo(text: str) -> tuple[int, int] | None:
     if "@" in before_query:
         return start, start + before_query.rindex("@")
     authority = before_query.split("/", 1)[0]
-    if ":" not in authority or authority.rpartition(":")[2].isdigit():
-        return None
+    if ":" not in authority or authority.rpartition(":")[2].isdigit() or authority[:1] == "[":
+        return None  # (host:port, or an IPv6 address: "[::1]")
     for end in (rest.split("/", 1)[0], rest.split("=", 1)[0]):
         if "@" in end:
             return start, start + end.rindex("@")
@@ -361,7 +370,7 @@ def redact_url_text(text: str) -> str:
     span = typed_userinfo(text)
     if span is not None:
         text = text[: span[0]] + REDACTED + text[span[1] :]
-    return _url_parts()[1].sub(_redacted_pair, text)
+    return _redacted_path_and_query(text)
 
 
 @functools.lru_cache(maxsize=64)
