@@ -272,6 +272,44 @@ def test_secret_fields_of_a_multipart_form_are_scrubbed_and_its_files_left_alone
     assert "bob" in shown
 
 
+def test_a_digest_authorizations_path_and_realm_are_not_taken_for_secrets() -> None:
+    """Digest's ``Authorization`` names the request's path (``uri=``) and the realm: a
+    server's error quoting the path keeps it."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if "Authorization" not in request.headers:
+            challenge = 'Digest realm="orders-service-realm", nonce="abc123", qop="auth"'
+            return httpx.Response(401, headers={"WWW-Authenticate": challenge})
+        return httpx.Response(500, text="internal error on /api/v1/orders/1234567")
+
+    policy = RetryPolicy(attempts=1)
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(handler), policy=policy) as client,
+        pytest.raises(retrysafe.ServerError) as caught,
+    ):
+        client.get("https://api.test/api/v1/orders/1234567", auth=httpx.DigestAuth("al", "pw"))
+    assert "internal error on /api/v1/orders/1234567" in str(caught.value)
+
+
+def test_a_multipart_body_the_parser_cannot_read_leaves_the_calls_error_as_it_is() -> None:
+    """The scan for secret fields is best effort: a malformed part (a NUL in its header)
+    must not replace the call's error with the parser's."""
+    body = (
+        b"--x\r\nContent-Disposition: form-data; name=\"doc\"; filename*=U\x00F-8''a.txt"
+        b"\r\n\r\ndata\r\n--x--\r\n"
+    )
+    transport = httpx.MockTransport(lambda request: httpx.Response(500))
+    with (
+        retrysafe.Client(transport=transport, policy=RetryPolicy(attempts=1)) as client,
+        pytest.raises(retrysafe.ServerError),
+    ):
+        client.post(
+            "https://api.test/upload",
+            content=body,
+            headers={"Content-Type": "multipart/form-data; boundary=x"},
+        )
+
+
 @pytest.mark.parametrize("after", ["?x", "#x", "/x", "/x?y", "#x/y"])
 def test_a_url_httpx_refuses_is_refused_without_its_password(after: str) -> None:
     """httpx reads a password up to a "?", "#" or "/" as a port, and quotes it."""
@@ -362,6 +400,7 @@ MISSED = [
     "PHPSESSID",
     "hmac",  # a webhook's signature
     "X-Authentication",
+    "primaryKey",  # Azure's storage and API Management keys: primaryKey, secondaryKey
 ]
 OVER_HIDDEN = [
     "keyword",
@@ -374,7 +413,6 @@ OVER_HIDDEN = [
     # a key or token the server reads as a name or a cursor: shown, to debug paging
     "public_key",
     "sort_key",
-    "primary_key",
     "pageToken",
     "nextPageToken",
     "page_token",
@@ -396,7 +434,8 @@ def test_a_secret_parameter_of_a_path_segment_is_hidden_and_the_path_kept() -> N
 
 def test_a_signature_among_a_headers_parameters_is_scrubbed_bare() -> None:
     """AWS SigV4's ``Authorization`` carries ``Signature=<hex>`` among parameters, and S3
-    echoes the bare hex (``<SignatureProvided>``); short parameters name no secret."""
+    echoes the bare hex (``<SignatureProvided>``); parameters not named like secrets
+    (``SignedHeaders``) are no secrets."""
     signature = "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
     value = (
         "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20260101/us-east-1/s3/aws4_request, "

@@ -8,9 +8,9 @@ the segments of a registered secret name (:data:`SECRET_NAMES`): a single word s
 ``key``, ``token``, ``sig`` or ``pass`` matches that whole segment only, so ``api_key``,
 ``X-Amz-Signature`` and ``sig`` are secret while ``keyword``, ``author`` and ``monkey``
 are not. A few names that hold no secret though they end in one are built-in exceptions
-(:data:`PUBLIC_NAMES`: ``Idempotency-Key``, ``public_key``, ``sort_key``, ``primary_key``,
-``pageToken``): their segments are set aside before matching, so ``X-Idempotency-Key``
-and ``nextPageToken`` are public too.
+(:data:`PUBLIC_NAMES`: ``Idempotency-Key``, ``public_key``, ``sort_key``, ``pageToken``):
+their segments are set aside before matching, so ``X-Idempotency-Key`` and
+``nextPageToken`` are public too.
 Add your own with :func:`add_secret_names` (``add_secret_names("ticket", "acme-seal")``
 makes ``X-Acme-Ticket`` and ``acmeSeal`` secret), process-wide.
 
@@ -71,13 +71,10 @@ SECRET_NAMES: tuple[str, ...] = (
 #: the server reads as a name or a cursor, which a developer needs to see to debug paging
 #: or sorting.
 PUBLIC_NAMES: tuple[str, ...] = (
-    "idempotency-key", "public-key", "sort-key", "primary-key", "page-token",
+    "idempotency-key", "public-key", "sort-key", "page-token",
 )  # fmt: skip
 #: Secret values shorter than this are not scrubbed from free text (too many false hits).
 _MIN_SCRUB_LENGTH = 4
-#: A parameter of a secret header (``Signature=...``) is taken for a secret of its own from
-#: this long: shorter ones name things (``SignedHeaders=host``, ``algorithm="hmac"``).
-_MIN_PARAMETER = 16
 #: Control characters (a header value that holds one is refused, quoted with it escaped).
 #: (This module's patterns are compiled on first use, by ``re``'s own cache: a successful
 #: call needs none of them, and ``import retrysafe`` is lighter without them.)
@@ -398,8 +395,11 @@ class Redactor:
         self._pattern = _scrub_pattern(tuple(self._secrets)) if self._secrets else None
 
     @classmethod
-    def for_request(cls, request: httpx.Request) -> Redactor:
-        """Collect every secret value the request carries: headers, query, userinfo."""
+    def for_request(cls, request: httpx.Request, *, card_numbers: bool = True) -> Redactor:
+        """Collect every secret value the request carries: headers, query, userinfo, body
+        fields named like secrets and, unless ``card_numbers`` is False, any number in
+        its body that reads as a payment card's (one in ten 16-digit ids does too: fine
+        to hide in a message, not to overlook when telling two requests apart)."""
         secrets: list[str] = []
         # The names as written: httpx's own view lower-cases them, losing camelCase.
         encoding = request.headers.encoding
@@ -412,13 +412,12 @@ class Redactor:
                 secrets.extend(words[1:])
                 secrets.extend(part.split("=", 1)[-1] for part in value.split(";"))
                 # A signature among parameters (AWS's "Credential=..., Signature=<hex>",
-                # HTTP Signatures' signature="..."), which a server may echo bare. (Long
-                # ones only: "SignedHeaders=host" names no secret.)
-                secrets.extend(
-                    parameter
-                    for piece in re.split(r"[,;\s]+", value)
-                    if len(parameter := piece.partition("=")[2].strip('"')) >= _MIN_PARAMETER
-                )
+                # HTTP Signatures' signature="..."), which a server may echo bare: those
+                # named like secrets ("SignedHeaders=host", Digest's uri="/path" are not).
+                for piece in re.split(r"[,;\s]+", value):
+                    parameter, equals, given = piece.partition("=")
+                    if equals and is_secret_name(parameter):
+                        secrets.append(given.strip('"'))
                 if len(words) == 2 and words[0].lower() == "basic":
                     secrets.extend(_basic_credentials(words[1]))
         for name, value in request.url.params.multi_items():
@@ -428,7 +427,8 @@ class Redactor:
             secrets.append(request.url.password)
         elif request.url.username:
             secrets.append(request.url.username)
-        secrets.extend(_body_secrets(request))
+        body = _body_secrets(request)
+        secrets.extend(body if card_numbers else (s for s in body if not _is_card_number(s)))
         # A control character in a value (which httpx and h11 refuse, quoting the value
         # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
         controlled = [secret for secret in secrets if re.search(_CONTROL, secret)]
@@ -543,18 +543,22 @@ def _multipart_fields(content_type: str, content: bytes) -> list[tuple[str, str]
     import email.parser  # (here: only a failing call with a multipart body reads one)
     import email.policy
 
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + content
-    )
     fields: list[tuple[str, str]] = []
-    for part in message.iter_parts() if message.is_multipart() else ():
-        disposition = part.get("content-disposition")
-        if disposition is None or part.get_filename() is not None:
-            continue
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if isinstance(name, str) and isinstance(payload, bytes):
-            fields.append((name, payload.decode("utf-8", "replace").strip()))
+    try:
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + content
+        )
+        for part in message.iter_parts() if message.is_multipart() else ():
+            if part.get("content-disposition") is None or part.get_filename() is not None:
+                continue
+            name = part.get_param("name", header="content-disposition")
+            payload = part.get_payload(decode=True)
+            if isinstance(name, str) and isinstance(payload, bytes):
+                fields.append((name, payload.decode("utf-8", "replace").strip()))
+    except Exception:  # a body the parser cannot read: none of its fields
+        # (a best-effort scan on the path of a failing call's error: whatever a malformed
+        # part makes the email parser raise must not replace that error)
+        return fields
     return fields
 
 

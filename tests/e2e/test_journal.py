@@ -122,6 +122,19 @@ def test_the_journal_file_holds_no_hash_to_test_a_secret_against(tmp_path: Path)
         assert secret not in raw
 
 
+def test_two_requests_differing_in_an_id_that_reads_as_a_card_number_are_two(
+    chaos: Any, journal: Journal
+) -> None:
+    """One in ten long ids passes the card-number check that hides cards from messages:
+    the fingerprint leaves out named secrets only, so they still tell requests apart."""
+    url = chaos.url("/echo")
+    with retrysafe.Client(journal=journal, policy=FAST) as client:
+        client.post(url, json={"charge": "4242424242424242"}, operation="refund-1")
+        with pytest.raises(JournalConflict, match="different request"):
+            client.post(url, json={"charge": "4000056655665556"}, operation="refund-1")
+    assert len(chaos.log()) == 1
+
+
 def test_an_operation_resumed_with_a_rotated_token_is_the_same_request(
     chaos: Any, journal: Journal
 ) -> None:
