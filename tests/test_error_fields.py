@@ -104,6 +104,19 @@ def test_a_pickled_error_leaves_the_requests_secrets_behind() -> None:
     assert caught.value.response.request.headers["X-Api-Key"] == "HDR_SECRET_8"
 
 
+def test_a_pickled_errors_response_body_leaves_an_echoed_secret_behind() -> None:
+    def echoing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": f"bad request: {request.content.decode()}"})
+
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(echoing).post("https://api.test/login", data={"password": "ECHOED-PW-81"})
+    blob = pickle.dumps(caught.value)
+    assert b"ECHOED-PW-81" not in blob
+    copy = pickle.loads(blob)
+    assert copy.response is not None
+    assert copy.response.json() == {"error": "bad request: password=[REDACTED]"}
+
+
 def test_a_pickled_refusal_keeps_its_detail_and_wait() -> None:
     error = retrysafe.CircuitOpen(
         retry_after=12.5,

@@ -16,11 +16,14 @@ subclass that matches what you would do about it::
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import httpx
 
 from retrysafe.named_tuple import NamedTuple
+
+if TYPE_CHECKING:  # (redact loads with the package, yet errors come first)
+    from retrysafe.redact import Redactor
 
 __all__ = [
     "ApiError",
@@ -193,13 +196,14 @@ class ApiError(Exception):
 def _shareable(response: httpx.Response) -> httpx.Response:
     """The copy of ``response`` a pickled error carries: what httpx pickles of it (status,
     headers, the body read, no stream), with the values of its secret headers hidden
-    (``Set-Cookie``), and its request's, and the request's URL redacted and body left out.
+    (``Set-Cookie``), and its request's, the request's URL redacted and body left out,
+    and the request's secrets scrubbed from the body if the server echoed them.
 
     A pickled error may leave the process (a task queue's result store, a cache), and
     the request it answers holds the caller's credentials: ``Authorization``, an
     ``api_key`` in the query, a password in the body.
     """
-    from retrysafe.redact import REDACTED, is_secret_name, redact_url
+    from retrysafe.redact import REDACTED, Redactor, is_secret_name, redact_url
 
     def hidden(headers: httpx.Headers) -> httpx.Headers:
         return httpx.Headers(
@@ -217,7 +221,20 @@ def _shareable(response: httpx.Response) -> httpx.Response:
         shared.request = httpx.Request(
             request.method, redact_url(request.url), headers=hidden(request.headers)
         )
+        content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
+        if isinstance(content, bytes):
+            shared._content = scrubbed_bytes(Redactor.for_request(request), content)
     return shared
+
+
+def scrubbed_bytes(redactor: Redactor, content: bytes) -> bytes:
+    """``content`` with ``redactor``'s secrets scrubbed, if it is text (UTF-8); else as is."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return content
+    scrubbed = redactor.scrub(text)
+    return content if scrubbed == text else scrubbed.encode("utf-8")
 
 
 def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:

@@ -512,10 +512,14 @@ def test_a_pickled_requests_error_leaves_the_requests_secrets_behind(chaos: Keye
     response and request go with it, without the caller's credentials."""
     url = chaos.url("/status/400", api_key="sk-live-PICKLED-31", page="2")
     adapter = RetryAdapter(policy=RetryPolicy(attempts=1))
-    with session_with(adapter) as session, pytest.raises(retrysafe.ClientError) as caught:
-        session.post(url, headers={"Authorization": "Bearer tok-PICKLED-31"}, data=b"pw=BODY-31")
+    with session_with(adapter) as session:
+        session.cookies.set("sessionid", "COOKIE-PICKLED-31")
+        with pytest.raises(retrysafe.ClientError) as caught:
+            session.post(
+                url, headers={"Authorization": "Bearer tok-PICKLED-31"}, data=b"pw=BODY-31"
+            )
     blob = pickle.dumps(caught.value)
-    for secret in (b"sk-live-PICKLED-31", b"tok-PICKLED-31", b"BODY-31"):
+    for secret in (b"sk-live-PICKLED-31", b"tok-PICKLED-31", b"BODY-31", b"COOKIE-PICKLED-31"):
         assert secret not in blob
     copy = pickle.loads(blob)
     assert isinstance(copy, requests.HTTPError)

@@ -37,8 +37,9 @@ from requests.exceptions import RetryError
 from requests.structures import CaseInsensitiveDict
 
 import retrysafe.errors as base
+from retrysafe.errors import scrubbed_bytes
 from retrysafe.foreign_shell import adopt_error
-from retrysafe.redact import REDACTED, is_secret_name, redact_url
+from retrysafe.redact import REDACTED, Redactor, is_secret_name, redact_url
 
 __all__ = [
     "BadResponse",
@@ -88,6 +89,8 @@ def _shareable_request(request: requests.PreparedRequest) -> requests.PreparedRe
     shared.headers = _hidden(request.headers)
     shared.url = redact_url(request.url) if request.url else request.url
     shared.body = None
+    # The session's cookies, kept beside the request (requests' own field, unannotated)
+    vars(shared)["_cookies"] = requests.cookies.RequestsCookieJar()
     return shared
 
 
@@ -99,8 +102,18 @@ def _shareable_response(response: requests.Response) -> requests.Response:
     shared.cookies = requests.cookies.RequestsCookieJar()
     shared.url = redact_url(response.url) if response.url else response.url
     shared.history = [_shareable_response(earlier) for earlier in response.history]
-    if response.request is not None:
-        shared.request = _shareable_request(response.request)
+    request = response.request
+    if request is not None:
+        shared.request = _shareable_request(request)
+        if isinstance(shared._content, bytes) and request.url:
+            # (the request's secrets, scrubbed from the body if the server echoed them)
+            stand_in = httpx.Request(
+                request.method or "GET",
+                request.url,
+                headers=list(request.headers.items()),
+                content=request.body if isinstance(request.body, bytes) else None,
+            )
+            shared._content = scrubbed_bytes(Redactor.for_request(stand_in), shared._content)
     return shared
 
 
