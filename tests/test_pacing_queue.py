@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import threading
 import time
 
@@ -207,6 +208,38 @@ def test_a_gap_behind_a_slot_still_in_use_stays_a_gap() -> None:
     limiter.release(slots[3])  # the last goes back; 0.2 is now last, and in use
     assert limiter.queued() == pytest.approx(2)
     assert limiter.reserve_slot()[0] == pytest.approx(0.3), "after 0.2, never on it"
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_queue_ends_at_the_latest_slot_still_held_whatever_order_callers_give_up(
+    seed: int,
+) -> None:
+    """Random reservations, give-ups in any order and time passing, at rates and clock
+    readings of every size: the queue never holds a slot nobody will use past the
+    latest one still held, and never ends before it (two callers on one slot)."""
+    chance = random.Random(seed)
+    rate = chance.choice([0.7, 3.0, 7.0, 10.0, 123.0])
+    clock = FakeClock()
+    clock.advance(chance.choice([0.0, 12345.678, 3.3e6, 8.6e7, 1.7e9]))
+    limiter = Limiter(LimiterSettings(requests_per_second=rate, burst=1, max_cooldown=300), clock)
+    held: list[float] = []
+    for _ in range(200):
+        roll = chance.random()
+        if roll < 0.45:
+            wait, slot = limiter.reserve_slot()
+            if 0 < wait < QUEUE_FULL:
+                held.append(slot)
+        elif roll < 0.85 and held:
+            limiter.release(held.pop(chance.randrange(len(held))))
+        else:
+            clock.advance(chance.random() * 3 / rate)
+        now = clock.monotonic()
+        held = [slot for slot in held if slot > now]
+        ends_in = limiter.queued() / rate
+        if held:
+            assert ends_in == pytest.approx(max(held) - now, abs=1e-6)
+        else:  # (at most the slot of a caller sending now, which nobody gives back)
+            assert ends_in <= 1 / rate + 1e-6
 
 
 @pytest.mark.anyio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from typing import Final
@@ -49,8 +50,8 @@ class Limiter:
         self.paced = settings.requests_per_second is not None
         self._tokens = float(settings.burst)
         self._refilled_at = clock.monotonic()
-        #: The slots given back with others queued behind them (when each comes up): each
-        #: goes back too once every slot behind it has (see :meth:`release`).
+        #: The slots given back with others queued behind them (when each comes up, in
+        #: order): each goes back too once every slot behind it has (see :meth:`release`).
         self._gaps: list[float] = []
         rate = settings.requests_per_second
         #: The fewest tokens the bucket may hold: the longest queue, as a debt.
@@ -122,20 +123,22 @@ class Limiter:
             tokens = self._refill(rate)
             # (the last slot comes up when the bucket is back at zero: -tokens/rate away)
             last = self._refilled_at - tokens / rate
+            gaps = self._gaps
             # (a gap whose time has come was closed by time: only those ahead are kept, at
             # most the queue's length)
-            self._gaps = [gap for gap in self._gaps if gap > self._refilled_at]
+            if gaps and gaps[0] <= self._refilled_at:
+                del gaps[: bisect.bisect_right(gaps, self._refilled_at)]
             if slot is not None and tokens < 0 and slot < last - _SAME_SLOT:
-                self._gaps.append(slot)
+                bisect.insort(gaps, slot)
                 return
             tokens += 1.0
             # Gaps left earlier that are now the queue's last go back with it.
-            while tokens < 0 and self._gaps:
+            while tokens < 0 and gaps:
                 last = self._refilled_at - tokens / rate
-                gap = next((gap for gap in self._gaps if abs(gap - last) <= _SAME_SLOT), None)
-                if gap is None:
+                index = bisect.bisect_left(gaps, last - _SAME_SLOT)
+                if index == len(gaps) or gaps[index] > last + _SAME_SLOT:
                     break
-                self._gaps.remove(gap)
+                del gaps[index]
                 tokens += 1.0
             self._tokens = min(float(self.settings.burst), tokens)
 
