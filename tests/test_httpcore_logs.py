@@ -24,6 +24,7 @@ class _Handler(QuietHandler):
         self.send_response(200)
         self.send_header("Set-Cookie", COOKIE)
         self.send_header("X-Request-Id", "req-72")
+        self.send_header("Content-Location", "https://app.test/cb?access_token=TRACE_TOKEN_72&s=1")
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -48,6 +49,9 @@ def test_a_secret_response_header_is_hidden_and_the_others_shown(
     assert "(b'Set-Cookie', b'[REDACTED]')" in logged
     assert "(b'X-Request-Id', b'req-72')" in logged, "an ordinary header stays"
     assert "SESSION_COOKIE_SECRET_72" not in logged
+    # a URL in a header (a Location, a Content-Location): shown, its secrets hidden
+    assert "https://app.test/cb?access_token=[REDACTED]&s=1" in logged
+    assert "TRACE_TOKEN_72" not in logged
 
 
 def test_a_header_value_h11_refuses_is_not_quoted(

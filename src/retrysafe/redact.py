@@ -643,7 +643,8 @@ class TraceRedactingFilter(logging.Filter):
     (``(b'Set-Cookie', b'session=...')``) and a failure's exception, such as h11's
     refusal of a header value, which quotes it whole (``Illegal header value b'Bearer
     sk_...\\n'``: a token read from a file with its newline). A pair whose name is a
-    secret's, and every refused value, is replaced.
+    secret's, and every refused value, is replaced; a URL in another header's value
+    (``Location``) is shown redacted.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -669,10 +670,16 @@ def _trace_parts() -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 def _redacted_header_pair(match: re.Match[str]) -> str:
-    if not is_secret_name(match.group("name")):
-        return match.group()
+    """A header pair of a trace: its value hidden if its name is a secret's, else any URL
+    in it shown redacted (a ``Location`` with ``?access_token=...``)."""
+    head = match.group()[: match.start("value") - match.start()]
     quote = match.group("valueq")
-    return match.group()[: match.start("value") - match.start()] + REDACTED + quote + ")"
+    if is_secret_name(match.group("name")):
+        return head + REDACTED + quote + ")"
+    value = match.group("value")
+    if "?" in value or "@" in value or "#" in value or ";" in value:
+        return head + redact_url_text(value) + quote + ")"
+    return match.group()
 
 
 _trace_filter = TraceRedactingFilter()
