@@ -545,6 +545,12 @@ def test_an_aiohttp_errors_request_info_shows_no_secret(chaos: KeyedChaos) -> No
 
     error = asyncio.run(run())
     assert isinstance(error, aiohttp.ClientResponseError)
+    # and pickled (it would not pickle at all: aiohttp's live response, read-only headers)
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, retrysafe.ClientError)
+    assert isinstance(copy, aiohttp.ClientResponseError)
+    assert (copy.status, copy.response, str(copy)) == (401, None, str(error))
+    assert copy.request_info.headers["Authorization"] == "[REDACTED]"
     shown = repr(error.request_info)
     assert "sk-live-INFO-32" not in shown
     assert "tok-INFO-32" not in shown

@@ -56,10 +56,30 @@ __all__ = [
 
 
 class _AiohttpError:
-    """retrysafe's one-line message, not aiohttp's ``__str__``."""
+    """retrysafe's one-line message, not aiohttp's ``__str__``; and a pickled copy."""
 
     def __str__(self) -> str:
         return BaseException.__str__(self)  # type: ignore[arg-type]
+
+    def _shareable_state(self) -> dict[str, Any]:
+        """The fields a pickled error carries (see ``ApiError._shareable_state``): aiohttp's
+        live response stays behind (it holds the connection and the event loop, and
+        pickles no more than they do), its headers and ``request_info`` go as plain,
+        picklable copies, the response's secret headers hidden."""
+        state: dict[str, Any] = super()._shareable_state()  # type: ignore[misc]
+        state["response"] = None
+        headers = state.get("headers")
+        if headers is not None:
+            state["headers"] = CIMultiDict(
+                (name, REDACTED if is_secret_name(name) else value)
+                for name, value in headers.items()
+            )
+        info = state.get("request_info")
+        if isinstance(info, aiohttp.RequestInfo):
+            # (a CIMultiDict, which pickles, for the read-only proxy, which does not)
+            picklable = CIMultiDict(info.headers)
+            state["request_info"] = info._replace(headers=picklable)  # type: ignore[arg-type]
+        return state
 
 
 class ClientError(_AiohttpError, base.ClientError, aiohttp.ClientResponseError):  # type: ignore[misc]  # both bases define the fields
