@@ -305,10 +305,10 @@ class Drive:
         self.gave_up_inside = False
         #: When the attempt in flight must end (the shell sets it; reads are bounded by it).
         self.attempt_ends_at: float | None = None
-        #: When it started and first wrote its request (``time.monotonic()``: the shell
-        #: sets the one, the network stream the other, None until it writes; see
-        #: :meth:`_time_queued`).
-        self.attempt_started_at = 0.0
+        #: When it started and first wrote its request (``time.monotonic()``: the send
+        #: loops set the one, the network stream the other, None until it writes; see
+        #: :meth:`_time_queued`). (Hedged copies are timed apart, on their own objects.)
+        self.attempt_started_at: float | None = None
         self.attempt_sent_at: float | None = None
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
         self.shared_stream: SharedStream | None = None
@@ -580,8 +580,10 @@ class Drive:
         """How long the attempt in flight waited for a connection before its request went
         out: the client's own queue (a full pool), time the dependency was not given,
         which what the breaker learns of its answers and timeouts leaves out."""
-        sent_at = self.attempt_sent_at
-        return 0.0 if sent_at is None else max(0.0, sent_at - self.attempt_started_at)
+        sent_at, started_at = self.attempt_sent_at, self.attempt_started_at
+        if sent_at is None or started_at is None:
+            return 0.0  # (not timed: a hedged round's copy, or another client's shell)
+        return max(0.0, sent_at - started_at)
 
     def _on_wire(self, took: float) -> float:
         """Of an attempt that took ``took`` seconds, the time after its request went out."""
