@@ -104,11 +104,18 @@ async def test_async_a_write_gets_at_most_the_attempts_time_left() -> None:
 
 
 def test_a_write_after_the_attempts_end_sends_nothing() -> None:
+    """Nothing written yet: the attempt's time went on waiting for the (kept-alive)
+    connection, a pool timeout, never sent. Part of the request written already: a write
+    timeout, maybe sent."""
     inner = _Recorder()
-    token = current_call.set(_Call(ends_in=-0.1))
+    call = _Call(ends_in=-0.1)
+    token = current_call.set(call)
     try:
-        with pytest.raises(httpcore.WriteTimeout):
+        with pytest.raises(httpcore.PoolTimeout, match="max_connections"):
             BoundedStream(inner).write(b"GET / HTTP/1.1\r\n\r\n", timeout=5.0)
+        call.attempt_sent_at = time.monotonic() - 0.2  # (its headers went out before)
+        with pytest.raises(httpcore.WriteTimeout):
+            BoundedStream(inner).write(b"the body", timeout=5.0)
     finally:
         current_call.reset(token)
     assert inner.writes == []
@@ -175,11 +182,15 @@ def test_an_empty_write_is_handed_on_as_it_came() -> None:
 async def test_async_an_empty_write_is_handed_on_and_a_late_one_refused() -> None:
     inner = _AsyncRecorder()
     stream = AsyncBoundedStream(inner)
-    token = current_call.set(_Call(ends_in=-0.1))
+    call = _Call(ends_in=-0.1)
+    token = current_call.set(call)
     try:
         await stream.write(b"", timeout=5.0)
-        with pytest.raises(httpcore.WriteTimeout):
+        with pytest.raises(httpcore.PoolTimeout):  # (nothing sent yet)
             await stream.write(b"GET / HTTP/1.1\r\n\r\n", timeout=5.0)
+        call.attempt_sent_at = time.monotonic() - 0.2
+        with pytest.raises(httpcore.WriteTimeout):
+            await stream.write(b"the body", timeout=5.0)
     finally:
         current_call.reset(token)
     assert inner.writes == [(b"", 5.0)]
@@ -271,6 +282,61 @@ def test_a_handshake_after_the_attempts_time_ran_out_gets_none() -> None:
     finally:
         current_call.reset(token)
     assert inner.timeouts[1] == 0.0  # (zero: a socket refuses a negative timeout)
+
+
+class _SlowConnector(_Connector):
+    """A connect that takes its whole timeout and then times out (a server not taking it)."""
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.NetworkStream:
+        self.timeouts.append(timeout)
+        raise httpcore.ConnectTimeout("timed out")
+
+
+@pytest.mark.parametrize(("ends_in", "raised"), [(0.04, httpcore.PoolTimeout), (1.0, None)])
+def test_a_connect_timeout_with_under_half_its_time_left_is_the_pools(
+    ends_in: float, raised: type[Exception] | None
+) -> None:
+    """A connect given 0.04 s of its 1 s, the rest spent by the attempt waiting for a
+    connection, that times out: the client's queue ran it out (a pool timeout, no
+    evidence against the server). Given its whole time, it is the server's."""
+    inner = _SlowConnector()
+    token = current_call.set(_Call(ends_in=ends_in))
+    try:
+        with pytest.raises(raised or httpcore.ConnectTimeout) as caught:
+            BoundedBackend(inner).connect_tcp("127.0.0.1", 80, timeout=1.0)
+    finally:
+        current_call.reset(token)
+    assert type(caught.value) is (raised or httpcore.ConnectTimeout)
+
+
+class _AsyncSlowConnector(_AsyncConnector):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: object = None,
+    ) -> httpcore.AsyncNetworkStream:
+        self.timeouts.append(timeout)
+        raise httpcore.ConnectTimeout("timed out")
+
+
+@pytest.mark.anyio
+async def test_async_a_connect_timeout_with_under_half_its_time_left_is_the_pools() -> None:
+    token = current_call.set(_Call(ends_in=0.04))
+    try:
+        with pytest.raises(httpcore.PoolTimeout):
+            await AsyncBoundedBackend(_AsyncSlowConnector()).connect_tcp("::1", 80, timeout=1.0)
+    finally:
+        current_call.reset(token)
 
 
 def test_a_connect_with_no_time_left_is_a_pool_timeout_and_is_not_tried() -> None:

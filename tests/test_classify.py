@@ -434,3 +434,5 @@ def test_a_pool_timeout_is_the_clients_own_queue_not_the_dependencys_health() ->
     assert health(pooled, None) == "neutral"
     connect = classify_exception(httpx.ConnectTimeout("slow"), during_body=False)
     assert health(connect, None) == "unhealthy"
+    # an HTTP/2 stream the client's own connection refused at its limit: never sent either
+    assert health(Verdict.retry("stream_limit", processed="no"), None) == "neutral"

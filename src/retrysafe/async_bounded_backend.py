@@ -24,11 +24,18 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
     note_sent,
+    nothing_sent_yet,
     retire,
     retire_if_full,
     time_left,
 )
-from retrysafe.bounded_backend import H2_PREFACE, PoolRef, connect_time_left, written_by_call
+from retrysafe.bounded_backend import (
+    H2_PREFACE,
+    PoolRef,
+    connect_time_left,
+    starved,
+    written_by_call,
+)
 
 __all__ = ["AsyncBoundedBackend", "AsyncBoundedStream"]
 
@@ -137,7 +144,9 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
-            raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
+            raise nothing_sent_yet() or httpcore.WriteTimeout(
+                "the attempt's time ran out before the request was all sent"
+            )
         note_sent()
         await self._inner.write(buffer, bounded)
 
@@ -173,8 +182,15 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded = connect_time_left(timeout)
-        stream = await self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
+        bounded, short = connect_time_left(timeout)
+        try:
+            stream = await self.inner.connect_tcp(
+                host, port, bounded, local_address, socket_options
+            )
+        except httpcore.ConnectTimeout as exc:
+            if short:
+                raise starved(exc) from None
+            raise
         return AsyncBoundedStream(stream, self._pool)
 
     async def connect_unix_socket(
@@ -183,8 +199,13 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded = connect_time_left(timeout)
-        stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
+        bounded, short = connect_time_left(timeout)
+        try:
+            stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
+        except httpcore.ConnectTimeout as exc:
+            if short:
+                raise starved(exc) from None
+            raise
         return AsyncBoundedStream(stream, self._pool)
 
     async def sleep(self, seconds: float) -> None:

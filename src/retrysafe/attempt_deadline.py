@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from retrysafe.classify import AttemptTimedOut
+
+if TYPE_CHECKING:
+    import httpcore
 
 __all__ = [
     "AttemptDeadlineReached",
@@ -36,6 +39,7 @@ __all__ = [
     "current_call",
     "current_copy",
     "note_sent",
+    "nothing_sent_yet",
     "retire",
     "retire_if_full",
     "retire_stream_of",
@@ -220,6 +224,21 @@ def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:
     if timeout is None or left < timeout:
         return max(0.0, left), True, True
     return timeout, False, True
+
+
+def nothing_sent_yet() -> httpcore.PoolTimeout | None:
+    """For a write that finds its attempt's time gone: a pool timeout if the attempt has
+    sent nothing yet (it was handed a kept-alive connection with no time left, its time
+    spent waiting for it: never sent, and no evidence against the server); else None."""
+    call = current_call.get()
+    if call is None or call.attempt_sent_at is not None:
+        return None
+    import httpcore  # (loaded by now: a network stream is writing)
+
+    return httpcore.PoolTimeout(
+        "the attempt's time ran out waiting for a connection, before its request was sent "
+        "(a full connection pool: see httpx.Limits(max_connections=...))"
+    )
 
 
 def note_sent() -> None:

@@ -43,6 +43,7 @@ from retrysafe.attempt_deadline import (
     current_call,
     current_copy,
     note_sent,
+    nothing_sent_yet,
     retire,
     retire_if_full,
     time_left,
@@ -54,6 +55,7 @@ __all__ = [
     "BoundedStream",
     "PoolRef",
     "connect_time_left",
+    "starved",
     "withdraw_queued",
     "written_by_call",
 ]
@@ -117,7 +119,9 @@ class BoundedStream(httpcore.NetworkStream):
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
-            raise httpcore.WriteTimeout("the attempt's time ran out before the request was sent")
+            raise nothing_sent_yet() or httpcore.WriteTimeout(
+                "the attempt's time ran out before the request was all sent"
+            )
         note_sent()
         copy = current_copy.get()
         if copy is not None:
@@ -305,21 +309,32 @@ def withdraw_queued(transport: object, extensions: object) -> None:
                 return
 
 
-def connect_time_left(timeout: float | None) -> float | None:
-    """The time a connect may take now: ``timeout``, bounded by the attempt's time left.
+_POOL_FULL: Final = (
+    "the attempt's time ran out waiting for a connection, before one was opened "
+    "(a full connection pool: see httpx.Limits(max_connections=...))"
+)
 
-    With none left, no connect is tried: the attempt's time went on waiting for a
+
+def connect_time_left(timeout: float | None) -> tuple[float | None, bool]:
+    """The time a connect may take now (``timeout``, bounded by the attempt's time left),
+    and whether the attempt's wait for a connection starved it (see :func:`starved`).
+
+    With no time left, no connect is tried: the attempt's time went on waiting for a
     connection (its pool full, every connection busy, or the event loop late to
     resume it), so it fails as httpx's pool timeout does, never sent, rather than as a
     connect timeout, which would blame a server never asked.
     """
     bounded, binds, _ = time_left(timeout)
     if binds and bounded is not None and bounded <= 0:
-        raise httpcore.PoolTimeout(
-            "the attempt's time ran out waiting for a connection, before one was opened "
-            "(a full connection pool: see httpx.Limits(max_connections=...))"
-        )
-    return bounded
+        raise httpcore.PoolTimeout(_POOL_FULL)
+    return bounded, binds and timeout is not None and bounded is not None and bounded < timeout / 2
+
+
+def starved(exc: httpcore.ConnectTimeout) -> httpcore.PoolTimeout:
+    """A connect that timed out with less than half of its own time, the rest spent by
+    its attempt waiting for a connection: the client's queue, not the server, ran it out,
+    so it fails as a pool timeout (never sent, and no evidence against the server)."""
+    return httpcore.PoolTimeout(f"{_POOL_FULL}; the connect had too little time left: {exc}")
 
 
 class BoundedBackend(httpcore.NetworkBackend):
@@ -337,8 +352,13 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded = connect_time_left(timeout)
-        stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
+        bounded, short = connect_time_left(timeout)
+        try:
+            stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
+        except httpcore.ConnectTimeout as exc:
+            if short:
+                raise starved(exc) from None
+            raise
         return BoundedStream(stream, self._pool)
 
     def connect_unix_socket(
@@ -347,8 +367,13 @@ class BoundedBackend(httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded = connect_time_left(timeout)
-        stream = self.inner.connect_unix_socket(path, bounded, socket_options)
+        bounded, short = connect_time_left(timeout)
+        try:
+            stream = self.inner.connect_unix_socket(path, bounded, socket_options)
+        except httpcore.ConnectTimeout as exc:
+            if short:
+                raise starved(exc) from None
+            raise
         return BoundedStream(stream, self._pool)
 
     def sleep(self, seconds: float) -> None:

@@ -479,21 +479,26 @@ def retryable_later(verdict: Verdict, response: httpx.Response | None) -> bool:
 TIMEOUT_REASONS: Final = frozenset({"attempt_timeout", "write_timeout", "read_timeout", "timeout"})
 
 
+#: Outcomes of a request the client itself held back, never sent: its pool full, or its
+#: HTTP/2 connection's streams all open. The dependency never saw it.
+_CLIENTS_OWN_QUEUE: Final = frozenset({"pool_timeout", "stream_limit"})
+
+
 def health(verdict: Verdict, status: int | None) -> Health:
     """What an outcome says about the dependency: only server-side trouble is unhealthy.
 
     5xx, timeouts, transport errors and unreadable bodies count; 4xx (429 included)
     means the server is answering, and a permanent verdict is about the request. A pool
-    timeout is the client's own queue (more requests at once than its connections):
-    the dependency never saw the request, and the attempts holding the connections
-    tell how it answers.
+    timeout, or an HTTP/2 stream refused at its limit, is the client's own queue (more
+    requests at once than its connections, or their streams): the dependency never saw
+    the request, and the attempts holding them tell how it answers.
     """
     if verdict.kind == "success":
         return "healthy"
     if (
         verdict.kind == "permanent"
         or (status is not None and 400 <= status < 500)
-        or verdict.reason == "pool_timeout"
+        or verdict.reason in _CLIENTS_OWN_QUEUE
     ):
         return "neutral"
     return "unhealthy"
