@@ -307,7 +307,8 @@ class Drive:
         self.attempt_ends_at: float | None = None
         #: When it started and first wrote its request (``time.monotonic()``: the send
         #: loops set the one, the network stream the other, None until it writes; see
-        #: :meth:`_time_queued`). (Hedged copies are timed apart, on their own objects.)
+        #: :meth:`_time_queued`). (A hedged copy is timed on its own object, and the
+        #: hedged shell hands its times over before telling its outcome.)
         self.attempt_started_at: float | None = None
         self.attempt_sent_at: float | None = None
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
@@ -552,7 +553,7 @@ class Drive:
             # method), as on any response httpx hands back: a transport's own is given
             # its request only as httpx's client returns it, after the rules ran.
             response.request = self.request
-        if self.attempt_sent_at is not None:
+        if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
             self.call.attempt_queued(self._time_queued())
         step = self.call.attempt_returned(plan, response)
         if type(step) is Succeed:
@@ -572,7 +573,7 @@ class Drive:
         """The attempt failed with ``exc``."""
         if self.gave_up_inside:
             self._note_nested_give_up()
-        if self.attempt_sent_at is not None:
+        if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
             self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 
@@ -582,7 +583,7 @@ class Drive:
         which what the breaker learns of its answers and timeouts leaves out."""
         sent_at, started_at = self.attempt_sent_at, self.attempt_started_at
         if sent_at is None or started_at is None:
-            return 0.0  # (not timed: a hedged round's copy, or another client's shell)
+            return 0.0  # (not timed: another client's shell, or nothing written yet)
         return max(0.0, sent_at - started_at)
 
     def _on_wire(self, took: float) -> float:

@@ -95,6 +95,8 @@ class _Copy:
         #: The hedging call this is a copy of: a retrysafe call made inside the copy's
         #: attempt is nested in it (see Drive._enclosing).
         self.drive = drive
+        #: When it started (``time.monotonic()``), for the time it waited for a connection.
+        self.started_at = time.monotonic()
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
         #: The RunningCall field noting when the copy first wrote its request.
@@ -157,6 +159,13 @@ class _Result(NamedTuple):
     fatal: BaseException | None = None
 
 
+def _timed(drive: Drive, copy: _Copy) -> None:
+    """Before a copy's outcome is told: its start and first write are the attempt's (the
+    time it waited for a connection is left out of what the breaker learns)."""
+    drive.attempt_started_at = copy.started_at
+    drive.attempt_sent_at = copy.attempt_sent_at
+
+
 def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | None:
     """Report every copy long past its time as timed out; the step if one ended the round."""
     now = time.monotonic()
@@ -165,6 +174,7 @@ def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | N
         if copy.finished or copy.cancelled or not copy.overdue(now):
             continue
         copy.cancel()
+        _timed(drive, copy)
         step = drive.raised(
             plan, AttemptTimedOut("the copy did not end in time"), during_body=False
         )
@@ -245,6 +255,7 @@ def _conclude(drive: Drive, result: _Result) -> Step:
     """Tell the engine what one copy got (reading its body if the engine asks)."""
     copy, response = result.copy, result.response
     plan = copy.plan
+    _timed(drive, copy)
     if result.failure is not None:
         if response is not None:
             response.close()
@@ -431,6 +442,7 @@ async def _conclude_async(drive: Drive, result: _Result) -> Step:
     """Tell the engine what one copy got (reading its body if the engine asks)."""
     copy, response = result.copy, result.response
     plan = copy.plan
+    _timed(drive, copy)
     if result.failure is not None:
         if response is not None:
             await response.aclose()
