@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 
 import httpx
 import pytest
@@ -23,7 +24,8 @@ from retrysafe import RetryPolicy
 from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.chaos import KeyedChaos
 from retrysafe.classify import AttemptTimedOut
-from retrysafe.decisions import Admission, RecordHealth
+from retrysafe.decisions import Admission, Fail, RecordHealth
+from retrysafe.drive import Drive
 from retrysafe.engine import Call
 from retrysafe.governor import (
     BreakerSettings,
@@ -34,6 +36,7 @@ from retrysafe.governor import (
     Transition,
 )
 from retrysafe.request_facts import default_dependency
+from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
@@ -370,6 +373,41 @@ def test_a_timeout_counts_only_the_time_after_the_request_went_out() -> None:
     to the dependency: the breaker weighs the time its request had."""
     assert _timed_out_after(queued=0.0).seconds == pytest.approx(1.0)
     assert _timed_out_after(queued=0.9).seconds == pytest.approx(0.1)
+
+
+def _cut(started: bool, sent: bool) -> str:
+    """The outcome a drive records for an attempt cut from outside (an HTTP/2 call's or a
+    hedged copy's time limit), whose start and first write its shell noted or not."""
+    clock = FakeClock()
+    settings = ShellSettings.build(
+        policy=RetryPolicy(attempts=1),
+        clock=clock,
+        governor=Governor(clock=clock),
+        hooks=(),
+        dependency=None,
+        raise_errors=False,
+        deadline_header=None,
+    )
+    drive = Drive(settings, httpx.Request("GET", "https://api.test/"))
+    plan = drive.next_attempt()
+    assert isinstance(plan, AttemptPlan)
+    now = time.monotonic()
+    drive.attempt_started_at = now - 1.0 if started else None
+    drive.attempt_sent_at = now - 0.5 if sent else None
+    step = drive.raised(plan, AttemptTimedOut("cut"), during_body=False)
+    drive.close()
+    assert isinstance(step, Fail)
+    return step.error.outcome
+
+
+def test_an_attempt_cut_before_it_wrote_anything_is_a_pool_timeout() -> None:
+    """Its network streams note its first write, and there was none: its time went on
+    waiting for a connection or a stream, so it was never sent, and is no evidence."""
+    assert _cut(started=True, sent=False) == "pool_timeout"
+    assert _cut(started=True, sent=True) == "attempt_timeout"
+    # (a shell that does not time its attempts, or a transport that notes no writes,
+    # takes the attempt as written from its start: maybe sent, as a cut always was)
+    assert _cut(started=False, sent=False) == "attempt_timeout"
 
 
 # -- over real sockets ----------------------------------------------------------------------

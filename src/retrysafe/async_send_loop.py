@@ -68,7 +68,8 @@ class AsyncSendLoop:
         #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
         #: HTTP/2 it cannot: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
-        self._bounded = bound_transport(transport) and not _may_speak_http2(transport)
+        self._instrumented = bound_transport(transport)
+        self._bounded = self._instrumented and not _may_speak_http2(transport)
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
@@ -88,7 +89,7 @@ class AsyncSendLoop:
                         step = await self._hedged_attempt(drive, request, step)
                         continue
                     plan = step
-                    _start(request, drive, plan)
+                    _start(request, drive, plan, self._instrumented)
                     response: httpx.Response | None = None
                     # The network backend ends reads at the attempt's end (see
                     # attempt_deadline); a time limit bounds the transports it cannot

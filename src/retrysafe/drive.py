@@ -25,6 +25,7 @@ import httpx
 
 from retrysafe.attempt_deadline import RunningCall, SharedStream, current_call
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
+from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import SystemClock
 from retrysafe.clock_read import monotonic_of
 from retrysafe.deadline_scope import current_deadline
@@ -180,6 +181,11 @@ def _take_off_stale(request: httpx.Request, left: object) -> None:
 #: What a context variable's token holds as its old value when it had none.
 _MISSING: Final = contextvars.Token.MISSING
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+#: What an attempt cut before it wrote anything (see Drive.raised) fails with.
+_CUT_WHILE_WAITING: Final = (
+    "the attempt's time ran out waiting for a connection, before its request was sent "
+    "(a full connection pool: see httpx.Limits(max_connections=...))"
+)
 #: Testing mode's wait: none at all.
 _INSTANT: Final = Wait(0.0)
 
@@ -574,6 +580,10 @@ class Drive:
         if self.gave_up_inside:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
+            if self.attempt_sent_at is None and type(exc) is AttemptTimedOut:
+                # Cut from outside before it wrote a byte (HTTP/2, a hedged copy): its
+                # time went on waiting for a connection or a stream, never sent.
+                exc = httpx.PoolTimeout(_CUT_WHILE_WAITING)
             self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 

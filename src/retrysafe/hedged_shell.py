@@ -45,6 +45,7 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     Severable,
     SharedStream,
+    bound_transport,
     current_call,
     current_copy,
     retire_stream_of,
@@ -89,6 +90,8 @@ class _Copy:
         request: httpx.Request,
         drive: Drive,
         transport: Sender | None = None,
+        *,
+        instrumented: bool = False,
     ) -> None:
         self.plan = plan
         self.request = request
@@ -99,8 +102,9 @@ class _Copy:
         self.started_at = time.monotonic()
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
-        #: The RunningCall field noting when the copy first wrote its request.
-        self.attempt_sent_at: float | None = None
+        #: The RunningCall field noting when the copy first wrote its request (its start,
+        #: on a transport whose network streams do not note it).
+        self.attempt_sent_at: float | None = None if instrumented else self.started_at
         #: The RunningCall field an HTTP/2 stream the copy writes to is kept in.
         self.shared_stream: SharedStream | None = None
         self.lock = threading.Lock()
@@ -309,6 +313,8 @@ class _SyncRound:
         assert isinstance(call, HedgedCall)
         self.call = call
         self.transport = transport
+        #: Whether its network streams note each copy's first write (see _Copy).
+        self.instrumented = bound_transport(transport)
         self.drive = drive
         self.request = request
         self.copies: dict[AttemptPlan, _Copy] = {}
@@ -320,7 +326,7 @@ class _SyncRound:
 
     def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
-        copy = _Copy(plan, copy_request, self.drive, self.transport)
+        copy = _Copy(plan, copy_request, self.drive, self.transport, instrumented=self.instrumented)
         self.copies[plan] = copy
         run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 
@@ -346,7 +352,8 @@ class _SyncRound:
         if call.next_hedge() is None:
             # No copy can follow this one (a request not safe to send twice, hedges used
             # up...): send it from here, with no thread, as a call without hedging does.
-            return _conclude(drive, _send(self.transport, _Copy(plan, first_request, drive)))
+            copy = _Copy(plan, first_request, drive, instrumented=self.instrumented)
+            return _conclude(drive, _send(self.transport, copy))
         self.launch(plan, first_request)
         try:
             while True:
@@ -492,6 +499,7 @@ async def hedged_round_async(
     call = drive.call
     assert isinstance(call, HedgedCall)
     send, receive = anyio.create_memory_object_stream[_Result](math.inf)
+    instrumented = bound_transport(transport)  # (see _Copy)
     copies: dict[AttemptPlan, _Copy] = {}
     winner: _Copy | None = None
     step: Step | None = None
@@ -501,7 +509,7 @@ async def hedged_round_async(
         async with anyio.create_task_group() as group:
 
             def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
-                copy = _Copy(plan, copy_request, drive)
+                copy = _Copy(plan, copy_request, drive, instrumented=instrumented)
                 copy.scope = anyio.CancelScope()
                 copies[plan] = copy
                 group.start_soon(_run_copy_async, transport, copy, send)

@@ -69,14 +69,16 @@ def _bound(given: dict[str, Any], limit: float) -> dict[str, float | None]:
     return bounded
 
 
-def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
+def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented: bool) -> None:
     """:func:`_prepare` the attempt the async shell sends itself, and set when it must
-    end (``drive.attempt_ends_at``: reads made for it are bounded by it). (The sync loop
-    does the same inline; the async one is plain Python, which this keeps short.)"""
+    end (``drive.attempt_ends_at``: reads made for it are bounded by it) and when it
+    started. (The sync loop does the same inline; the async one is plain Python, which
+    this keeps short.) ``instrumented``: its network streams note when it first writes;
+    if not, it is taken as written from its start (see ``Drive._time_queued``)."""
     _prepare(request, drive, plan)
     limit = plan.timeout
-    drive.attempt_sent_at = None
     drive.attempt_started_at = now = time.monotonic()
+    drive.attempt_sent_at = None if instrumented else now
     drive.attempt_ends_at = now + limit + _GRACE if limit != _INF else None
 
 
@@ -127,7 +129,8 @@ class SendLoop:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
-        bound_transport(transport)
+        #: Whether its network streams bound each attempt and note its first write.
+        self.instrumented = bound_transport(transport)
 
     def send(self, request: httpx.Request) -> httpx.Response:
         """Drive ``request`` to its end: the response httpx expects, or the call's error."""
@@ -154,8 +157,8 @@ class SendLoop:
     def _attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
         """Send one attempt and read as much of it as the engine needs, within its time."""
         _prepare(request, drive, plan)
-        drive.attempt_sent_at = None
         drive.attempt_started_at = now = time.monotonic()
+        drive.attempt_sent_at = None if self.instrumented else now
         ends_at = now + plan.timeout + _GRACE
         drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
         response: httpx.Response | None = None
