@@ -90,20 +90,6 @@ def test_the_first_write_notes_when_the_request_went_out() -> None:
     assert call.attempt_sent_at == sent_at, "the first write's time, kept"
 
 
-def test_an_empty_http2_write_notes_the_request_as_sent() -> None:
-    """Over HTTP/2 one request's write sends every request's pending frames: another
-    request's own write then finds nothing left, and its request has gone out."""
-    call = _Call(ends_in=1.0)
-    token = current_call.set(call)
-    try:
-        stream = BoundedStream(_Recorder())
-        stream.shared = True  # (an HTTP/2 connection)
-        stream.write(b"", timeout=5.0)
-    finally:
-        current_call.reset(token)
-    assert call.attempt_sent_at is not None
-
-
 @pytest.mark.anyio
 async def test_async_a_write_gets_at_most_the_attempts_time_left() -> None:
     inner = _AsyncRecorder()

@@ -126,8 +126,6 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         # sent: see BoundedStream.write), two of a GET's three, is the inner stream's
         # own, with no coroutine of this class's around it.
         if not buffer:
-            if self.shared:
-                note_sent()  # (over HTTP/2: see BoundedStream.write)
             return self._inner.write(buffer, timeout)
         return self._write(buffer, timeout)
 

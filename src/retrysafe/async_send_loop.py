@@ -22,7 +22,7 @@ import httpx
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
-    bound_transport,
+    notes_first_writes,
     retire_stream_of,
 )
 from retrysafe.classify import AttemptTimedOut
@@ -51,11 +51,6 @@ async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
     drive.abandoned()
 
 
-def _may_speak_http2(transport: object) -> bool:
-    """Whether ``transport``'s httpcore pool may open HTTP/2 connections (``http2=True``)."""
-    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
-
-
 class AsyncSendLoop:
     """An async transport's requests: each driven through its attempts and waits (an
     :class:`~retrysafe.AsyncRetryTransport` holds one, as for :class:`SendLoop`)."""
@@ -68,8 +63,7 @@ class AsyncSendLoop:
         #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
         #: HTTP/2 it cannot: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
-        self._instrumented = bound_transport(transport)
-        self._bounded = self._instrumented and not _may_speak_http2(transport)
+        self._bounded = notes_first_writes(transport)
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
@@ -89,7 +83,7 @@ class AsyncSendLoop:
                         step = await self._hedged_attempt(drive, request, step)
                         continue
                     plan = step
-                    _start(request, drive, plan, self._instrumented)
+                    _start(request, drive, plan, self._bounded)
                     response: httpx.Response | None = None
                     # The network backend ends reads at the attempt's end (see
                     # attempt_deadline); a time limit bounds the transports it cannot

@@ -38,8 +38,10 @@ __all__ = [
     "connection_carrying",
     "current_call",
     "current_copy",
+    "may_speak_http2",
     "note_sent",
     "nothing_sent_yet",
+    "notes_first_writes",
     "retire",
     "retire_if_full",
     "retire_stream_of",
@@ -247,6 +249,20 @@ def note_sent() -> None:
     call = current_call.get()
     if call is not None and call.attempt_sent_at is None and call.attempt_ends_at is not None:
         call.attempt_sent_at = time.monotonic()
+
+
+def may_speak_http2(transport: object) -> bool:
+    """Whether ``transport``'s httpcore pool may open HTTP/2 connections (``http2=True``)."""
+    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
+
+
+def notes_first_writes(transport: object) -> bool:
+    """Make ``transport``'s connections honour the attempt deadline (:func:`bound_transport`),
+    and say whether they then tell surely when each attempt first writes its request
+    (:attr:`RunningCall.attempt_sent_at`), so that one that wrote nothing was never sent:
+    httpx's own transport over HTTP/1.1. Not over HTTP/2, where one request's write may
+    carry another's frames while that one still waits for its turn to write."""
+    return bound_transport(transport) and not may_speak_http2(transport)
 
 
 def bound_transport(transport: object) -> bool:

@@ -103,11 +103,7 @@ class BoundedStream(httpcore.NetworkStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             # (httpcore writes a GET's empty body and end this way: nothing is sent, so
-            # there is nothing to bound; two of every GET's three writes. Over HTTP/2 an
-            # empty write is a request whose frames another request's write sent with
-            # its own: it went out, and is noted so.)
-            if self.shared:
-                note_sent()
+            # there is nothing to bound; two of every GET's three writes)
             return self._inner.write(buffer, timeout)
         if self.shared or buffer.startswith(H2_PREFACE):
             # HTTP/2: frames of every request on the connection, never cut by one attempt

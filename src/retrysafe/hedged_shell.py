@@ -45,9 +45,9 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     Severable,
     SharedStream,
-    bound_transport,
     current_call,
     current_copy,
+    notes_first_writes,
     retire_stream_of,
 )
 from retrysafe.classify import AttemptTimedOut
@@ -314,7 +314,7 @@ class _SyncRound:
         self.call = call
         self.transport = transport
         #: Whether its network streams note each copy's first write (see _Copy).
-        self.instrumented = bound_transport(transport)
+        self.instrumented = notes_first_writes(transport)
         self.drive = drive
         self.request = request
         self.copies: dict[AttemptPlan, _Copy] = {}
@@ -499,7 +499,7 @@ async def hedged_round_async(
     call = drive.call
     assert isinstance(call, HedgedCall)
     send, receive = anyio.create_memory_object_stream[_Result](math.inf)
-    instrumented = bound_transport(transport)  # (see _Copy)
+    instrumented = notes_first_writes(transport)  # (see _Copy)
     copies: dict[AttemptPlan, _Copy] = {}
     winner: _Copy | None = None
     step: Step | None = None

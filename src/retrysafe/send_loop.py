@@ -21,7 +21,7 @@ import httpx
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
-    bound_transport,
+    notes_first_writes,
 )
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
@@ -129,8 +129,8 @@ class SendLoop:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
-        #: Whether its network streams bound each attempt and note its first write.
-        self.instrumented = bound_transport(transport)
+        #: Whether its network streams bound each attempt and surely note its first write.
+        self.instrumented = notes_first_writes(transport)
 
     def send(self, request: httpx.Request) -> httpx.Response:
         """Drive ``request`` to its end: the response httpx expects, or the call's error."""
