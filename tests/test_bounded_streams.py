@@ -197,10 +197,12 @@ async def test_async_an_empty_write_is_handed_on_and_a_late_one_refused() -> Non
 
 
 class _Connector(httpcore.NetworkBackend):
-    """Records the timeout of every connect and TLS handshake; its streams record too."""
+    """Records the timeout of every connect and TLS handshake; its streams record too.
+    With ``times_out``, a TCP connect times out (a server not taking connections)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, times_out: bool = False) -> None:
         self.timeouts: list[float | None] = []
+        self.times_out = times_out
 
     def connect_tcp(
         self,
@@ -211,6 +213,8 @@ class _Connector(httpcore.NetworkBackend):
         socket_options: object = None,
     ) -> httpcore.NetworkStream:
         self.timeouts.append(timeout)
+        if self.times_out:
+            raise httpcore.ConnectTimeout("timed out")
         return _Handshaker(self)
 
     def connect_unix_socket(
@@ -233,8 +237,9 @@ class _Handshaker(_Recorder):
 
 
 class _AsyncConnector(httpcore.AsyncNetworkBackend):
-    def __init__(self) -> None:
+    def __init__(self, *, times_out: bool = False) -> None:
         self.timeouts: list[float | None] = []
+        self.times_out = times_out
 
     async def connect_tcp(
         self,
@@ -245,6 +250,8 @@ class _AsyncConnector(httpcore.AsyncNetworkBackend):
         socket_options: object = None,
     ) -> httpcore.AsyncNetworkStream:
         self.timeouts.append(timeout)
+        if self.times_out:
+            raise httpcore.ConnectTimeout("timed out")
         return _AsyncRecorder()
 
     async def connect_unix_socket(
@@ -284,21 +291,6 @@ def test_a_handshake_after_the_attempts_time_ran_out_gets_none() -> None:
     assert inner.timeouts[1] == 0.0  # (zero: a socket refuses a negative timeout)
 
 
-class _SlowConnector(_Connector):
-    """A connect that takes its whole timeout and then times out (a server not taking it)."""
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: object = None,
-    ) -> httpcore.NetworkStream:
-        self.timeouts.append(timeout)
-        raise httpcore.ConnectTimeout("timed out")
-
-
 @pytest.mark.parametrize(("ends_in", "raised"), [(0.04, httpcore.PoolTimeout), (1.0, None)])
 def test_a_connect_timeout_with_under_half_its_time_left_is_the_pools(
     ends_in: float, raised: type[Exception] | None
@@ -306,7 +298,7 @@ def test_a_connect_timeout_with_under_half_its_time_left_is_the_pools(
     """A connect given 0.04 s of its 1 s, the rest spent by the attempt waiting for a
     connection, that times out: the client's queue ran it out (a pool timeout, no
     evidence against the server). Given its whole time, it is the server's."""
-    inner = _SlowConnector()
+    inner = _Connector(times_out=True)
     token = current_call.set(_Call(ends_in=ends_in))
     try:
         with pytest.raises(raised or httpcore.ConnectTimeout) as caught:
@@ -316,25 +308,14 @@ def test_a_connect_timeout_with_under_half_its_time_left_is_the_pools(
     assert type(caught.value) is (raised or httpcore.ConnectTimeout)
 
 
-class _AsyncSlowConnector(_AsyncConnector):
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: object = None,
-    ) -> httpcore.AsyncNetworkStream:
-        self.timeouts.append(timeout)
-        raise httpcore.ConnectTimeout("timed out")
-
-
 @pytest.mark.anyio
 async def test_async_a_connect_timeout_with_under_half_its_time_left_is_the_pools() -> None:
     token = current_call.set(_Call(ends_in=0.04))
     try:
         with pytest.raises(httpcore.PoolTimeout):
-            await AsyncBoundedBackend(_AsyncSlowConnector()).connect_tcp("::1", 80, timeout=1.0)
+            await AsyncBoundedBackend(_AsyncConnector(times_out=True)).connect_tcp(
+                "::1", 80, timeout=1.0
+            )
     finally:
         current_call.reset(token)
 

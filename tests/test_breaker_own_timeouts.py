@@ -20,12 +20,12 @@ import httpx
 import pytest
 
 import retrysafe
+from fresh_drive import fresh_drive
 from retrysafe import RetryPolicy
 from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.chaos import KeyedChaos
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import Admission, Fail, RecordHealth
-from retrysafe.drive import Drive
 from retrysafe.engine import Call
 from retrysafe.governor import (
     BreakerSettings,
@@ -36,7 +36,6 @@ from retrysafe.governor import (
     Transition,
 )
 from retrysafe.request_facts import default_dependency
-from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
@@ -378,17 +377,7 @@ def test_a_timeout_counts_only_the_time_after_the_request_went_out() -> None:
 def _cut(started: bool, sent: bool) -> str:
     """The outcome a drive records for an attempt cut from outside (an HTTP/2 call's or a
     hedged copy's time limit), whose start and first write its shell noted or not."""
-    clock = FakeClock()
-    settings = ShellSettings.build(
-        policy=RetryPolicy(attempts=1),
-        clock=clock,
-        governor=Governor(clock=clock),
-        hooks=(),
-        dependency=None,
-        raise_errors=False,
-        deadline_header=None,
-    )
-    drive = Drive(settings, httpx.Request("GET", "https://api.test/"))
+    drive = fresh_drive(RetryPolicy(attempts=1))
     plan = drive.next_attempt()
     assert isinstance(plan, AttemptPlan)
     now = time.monotonic()

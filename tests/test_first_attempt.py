@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fresh_drive import fresh_drive
 from retrysafe import Governor, GovernorSettings, RetryPolicy
 from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.classify import Verdict
@@ -227,25 +228,8 @@ def test_the_short_path_decides_as_the_engine_does() -> None:
     assert SCENARIOS - without_engine > SCENARIOS // 10
 
 
-def _fresh_drive(policy: RetryPolicy = RetryPolicy(), **options: Any) -> Drive:  # noqa: B008
-    clock = FakeClock()
-    settings = ShellSettings.build(
-        policy=policy,
-        clock=clock,
-        governor=Governor(clock=clock),
-        hooks=(),
-        dependency=None,
-        raise_errors=False,
-        deadline_header=None,
-    )
-    request = httpx.Request("GET", "https://api.example.com/")
-    if options:
-        request.extensions[OPTIONS_EXTENSION] = CallOptions(**options)
-    return Drive(settings, request)
-
-
 def test_a_plain_success_never_builds_the_engine() -> None:
-    drive = _fresh_drive()
+    drive = fresh_drive()
     plan = drive.next_attempt()
     assert type(plan) is AttemptPlan
     step = drive.returned(plan, httpx.Response(200, request=drive.request))
@@ -267,7 +251,7 @@ def test_a_plain_success_never_builds_the_engine() -> None:
     ],
 )
 def test_anything_else_hands_the_attempt_to_the_engine(response: httpx.Response, why: str) -> None:
-    drive = _fresh_drive(stream=False)
+    drive = fresh_drive(stream=False)
     plan = drive.next_attempt()
     assert type(plan) is AttemptPlan
     drive.returned(plan, response)
@@ -278,7 +262,7 @@ def test_anything_else_hands_the_attempt_to_the_engine(response: httpx.Response,
 
 def test_a_call_that_is_not_fresh_has_its_engine_from_the_start() -> None:
     hedging = RetryPolicy(attempts=2, hedge_after=0.5)
-    drive = _fresh_drive(hedging)
+    drive = fresh_drive(hedging)
     try:
         assert drive._call is not None
     finally:
