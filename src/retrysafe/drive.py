@@ -542,7 +542,9 @@ class Drive:
             if first.permit is not None and guard is not None:
                 # (admitted while closed; the time the server was given: see _time_queued)
                 took = now - first.started
-                guard.healthy_call(took if self.attempt_sent_at is None else self._on_wire(took))
+                if self.attempt_sent_at is not None:
+                    took = max(0.0, took - self._time_queued())
+                guard.healthy_call(took)
             return first_success(
                 self.request,
                 response,
@@ -595,10 +597,6 @@ class Drive:
         if sent_at is None or started_at is None:
             return 0.0  # (not timed: another client's shell, or nothing written yet)
         return max(0.0, sent_at - started_at)
-
-    def _on_wire(self, took: float) -> float:
-        """Of an attempt that took ``took`` seconds, the time after its request went out."""
-        return max(0.0, took - self._time_queued())
 
     def abandoned(self) -> None:
         """The attempt ended with no outcome (cancelled): free what it held."""

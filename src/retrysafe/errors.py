@@ -16,14 +16,11 @@ subclass that matches what you would do about it::
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import httpx
 
 from retrysafe.named_tuple import NamedTuple
-
-if TYPE_CHECKING:  # (redact loads with the package, yet errors come first)
-    from retrysafe.redact import Redactor
 
 __all__ = [
     "ApiError",
@@ -203,15 +200,10 @@ def _shareable(response: httpx.Response) -> httpx.Response:
     the request it answers holds the caller's credentials: ``Authorization``, an
     ``api_key`` in the query, a password in the body.
     """
-    from retrysafe.redact import REDACTED, Redactor, is_secret_name, redact_url
+    from retrysafe.redact import Redactor, hidden_values, redact_url
 
     def hidden(headers: httpx.Headers) -> httpx.Headers:
-        return httpx.Headers(
-            [
-                (name, REDACTED if is_secret_name(name) else value)
-                for name, value in headers.multi_items()
-            ]
-        )
+        return httpx.Headers(hidden_values(headers.multi_items()))
 
     shared = copy.copy(response)  # (httpx's own pickled state: detached, its body kept)
     shared.headers = hidden(response.headers)
@@ -223,18 +215,8 @@ def _shareable(response: httpx.Response) -> httpx.Response:
         )
         content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
         if isinstance(content, bytes):
-            shared._content = scrubbed_bytes(Redactor.for_request(request), content)
+            shared._content = Redactor.for_request(request).scrub_bytes(content)
     return shared
-
-
-def scrubbed_bytes(redactor: Redactor, content: bytes) -> bytes:
-    """``content`` with ``redactor``'s secrets scrubbed, if it is text (UTF-8); else as is."""
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        return content
-    scrubbed = redactor.scrub(text)
-    return content if scrubbed == text else scrubbed.encode("utf-8")
 
 
 def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:

@@ -31,6 +31,7 @@ import logging
 import re
 import threading
 import urllib.parse
+from collections.abc import Iterable
 
 import httpx
 
@@ -43,6 +44,7 @@ __all__ = [
     "TraceRedactingFilter",
     "Redactor",
     "add_secret_names",
+    "hidden_values",
     "is_secret_name",
     "name_segments",
     "printable",
@@ -156,6 +158,12 @@ def is_secret_name(name: str) -> bool:
     if any((segment,) in patterns for segment in segments):
         return True
     return any(_contains(segments, pattern) for pattern in patterns if len(pattern) > 1)
+
+
+def hidden_values(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` (name, value pairs, in order) with the values of secret ones replaced:
+    a copy of a request or response to keep beyond the call (a pickled error)."""
+    return [(name, REDACTED if is_secret_name(name) else value) for name, value in headers]
 
 
 def redact_url(url: httpx.URL | str) -> str:
@@ -443,6 +451,16 @@ class Redactor:
         if self._pattern is None:
             return text
         return self._pattern.sub(REDACTED, text)
+
+    def scrub_bytes(self, content: bytes) -> bytes:
+        """``content`` scrubbed as :meth:`scrub` does, if it is text (UTF-8); else as is
+        (no text, so no secret field was read from it either)."""
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            return content
+        scrubbed = self.scrub(text)
+        return content if scrubbed == text else scrubbed.encode("utf-8")
 
     def scrub_before(self, text: str, limit: int) -> str:
         """The first ``limit`` characters of ``text``, scrubbed: a secret that starts

@@ -35,7 +35,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 import retrysafe.errors as base
 from retrysafe.foreign_shell import adopt_error
-from retrysafe.redact import REDACTED, is_secret_name, redact_url
+from retrysafe.redact import hidden_values, redact_url
 
 __all__ = [
     "BadResponse",
@@ -70,10 +70,7 @@ class _AiohttpError:
         state["response"] = None
         headers = state.get("headers")
         if headers is not None:
-            state["headers"] = CIMultiDict(
-                (name, REDACTED if is_secret_name(name) else value)
-                for name, value in headers.items()
-            )
+            state["headers"] = CIMultiDict(hidden_values(headers.items()))
         info = state.get("request_info")
         if isinstance(info, aiohttp.RequestInfo):
             # (a CIMultiDict, which pickles, for the read-only proxy, which does not)
@@ -176,9 +173,7 @@ def _shown(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:
     redacted. aiohttp's own ``ClientResponseError`` prints its ``request_info``, and a
     handler written for it may log that; the request's credentials must not go with it.
     """
-    headers = CIMultiDict(
-        (name, REDACTED if is_secret_name(name) else value) for name, value in info.headers.items()
-    )
+    headers = CIMultiDict(hidden_values(info.headers.items()))
     return aiohttp.RequestInfo(
         yarl.URL(redact_url(str(info.url)), encoded=True),
         info.method,

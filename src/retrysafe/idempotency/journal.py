@@ -101,15 +101,9 @@ def request_fingerprint_of(request: httpx.Request) -> str:
     """
     import hashlib  # here, not at the top: a client that keeps no journal never needs it
 
-    body = request.read()
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        pass  # (no text, so no secret field read from it either)
-    else:
-        # (named secrets only: a number that merely reads as a card's, as one in ten
-        # long ids do, must still tell two requests apart)
-        body = Redactor.for_request(request, card_numbers=False).scrub(text).encode("utf-8")
+    # (named secrets only: a number that merely reads as a card's, as one in ten long ids
+    # do, must still tell two requests apart)
+    body = Redactor.for_request(request, card_numbers=False).scrub_bytes(request.read())
     digest = hashlib.sha256()
     for part in (request.method.upper().encode(), redact_url(request.url).encode(), body):
         digest.update(len(part).to_bytes(8, "big"))

@@ -37,9 +37,8 @@ from requests.exceptions import RetryError
 from requests.structures import CaseInsensitiveDict
 
 import retrysafe.errors as base
-from retrysafe.errors import scrubbed_bytes
 from retrysafe.foreign_shell import adopt_error
-from retrysafe.redact import REDACTED, Redactor, is_secret_name, redact_url
+from retrysafe.redact import Redactor, hidden_values, redact_url
 
 __all__ = [
     "BadResponse",
@@ -77,9 +76,7 @@ class _RequestsError:
 
 def _hidden(headers: Mapping[str, str]) -> CaseInsensitiveDict[str]:
     """``headers`` with the values of secret ones replaced."""
-    return CaseInsensitiveDict(
-        {name: REDACTED if is_secret_name(name) else value for name, value in headers.items()}
-    )
+    return CaseInsensitiveDict(dict(hidden_values(headers.items())))
 
 
 def _shareable_request(request: requests.PreparedRequest) -> requests.PreparedRequest:
@@ -113,7 +110,7 @@ def _shareable_response(response: requests.Response) -> requests.Response:
                 headers=list(request.headers.items()),
                 content=request.body if isinstance(request.body, bytes) else None,
             )
-            shared._content = scrubbed_bytes(Redactor.for_request(stand_in), shared._content)
+            shared._content = Redactor.for_request(stand_in).scrub_bytes(shared._content)
     return shared
 
 
