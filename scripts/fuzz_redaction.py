@@ -152,6 +152,7 @@ def run(count: int, seed: int) -> Tally:
     capture = Capture()
     library_logger = logging.getLogger("retrysafe")
     library_logger.addHandler(capture)
+    level = library_logger.level  # (given back after: a test suite runs this too)
     library_logger.setLevel(logging.DEBUG)
     client = retrysafe.Client(transport=httpx.MockTransport(echo), policy=RetryPolicy(attempts=1))
     try:
@@ -213,6 +214,7 @@ def run(count: int, seed: int) -> Tally:
     finally:
         client.close()
         library_logger.removeHandler(capture)
+        library_logger.setLevel(level)
     return tally
 
 
