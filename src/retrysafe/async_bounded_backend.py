@@ -31,9 +31,8 @@ from retrysafe.attempt_deadline import (
 )
 from retrysafe.bounded_backend import (
     H2_PREFACE,
+    Connecting,
     PoolRef,
-    connect_time_left,
-    starved,
     written_by_call,
 )
 
@@ -182,15 +181,10 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, short = connect_time_left(timeout)
-        try:
+        with Connecting(timeout) as bounded:
             stream = await self.inner.connect_tcp(
                 host, port, bounded, local_address, socket_options
             )
-        except httpcore.ConnectTimeout as exc:
-            if short:
-                raise starved(exc) from None
-            raise
         return AsyncBoundedStream(stream, self._pool)
 
     async def connect_unix_socket(
@@ -199,13 +193,8 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, short = connect_time_left(timeout)
-        try:
+        with Connecting(timeout) as bounded:
             stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
-        except httpcore.ConnectTimeout as exc:
-            if short:
-                raise starved(exc) from None
-            raise
         return AsyncBoundedStream(stream, self._pool)
 
     async def sleep(self, seconds: float) -> None:

@@ -54,8 +54,7 @@ __all__ = [
     "BoundedBackend",
     "BoundedStream",
     "PoolRef",
-    "connect_time_left",
-    "starved",
+    "Connecting",
     "withdraw_queued",
     "written_by_call",
 ]
@@ -315,26 +314,36 @@ _POOL_FULL: Final = (
 )
 
 
-def connect_time_left(timeout: float | None) -> tuple[float | None, bool]:
-    """The time a connect may take now (``timeout``, bounded by the attempt's time left),
-    and whether the attempt's wait for a connection starved it (see :func:`starved`).
+class Connecting:
+    """One connect, bounded by its attempt's time: ``with Connecting(timeout) as bounded:``
+    connect with ``bounded`` seconds (``timeout``, or the attempt's time left if less).
 
     With no time left, no connect is tried: the attempt's time went on waiting for a
-    connection (its pool full, every connection busy, or the event loop late to
-    resume it), so it fails as httpx's pool timeout does, never sent, rather than as a
-    connect timeout, which would blame a server never asked.
+    connection (its pool full, every connection busy, or the event loop late to resume
+    it), so it fails as httpx's pool timeout does, never sent, rather than as a connect
+    timeout, which would blame a server never asked. So does a connect that times out
+    with less than half of its own time, the rest spent by the attempt that way.
     """
-    bounded, binds, _ = time_left(timeout)
-    if binds and bounded is not None and bounded <= 0:
-        raise httpcore.PoolTimeout(_POOL_FULL)
-    return bounded, binds and timeout is not None and bounded is not None and bounded < timeout / 2
 
+    __slots__ = ("_starved", "bounded")
 
-def starved(exc: httpcore.ConnectTimeout) -> httpcore.PoolTimeout:
-    """A connect that timed out with less than half of its own time, the rest spent by
-    its attempt waiting for a connection: the client's queue, not the server, ran it out,
-    so it fails as a pool timeout (never sent, and no evidence against the server)."""
-    return httpcore.PoolTimeout(f"{_POOL_FULL}; the connect had too little time left: {exc}")
+    def __init__(self, timeout: float | None) -> None:
+        bounded, binds, _ = time_left(timeout)
+        if binds and bounded is not None and bounded <= 0:
+            raise httpcore.PoolTimeout(_POOL_FULL)
+        self.bounded = bounded
+        self._starved = (
+            binds and timeout is not None and bounded is not None and bounded < timeout / 2
+        )
+
+    def __enter__(self) -> float | None:
+        return self.bounded
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if self._starved and isinstance(exc, httpcore.ConnectTimeout):
+            raise httpcore.PoolTimeout(
+                f"{_POOL_FULL}; the connect had too little time left: {exc}"
+            ) from None
 
 
 class BoundedBackend(httpcore.NetworkBackend):
@@ -352,13 +361,8 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, short = connect_time_left(timeout)
-        try:
+        with Connecting(timeout) as bounded:
             stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
-        except httpcore.ConnectTimeout as exc:
-            if short:
-                raise starved(exc) from None
-            raise
         return BoundedStream(stream, self._pool)
 
     def connect_unix_socket(
@@ -367,13 +371,8 @@ class BoundedBackend(httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, short = connect_time_left(timeout)
-        try:
+        with Connecting(timeout) as bounded:
             stream = self.inner.connect_unix_socket(path, bounded, socket_options)
-        except httpcore.ConnectTimeout as exc:
-            if short:
-                raise starved(exc) from None
-            raise
         return BoundedStream(stream, self._pool)
 
     def sleep(self, seconds: float) -> None:
