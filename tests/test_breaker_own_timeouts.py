@@ -27,8 +27,10 @@ from retrysafe.chaos import KeyedChaos
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import Admission, Fail, RecordHealth
 from retrysafe.engine import Call
+from retrysafe.errors import AttemptRecord
 from retrysafe.governor import (
     BreakerSettings,
+    BudgetSettings,
     CircuitBreaker,
     Governor,
     GovernorSettings,
@@ -494,6 +496,39 @@ def test_async_a_burst_larger_than_the_pool_does_not_open_it(chaos: KeyedChaos) 
     assert "200" in outcomes
     assert outcomes.count("200") < 40, f"the pool was never full: {outcomes}"
     assert (state, after) == ("closed", 200), outcomes
+
+
+def test_a_burst_larger_than_the_pool_retries_its_pool_timeouts_without_the_budget(
+    chaos: KeyedChaos,
+) -> None:
+    """The same burst with retries on and a budget of a single token: the attempts that
+    waited out their time in the pool are retried without spending it, so no call ends
+    in BudgetExhausted after a pool timeout (before, nearly every one that met one did:
+    the budget blamed the server for the client's own queue)."""
+    limits = httpx.Limits(max_connections=6)
+    policy = RetryPolicy(attempts=4, attempt_timeout=0.5, deadline=5.0)
+    one_token = GovernorSettings(
+        budget=BudgetSettings(max_tokens=1, ratio=0.0, min_per_second=0.0),
+        breaker=FIVE_IN_A_ROW.breaker,
+    )
+    healthy = chaos.url("/delay", ms=200)
+    client = retrysafe.Client(governor=Governor(one_token), limits=limits, policy=policy)
+    with client, concurrent.futures.ThreadPoolExecutor(40) as pool:
+        ends = list(pool.map(lambda _: _history(client, healthy), range(40)))
+    refused = [error for error, _ in ends if isinstance(error, retrysafe.BudgetExhausted)]
+    assert not [error for error in refused if error.outcome == "pool_timeout"], refused
+    outcomes = [record.outcome for _, history in ends for record in history]
+    assert "pool_timeout" in outcomes, f"the pool was never full: {outcomes}"
+
+
+def _history(
+    client: retrysafe.Client, url: str
+) -> tuple[retrysafe.ApiError | None, tuple[AttemptRecord, ...]]:
+    """The call's error (None if it succeeded) and what each of its attempts did."""
+    try:
+        return None, retrysafe.report_of(client.get(url)).history
+    except retrysafe.ApiError as error:
+        return error, error.history
 
 
 def test_a_hung_server_behind_a_full_pool_still_opens_it(chaos: KeyedChaos) -> None:

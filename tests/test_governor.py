@@ -508,6 +508,40 @@ def test_rate_limit_waits_do_not_spend_the_budget() -> None:
     assert client.get("http://api.test/").status_code == 200
 
 
+def test_retries_of_requests_the_clients_own_pool_held_back_do_not_spend_the_budget() -> None:
+    """A pool timeout never reached the server: sent again, the request is its first
+    sight of it, not extra load. A budget of one token sees two pool timeouts then a 200;
+    the next call's retry of a 503 still finds its token."""
+    clock = FakeClock()
+    settings = GovernorSettings(
+        budget=BudgetSettings(max_tokens=1, min_per_second=0, ratio=0), breaker=None
+    )
+    replies: list[httpx.Response | Exception] = [
+        httpx.PoolTimeout("no connection came free"),
+        httpx.PoolTimeout("no connection came free"),
+        httpx.Response(200),
+        httpx.Response(503),
+        httpx.Response(200),
+        httpx.Response(503),
+    ]
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        next_one = replies.pop(0)
+        if isinstance(next_one, Exception):
+            raise next_one
+        return next_one
+
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(reply), clock=clock, governor=Governor(settings, clock=clock)
+    )
+    first = client.get("http://api.test/")
+    assert (first.status_code, retrysafe.report_of(first).attempts) == (200, 3)
+    second = client.get("http://api.test/")  # its retry of the 503 spends the one token
+    assert (second.status_code, retrysafe.report_of(second).attempts) == (200, 2)
+    with pytest.raises(retrysafe.BudgetExhausted):  # and now the budget is empty
+        client.get("http://api.test/")
+
+
 def test_a_429_pauses_every_caller_of_the_dependency() -> None:
     clock = FakeClock(randoms=[0.0] * 10)
     replies = iter([httpx.Response(429, headers={"Retry-After": "4"}), httpx.Response(200)])

@@ -480,8 +480,9 @@ TIMEOUT_REASONS: Final = frozenset({"attempt_timeout", "write_timeout", "read_ti
 
 
 #: Outcomes of a request the client itself held back, never sent: its pool full, or its
-#: HTTP/2 connection's streams all open. The dependency never saw it.
-_CLIENTS_OWN_QUEUE: Final = frozenset({"pool_timeout", "stream_limit"})
+#: HTTP/2 connection's streams all open. The dependency never saw it: they count neither
+#: for nor against its health, and a retry of one is no extra load (see engine.py).
+CLIENTS_OWN_QUEUE: Final = frozenset({"pool_timeout", "stream_limit"})
 
 
 def health(verdict: Verdict, status: int | None) -> Health:
@@ -498,7 +499,7 @@ def health(verdict: Verdict, status: int | None) -> Health:
     if (
         verdict.kind == "permanent"
         or (status is not None and 400 <= status < 500)
-        or verdict.reason in _CLIENTS_OWN_QUEUE
+        or verdict.reason in CLIENTS_OWN_QUEUE
     ):
         return "neutral"
     return "unhealthy"

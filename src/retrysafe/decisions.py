@@ -89,7 +89,9 @@ class AskRetry(NamedTuple):
     """Ask the governor whether a retry after ``wait`` seconds may happen.
 
     ``spends_budget`` is False for waits the server asked for because we were too
-    fast (a 429, a key in use): those do not spend the retry budget.
+    fast (a 429, a key in use), and for the retry of a request the client's own queue
+    held back, never sent (a pool timeout, an HTTP/2 stream limit): those add no load
+    the retry budget is there to bound.
     """
 
     wait: float

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import httpx
 
 from retrysafe.classify import (
+    CLIENTS_OWN_QUEUE,
     SUCCESS,
     TIMEOUT_REASONS,
     Processed,
@@ -84,6 +85,12 @@ __all__ = ["HEALTHY_WHILE_CLOSED", "Call"]
 
 #: Waits the server asked for because we were too fast: they do not spend the retry budget.
 _RATE_LIMIT_REASONS: Final = frozenset({"rate_limited", "idempotency_key_in_use"})
+#: Retries that spend no retry budget: those the server asked for (above), and those of a
+#: request the client's own queue held back (a pool timeout, an HTTP/2 stream limit). The
+#: budget bounds the load retries add to a dependency; a request it never saw adds none
+#: when sent again, and a burst larger than the pool must not spend the tokens a failing
+#: server's retries need (its calls then ended in BudgetExhausted, blaming the server).
+_FREE_RETRY_REASONS: Final = _RATE_LIMIT_REASONS | CLIENTS_OWN_QUEUE
 #: Give-up reasons that mean this call, or one nested in it, already retried.
 _RETRIED_REASONS: Final = frozenset({"attempts_exhausted", "nested_retry_exhausted"})
 #: The effect of a call that succeeded at once while the breaker was closed: shells may
@@ -497,7 +504,7 @@ class Call:
             if wait is None:
                 return self._stop("outcome", "deadline_insufficient")
         self.state = "asking"
-        return AskRetry(wait, spends_budget=verdict.reason not in _RATE_LIMIT_REASONS)
+        return AskRetry(wait, spends_budget=verdict.reason not in _FREE_RETRY_REASONS)
 
     def _safe_with_the_body_again(self, verdict: Verdict, response: httpx.Response | None) -> bool:
         """Whether only a spent body keeps this call from repeating its request: then the
