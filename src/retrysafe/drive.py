@@ -583,8 +583,9 @@ class Drive:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
             if self.attempt_sent_at is None and type(exc) is AttemptTimedOut:
-                # Cut from outside before it wrote a byte (HTTP/2, a hedged copy): its
-                # time went on waiting for a connection or a stream, never sent.
+                # Cut from outside before it wrote a byte, on a connection whose streams
+                # note each first write (HTTP/1.1: see notes_first_writes; a hedged copy's
+                # too): its time went on waiting for a connection, and it was never sent.
                 exc = httpx.PoolTimeout(_CUT_WHILE_WAITING)
             self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
