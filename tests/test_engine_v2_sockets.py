@@ -9,6 +9,8 @@ trio. Time is asserted as bounds against each call's deadline, never exact value
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -32,6 +34,7 @@ import retrysafe.idempotency
 from retrysafe import RetryPolicy
 from retrysafe.chaos import ChaosServer, KeyedChaos, create_app
 from retrysafe.chaos.connection import listening_socket
+from retrysafe.request_facts import default_dependency
 
 pytestmark = pytest.mark.anyio
 
@@ -210,6 +213,13 @@ def h2_three_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
 def h2_four_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
     """As ``h2``, with a server that allows four concurrent streams per connection."""
     with _h2_server(chaos_server, max_streams=4) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def h2_ten_streams(chaos_server: ChaosServer) -> Iterator[H2Chaos]:
+    """As ``h2``, with a server that allows ten concurrent streams per connection."""
+    with _h2_server(chaos_server, max_streams=10) as server:
         yield server
 
 
@@ -596,6 +606,120 @@ TIMEOUTS_PAST_THE_STREAM_LIMIT = 4
 def unprotected() -> retrysafe.Governor:
     """No load protection: the breaker would refuse the calls the tests are about."""
     return retrysafe.Governor(retrysafe.GovernorSettings.off())
+
+
+#: A burst far above the server's streams: forty calls at once on one connection to a
+#: server that allows ten (threads) or three (tasks) and answers each in 0.2 s, every call
+#: with half a second.
+BURST_CALLS = 40
+HALF_A_SECOND_ONCE = RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5)
+#: Unkeyed POSTs in the same burst, retried where that is safe.
+POST_RETRIED = RetryPolicy(attempts=3, attempt_timeout=0.5, deadline=3.0)
+FIVE_IN_A_ROW = retrysafe.GovernorSettings(
+    breaker=retrysafe.BreakerSettings(consecutive_failures=5, open_for=5.0)
+)
+
+
+def _outcome(call: Callable[[], httpx.Response]) -> str:
+    """The call's status, or its error's outcome."""
+    try:
+        return str(call().status_code)
+    except retrysafe.ApiError as error:
+        return error.outcome
+
+
+async def _outcome_async(call: Awaitable[httpx.Response]) -> str:
+    try:
+        return str((await call).status_code)
+    except retrysafe.ApiError as error:
+        return error.outcome
+
+
+def _breaker_state(client: retrysafe.Client | retrysafe.AsyncClient, url: str) -> str:
+    breaker = client.governor.guard(default_dependency(httpx.URL(url))).breaker
+    assert breaker is not None
+    return breaker.state
+
+
+def test_h2_a_burst_far_above_the_servers_streams_leaves_the_breaker_closed_sync(
+    h2_ten_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Most of the burst waits for one of the ten streams, and runs out of time before its
+    HEADERS go out or soon after: the client's own queue (pool_timeout, stream_limit),
+    not the server's. The breaker stays closed and the next call is answered. (Each of
+    those waits was taken as sent from its start, a timeout longer than any answer: five
+    in a row opened the circuit on a healthy server, in every run.)"""
+    url = h2_ten_streams.url(chaos, "/delay", ms=200)
+    with retrysafe.Client(governor=retrysafe.Governor(FIVE_IN_A_ROW), **H2_OPTIONS) as client:
+        client.get(h2_ten_streams.url(chaos, "/status/200"))  # (its one connection, open)
+        with concurrent.futures.ThreadPoolExecutor(BURST_CALLS) as pool:
+            outcomes = list(
+                pool.map(
+                    lambda _: _outcome(lambda: client.get(url, policy=HALF_A_SECOND_ONCE)),
+                    range(BURST_CALLS),
+                )
+            )
+        assert "200" in outcomes, outcomes
+        assert outcomes.count("200") < BURST_CALLS, f"the streams were never full: {outcomes}"
+        assert _breaker_state(client, url) == "closed", collections.Counter(outcomes)
+        assert client.get(url).status_code == 200
+
+
+async def test_h2_a_burst_far_above_the_servers_streams_leaves_the_breaker_closed_async(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    url = h2_three_streams.url(chaos, "/delay", ms=200)
+    governor = retrysafe.Governor(FIVE_IN_A_ROW)
+    async with retrysafe.AsyncClient(governor=governor, **H2_OPTIONS) as client:
+        await client.get(h2_three_streams.url(chaos, "/status/200"))
+        outcomes: list[str] = []
+
+        async def one() -> None:
+            outcomes.append(await _outcome_async(client.get(url, policy=HALF_A_SECOND_ONCE)))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(BURST_CALLS):
+                group.start_soon(one)
+        assert "200" in outcomes, outcomes
+        assert outcomes.count("200") < BURST_CALLS, f"the streams were never full: {outcomes}"
+        assert _breaker_state(client, url) == "closed", collections.Counter(outcomes)
+        assert (await client.get(url)).status_code == 200
+
+
+def test_h2_a_hung_server_still_opens_the_breaker(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Requests that went out (their HEADERS sent) and waited their whole time on a
+    server that answers the others at once are evidence: five in a row open it."""
+    hang = h2_three_streams.url(chaos, "/hang")
+    patient = RetryPolicy(attempts=1, attempt_timeout=0.3)
+    with retrysafe.Client(governor=retrysafe.Governor(FIVE_IN_A_ROW), **H2_OPTIONS) as client:
+        for _ in range(3):
+            client.get(h2_three_streams.url(chaos, "/status/200"))
+        later = [_outcome(lambda: client.get(hang, policy=patient)) for _ in range(6)]
+    assert later[-1] == "circuit_open", later
+    assert set(later[:5]) <= {"attempt_timeout", "read_timeout"}, later
+
+
+def test_h2_a_burst_of_unkeyed_posts_sends_each_at_most_once(
+    h2_three_streams: H2Chaos, chaos: KeyedChaos
+) -> None:
+    """Retried only where surely never sent (a wait for a stream that ran out before the
+    HEADERS went out): the server sees each POST once at most, though another request's
+    write may carry a request's HEADERS."""
+    with retrysafe.Client(governor=unprotected(), **H2_OPTIONS) as client:
+        client.get(h2_three_streams.url(chaos, "/status/200"))
+
+        def post(number: int) -> str:
+            url = h2_three_streams.url(chaos, "/delay", ms=200, n=number)
+            return _outcome(lambda: client.post(url, content=b"x", policy=POST_RETRIED))
+
+        with concurrent.futures.ThreadPoolExecutor(BURST_CALLS) as pool:
+            outcomes = list(pool.map(post, range(BURST_CALLS)))
+    seen = [record.query for record in chaos.log() if record.method == "POST"]
+    repeated = {query for query in seen if seen.count(query) > 1}
+    assert not repeated, (repeated, outcomes)
+    assert "200" in outcomes, outcomes
 
 
 def test_h2_timed_out_requests_never_use_up_the_connections_streams_sync(

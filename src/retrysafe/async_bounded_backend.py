@@ -23,6 +23,7 @@ import httpcore
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
+    note_headers_sent,
     note_sent,
     nothing_sent_yet,
     retire,
@@ -102,6 +103,8 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         #: See :class:`BoundedStream`.
         self.pool = pool
         self.shared = False
+        #: Its HTTP/2 connection notes each request's HEADERS (note_headers_sent).
+        self._headers_noted = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own.
         self._slots_unwatched = False
 
@@ -134,12 +137,14 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unwatched = True
+                self._headers_noted = note_headers_sent(self)
             elif self._slots_unwatched:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unwatched = False
                 _watch_stream_slots_async(self)
             written_by_call(self)
-            note_sent()
+            if not self._headers_noted:
+                note_sent()  # (HEADERS not watched: its attempts count as sent from their start)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:

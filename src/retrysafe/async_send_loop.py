@@ -22,6 +22,7 @@ import httpx
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    may_speak_http2,
     notes_first_writes,
     retire_stream_of,
 )
@@ -59,11 +60,14 @@ class AsyncSendLoop:
         self.settings = settings
         #: The transport that sends each attempt.
         self.transport = transport
+        #: Whether the network streams note when each attempt is sent (its first write
+        #: over HTTP/1.1, its HEADERS over HTTP/2), so that one not noted was never sent.
+        self._noted = notes_first_writes(transport)
         #: Whether the network backend ends every wait of an attempt at its end; if not,
         #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
         #: HTTP/2 it cannot: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
-        self._bounded = notes_first_writes(transport)
+        self._bounded = self._noted and not may_speak_http2(transport)
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
@@ -83,7 +87,7 @@ class AsyncSendLoop:
                         step = await self._hedged_attempt(drive, request, step)
                         continue
                     plan = step
-                    _start(request, drive, plan, self._bounded)
+                    _start(request, drive, plan, self._noted)
                     response: httpx.Response | None = None
                     # The network backend ends reads at the attempt's end (see
                     # attempt_deadline); a time limit bounds the transports it cannot

@@ -39,6 +39,7 @@ __all__ = [
     "current_call",
     "current_copy",
     "may_speak_http2",
+    "note_headers_sent",
     "note_sent",
     "nothing_sent_yet",
     "notes_first_writes",
@@ -251,6 +252,82 @@ def note_sent() -> None:
         call.attempt_sent_at = time.monotonic()
 
 
+class _HeadersNoted:
+    """An HTTP/2 connection's ``h2`` ``send_headers``, which first notes that the attempt
+    in flight in this context sends its request now (:func:`note_sent`).
+
+    Over HTTP/2 a request's HEADERS go into h2's buffer here, in its own thread or task,
+    and any request's write may then carry them: this, not its own write, is when it may
+    have been sent. Before it, the request only waited (for the connection, its turn,
+    a free stream): time the dependency was not given.
+
+    It never refuses a request, even one whose time is gone: httpcore has given it a
+    stream number by now, which h2 hands out again to the next request until these
+    HEADERS open it, and two requests on one stream break the connection. Such a
+    request goes out and ends at once, having given the server no time: the breaker
+    does not count it, and only a request safe to repeat is sent again."""
+
+    __slots__ = ("_send",)
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        note_sent()
+        return self._send(*args, **kwargs)
+
+
+def note_headers_sent(stream: SharedStream) -> bool:
+    """Make the HTTP/2 connection ``stream`` carries note each request's sending as its
+    HEADERS go into h2 (:class:`_HeadersNoted`); whether it does. Called as the connection
+    writes its preface, before any request on it can send its HEADERS.
+
+    Where httpcore sends HEADERS as this expects, the send loops take an attempt that was
+    not noted as never sent (:func:`notes_first_writes`); so a connection that cannot be
+    watched must carry nothing, or a request another's write carried would be taken as
+    unsent and a POST sent twice. It then fails here, before its preface, as a connect
+    error (nothing sent). That cannot happen with httpcore's pools, which list every
+    connection they make."""
+    state: Any = getattr(connection_carrying(stream), "_h2_state", None)
+    send = getattr(state, "send_headers", None)
+    if send is None:
+        if _h2_headers_noted():
+            import httpcore  # (loaded by now: a network stream is writing)
+
+            raise httpcore.ConnectError(
+                "retrysafe could not find this HTTP/2 connection in its pool, to tell when "
+                "each request on it is sent; nothing was sent on it (please report this; "
+                "http2=False avoids it)"
+            )
+        return False
+    if not isinstance(send, _HeadersNoted):
+        state.send_headers = _HeadersNoted(send)
+    return True
+
+
+#: Whether httpcore's HTTP/2 connections send HEADERS as note_headers_sent expects (None:
+#: not looked at yet).
+_headers_noted_by_h2: bool | None = None
+
+
+def _h2_headers_noted() -> bool:
+    """Whether httpcore's HTTP/2 connections send each request's HEADERS through their
+    ``_h2_state.send_headers``, as :func:`note_headers_sent` needs (looked at once)."""
+    global _headers_noted_by_h2
+    if _headers_noted_by_h2 is None:
+        try:
+            from httpcore._async.http2 import AsyncHTTP2Connection
+            from httpcore._sync.http2 import HTTP2Connection
+        except ImportError:
+            _headers_noted_by_h2 = False
+        else:
+            _headers_noted_by_h2 = all(
+                {"_h2_state", "send_headers"} <= set(kind._send_request_headers.__code__.co_names)
+                for kind in (HTTP2Connection, AsyncHTTP2Connection)
+            )
+    return _headers_noted_by_h2
+
+
 def may_speak_http2(transport: object) -> bool:
     """Whether ``transport``'s httpcore pool may open HTTP/2 connections (``http2=True``)."""
     return getattr(getattr(transport, "_pool", None), "_http2", False) is True
@@ -260,9 +337,10 @@ def notes_first_writes(transport: object) -> bool:
     """Make ``transport``'s connections honour the attempt deadline (:func:`bound_transport`),
     and say whether they then tell surely when each attempt first writes its request
     (:attr:`RunningCall.attempt_sent_at`), so that one that wrote nothing was never sent:
-    httpx's own transport over HTTP/1.1. Not over HTTP/2, where one request's write may
-    carry another's frames while that one still waits for its turn to write."""
-    return bound_transport(transport) and not may_speak_http2(transport)
+    httpx's own transport over HTTP/1.1; over HTTP/2 too where httpcore's connections send
+    HEADERS as :func:`note_headers_sent` expects (one request's write may carry another's
+    frames, so there the HEADERS going into h2 are noted, not the writes)."""
+    return bound_transport(transport) and (not may_speak_http2(transport) or _h2_headers_noted())
 
 
 def bound_transport(transport: object) -> bool:

@@ -42,6 +42,7 @@ from retrysafe.attempt_deadline import (
     connection_carrying,
     current_call,
     current_copy,
+    note_headers_sent,
     note_sent,
     nothing_sent_yet,
     retire,
@@ -80,6 +81,8 @@ class BoundedStream(httpcore.NetworkStream):
         self.pool = pool
         #: It carries HTTP/2: several requests at once (seen from its preface).
         self.shared = False
+        #: Its HTTP/2 connection notes each request's HEADERS (note_headers_sent).
+        self._headers_noted = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own (unbounded).
         self._slots_unbounded = False
 
@@ -109,12 +112,14 @@ class BoundedStream(httpcore.NetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unbounded = _bound_turns_to_read(self)
+                self._headers_noted = note_headers_sent(self)
             elif self._slots_unbounded:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
                 _bound_stream_slots(self)
             written_by_call(self)
-            note_sent()
+            if not self._headers_noted:
+                note_sent()  # (HEADERS not watched: its attempts count as sent from their start)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:

@@ -583,9 +583,10 @@ class Drive:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
             if self.attempt_sent_at is None and type(exc) is AttemptTimedOut:
-                # Cut from outside before it wrote a byte, on a connection whose streams
-                # note each first write (HTTP/1.1: see notes_first_writes; a hedged copy's
-                # too): its time went on waiting for a connection, and it was never sent.
+                # Cut from outside before it was sent, where the network streams note that
+                # (its first write over HTTP/1.1, its HEADERS over HTTP/2: see
+                # notes_first_writes; a hedged copy's too): its time went on waiting for a
+                # connection or a free stream, and the server never saw it.
                 exc = httpx.PoolTimeout(_CUT_WHILE_WAITING)
             self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))

@@ -73,7 +73,7 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented
     """:func:`_prepare` the attempt the async shell sends itself, and set when it must
     end (``drive.attempt_ends_at``: reads made for it are bounded by it) and when it
     started. (The sync loop does the same inline; the async one is plain Python, which
-    this keeps short.) ``instrumented``: its network streams note when it first writes;
+    this keeps short.) ``instrumented``: its network streams note when it is sent;
     if not, it is taken as written from its start (see ``Drive._time_queued``)."""
     _prepare(request, drive, plan)
     limit = plan.timeout
