@@ -1,0 +1,61 @@
+"""An HTTP/2 (h2c) server in a process of its own, for bursts of many client threads.
+
+A server in the test's own process shares its interpreter with the clients: fifty
+threads taking turns delay its answers, and a request sent and answered late reads as a
+slow server. This one answers ``/delay?ms=N`` with a 200 after ``N`` milliseconds (and
+anything else at once), with at most ``MAX_STREAMS`` streams per connection.
+
+    python tests/h2_delay_server.py MAX_STREAMS
+
+It prints its port on one line once it listens, and serves until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from typing import Any
+from urllib.parse import parse_qs
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """``/delay?ms=N``: 200 after N ms; any other path: 200 at once."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    while (await receive()).get("more_body"):
+        pass
+    if scope["path"] == "/delay":
+        query = parse_qs(scope["query_string"].decode())
+        await asyncio.sleep(float(query.get("ms", ["0"])[0]) / 1000)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def main(max_streams: int) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)
+    config = Config()
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]
+    config.h2_max_concurrent_streams = max_streams
+    config.errorlog = None
+    config.graceful_timeout = 0.2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # The test closes our stdin to stop us (and a test process that dies closes it too).
+    loop.add_reader(sys.stdin.fileno(), stop.set)
+    print(sock.getsockname()[1], flush=True)
+    await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1])))
