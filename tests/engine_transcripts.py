@@ -1573,7 +1573,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     """Sane effects. Every allowed breaker permit handed in is either reported once with
     RecordHealth (its attempt started; health and open_for as classify's ``health`` and
     the 503's hint) or released once with ReleaseProbe (its attempt never started), never
-    both; refused permits need neither. Every paced slot granted is used by the attempt
+    both; refused permits need neither. But a call's first failure under a closed
+    period's permit is held back while the call may retry: reported as the call ends
+    without a retry (a refusal, giving up), dropped when its retry's outcome is told
+    (a second failure, reported in its place, or a success). Every paced slot granted is
+    used by the attempt
     that follows its wait or released once. A 429 with a hint starts one cooldown of that
     hint; nothing else does. A retry granted on a budget token (``spends_budget``) whose
     attempt is never sent, the call ending first, gives the token back once
@@ -1585,6 +1589,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     held = 0
     held_slot: float | None = None  # the slot the call holds, as the governor named it
     failed_before = False  # the call already told the breaker of a failure
+    held_failure: RecordHealth | None = None  # its first failure, held back while it may retry
     attempts = 0
     for rec in run.records:
         if isinstance(rec, SleepRec):
@@ -1604,6 +1609,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         expected_probes: list[Permit] = []
         expected_pacing = 0
         expected_cooldowns: list[float] = []
+        expected_health: list[RecordHealth] = []
         if isinstance(rec, StartRec):
             permit = rec.admission.permit
             if rec.admission.queue_full:
@@ -1631,9 +1637,6 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     expected_probes.append(permit)
                 if not (type(rec.result) is Wait and rec.admission.pacing > 0):
                     expected_pacing, held = held, 0
-            expect(
-                not health_effects, "RecordHealth %r before any attempt was sent", health_effects
-            )
             if type(rec.result) is Fail:
                 expected_events.append("failure")
         elif isinstance(rec, OutcomeRec):
@@ -1652,32 +1655,30 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     failed_before,  # a repeat: the call already counts as failing
                     rec.at - rec.started if timed else None,
                 )
-                if expected.health == "unhealthy":
-                    failed_before = True
-                # A healthy first report under a closed period's permit (not a probe) may
-                # be the one shared effect: the breaker counts it the same for any period.
-                shared = (
-                    expected.health == "healthy"
-                    and not expected.repeat
-                    and expected.open_for is None
+                if (
+                    expected.health == "unhealthy"
+                    and not failed_before
                     and not in_flight.probe
-                    and health_effects == [HEALTHY_WHILE_CLOSED]
-                )
-                expect(
-                    shared or health_effects == [expected],
-                    "attempt %d under permit %r reported %r, expected %r",
-                    rec.plan.number,
-                    in_flight,
-                    health_effects,
-                    expected,
-                )
+                    and held_failure is None
+                ):
+                    held_failure = expected  # (reported below if the call ends here)
+                else:
+                    if expected.health == "unhealthy":
+                        failed_before = True
+                    if expected.health != "neutral":
+                        held_failure = None  # (told in its place, or taken back by a success)
+                    # A healthy first report under a closed period's permit (not a probe)
+                    # may be the one shared effect: the breaker counts it the same for any
+                    # period.
+                    shared = (
+                        expected.health == "healthy"
+                        and not expected.repeat
+                        and expected.open_for is None
+                        and not in_flight.probe
+                        and health_effects[:1] == [HEALTHY_WHILE_CLOSED]
+                    )
+                    expected_health.append(HEALTHY_WHILE_CLOSED if shared else expected)
                 in_flight = None
-            else:
-                expect(
-                    not health_effects,
-                    "RecordHealth %r for an attempt sent without a permit",
-                    health_effects,
-                )
             if status == 429 and rec.verdict.after is not None:
                 expected_cooldowns.append(rec.verdict.after)
             if type(rec.result) is not ReadBody:  # the attempt ended: its own event first
@@ -1687,9 +1688,19 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             elif type(rec.result) is Fail:
                 expected_events.append("failure")
         elif isinstance(rec, AnswerRec):
-            expect(not health_effects, "RecordHealth %r on a retry answer", health_effects)
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
             spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
+        if type(rec.result) is Fail and held_failure is not None:
+            expected_health.append(held_failure)  # the call ends without a retry: told now
+            held_failure, failed_before = None, True
+        expect(
+            health_effects == expected_health,
+            "breaker told %r, expected %r (%s -> %s)",
+            health_effects,
+            expected_health,
+            type(rec).__name__,
+            _fmt(rec.result),
+        )
         expect(
             refunds == expected_refunds,
             "budget refunds %r, expected %r (%s -> %s)",

@@ -60,7 +60,8 @@ def test_a_few_flaky_calls_in_a_row_do_not_open_the_breaker() -> None:
 
 def test_a_real_outage_still_opens_the_breaker() -> None:
     """Distinct calls that all fail: the ``consecutive_failures``-th failing call in a row
-    opens it (mid-call), and the next call fails fast with nothing sent."""
+    opens it (mid-call, once its retry failed too: a first failure waits for the retry
+    that may save the call), and the next call fails fast with nothing sent."""
     clock = FakeClock(seed=3)
     governor = Governor(FIVE_IN_A_ROW, clock=clock)
     settings = FIVE_IN_A_ROW.breaker
@@ -81,11 +82,11 @@ def test_a_real_outage_still_opens_the_breaker() -> None:
             client.get("http://api.test/")
         reasons.append((caught.value.reason, caught.value.attempts))
     assert reasons == [("attempts_exhausted", 4)] * failing + [
-        ("circuit_open", 1),
+        ("circuit_open", 2),
         ("circuit_open", 0),
     ]
     assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
-    assert len(sent) == 4 * failing + 1 == 17
+    assert len(sent) == 4 * failing + 2 == 18
 
 
 def test_a_real_outage_opens_the_breaker_with_the_default_settings() -> None:
@@ -104,7 +105,7 @@ def test_a_real_outage_opens_the_breaker_with_the_default_settings() -> None:
             client.get("http://api.test/")
         reasons.append((caught.value.reason, caught.value.attempts))
     assert reasons == [("attempts_exhausted", 4)] * failing + [
-        ("circuit_open", 1),
+        ("circuit_open", 2),
         ("circuit_open", 0),
     ]
     assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]

@@ -358,7 +358,9 @@ def _timed_out_after(queued: float) -> RecordHealth:
     """What a call tells the breaker of an attempt that timed out 1 s after it started,
     having waited ``queued`` of it for a connection."""
     clock = FakeClock()
-    call = Call(httpx.Request("GET", "http://api.test/"), policy=RetryPolicy(), clock=clock)
+    # (one attempt: the call ends on it, so its failure is told at once)
+    policy = RetryPolicy(attempts=1)
+    call = Call(httpx.Request("GET", "http://api.test/"), policy=policy, clock=clock)
     plan = call.start_attempt(Admission(permit=CLOSED))
     assert isinstance(plan, AttemptPlan)
     clock.advance(1.0)

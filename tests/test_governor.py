@@ -461,18 +461,20 @@ def test_an_open_circuit_fails_fast_with_nothing_sent() -> None:
     seen: list[httpx.Request] = []
     client = outage_client(clock, pinned_governor(clock), seen)
     # A call's own retries are one piece of evidence: four failing calls (4 attempts
-    # each) are a run of four; the fifth call's first failure trips the breaker mid-call.
+    # each) are a run of four; the fifth call's failure, once its retry fails too (a
+    # first failure alone waits for the retry that may save the call), trips the
+    # breaker mid-call.
     for _ in range(4):
         with pytest.raises(retrysafe.ServerError) as failing:
             client.get("http://api.test/")
         assert (failing.value.reason, failing.value.attempts) == ("attempts_exhausted", 4)
     with pytest.raises(retrysafe.ApiError) as fifth:
         client.get("http://api.test/")
-    assert (fifth.value.reason, fifth.value.attempts) == ("circuit_open", 1)
+    assert (fifth.value.reason, fifth.value.attempts) == ("circuit_open", 2)
     sent = len(seen)
     with pytest.raises(retrysafe.CircuitOpen) as sixth:
         client.get("http://api.test/")
-    assert len(seen) == sent == 17
+    assert len(seen) == sent == 18
     assert sixth.value.attempts == 0
     assert sixth.value.retry_after == pytest.approx(20, abs=1)
     assert sixth.value.retryable is True

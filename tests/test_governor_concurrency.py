@@ -174,3 +174,68 @@ async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:
     assert flight.total == TASKS + 100
     assert reasons.count("attempts_exhausted") == 100
     assert reasons.count("budget_exhausted") == TASKS - 100
+
+
+async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_closed() -> None:
+    """Fifty calls at once each get one 503, then a 200: a blip a retry fixes. Each call's
+    first failure waits for its retry's outcome before it counts, so the breaker (20
+    failing calls in a row by default) stays closed and every retry goes out. (It
+    counted at once: the twentieth opened the circuit, and every call failed.)"""
+    clock = FakeClock()
+    failed_once: set[str] = set()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.lowlevel.checkpoint()  # (every first attempt is in flight together)
+        caller = request.url.params["caller"]
+        if caller in failed_once:
+            return httpx.Response(200)
+        failed_once.add(caller)
+        return httpx.Response(503)
+
+    statuses: list[int] = []
+    governor = Governor(clock=clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+
+        async def call(caller: int) -> None:
+            response = await client.get("http://api.test/", params={"caller": caller})
+            statuses.append(response.status_code)
+
+        async with anyio.create_task_group() as group:
+            for caller in range(50):
+                group.start_soon(call, caller)
+    assert statuses == [200] * 50
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    assert breaker.state == "closed"
+
+
+async def test_an_outage_seen_by_every_call_in_flight_still_opens_the_circuit() -> None:
+    """The same fifty calls against a server failing every attempt: their retries fail
+    too, which counts them, and the circuit opens; calls refused by it say so."""
+    clock = FakeClock()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.lowlevel.checkpoint()
+        return httpx.Response(503)
+
+    reasons: list[str] = []
+    governor = Governor(clock=clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+
+        async def call() -> None:
+            try:
+                await client.get("http://api.test/")
+            except retrysafe.ApiError as error:
+                reasons.append(error.reason)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(50):
+                group.start_soon(call)
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    assert breaker.state == "open"
+    assert "circuit_open" in reasons

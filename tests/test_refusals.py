@@ -82,10 +82,11 @@ def test_a_breaker_that_opens_mid_call_raises_circuit_open_with_what_was_sent() 
         client.get(URL)
     error = caught.value
     message = str(error)
-    assert (error.reason, error.attempts, error.status, len(seen)) == ("circuit_open", 1, 502, 1)
+    # (the call's first failure waits for its retry's outcome; the second opens it)
+    assert (error.reason, error.attempts, error.status, len(seen)) == ("circuit_open", 2, 502, 2)
     assert "retrysafe refused a retry (circuit breaker)" in message
     assert "open for 20.0 s more" in message
-    assert "1 attempt sent before, the last got HTTP 502 bad_gateway" in message
+    assert "2 attempts sent before, the last got HTTP 502 bad_gateway" in message
     assert "nothing was sent" not in message
     assert error.retry_after == pytest.approx(20.0)
     no_attribute_names(message)
@@ -105,7 +106,7 @@ def test_an_open_breaker_refuses_a_new_call_and_says_nothing_was_sent() -> None:
     with pytest.raises(retrysafe.CircuitOpen) as caught:
         client.get(URL)
     message = str(caught.value)
-    assert (caught.value.attempts, caught.value.status, len(seen)) == (0, None, 1)
+    assert (caught.value.attempts, caught.value.status, len(seen)) == (0, None, 2)
     assert "retrysafe refused the call (circuit breaker)" in message
     assert "nothing was sent" in message
     assert "open for 15.0 s more" in message

@@ -132,6 +132,9 @@ class Call:
     _nested_gave_up = False
     #: This call already reported an unhealthy outcome to the breaker.
     _failed_before = False
+    #: Its first unhealthy outcome, held back from the breaker while a retry may still
+    #: save the call (see _inform_governor); reported when the call ends without one.
+    _unreported_failure: RecordHealth | None = None
     #: Sticky across attempts: whether some attempt may have been acted on by the server.
     _processed: Processed = "no"
     _url: str | None = None
@@ -351,6 +354,7 @@ class Call:
         if self._permit is not None:
             self.effects.append(HEALTHY_WHILE_CLOSED)
             self._permit = None
+        self._unreported_failure = None  # (taken back: the call is healthy)
         self._record(SUCCESS, status=response.status_code, exception=None, now=now)
         announced = announced_limit(response)
         if announced is not None:
@@ -424,6 +428,7 @@ class Call:
         if self.state == "done":
             return
         self.state = "done"
+        self._report_held_failure()
         if self._permit is not None:
             self.effects.append(ReleaseProbe(self._permit))
             self._permit = None
@@ -569,25 +574,15 @@ class Call:
         """
         permit = self._permit
         if permit is not None:
+            self._permit = None
             if verdict is SUCCESS and not permit.probe and not self._failed_before:
                 # The common case, made once: a healthy call admitted while closed counts
-                # the same whichever closed period admitted it.
+                # the same whichever closed period admitted it (a failure held back is
+                # taken back: the call is healthy).
+                self._unreported_failure = None
                 self.effects.append(HEALTHY_WHILE_CLOSED)
             else:
-                open_for = verdict.after if status == 503 else None
-                # A repeat: this call already told the breaker of a failure, so another
-                # one is not new evidence (a 429 or 4xx before it told it nothing).
-                outcome_health = health(verdict, status)
-                repeat = self._failed_before
-                seconds: float | None = None
-                if outcome_health == "unhealthy":
-                    self._failed_before = True
-                    if verdict.reason in TIMEOUT_REASONS:
-                        seconds = self.last_attempt_seconds
-                elif outcome_health == "healthy":
-                    seconds = self.last_attempt_seconds
-                self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
-            self._permit = None
+                self._tell_breaker(permit, verdict, status)
         cooldown = verdict.after if status == 429 else None
         if response is not None:
             announced = announced_limit(response)  # one pass over the header names
@@ -596,6 +591,47 @@ class Call:
                 return
         if cooldown is not None:
             self.effects.append(StartCooldown(cooldown, False))
+
+    def _tell_breaker(self, permit: Permit, verdict: Verdict, status: int | None) -> None:
+        """Leave the outcome's health for the breaker in the outbox; or, for a call's first
+        failure while it may still retry, hold it back.
+
+        Many calls caught by one blip (a 503 each, at the same moment) must not open the
+        circuit, which would then refuse the retries that save them: a call's first
+        failure counts if its retry fails too, or when the call ends without one
+        (:meth:`_report_held_failure`); a retry's success takes it back. A probe's
+        outcome is told at once, as the half-open breaker waits for it.
+        """
+        open_for = verdict.after if status == 503 else None
+        # A repeat: this call already told the breaker of a failure, so another one is
+        # not new evidence (a 429 or 4xx before it told it nothing).
+        outcome_health = health(verdict, status)
+        repeat = self._failed_before
+        seconds: float | None = None
+        if outcome_health == "unhealthy":
+            if verdict.reason in TIMEOUT_REASONS:
+                seconds = self.last_attempt_seconds
+            if not repeat and not permit.probe and self._unreported_failure is None:
+                held = RecordHealth(permit, "unhealthy", open_for, False, seconds)
+                self._unreported_failure = held
+                return
+            self._failed_before = True
+        elif outcome_health == "healthy":
+            seconds = self.last_attempt_seconds
+        if outcome_health != "neutral":
+            # (the call's health is told now: a failure held back is this one's, or was
+            # taken back by this success)
+            self._unreported_failure = None
+        self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
+
+    def _report_held_failure(self) -> None:
+        """The call ends without the retry its first failure was held back for: the
+        breaker is told of it now (see _inform_governor)."""
+        held = self._unreported_failure
+        if held is not None:
+            self._unreported_failure = None
+            self._failed_before = True
+            self.effects.append(held)
 
     def _cooldown_announced(self, announced: RateLimitAnnouncement, hinted: float | None) -> None:
         """Leave a cooldown for the reset of a limit the response announced used up, or
@@ -624,6 +660,7 @@ class Call:
         from retrysafe.failures import CallSummary, give_up_error
 
         self.state = "done"
+        self._report_held_failure()
         self._refund_unsent_retry()
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
         last = self._history[-1] if self._history else None
