@@ -759,8 +759,14 @@ class Drive:
             if add_note is not None:
                 add_note(f"retrysafe: {step.error}")
             raise step.cause
-        # (`raise error from cause`, spelled out: the compiled build drops a `from` cause)
         error = step.error
+        if step.cause is None and not self.settings.raise_errors:
+            # Nothing came back and nothing failed (a refusal, no time for an attempt):
+            # the drop-in transport's error is also httpx's own (see transport_errors).
+            from retrysafe.transport_errors import as_httpx_error
+
+            error = as_httpx_error(error, self.request)
+        # (`raise error from cause`, spelled out: the compiled build drops a `from` cause)
         error.__cause__ = step.cause
         raise error
 

@@ -200,23 +200,27 @@ def _shareable(response: httpx.Response) -> httpx.Response:
     the request it answers holds the caller's credentials: ``Authorization``, an
     ``api_key`` in the query, a password in the body.
     """
-    from retrysafe.redact import Redactor, hidden_values, redact_url
-
-    def hidden(headers: httpx.Headers) -> httpx.Headers:
-        return httpx.Headers(hidden_values(headers.multi_items()))
+    from retrysafe.redact import Redactor, hidden_values
 
     shared = copy.copy(response)  # (httpx's own pickled state: detached, its body kept)
-    shared.headers = hidden(response.headers)
+    shared.headers = httpx.Headers(hidden_values(response.headers.multi_items()))
     shared.history = [_shareable(earlier) for earlier in response.history]  # (redirects)
     request = response._request
     if request is not None:
-        shared.request = httpx.Request(
-            request.method, redact_url(request.url), headers=hidden(request.headers)
-        )
+        shared.request = shareable_request(request)
         content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
         if isinstance(content, bytes):
             shared._content = Redactor.for_request(request).scrub_bytes(content)
     return shared
+
+
+def shareable_request(request: httpx.Request) -> httpx.Request:
+    """The copy of ``request`` a pickled error carries: its method, its URL redacted, its
+    headers with the values of secret ones hidden, and no body (see :func:`_shareable`)."""
+    from retrysafe.redact import hidden_values, redact_url
+
+    headers = httpx.Headers(hidden_values(request.headers.multi_items()))
+    return httpx.Request(request.method, redact_url(request.url), headers=headers)
 
 
 def _rebuild(cls: type[ApiError], state: dict[str, Any], message: str) -> ApiError:

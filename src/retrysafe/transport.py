@@ -93,7 +93,9 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             callable naming each request (e.g. ``dependency_by_path(1)``); default each
             URL's origin.
         raise_errors: raise :class:`~retrysafe.ApiError` instead of httpx's exceptions when
-            no response came back (``retrysafe.Client`` sets this).
+            no response came back (``retrysafe.Client`` sets this). Without it, a call
+            refused before anything was sent raises retrysafe's error re-typed as an httpx
+            exception too (:mod:`retrysafe.transport_errors`).
         governor: the load protection (retry budget, circuit breaker, cooldowns) per
             dependency; default a new ``Governor()``. Share one to share the state;
             ``Governor(GovernorSettings.off())`` switches it off.

@@ -75,6 +75,39 @@ def test_openai_final_failure_is_the_sdks_own_error(chaos: KeyedChaos) -> None:
     assert len(chaos.log()) == FAST.attempts
 
 
+def test_openai_a_call_refused_by_the_breaker_is_the_sdks_connection_error(
+    chaos: KeyedChaos,
+) -> None:
+    """Load protection refuses a call before anything is sent: the drop-in transport's
+    error is also httpx's own (an ``httpx.TransportError``), so the SDK raises its own
+    ``APIConnectionError``, which ``except openai.APIError`` catches, with retrysafe's
+    ``CircuitOpen`` as its cause. (``CircuitOpen`` went straight through the SDK.)"""
+    governor = retrysafe.Governor(
+        retrysafe.GovernorSettings(
+            breaker=retrysafe.BreakerSettings(consecutive_failures=1, open_for=30)
+        )
+    )
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=1), governor=governor)
+    sdk = openai.OpenAI(
+        api_key="sk-test-refused",
+        base_url=chaos.openai_base_url(),
+        max_retries=0,
+        default_query={"events": 2, "interval_ms": 0, "fail_times": 10},
+        http_client=httpx.Client(transport=transport),
+    )
+    with sdk:
+        with pytest.raises(openai.InternalServerError):  # the 503 that opens the circuit
+            sdk.chat.completions.create(model="gpt-test", messages=[])
+        with pytest.raises(openai.APIConnectionError) as caught:
+            sdk.chat.completions.create(model="gpt-test", messages=[])
+    refusal = caught.value.__cause__
+    assert isinstance(refusal, retrysafe.CircuitOpen), refusal
+    assert isinstance(refusal, httpx.TransportError)
+    assert refusal.attempts == 0
+    assert "sk-test-refused" not in f"{caught.value} {refusal!r} {refusal}"
+    assert len(chaos.log()) == 1  # the refused call sent nothing
+
+
 # -- stripe ---------------------------------------------------------------------------------
 
 

@@ -1,0 +1,133 @@
+"""A drop-in transport's refusals are httpx's exceptions too.
+
+When load protection refuses a call before anything is sent, there is no response to
+return and no httpx exception to re-raise: the transport raises retrysafe's error,
+re-typed to be also an ``httpx.TransportError`` (``DeadlineExceeded``: an
+``httpx.TimeoutException``), so code and SDKs that catch httpx's exceptions catch it.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.governor import BreakerSettings, Governor, GovernorSettings
+from retrysafe.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "Bearer sk-live-do-not-share"
+OPENS_AT_ONCE = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1, open_for=30))
+
+
+def _opened(clock: FakeClock) -> Governor:
+    """A governor whose breaker for api.test opens on its first failing call."""
+    return Governor(OPENS_AT_ONCE, clock=clock)
+
+
+def _failing(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(502)
+
+
+def test_a_call_the_open_breaker_refuses_raises_circuit_open_as_an_httpx_transport_error() -> None:
+    clock = FakeClock()
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(_failing),
+        clock=clock,
+        governor=_opened(clock),
+        policy=RetryPolicy(attempts=1),
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get("http://api.test/").status_code == 502  # (opens it)
+        with pytest.raises(httpx.TransportError) as caught:
+            client.get("http://api.test/orders", headers={"Authorization": SECRET})
+    refusal = caught.value
+    assert isinstance(refusal, retrysafe.CircuitOpen)
+    assert (refusal.reason, refusal.attempts) == ("circuit_open", 0)
+    assert refusal.request.url == "http://api.test/orders"  # (httpx's own field, set)
+    assert repr(refusal).startswith("CircuitOpen(reason='circuit_open'")
+
+
+async def test_the_async_transport_raises_it_alike() -> None:
+    clock = FakeClock()
+    transport = retrysafe.AsyncRetryTransport(
+        httpx.MockTransport(_failing),
+        clock=clock,
+        governor=_opened(clock),
+        policy=RetryPolicy(attempts=1),
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get("http://api.test/")).status_code == 502
+        with pytest.raises(httpx.TransportError) as caught:
+            await client.get("http://api.test/")
+    assert isinstance(caught.value, retrysafe.CircuitOpen)
+
+
+def test_a_call_a_cooldown_refuses_is_an_httpx_transport_error_too() -> None:
+    """A 429 asking for more than the call's deadline starts a cooldown; the next call
+    is refused before it is sent."""
+    clock = FakeClock()
+    replies = iter([httpx.Response(429, headers={"Retry-After": "60"})])
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(lambda request: next(replies)),
+        clock=clock,
+        governor=Governor(clock=clock),
+        policy=RetryPolicy(deadline=10),
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get("http://api.test/").status_code == 429
+        with pytest.raises(httpx.TransportError) as caught:
+            client.get("http://api.test/")
+    assert isinstance(caught.value, retrysafe.CooldownActive)
+
+
+def test_a_pickled_refusal_carries_its_request_without_secrets() -> None:
+    clock = FakeClock()
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(_failing),
+        clock=clock,
+        governor=_opened(clock),
+        policy=RetryPolicy(attempts=1),
+    )
+    with httpx.Client(transport=transport) as client:
+        client.get("http://api.test/")
+        with pytest.raises(retrysafe.CircuitOpen) as caught:
+            client.get("http://api.test/?api_key=q-secret", headers={"Authorization": SECRET})
+    pickled = pickle.dumps(caught.value)
+    assert b"sk-live" not in pickled
+    assert b"q-secret" not in pickled
+    back = pickle.loads(pickled)
+    assert isinstance(back, httpx.TransportError)
+    assert isinstance(back, retrysafe.CircuitOpen)
+    assert back.request.headers["Authorization"] == "[REDACTED]"
+
+
+def test_with_raise_errors_and_through_the_client_it_stays_retrysafes_own() -> None:
+    """``raise_errors=True`` asks for retrysafe's errors, and ``retrysafe.Client`` raises
+    them: neither is re-typed."""
+    clock = FakeClock()
+    governor = _opened(clock)
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(_failing),
+        clock=clock,
+        governor=governor,
+        policy=RetryPolicy(attempts=1),
+        raise_errors=True,
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get("http://api.test/").status_code == 502
+        with pytest.raises(retrysafe.CircuitOpen) as caught:
+            client.get("http://api.test/")
+    assert not isinstance(caught.value, httpx.TransportError)
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(_failing), clock=clock, governor=governor
+        ) as retrysafe_client,
+        pytest.raises(retrysafe.CircuitOpen) as again,
+    ):
+        retrysafe_client.get("http://api.test/")
+    assert not isinstance(again.value, httpx.TransportError)
