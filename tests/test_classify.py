@@ -129,6 +129,32 @@ def test_a_keyed_409_is_in_use_when_the_server_says_so_or_our_attempt_may_still_
         assert verdict.kind == "permanent", said
 
 
+def test_stripes_409_for_a_key_in_progress_is_in_use() -> None:
+    """Stripe answers a request whose key another request still holds with a 409 and an
+    ``idempotency_error`` body, no header: wait for that request, as Stripe's own SDK
+    does (it was final at once). Its other errors under a 409 stay the app's conflict."""
+    in_progress = httpx.Response(
+        409,
+        json={
+            "error": {
+                "type": "idempotency_error",
+                "message": "There is currently another in-progress request using this "
+                "Idempotent Key (that probably means you submitted twice, and the other "
+                "request is still going through): idem-1. Please try again later.",
+            }
+        },
+    )
+    verdict = classify(in_progress, keyed=True)
+    assert (verdict.kind, verdict.reason, verdict.processed) == (
+        "retry",
+        "idempotency_key_in_use",
+        "no",
+    )
+    assert classify(in_progress, keyed=False).kind == "permanent"  # (no key: no such thing)
+    other = httpx.Response(409, json={"error": {"type": "invalid_request_error"}})
+    assert classify(other, keyed=True).reason == "conflict"
+
+
 def test_a_replayed_409_is_the_apps_own_answer_not_a_key_in_use() -> None:
     replayed = response(409, {"Idempotent-Replayed": "true", "Retry-After": "1"})
     verdict = classify_response(replayed, POLICY, keyed=True, now=NOW, key_may_be_in_use=True)

@@ -275,21 +275,33 @@ _KEY_PROBLEM_HEADER: Final = "idempotency-problem"
 def _key_problem(response: httpx.Response) -> str | None:
     """What a 409 says of the request's key: ``request-in-flight``,
     ``result-not-replayable``, another problem of the middleware's, or None when it
-    says nothing of the key (it may be the app's own conflict)."""
+    says nothing of the key (it may be the app's own conflict).
+
+    Told by retrysafe's middleware's header or problem document, or by Stripe's error
+    body: ``{"error": {"type": "idempotency_error", ...}}`` on a 409 is another request
+    under the key still in progress (a key reused with other parameters is a 400)."""
     said = response.headers.get(_KEY_PROBLEM_HEADER)
     if said is not None:
         return str(said).strip().lower()
-    if "problem+json" not in response.headers.get("content-type", ""):
+    content_type = response.headers.get("content-type", "")
+    if "json" not in content_type:
         return None
     try:
         document = response.json()
     except (ValueError, httpx.ResponseNotRead):
         return None
-    kind = document.get("type") if isinstance(document, dict) else None
-    if isinstance(kind, str):
-        for problem in (_IN_FLIGHT, _NOT_REPLAYABLE):
-            if kind.endswith(problem):
-                return problem
+    if not isinstance(document, dict):
+        return None
+    if "problem+json" in content_type:
+        kind = document.get("type")
+        if isinstance(kind, str):
+            for problem in (_IN_FLIGHT, _NOT_REPLAYABLE):
+                if kind.endswith(problem):
+                    return problem
+        return None
+    error = document.get("error")
+    if isinstance(error, dict) and error.get("type") == "idempotency_error":
+        return _IN_FLIGHT  # (Stripe's)
     return None
 
 
