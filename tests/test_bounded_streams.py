@@ -19,7 +19,13 @@ import pytest
 
 from retrysafe.async_bounded_backend import AsyncBoundedBackend, AsyncBoundedStream
 from retrysafe.attempt_deadline import AttemptDeadlineReached, current_call
-from retrysafe.bounded_backend import BoundedBackend, BoundedStream, _StreamSlots, _TurnToRead
+from retrysafe.bounded_backend import (
+    H2_PREFACE,
+    BoundedBackend,
+    BoundedStream,
+    _StreamSlots,
+    _TurnToRead,
+)
 
 
 class _Call:
@@ -452,6 +458,50 @@ def _in_pool(stream: BoundedStream | AsyncBoundedStream, pool: _Pool) -> _H2Conn
     pool.connections.append(_PoolConnection(connection))
     stream.shared = True  # (it wrote the HTTP/2 preface)
     return connection
+
+
+class _H2State:
+    """h2's connection state, as far as sending a request's HEADERS goes."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def send_headers(self, stream_id: int, headers: object, end_stream: bool = False) -> None:
+        self.sent.append(stream_id)
+
+
+def test_over_http2_a_request_is_sent_when_its_headers_go_into_h2() -> None:
+    """Another request's write may carry them: the HEADERS going into h2's buffer, in the
+    request's own thread, are when it may have been sent, not a write of its own."""
+    pool = _Pool()
+    stream = BoundedStream(_Recorder(), weakref.ref(pool))  # type: ignore[arg-type]
+    connection = _H2Connection(stream)
+    state = connection._h2_state = _H2State()  # type: ignore[attr-defined]
+    pool.connections.append(_PoolConnection(connection))
+    call = _Call(ends_in=1.0)
+    token = current_call.set(call)
+    try:
+        stream.write(H2_PREFACE, timeout=5.0)  # (the connection's first write)
+        assert call.attempt_sent_at is None, "the preface is no request"
+        before = time.monotonic()
+        connection._h2_state.send_headers(1, [], end_stream=True)  # type: ignore[attr-defined]
+    finally:
+        current_call.reset(token)
+    assert call.attempt_sent_at is not None
+    assert call.attempt_sent_at >= before
+    assert state.sent == [1]
+
+
+def test_an_http2_connection_that_cannot_be_watched_sends_nothing() -> None:
+    """Not found in its pool, its requests' sending could not be told: taken as unsent
+    when cut, a POST another's write had carried would be sent twice. It fails before
+    its preface, as a connect error (nothing sent)."""
+    pool = _Pool()  # (lists no connection of this stream)
+    inner = _Recorder()
+    stream = BoundedStream(inner, weakref.ref(pool))  # type: ignore[arg-type]
+    with pytest.raises(httpcore.ConnectError, match="http2=False"):
+        stream.write(H2_PREFACE, timeout=5.0)
+    assert inner.writes == []
 
 
 @pytest.mark.parametrize(
