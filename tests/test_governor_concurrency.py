@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
@@ -176,12 +177,38 @@ async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:
     assert reasons.count("budget_exhausted") == TASKS - 100
 
 
+async def _fifty_at_once(
+    handler: Callable[[httpx.Request], Awaitable[httpx.Response]],
+) -> tuple[list[str], str]:
+    """Fifty calls at once (the default governor) to ``handler``: each call's end (its
+    status, or its error's reason) and the breaker's state after."""
+    clock = FakeClock()
+    ends: list[str] = []
+    governor = Governor(clock=clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+
+        async def call(caller: int) -> None:
+            try:
+                response = await client.get("http://api.test/", params={"caller": caller})
+                ends.append(str(response.status_code))
+            except retrysafe.ApiError as error:
+                ends.append(error.reason)
+
+        async with anyio.create_task_group() as group:
+            for caller in range(50):
+                group.start_soon(call, caller)
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    return ends, breaker.state
+
+
 async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_closed() -> None:
     """Fifty calls at once each get one 503, then a 200: a blip a retry fixes. Each call's
     first failure waits for its retry's outcome before it counts, so the breaker (20
     failing calls in a row by default) stays closed and every retry goes out. (It
     counted at once: the twentieth opened the circuit, and every call failed.)"""
-    clock = FakeClock()
     failed_once: set[str] = set()
 
     async def handler(request: httpx.Request) -> httpx.Response:
@@ -192,50 +219,18 @@ async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_cl
         failed_once.add(caller)
         return httpx.Response(503)
 
-    statuses: list[int] = []
-    governor = Governor(clock=clock)
-    async with retrysafe.AsyncClient(
-        transport=httpx.MockTransport(handler), clock=clock, governor=governor
-    ) as client:
-
-        async def call(caller: int) -> None:
-            response = await client.get("http://api.test/", params={"caller": caller})
-            statuses.append(response.status_code)
-
-        async with anyio.create_task_group() as group:
-            for caller in range(50):
-                group.start_soon(call, caller)
-    assert statuses == [200] * 50
-    breaker = governor.guard(DEPENDENCY).breaker
-    assert breaker is not None
-    assert breaker.state == "closed"
+    ends, state = await _fifty_at_once(handler)
+    assert (ends, state) == (["200"] * 50, "closed")
 
 
 async def test_an_outage_seen_by_every_call_in_flight_still_opens_the_circuit() -> None:
     """The same fifty calls against a server failing every attempt: their retries fail
     too, which counts them, and the circuit opens; calls refused by it say so."""
-    clock = FakeClock()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         await anyio.lowlevel.checkpoint()
         return httpx.Response(503)
 
-    reasons: list[str] = []
-    governor = Governor(clock=clock)
-    async with retrysafe.AsyncClient(
-        transport=httpx.MockTransport(handler), clock=clock, governor=governor
-    ) as client:
-
-        async def call() -> None:
-            try:
-                await client.get("http://api.test/")
-            except retrysafe.ApiError as error:
-                reasons.append(error.reason)
-
-        async with anyio.create_task_group() as group:
-            for _ in range(50):
-                group.start_soon(call)
-    breaker = governor.guard(DEPENDENCY).breaker
-    assert breaker is not None
-    assert breaker.state == "open"
-    assert "circuit_open" in reasons
+    ends, state = await _fifty_at_once(handler)
+    assert state == "open"
+    assert "circuit_open" in ends

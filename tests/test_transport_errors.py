@@ -9,6 +9,7 @@ re-typed to be also an ``httpx.TransportError`` (``DeadlineExceeded``: an
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import httpx
 import pytest
@@ -24,24 +25,31 @@ SECRET = "Bearer sk-live-do-not-share"
 OPENS_AT_ONCE = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1, open_for=30))
 
 
-def _opened(clock: FakeClock) -> Governor:
-    """A governor whose breaker for api.test opens on its first failing call."""
-    return Governor(OPENS_AT_ONCE, clock=clock)
-
-
 def _failing(request: httpx.Request) -> httpx.Response:
     return httpx.Response(502)
 
 
-def test_a_call_the_open_breaker_refuses_raises_circuit_open_as_an_httpx_transport_error() -> None:
+def _breaking(
+    kind: type[retrysafe.RetryTransport] | type[retrysafe.AsyncRetryTransport] = (
+        retrysafe.RetryTransport
+    ),
+    *,
+    raise_errors: bool = False,
+) -> Any:
+    """A drop-in transport of ``kind`` over a server answering 502, one attempt a call,
+    whose breaker for api.test opens on its first failing call."""
     clock = FakeClock()
-    transport = retrysafe.RetryTransport(
+    return kind(
         httpx.MockTransport(_failing),
         clock=clock,
-        governor=_opened(clock),
+        governor=Governor(OPENS_AT_ONCE, clock=clock),
         policy=RetryPolicy(attempts=1),
+        raise_errors=raise_errors,
     )
-    with httpx.Client(transport=transport) as client:
+
+
+def test_a_call_the_open_breaker_refuses_raises_circuit_open_as_an_httpx_transport_error() -> None:
+    with httpx.Client(transport=_breaking()) as client:
         assert client.get("http://api.test/").status_code == 502  # (opens it)
         with pytest.raises(httpx.TransportError) as caught:
             client.get("http://api.test/orders", headers={"Authorization": SECRET})
@@ -53,14 +61,7 @@ def test_a_call_the_open_breaker_refuses_raises_circuit_open_as_an_httpx_transpo
 
 
 async def test_the_async_transport_raises_it_alike() -> None:
-    clock = FakeClock()
-    transport = retrysafe.AsyncRetryTransport(
-        httpx.MockTransport(_failing),
-        clock=clock,
-        governor=_opened(clock),
-        policy=RetryPolicy(attempts=1),
-    )
-    async with httpx.AsyncClient(transport=transport) as client:
+    async with httpx.AsyncClient(transport=_breaking(retrysafe.AsyncRetryTransport)) as client:
         assert (await client.get("http://api.test/")).status_code == 502
         with pytest.raises(httpx.TransportError) as caught:
             await client.get("http://api.test/")
@@ -86,14 +87,7 @@ def test_a_call_a_cooldown_refuses_is_an_httpx_transport_error_too() -> None:
 
 
 def test_a_pickled_refusal_carries_its_request_without_secrets() -> None:
-    clock = FakeClock()
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(_failing),
-        clock=clock,
-        governor=_opened(clock),
-        policy=RetryPolicy(attempts=1),
-    )
-    with httpx.Client(transport=transport) as client:
+    with httpx.Client(transport=_breaking()) as client:
         client.get("http://api.test/")
         with pytest.raises(retrysafe.CircuitOpen) as caught:
             client.get("http://api.test/?api_key=q-secret", headers={"Authorization": SECRET})
@@ -109,15 +103,7 @@ def test_a_pickled_refusal_carries_its_request_without_secrets() -> None:
 def test_with_raise_errors_and_through_the_client_it_stays_retrysafes_own() -> None:
     """``raise_errors=True`` asks for retrysafe's errors, and ``retrysafe.Client`` raises
     them: neither is re-typed."""
-    clock = FakeClock()
-    governor = _opened(clock)
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(_failing),
-        clock=clock,
-        governor=governor,
-        policy=RetryPolicy(attempts=1),
-        raise_errors=True,
-    )
+    transport = _breaking(raise_errors=True)
     with httpx.Client(transport=transport) as client:
         assert client.get("http://api.test/").status_code == 502
         with pytest.raises(retrysafe.CircuitOpen) as caught:
@@ -125,7 +111,7 @@ def test_with_raise_errors_and_through_the_client_it_stays_retrysafes_own() -> N
     assert not isinstance(caught.value, httpx.TransportError)
     with (
         retrysafe.Client(
-            transport=httpx.MockTransport(_failing), clock=clock, governor=governor
+            transport=httpx.MockTransport(_failing), governor=transport.governor
         ) as retrysafe_client,
         pytest.raises(retrysafe.CircuitOpen) as again,
     ):
