@@ -1572,18 +1572,17 @@ def check_no_retry_after_nested_give_up(run: Run, expect: Expect) -> None:
 def check_effects_sane(run: Run, expect: Expect) -> None:
     """Sane effects. Every allowed breaker permit handed in is either reported once with
     RecordHealth (its attempt started; health and open_for as classify's ``health`` and
-    the 503's hint) or released once with ReleaseProbe (its attempt never started), never
-    both; refused permits need neither. But a call's first failure under a closed
-    period's permit is held back while the call may retry: reported as the call ends
-    without a retry (a refusal, giving up), dropped when its retry's outcome is told
-    (a second failure, reported in its place, or a success). Every paced slot granted is
-    used by the attempt
-    that follows its wait or released once. A 429 with a hint starts one cooldown of that
-    hint; nothing else does. A retry granted on a budget token (``spends_budget``) whose
-    attempt is never sent, the call ending first, gives the token back once
-    (RefundBudget); nothing else does. Events: one "retry" per granted retry, one
-    "success" or "failure" at the end, numbered with the attempts so far; one "attempt"
-    as each attempt ends, before the others."""
+    the 503's hint) or released once with ReleaseProbe (its attempt never started),
+    never both; refused permits need neither. But a call's first failure under a closed
+    period's permit (not a timeout, not one with the server's wait) is held back while
+    the call may retry: reported as the call ends without a retry (a refusal, giving
+    up), or just before its retry's failure (then a repeat), dropped by its success.
+    Every paced slot granted is used by the attempt that follows its wait or released
+    once. A 429 with a hint starts one cooldown of that hint; nothing else does. A retry
+    granted on a budget token (``spends_budget``) whose attempt is never sent, the call
+    ending first, gives the token back once (RefundBudget); nothing else does. Events:
+    one "retry" per granted retry, one "success" or "failure" at the end, numbered with
+    the attempts so far; one "attempt" as each attempt ends, before the others."""
     in_flight: Permit | None = None
     spent_unsent = False  # a granted retry spent a budget token; its attempt is not sent
     held = 0
@@ -1648,25 +1647,34 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 timed = outcome_health == "healthy" or (
                     outcome_health == "unhealthy" and rec.verdict.reason in _TIMEOUTS
                 )
+                open_for = rec.verdict.after if status == 503 else None
+                seconds = rec.at - rec.started if timed else None
+                if outcome_health == "unhealthy" and held_failure is not None:
+                    # Its retry failed too: the held failure counts now, this one repeats.
+                    expected_health.append(held_failure)
+                    held_failure, failed_before = None, True
+                holds = (
+                    outcome_health == "unhealthy"
+                    and not failed_before
+                    and not in_flight.probe
+                    and rec.verdict.reason not in _TIMEOUTS
+                    and rec.verdict.reason != "connect_timeout"
+                    and rec.verdict.after is None
+                )
                 expected = RecordHealth(
                     in_flight,
                     outcome_health,
-                    rec.verdict.after if status == 503 else None,
+                    open_for,
                     failed_before,  # a repeat: the call already counts as failing
-                    rec.at - rec.started if timed else None,
+                    seconds,
                 )
-                if (
-                    expected.health == "unhealthy"
-                    and not failed_before
-                    and not in_flight.probe
-                    and held_failure is None
-                ):
+                if holds:
                     held_failure = expected  # (reported below if the call ends here)
                 else:
                     if expected.health == "unhealthy":
                         failed_before = True
-                    if expected.health != "neutral":
-                        held_failure = None  # (told in its place, or taken back by a success)
+                    elif expected.health == "healthy":
+                        held_failure = None  # (taken back by a success)
                     # A healthy first report under a closed period's permit (not a probe)
                     # may be the one shared effect: the breaker counts it the same for any
                     # period.
@@ -1675,7 +1683,7 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                         and not expected.repeat
                         and expected.open_for is None
                         and not in_flight.probe
-                        and health_effects[:1] == [HEALTHY_WHILE_CLOSED]
+                        and health_effects[-1:] == [HEALTHY_WHILE_CLOSED]
                     )
                     expected_health.append(HEALTHY_WHILE_CLOSED if shared else expected)
                 in_flight = None

@@ -212,3 +212,64 @@ def test_neutral_outcomes_count_nowhere() -> None:
         breaker.record(CLOSED, "neutral")
         breaker.record(CLOSED, "neutral", repeat=True)
     assert breaker.calls_in_window() == 0
+
+
+ONE_FAILING_CALL = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1, open_for=20))
+
+
+def test_a_503_asking_every_caller_to_wait_counts_at_once() -> None:
+    """A first failure waits for its retry before it counts, but not one whose server
+    asked for a pause (a 503's Retry-After): the breaker hears at once, and opens for
+    the pause; the call's retry, after it, is the half-open probe. (Held back, the
+    breaker heard of an outage answered with 503 Retry-After: 2 only after each call's
+    two-second wait, and ten times as many requests reached the server first.)"""
+    clock = FakeClock()
+    governor = Governor(ONE_FAILING_CALL, clock=clock)
+    replies = iter([httpx.Response(503, headers={"Retry-After": "2"}), httpx.Response(200)])
+    events: list[retrysafe.RetryEvent] = []
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: next(replies)),
+        clock=clock,
+        governor=governor,
+        hooks=[events.append],
+    )
+    response = client.get("http://api.test/")
+    assert (response.status_code, retrysafe.report_of(response).attempts) == (200, 2)
+    kinds = [(event.kind, event.attempt) for event in events if event.kind != "attempt"]
+    assert kinds[:2] == [("circuit", 1), ("retry", 1)], kinds  # opened before the wait
+    assert [event.transition for event in events if event.kind == "circuit"] == [
+        "closed->open",
+        "open->half_open",
+        "half_open->closed",
+    ]
+
+
+def test_a_held_failure_counts_when_its_retry_fails_in_a_way_that_does_not() -> None:
+    """A call's 503 is held while it retries; the retry times out after 1 s, where
+    healthy answers take 5 s: a timeout the breaker takes for the caller's own limit, and
+    does not count. The 503 still does (it was lost, told in the timeout's place)."""
+    clock = FakeClock()
+    governor = Governor(ONE_FAILING_CALL, clock=clock)
+    script: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        step = script.pop(0)
+        if step == "slow 200":
+            clock.advance(5.0)
+            return httpx.Response(200)
+        if step == "503":
+            return httpx.Response(503)
+        clock.advance(1.0)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    policy = RetryPolicy(attempts=2, attempt_timeout=1.0, deadline=30)
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor, policy=policy
+    )
+    script += ["slow 200"] * 3
+    for _ in range(3):
+        client.get("http://api.test/")  # healthy answers take 5 s
+    script += ["503", "timeout"]
+    with pytest.raises(retrysafe.ApiError):
+        client.get("http://api.test/")
+    assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]

@@ -598,30 +598,41 @@ class Call:
 
         Many calls caught by one blip (a 503 each, at the same moment) must not open the
         circuit, which would then refuse the retries that save them: a call's first
-        failure counts if its retry fails too, or when the call ends without one
-        (:meth:`_report_held_failure`); a retry's success takes it back. A probe's
-        outcome is told at once, as the half-open breaker waits for it.
+        failure counts when its retry fails too (told then, its retry's failure as the
+        repeat), or when the call ends without one (:meth:`_report_held_failure`); a
+        retry's success takes it back. Told at once all the same: a probe's outcome (the
+        half-open breaker waits for it); a timeout, whose retry would take a whole attempt
+        to confirm it; and a failure with the server's wait (a 503's ``Retry-After``),
+        which asks every caller to back off now.
         """
         open_for = verdict.after if status == 503 else None
-        # A repeat: this call already told the breaker of a failure, so another one is
-        # not new evidence (a 429 or 4xx before it told it nothing).
         outcome_health = health(verdict, status)
-        repeat = self._failed_before
         seconds: float | None = None
         if outcome_health == "unhealthy":
-            if verdict.reason in TIMEOUT_REASONS:
+            timed_out = verdict.reason in TIMEOUT_REASONS
+            if timed_out:
                 seconds = self.last_attempt_seconds
-            if not repeat and not permit.probe and self._unreported_failure is None:
+            held = self._unreported_failure
+            if held is not None:
+                self._report_held_failure()  # (its retry failed too: it counts)
+            elif not (
+                self._failed_before
+                or permit.probe
+                or timed_out
+                or verdict.reason == "connect_timeout"
+                or verdict.after is not None
+            ):
                 held = RecordHealth(permit, "unhealthy", open_for, False, seconds)
                 self._unreported_failure = held
                 return
-            self._failed_before = True
         elif outcome_health == "healthy":
             seconds = self.last_attempt_seconds
-        if outcome_health != "neutral":
-            # (the call's health is told now: a failure held back is this one's, or was
-            # taken back by this success)
-            self._unreported_failure = None
+            self._unreported_failure = None  # (taken back: the call is healthy)
+        # A repeat: this call already told the breaker of a failure, so another one is
+        # not new evidence (a 429 or 4xx before it told it nothing).
+        repeat = self._failed_before
+        if outcome_health == "unhealthy":
+            self._failed_before = True
         self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
 
     def _report_held_failure(self) -> None:
