@@ -729,6 +729,57 @@ def test_h2_a_hung_server_still_opens_the_breaker(
     assert set(later[:5]) <= {"attempt_timeout", "read_timeout"}, later
 
 
+@contextlib.contextmanager
+def _host_that_never_finishes_tls() -> Iterator[str]:
+    """A base URL whose server accepts every connection and never answers its TLS
+    ClientHello: a host hung while each connection opens."""
+    listener = listening_socket("127.0.0.1")
+    accepted: list[Any] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, name="hung-tls", daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
+
+
+async def test_h2_a_host_that_hangs_while_connecting_opens_the_breaker() -> None:
+    """Twenty calls at once over HTTP/2 to a host that never completes a TLS handshake:
+    all but one wait for the one connection being opened, and are cut by their time
+    limit before anything is sent. That is the host failing, a connect timeout each,
+    and the breaker opens. (Taken for waits in the client's own pool, only the call
+    opening the connection counted, and the breaker never opened.)"""
+    transport = retrysafe.AsyncRetryTransport(
+        httpx.AsyncHTTPTransport(http2=True, verify=False),
+        policy=RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5),
+        governor=retrysafe.Governor(FIVE_IN_A_ROW),
+    )
+    with _host_that_never_finishes_tls() as base_url:
+        outcomes: list[str] = []
+        async with httpx.AsyncClient(transport=transport) as client:
+
+            async def one() -> None:
+                try:
+                    await client.get(base_url + "/")
+                except httpx.TransportError as error:
+                    outcomes.append(type(error).__name__)
+
+            async with anyio.create_task_group() as group:
+                for _ in range(20):
+                    group.start_soon(one)
+        breaker = transport.governor.guard(default_dependency(httpx.URL(base_url))).breaker
+        assert breaker is not None
+        assert breaker.state == "open", collections.Counter(outcomes)
+        assert set(outcomes) <= {"ConnectTimeout", "PoolTimeout"}, outcomes
+
+
 def test_h2_a_burst_of_unkeyed_posts_sends_each_at_most_once(
     h2_three_streams: H2Chaos, chaos: KeyedChaos
 ) -> None:

@@ -23,6 +23,7 @@ import httpcore
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
+    note_failed_open,
     note_headers_sent,
     note_sent,
     nothing_sent_yet,
@@ -34,6 +35,7 @@ from retrysafe.bounded_backend import (
     H2_PREFACE,
     Connecting,
     PoolRef,
+    bounded_handshake,
     written_by_call,
 )
 
@@ -163,8 +165,13 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        bounded, _, _ = time_left(timeout)
-        inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
+        try:
+            inner = await self._inner.start_tls(
+                ssl_context, server_hostname, bounded_handshake(timeout)
+            )
+        except (httpcore.ConnectError, httpcore.ConnectTimeout):
+            note_failed_open(self.pool() if self.pool is not None else None)
+            raise
         return AsyncBoundedStream(inner, self.pool)
 
     def get_extra_info(self, info: str) -> typing.Any:
@@ -186,7 +193,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        with Connecting(timeout) as bounded:
+        with Connecting(timeout, self._pool) as bounded:
             stream = await self.inner.connect_tcp(
                 host, port, bounded, local_address, socket_options
             )
@@ -198,7 +205,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        with Connecting(timeout) as bounded:
+        with Connecting(timeout, self._pool) as bounded:
             stream = await self.inner.connect_unix_socket(path, bounded, socket_options)
         return AsyncBoundedStream(stream, self._pool)
 

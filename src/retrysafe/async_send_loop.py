@@ -22,11 +22,11 @@ import httpx
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    cut_outcome,
     may_speak_http2,
     notes_first_writes,
     retire_stream_of,
 )
-from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.kept_body import aread_keeping_raw
@@ -117,13 +117,13 @@ class AsyncSendLoop:
                         failure = reached.as_outcome()
                     except TimeoutError:  # (a transport's own time limit)
                         retire_stream_of(drive)
-                        failure = AttemptTimedOut("the attempt did not finish in its time")
+                        failure = cut_outcome(self.transport, drive)
                     except (httpx.TransportError, httpx.DecodingError) as exc:
                         failure = exc
                     except BaseException as exc:
                         if watch is not None and watch.caught(exc):
                             retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
-                            failure = AttemptTimedOut("the attempt did not finish in its time")
+                            failure = cut_outcome(self.transport, drive)
                         else:
                             if watch is not None:
                                 watch.end()  # before the shielded close: no cancel of its own
@@ -176,7 +176,7 @@ class AsyncSendLoop:
             failure: Exception = reached.as_outcome()
         except TimeoutError:
             retire_stream_of(drive)  # (cut from outside: see attempt_deadline)
-            failure = AttemptTimedOut("the attempt did not finish in its time")
+            failure = cut_outcome(self.transport, drive)
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException:

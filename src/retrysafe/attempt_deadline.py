@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -38,6 +39,8 @@ __all__ = [
     "connection_carrying",
     "current_call",
     "current_copy",
+    "cut_outcome",
+    "note_failed_open",
     "may_speak_http2",
     "note_headers_sent",
     "note_sent",
@@ -242,6 +245,53 @@ def nothing_sent_yet() -> httpcore.PoolTimeout | None:
         "the attempt's time ran out waiting for a connection, before its request was sent "
         "(a full connection pool: see httpx.Limits(max_connections=...))"
     )
+
+
+#: When a connection of each httpcore pool last failed to open (``time.monotonic()``),
+#: for :func:`cut_outcome`: the pool drops it at once, before the requests that waited
+#: for it are cut.
+_failed_opens: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def note_failed_open(pool: object | None) -> None:
+    """A connection of ``pool`` (an httpcore pool) failed to open: its connect or TLS
+    handshake failed or timed out."""
+    if pool is not None:
+        _failed_opens[pool] = time.monotonic()
+
+
+def cut_outcome(transport: object, call: RunningCall) -> Exception:
+    """What an attempt cut from outside by its time limit failed with: the attempt's
+    timeout; or a connect timeout when it was never sent while a connection of
+    ``transport``'s pool was being opened, or failed to open during the attempt.
+
+    Over HTTP/2 every request waits for the one connection being opened; a host that
+    never completes it (a TLS handshake that hangs) is as down as one that refuses it,
+    and the breaker must hear it from every call so cut. Taken as a wait in the client's
+    own queue (the drive's pool timeout, for an attempt cut before it was sent), the
+    outage opened nothing and each call blamed its pool."""
+    if call.attempt_sent_at is None:
+        pool = getattr(transport, "_pool", None)
+        if pool is not None:
+            failed_at = _failed_opens.get(pool)
+            started_at = getattr(call, "attempt_started_at", None)
+            if _unopened_connection(pool) or (
+                failed_at is not None and started_at is not None and failed_at >= started_at
+            ):
+                return httpx.ConnectTimeout(
+                    "the attempt's time ran out waiting for its connection to the server to open"
+                )
+    return AttemptTimedOut("the attempt did not finish in its time")
+
+
+def _unopened_connection(pool: object) -> bool:
+    """Whether ``pool`` (httpcore's) holds a connection being opened; False where that
+    cannot be told."""
+    try:
+        connections = getattr(pool, "connections", ())
+        return any(getattr(connection, "_connection", False) is None for connection in connections)
+    except Exception:  # (httpcore's insides changed)
+        return False
 
 
 def note_sent() -> None:

@@ -42,6 +42,7 @@ from retrysafe.attempt_deadline import (
     connection_carrying,
     current_call,
     current_copy,
+    note_failed_open,
     note_headers_sent,
     note_sent,
     nothing_sent_yet,
@@ -55,6 +56,7 @@ __all__ = [
     "BoundedBackend",
     "BoundedStream",
     "PoolRef",
+    "bounded_handshake",
     "Connecting",
     "withdraw_queued",
     "written_by_call",
@@ -154,8 +156,11 @@ class BoundedStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        bounded, _, _ = time_left(timeout)
-        inner = self._inner.start_tls(ssl_context, server_hostname, bounded)
+        try:
+            inner = self._inner.start_tls(ssl_context, server_hostname, bounded_handshake(timeout))
+        except (httpcore.ConnectError, httpcore.ConnectTimeout):
+            note_failed_open(self.pool() if self.pool is not None else None)
+            raise
         return BoundedStream(inner, self.pool)
 
     def get_extra_info(self, info: str) -> typing.Any:
@@ -330,9 +335,9 @@ class Connecting:
     with less than half of its own time, the rest spent by the attempt that way.
     """
 
-    __slots__ = ("_starved", "bounded")
+    __slots__ = ("_pool", "_starved", "bounded")
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: float | None, pool: PoolRef = None) -> None:
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise httpcore.PoolTimeout(_POOL_FULL)
@@ -340,15 +345,29 @@ class Connecting:
         self._starved = (
             binds and timeout is not None and bounded is not None and bounded < timeout / 2
         )
+        #: The pool the connection is for: told when it fails to open (note_failed_open).
+        self._pool = pool
 
     def __enter__(self) -> float | None:
         return self.bounded
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
-        if self._starved and isinstance(exc, httpcore.ConnectTimeout):
-            raise httpcore.PoolTimeout(
-                f"{_POOL_FULL}; the connect had too little time left: {exc}"
-            ) from None
+        if isinstance(exc, (httpcore.ConnectError, httpcore.ConnectTimeout)):
+            if self._starved and isinstance(exc, httpcore.ConnectTimeout):
+                raise httpcore.PoolTimeout(
+                    f"{_POOL_FULL}; the connect had too little time left: {exc}"
+                ) from None
+            note_failed_open(self._pool() if self._pool is not None else None)
+
+
+def bounded_handshake(timeout: float | None) -> float | None:
+    """The time a TLS handshake gets: ``timeout``, or the attempt's time left if less;
+    with none left, a connect timeout (the connect took the attempt's time: a handshake
+    given none would fail in the ssl module, with an error httpx does not know)."""
+    bounded, binds, _ = time_left(timeout)
+    if binds and bounded is not None and bounded <= 0:
+        raise httpcore.ConnectTimeout("the attempt's time ran out before its TLS handshake")
+    return bounded
 
 
 class BoundedBackend(httpcore.NetworkBackend):
@@ -366,7 +385,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        with Connecting(timeout) as bounded:
+        with Connecting(timeout, self._pool) as bounded:
             stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return BoundedStream(stream, self._pool)
 
@@ -376,7 +395,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        with Connecting(timeout) as bounded:
+        with Connecting(timeout, self._pool) as bounded:
             stream = self.inner.connect_unix_socket(path, bounded, socket_options)
         return BoundedStream(stream, self._pool)
 
