@@ -315,7 +315,8 @@ class _HeadersNoted:
     stream number by now, which h2 hands out again to the next request until these
     HEADERS open it, and two requests on one stream break the connection. Such a
     request goes out and ends at once, having given the server no time: the breaker
-    does not count it, and only a request safe to repeat is sent again."""
+    does not count it once it has seen healthy answers take longer (see the breaker's
+    cut_short), and only a request safe to repeat is sent again."""
 
     __slots__ = ("_send",)
 
