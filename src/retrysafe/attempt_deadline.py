@@ -40,6 +40,7 @@ __all__ = [
     "current_call",
     "current_copy",
     "cut_outcome",
+    "failed_to_open_since",
     "note_failed_open",
     "may_speak_http2",
     "note_headers_sent",
@@ -272,16 +273,19 @@ def cut_outcome(transport: object, call: RunningCall) -> Exception:
     outage opened nothing and each call blamed its pool."""
     if call.attempt_sent_at is None:
         pool = getattr(transport, "_pool", None)
-        if pool is not None:
-            failed_at = _failed_opens.get(pool)
-            started_at = getattr(call, "attempt_started_at", None)
-            if _unopened_connection(pool) or (
-                failed_at is not None and started_at is not None and failed_at >= started_at
-            ):
-                return httpx.ConnectTimeout(
-                    "the attempt's time ran out waiting for its connection to the server to open"
-                )
+        if pool is not None and (_unopened_connection(pool) or failed_to_open_since(pool, call)):
+            return httpx.ConnectTimeout(
+                "the attempt's time ran out waiting for its connection to the server to open"
+            )
     return AttemptTimedOut("the attempt did not finish in its time")
+
+
+def failed_to_open_since(pool: object, call: RunningCall | None) -> bool:
+    """Whether a connection of ``pool`` failed to open since ``call``'s attempt in flight
+    started: the time it waited for a connection went on one that never opened."""
+    started_at = getattr(call, "attempt_started_at", None)
+    failed_at = _failed_opens.get(pool) if pool is not None else None
+    return failed_at is not None and started_at is not None and failed_at >= started_at
 
 
 def _unopened_connection(pool: object) -> bool:

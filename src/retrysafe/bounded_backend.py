@@ -42,6 +42,7 @@ from retrysafe.attempt_deadline import (
     connection_carrying,
     current_call,
     current_copy,
+    failed_to_open_since,
     note_failed_open,
     note_headers_sent,
     note_sent,
@@ -322,6 +323,9 @@ _POOL_FULL: Final = (
     "the attempt's time ran out waiting for a connection, before one was opened "
     "(a full connection pool: see httpx.Limits(max_connections=...))"
 )
+_FAILED_OPEN: Final = (
+    "the attempt's time ran out waiting for a connection to the server that failed to open"
+)
 
 
 class Connecting:
@@ -339,21 +343,34 @@ class Connecting:
 
     def __init__(self, timeout: float | None, pool: PoolRef = None) -> None:
         bounded, binds, _ = time_left(timeout)
+        #: The pool the connection is for: told when it fails to open (note_failed_open).
+        self._pool = pool
         if binds and bounded is not None and bounded <= 0:
+            if self._waited_on_a_failed_open():
+                raise httpcore.ConnectTimeout(_FAILED_OPEN)
             raise httpcore.PoolTimeout(_POOL_FULL)
         self.bounded = bounded
         self._starved = (
             binds and timeout is not None and bounded is not None and bounded < timeout / 2
         )
-        #: The pool the connection is for: told when it fails to open (note_failed_open).
-        self._pool = pool
+
+    def _waited_on_a_failed_open(self) -> bool:
+        """Whether the attempt's time went on a connection that failed to open (over
+        HTTP/2 every request waits on the one being opened): the server's doing, a
+        connect failure, not the pool's queue."""
+        pool = self._pool() if self._pool is not None else None
+        return pool is not None and failed_to_open_since(pool, current_call.get())
 
     def __enter__(self) -> float | None:
         return self.bounded
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
         if isinstance(exc, (httpcore.ConnectError, httpcore.ConnectTimeout)):
-            if self._starved and isinstance(exc, httpcore.ConnectTimeout):
+            if (
+                self._starved
+                and isinstance(exc, httpcore.ConnectTimeout)
+                and not self._waited_on_a_failed_open()
+            ):
                 raise httpcore.PoolTimeout(
                     f"{_POOL_FULL}; the connect had too little time left: {exc}"
                 ) from None
