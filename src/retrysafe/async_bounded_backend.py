@@ -105,8 +105,6 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         #: See :class:`BoundedStream`.
         self.pool = pool
         self.shared = False
-        #: Its HTTP/2 connection notes each request's HEADERS (note_headers_sent).
-        self._headers_noted = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own.
         self._slots_unwatched = False
 
@@ -139,14 +137,12 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unwatched = True
-                self._headers_noted = note_headers_sent(self)
+                note_headers_sent(self)  # (each request is sent as its HEADERS go into h2)
             elif self._slots_unwatched:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unwatched = False
                 _watch_stream_slots_async(self)
             written_by_call(self)
-            if not self._headers_noted:
-                note_sent()  # (HEADERS not watched: its attempts count as sent from their start)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:

@@ -332,10 +332,12 @@ class _HeadersNoted:
         return self._send(*args, **kwargs)
 
 
-def note_headers_sent(stream: SharedStream) -> bool:
+def note_headers_sent(stream: SharedStream) -> None:
     """Make the HTTP/2 connection ``stream`` carries note each request's sending as its
-    HEADERS go into h2 (:class:`_HeadersNoted`); whether it does. Called as the connection
-    writes its preface, before any request on it can send its HEADERS.
+    HEADERS go into h2 (:class:`_HeadersNoted`). Called as the connection writes its
+    preface, before any request on it can send its HEADERS. (Where httpcore does not send
+    HEADERS that way, nothing is watched, and its attempts count as sent from their
+    start: :func:`notes_first_writes`.)
 
     Where httpcore sends HEADERS as this expects, the send loops take an attempt that was
     not noted as never sent (:func:`notes_first_writes`); so a connection that cannot be
@@ -354,10 +356,8 @@ def note_headers_sent(stream: SharedStream) -> bool:
                 "each request on it is sent; nothing was sent on it (please report this; "
                 "http2=False avoids it)"
             )
-        return False
-    if not isinstance(send, _HeadersNoted):
+    elif not isinstance(send, _HeadersNoted):
         state.send_headers = _HeadersNoted(send)
-    return True
 
 
 #: Whether httpcore's HTTP/2 connections send HEADERS as note_headers_sent expects (None:

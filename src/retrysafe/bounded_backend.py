@@ -84,8 +84,6 @@ class BoundedStream(httpcore.NetworkStream):
         self.pool = pool
         #: It carries HTTP/2: several requests at once (seen from its preface).
         self.shared = False
-        #: Its HTTP/2 connection notes each request's HEADERS (note_headers_sent).
-        self._headers_noted = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own (unbounded).
         self._slots_unbounded = False
 
@@ -115,14 +113,12 @@ class BoundedStream(httpcore.NetworkStream):
             if not self.shared:
                 self.shared = True
                 self._slots_unbounded = _bound_turns_to_read(self)
-                self._headers_noted = note_headers_sent(self)
+                note_headers_sent(self)  # (each request is sent as its HEADERS go into h2)
             elif self._slots_unbounded:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
                 _bound_stream_slots(self)
             written_by_call(self)
-            if not self._headers_noted:
-                note_sent()  # (HEADERS not watched: its attempts count as sent from their start)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
