@@ -612,8 +612,7 @@ class Call:
             timed_out = verdict.reason in TIMEOUT_REASONS
             if timed_out:
                 seconds = self.last_attempt_seconds
-            held = self._unreported_failure
-            if held is not None:
+            if self._unreported_failure is not None:
                 self._report_held_failure()  # (its retry failed too: it counts)
             elif not (
                 self._failed_before
@@ -622,8 +621,9 @@ class Call:
                 or verdict.reason == "connect_timeout"
                 or verdict.after is not None
             ):
-                held = RecordHealth(permit, "unhealthy", open_for, False, seconds)
-                self._unreported_failure = held
+                self._unreported_failure = RecordHealth(
+                    permit, "unhealthy", open_for, False, seconds
+                )
                 return
         elif outcome_health == "healthy":
             seconds = self.last_attempt_seconds
