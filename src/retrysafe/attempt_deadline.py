@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpx
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import httpcore
 
 __all__ = [
+    "UNSENT_IN_TIME",
     "AttemptDeadlineReached",
     "CopyWatcher",
     "RunningCall",
@@ -233,6 +234,14 @@ def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:
     return timeout, False, True
 
 
+#: What an attempt that ran out of time before its request was sent fails with (as a
+#: pool timeout: here for a write, in the drive for an attempt cut from outside).
+UNSENT_IN_TIME: Final = (
+    "the attempt's time ran out waiting for a connection, before its request was sent "
+    "(a full connection pool: see httpx.Limits(max_connections=...))"
+)
+
+
 def nothing_sent_yet() -> httpcore.PoolTimeout | None:
     """For a write that finds its attempt's time gone: a pool timeout if the attempt has
     sent nothing yet (it was handed a kept-alive connection with no time left, its time
@@ -242,10 +251,7 @@ def nothing_sent_yet() -> httpcore.PoolTimeout | None:
         return None
     import httpcore  # (loaded by now: a network stream is writing)
 
-    return httpcore.PoolTimeout(
-        "the attempt's time ran out waiting for a connection, before its request was sent "
-        "(a full connection pool: see httpx.Limits(max_connections=...))"
-    )
+    return httpcore.PoolTimeout(UNSENT_IN_TIME)
 
 
 #: When a connection of each httpcore pool last failed to open (``time.monotonic()``),

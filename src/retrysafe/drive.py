@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from retrysafe.attempt_deadline import RunningCall, SharedStream, current_call
+from retrysafe.attempt_deadline import UNSENT_IN_TIME, RunningCall, SharedStream, current_call
 from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import SystemClock
@@ -181,11 +181,6 @@ def _take_off_stale(request: httpx.Request, left: object) -> None:
 #: What a context variable's token holds as its old value when it had none.
 _MISSING: Final = contextvars.Token.MISSING
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
-#: What an attempt cut before it wrote anything (see Drive.raised) fails with.
-_CUT_WHILE_WAITING: Final = (
-    "the attempt's time ran out waiting for a connection, before its request was sent "
-    "(a full connection pool: see httpx.Limits(max_connections=...))"
-)
 #: Testing mode's wait: none at all.
 _INSTANT: Final = Wait(0.0)
 
@@ -587,7 +582,7 @@ class Drive:
                 # (its first write over HTTP/1.1, its HEADERS over HTTP/2: see
                 # notes_first_writes; a hedged copy's too): its time went on waiting for a
                 # connection or a free stream, and the server never saw it.
-                exc = httpx.PoolTimeout(_CUT_WHILE_WAITING)
+                exc = httpx.PoolTimeout(UNSENT_IN_TIME)
             self.call.attempt_queued(self._time_queued())
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 
