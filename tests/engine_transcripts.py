@@ -1575,8 +1575,10 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     the 503's hint) or released once with ReleaseProbe (its attempt never started),
     never both; refused permits need neither. But a call's first failure under a closed
     period's permit (not a timeout, not one with the server's wait) is held back while
-    the call may retry: reported as the call ends without a retry (a refusal, giving
-    up), or just before its retry's failure (then a repeat), dropped by its success.
+    the call may retry: reported as the call ends without a retry (giving up, or a
+    refusal other than the budget's or the circuit's), or just before its retry's
+    failure (then a repeat); dropped by its success, or by the budget or the circuit
+    refusing its retry.
     Every paced slot granted is used by the attempt that follows its wait or released
     once. A 429 with a hint starts one cooldown of that hint; nothing else does. A retry
     granted on a budget token (``spends_budget``) whose attempt is never sent, the call
@@ -1699,8 +1701,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
             spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
         if type(rec.result) is Fail and held_failure is not None:
-            expected_health.append(held_failure)  # the call ends without a retry: told now
-            held_failure, failed_before = None, True
+            if isinstance(rec.result.error, (BudgetExhausted, CircuitOpen)):
+                held_failure = None  # the governor refused the retry: taken back
+            else:
+                expected_health.append(held_failure)  # the call ends without a retry: told now
+                held_failure, failed_before = None, True
         expect(
             health_effects == expected_health,
             "breaker told %r, expected %r (%s -> %s)",

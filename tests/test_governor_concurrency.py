@@ -177,10 +177,10 @@ async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:
     assert reasons.count("budget_exhausted") == TASKS - 100
 
 
-async def _fifty_at_once(
-    handler: Callable[[httpx.Request], Awaitable[httpx.Response]],
+async def _at_once(
+    handler: Callable[[httpx.Request], Awaitable[httpx.Response]], calls: int = 50
 ) -> tuple[list[str], str]:
-    """Fifty calls at once (the default governor) to ``handler``: each call's end (its
+    """``calls`` calls at once (the default governor) to ``handler``: each call's end (its
     status, or its error's reason) and the breaker's state after."""
     clock = FakeClock()
     ends: list[str] = []
@@ -197,18 +197,15 @@ async def _fifty_at_once(
                 ends.append(error.reason)
 
         async with anyio.create_task_group() as group:
-            for caller in range(50):
+            for caller in range(calls):
                 group.start_soon(call, caller)
     breaker = governor.guard(DEPENDENCY).breaker
     assert breaker is not None
     return ends, breaker.state
 
 
-async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_closed() -> None:
-    """Fifty calls at once each get one 503, then a 200: a blip a retry fixes. Each call's
-    first failure waits for its retry's outcome before it counts, so the breaker (20
-    failing calls in a row by default) stays closed and every retry goes out. (It
-    counted at once: the twentieth opened the circuit, and every call failed.)"""
+def _blip() -> Callable[[httpx.Request], Awaitable[httpx.Response]]:
+    """A server that answers each caller's first request 503, and every later one 200."""
     failed_once: set[str] = set()
 
     async def handler(request: httpx.Request) -> httpx.Response:
@@ -219,8 +216,42 @@ async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_cl
         failed_once.add(caller)
         return httpx.Response(503)
 
-    ends, state = await _fifty_at_once(handler)
+    return handler
+
+
+async def test_a_blip_every_call_in_flight_retries_through_leaves_the_circuit_closed() -> None:
+    """Fifty calls at once each get one 503, then a 200: a blip a retry fixes. Each call's
+    first failure waits for its retry's outcome before it counts, so the breaker (20
+    failing calls in a row by default) stays closed and every retry goes out. (It
+    counted at once: the twentieth opened the circuit, and every call failed.)"""
+    ends, state = await _at_once(_blip())
     assert (ends, state) == (["200"] * 50, "closed")
+
+
+async def test_a_blip_wider_than_the_budget_fails_only_the_calls_it_refuses() -> None:
+    """A hundred calls at once each get one 503, then a 200; the budget (60 tokens by
+    default, and what it earns back while the retries wait) grants 60 or a few more
+    retries and refuses the rest. The refusals are load protection's own choice, not
+    news of the server: they leave the breaker closed, and every granted retry goes out
+    and succeeds. (They counted as failures: the twentieth opened the circuit, which
+    then refused the granted retries too, and every call failed.)"""
+    ends, state = await _at_once(_blip(), calls=100)
+    assert state == "closed"
+    assert set(ends) == {"200", "budget_exhausted"}
+    assert 60 <= ends.count("200") < 100
+
+
+async def test_an_outage_seen_by_more_calls_than_the_budget_still_opens_the_circuit() -> None:
+    """The same hundred calls against a server failing every attempt: the retries the
+    budget grants fail too, which counts their calls, and the circuit opens."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.lowlevel.checkpoint()
+        return httpx.Response(503)
+
+    ends, state = await _at_once(handler, calls=100)
+    assert state == "open"
+    assert "circuit_open" in ends
 
 
 async def test_an_outage_seen_by_every_call_in_flight_still_opens_the_circuit() -> None:
@@ -231,6 +262,6 @@ async def test_an_outage_seen_by_every_call_in_flight_still_opens_the_circuit() 
         await anyio.lowlevel.checkpoint()
         return httpx.Response(503)
 
-    ends, state = await _fifty_at_once(handler)
+    ends, state = await _at_once(handler)
     assert state == "open"
     assert "circuit_open" in ends

@@ -599,11 +599,12 @@ class Call:
         Many calls caught by one blip (a 503 each, at the same moment) must not open the
         circuit, which would then refuse the retries that save them: a call's first
         failure counts when its retry fails too (told then, its retry's failure as the
-        repeat), or when the call ends without one (:meth:`_report_held_failure`); a
-        retry's success takes it back. Told at once all the same: a probe's outcome (the
-        half-open breaker waits for it); a timeout, whose retry would take a whole attempt
-        to confirm it; and a failure with the server's wait (a 503's ``Retry-After``),
-        which asks every caller to back off now.
+        repeat), or when the call ends without one for a reason of its own, out of
+        attempts or time, or cancelled (:meth:`_report_held_failure`); a retry's success,
+        or the governor's refusal of the retry (budget or circuit), takes it back. Told at
+        once all the same: a probe's outcome (the half-open breaker waits for it); a
+        timeout, whose retry would take a whole attempt to confirm it; and a failure with
+        the server's wait (a 503's ``Retry-After``), which asks every caller to back off now.
         """
         open_for = verdict.after if status == 503 else None
         outcome_health = health(verdict, status)
@@ -671,6 +672,12 @@ class Call:
         from retrysafe.failures import CallSummary, give_up_error
 
         self.state = "done"
+        if stop == "budget" or stop == "circuit":
+            # The governor refused the retry its first failure was held back for: that
+            # refusal is load protection's own choice, not news of the dependency, and
+            # counting it would compound (many calls refused by the budget in one blip
+            # would open the circuit, which then refuses the retries the budget granted).
+            self._unreported_failure = None
         self._report_held_failure()
         self._refund_unsent_retry()
         response, cause, verdict = self._last_response, self._last_cause, self._verdict
