@@ -24,7 +24,8 @@ request, and retrysafe's attempt span, which knows it is a resend, is the one.
 Without an SDK (no global provider set, none given) the hook says it is not
 listening: calls then build no routine events and open no spans, so the hook
 costs a check per call. Metrics (through the same API): ``retrysafe.attempts``
-(every request sent, a hedged copy too: one that lost has outcome ``hedge_lost``),
+(every attempt, a hedged copy too: one that lost has outcome ``hedge_lost``; one that never
+left, such as a ``connect_error``, counts under its outcome),
 ``retrysafe.retries``, ``retrysafe.refusals``, ``retrysafe.hedges`` (counters),
 ``retrysafe.retry.wait`` and ``retrysafe.call.duration`` (histograms),
 ``retrysafe.circuit.state`` (a gauge: 0 closed, 1 half open, 2 open).
@@ -135,7 +136,9 @@ class OpenTelemetry:
             _SUPPRESS_HTTP is not None
         )
         self._attempts = meter.create_counter(
-            "retrysafe.attempts", unit="{attempt}", description="Attempts sent, by outcome."
+            "retrysafe.attempts",
+            unit="{attempt}",
+            description="Attempts, by outcome (one that never left too: connect_error...).",
         )
         self._retries = meter.create_counter(
             "retrysafe.retries", unit="{retry}", description="Retries decided, by outcome."

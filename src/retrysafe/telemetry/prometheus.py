@@ -13,7 +13,8 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
   (empty for a success);
 - ``retrysafe_call_duration_seconds{dependency, result}``: histogram of whole calls;
 - ``retrysafe_attempts_total{dependency, outcome}``: attempts, by what each got
-  (every request sent: a hedged copy that lost counts with outcome ``hedge_lost``);
+  (every attempt: a hedged copy that lost counts with outcome ``hedge_lost``, one that
+  never left, such as a ``connect_error``, under its outcome);
 - ``retrysafe_hedges_total{dependency, outcome}``: hedged copies (see
   ``RetryPolicy.hedge_after``), by what became of each: ``sent``, ``won``, ``lost``,
   ``refused``;
@@ -99,7 +100,7 @@ class PrometheusMetrics:
         )
         self.attempts = Counter(
             "attempts",
-            "Attempts sent, by what each got.",
+            "Attempts, by what each got (one that never left too: connect_error...).",
             ("dependency", "outcome"),
             namespace=namespace,
             registry=None,
