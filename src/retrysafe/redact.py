@@ -45,7 +45,10 @@ __all__ = [
     "Redactor",
     "add_secret_names",
     "hidden_values",
+    "is_card_number",
+    "is_secret_field",
     "is_secret_name",
+    "multipart_fields",
     "name_segments",
     "printable",
     "redact_httpx_logs",
@@ -124,17 +127,19 @@ def add_secret_names(*names: str) -> None:
     ``X-Acme-Ticket`` and ``ticket_id`` secret but not ``tickets``; ``"acme-seal"`` makes
     ``X-Acme-Seal`` and ``acmeSeal`` secret but not ``seal``. Process-wide, thread-safe.
     """
-    global _secret_patterns
+    global _secret_patterns, _judged
     added = _patterns(names)
     with _registry_lock:
         _secret_patterns = _with_built_in() | added
+        _judged = {}
 
 
 def _reset_secret_names() -> None:
     """Back to the built-in names only (for tests)."""
-    global _secret_patterns
+    global _secret_patterns, _judged
     with _registry_lock:
         _secret_patterns = None
+        _judged = {}
 
 
 def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:
@@ -147,8 +152,27 @@ def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:
     ]
 
 
+#: Names already judged, against the names registered when they were: replaced by an
+#: empty one whenever the registered names change (read before them: an answer worked out
+#: against names registered since goes into a memo no longer read), and emptied when full
+#: (a client may send any number of names).
+_judged: dict[str, bool] = {}
+_JUDGED_KEPT = 4096
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a header or query parameter with this name carries a secret (see module doc)."""
+    judged = _judged
+    known = judged.get(name)
+    if known is None:
+        known = _judge_name(name)
+        if len(judged) >= _JUDGED_KEPT:
+            judged.clear()
+        judged[name] = known
+    return known
+
+
+def _judge_name(name: str) -> bool:
     segments = name_segments(name)
     patterns, public = _registered()
     for pattern in public:  # blank out public runs: "X-Idempotency-Key" -> "x"
@@ -436,7 +460,7 @@ class Redactor:
         elif request.url.username:
             secrets.append(request.url.username)
         body = _body_secrets(request)
-        secrets.extend(body if card_numbers else (s for s in body if not _is_card_number(s)))
+        secrets.extend(body if card_numbers else (s for s in body if not is_card_number(s)))
         # A control character in a value (which httpx and h11 refuse, quoting the value
         # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
         controlled = [secret for secret in secrets if re.search(_CONTROL, secret)]
@@ -545,7 +569,7 @@ def _body_secrets(request: httpx.Request) -> list[str]:
         for name, value in urllib.parse.parse_qsl(text, keep_blank_values=False):
             _take_field(name, value, secrets)
     elif "multipart/form-data" in kind:
-        for name, value in _multipart_fields(request.headers["content-type"], content):
+        for name, value in multipart_fields(request.headers["content-type"], content):
             _take_field(name, value, secrets)
     elif "json" in kind:
         try:
@@ -556,7 +580,7 @@ def _body_secrets(request: httpx.Request) -> list[str]:
     return secrets[:_BODY_SECRETS_KEPT]
 
 
-def _multipart_fields(content_type: str, content: bytes) -> list[tuple[str, str]]:
+def multipart_fields(content_type: str, content: bytes) -> list[tuple[str, str]]:
     """The text fields of a ``multipart/form-data`` body, as (name, value); not its files."""
     import email.parser  # (here: only a failing call with a multipart body reads one)
     import email.policy
@@ -603,13 +627,17 @@ def _take_field(name: str, value: object, into: list[str]) -> None:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return
     text = str(value)
-    if _is_card_number(text) or (
-        len(text) >= _MIN_BODY_SECRET and name_segments(name) != ("key",) and is_secret_name(name)
-    ):
+    if is_card_number(text) or (len(text) >= _MIN_BODY_SECRET and is_secret_field(name)):
         into.append(text)
 
 
-def _is_card_number(text: str) -> bool:
+def is_secret_field(name: str) -> bool:
+    """Whether a body field (JSON, form or multipart) with this name holds a secret: named
+    like one, but for a bare ``key`` (in a body as often a sort key or a file name)."""
+    return is_secret_name(name) and name_segments(name) != ("key",)
+
+
+def is_card_number(text: str) -> bool:
     """Whether ``text`` is a payment card number: 13 to 19 digits (spaces or dashes
     between them allowed) that pass the Luhn check."""
     if not re.fullmatch(_CARD_DIGITS, text):

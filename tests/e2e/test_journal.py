@@ -126,7 +126,8 @@ def test_two_requests_differing_in_an_id_that_reads_as_a_card_number_are_two(
     chaos: Any, journal: Journal
 ) -> None:
     """One in ten long ids passes the card-number check that hides cards from messages:
-    the fingerprint leaves out named secrets only, so they still tell requests apart."""
+    the fingerprint keeps a card number's first six and last four digits, so two such ids
+    still tell requests apart unless they share both."""
     url = chaos.url("/echo")
     with retrysafe.Client(journal=journal, policy=FAST) as client:
         client.post(url, json={"charge": "4242424242424242"}, operation="refund-1")

@@ -6,6 +6,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -162,3 +163,116 @@ def test_fields_cannot_bleed_into_each_other() -> None:
     assert fingerprint(b"x", content_type="text/plain") != fingerprint(
         b"xtext/plain", content_type=None
     )
+
+
+# -- no secret in the fingerprint ------------------------------------------------------
+# A store keeps every keyed request's fingerprint. Were a secret hashed into it, whoever
+# reads the store could test guesses offline: a password among four guesses, a card
+# number among a million candidates in seconds. So a guess must change nothing.
+
+FORM = "application/x-www-form-urlencoded"
+VISA, OTHER_VISA = "4242424242424242", "4242421000084242"  # same first six, last four
+MASTERCARD = "5555555555554444"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        b'{"user":"ann","password":"%s"}',
+        b'{"user":"ann","auth":{"client_secret":"%s"}}',
+        b'{"user":"ann","refresh_token":"%s","key":"sort-by-date"}',
+        b'[{"user":"ann","passwd":"%s"}]',
+    ],
+)
+def test_a_secret_field_counts_by_its_name_not_its_value(template: bytes) -> None:
+    guesses = {fingerprint(template % guess) for guess in (b"hunter2", b"letmein", b"x", b"")}
+
+    assert len(guesses) == 1
+    assert fingerprint(template % b"hunter2") != fingerprint(b'{"user":"ann"}')
+
+
+def test_a_whole_object_under_a_secret_name_counts_by_its_name() -> None:
+    assert fingerprint(b'{"credentials":{"user":"ann","pin":"1234"}}') == fingerprint(
+        b'{"credentials":{"user":"bob","pin":"9999"}}'
+    )
+
+
+def test_a_bare_key_field_in_a_body_still_counts_by_its_value() -> None:
+    """In a body, ``key`` is as often a sort key or a file name as a secret."""
+    assert fingerprint(b'{"key":"a.txt"}') != fingerprint(b'{"key":"b.txt"}')
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"card":{"number":"%s","exp":"12/30"}}', JSON),
+        (b'{"card":{"number":%s}}', JSON),
+        (b"amount=500&card[number]=%s&card[exp_month]=12", FORM),  # Stripe's form
+        (b"charge 500 to %s please", "text/plain"),
+        (b"{broken %s", JSON),
+    ],
+)
+def test_a_card_number_counts_by_its_first_six_and_last_four_digits(
+    body: bytes, content_type: str
+) -> None:
+    def of(card: str) -> str:
+        return fingerprint(body % card.encode(), content_type=content_type)
+
+    assert of(VISA) == of(OTHER_VISA)  # the middle six digits: no way to test guesses
+    assert of(VISA) != of(MASTERCARD)  # another card: another request
+
+
+def test_a_card_number_in_the_query_or_spaced_out_counts_the_same_way() -> None:
+    assert fingerprint(query=f"card={VISA}".encode()) == fingerprint(
+        query=f"card={OTHER_VISA}".encode()
+    )
+    spaced = b'{"number":"4242 4242 4242 4242"}'
+    assert fingerprint(spaced) == fingerprint(b'{"number":"4242 4210 0008 4242"}')
+
+
+def test_a_secret_in_the_query_or_a_form_counts_by_its_name() -> None:
+    assert fingerprint(query=b"to=ann&access_token=abc") == fingerprint(
+        query=b"to=ann&access_token=xyz"
+    )
+    assert fingerprint(b"user=ann&password=abc", content_type=FORM) == fingerprint(
+        b"user=ann&password=xyz", content_type=FORM
+    )
+    # (the rest of a form still counts as sent, field order too)
+    assert fingerprint(b"user=ann&password=abc", content_type=FORM) != fingerprint(
+        b"password=abc&user=ann", content_type=FORM
+    )
+
+
+def test_a_multipart_secret_field_counts_by_its_name() -> None:
+    boundary = "b0undary"
+    content_type = f"multipart/form-data; boundary={boundary}"
+
+    def form(password: str) -> bytes:
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="user"\r\n\r\nann\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="password"\r\n\r\n'
+            f"{password}\r\n--{boundary}--\r\n"
+        ).encode()
+
+    assert fingerprint(form("hunter22"), content_type=content_type) == fingerprint(
+        form("letmein1"), content_type=content_type
+    )
+
+
+def test_a_long_number_that_is_no_card_number_still_counts_whole() -> None:
+    """An id of 16 digits that fails the Luhn check is no card: every digit counts."""
+    assert fingerprint(b'{"order":4242424242424241}') != fingerprint(b'{"order":4242421000084241}')
+
+
+def test_the_journal_fingerprints_a_request_without_its_secrets() -> None:
+    """The client's journal keeps the same fingerprint on disk (over the URL without its
+    credentials): a short password or a card's middle digits change nothing."""
+    from retrysafe.idempotency.journal import request_fingerprint_of
+
+    def of(url: str, body: dict[str, Any]) -> str:
+        return request_fingerprint_of(httpx.Request("POST", url, json=body))
+
+    base = of("https://u:pw1@api.test/pay?pin=1", {"card": VISA, "password": "abc"})
+    assert base == of("https://u:pw2@api.test/pay?pin=1", {"card": OTHER_VISA, "password": "x"})
+    assert base != of("https://u:pw1@api.test/pay?pin=2", {"card": VISA, "password": "abc"})
+    assert base != of("https://u:pw1@api.test/pay?pin=1", {"card": MASTERCARD, "password": "a"})

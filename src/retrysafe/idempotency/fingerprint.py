@@ -1,24 +1,47 @@
-"""The fingerprint of a request: what must match for a repeat to count as the same request."""
+"""The fingerprint of a request: what must match for a repeat to count as the same request.
+
+A store keeps the fingerprint of every keyed request, and whoever reads the store could
+test guesses against it offline: a password under four guesses, a card number among a
+million candidates in seconds. So no secret goes into it. A field named like a secret
+(``password``, ``client_secret``, ``card_token``...: :func:`retrysafe.redact.is_secret_field`,
+names added with :func:`retrysafe.add_secret_names` too) counts by its name alone, and a
+payment card number by its first six and last four digits and its length, the part a
+receipt may print. Two requests that differ only there are the same request: a key sent
+again with another password or another card replays the first answer, where it would
+otherwise be refused as a reused key. A request holding no secret is fingerprinted as it
+always was.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from urllib.parse import parse_qsl
+import re
+from urllib.parse import parse_qsl, urlencode
+
+from retrysafe.redact import is_card_number, is_secret_field, multipart_fields
 
 __all__ = ["canonical_body", "canonical_query", "request_fingerprint"]
+
+#: What a secret field's value is fingerprinted as (the NUL keeps it apart from any text
+#: a client would send).
+_SECRET = "\x00secret"
+#: Runs of digits that may be a card number inside a body of another kind (text, multipart).
+_CARD_RUN = re.compile(rb"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
 
 
 def request_fingerprint(
     method: str, path: str, query: bytes, body: bytes, content_type: str | None
 ) -> str:
-    """A SHA-256 over the method, path, query, body and media type, in canonical forms.
+    """A SHA-256 over the method, path, query, body and media type, in canonical forms,
+    with no secret in them (see the module's docstring).
 
     Two requests that differ only in JSON formatting (key order, whitespace), in the
     order of distinct query parameters, or in their ``Content-Type``'s parameters or
     letter case get the same fingerprint; any other difference in method, path, query,
     body or media type gives another (the same bytes as JSON and as a form are read as
-    different requests by the app, so they are different requests here too).
+    different requests by the app, so they are different requests here too), but for a
+    secret's value.
     """
     digest = hashlib.sha256()
     for part in (
@@ -34,6 +57,23 @@ def request_fingerprint(
     return digest.hexdigest()
 
 
+def _card_stand_in(text: str) -> str | None:
+    """What a payment card number counts as: its first six and last four digits and its
+    length; None for any other text."""
+    if len(text) < 13 or not text[0].isdigit() or not is_card_number(text):
+        return None  # (the first two tests: most values, cheaply)
+    digits = "".join(character for character in text if character.isdigit())
+    return f"\x00card:{digits[:6]}:{len(digits)}:{digits[-4:]}"
+
+
+def _without_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Query or form ``pairs`` with each secret's value replaced by what it counts as."""
+    return [
+        (name, _SECRET if is_secret_field(name) else _card_stand_in(value) or value)
+        for name, value in pairs
+    ]
+
+
 def canonical_query(query: bytes) -> bytes:
     """The query string decoded and sorted by name, keeping the order of repeated names.
 
@@ -42,25 +82,58 @@ def canonical_query(query: bytes) -> bytes:
     """
     pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
     pairs.sort(key=lambda pair: pair[0])
+    pairs = _without_secrets(pairs)
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def canonical_body(body: bytes, content_type: str | None) -> bytes:
-    """A JSON body rewritten with sorted keys and no whitespace; other bodies as sent.
+    """A JSON body rewritten with sorted keys and no whitespace; other bodies as sent;
+    either with its secrets' values replaced (see the module's docstring).
 
     Numbers keep the exact text they were sent as: read as floats, two different amounts
     such as ``12345678901234567.89`` and ``…88`` would look the same. A body labelled
-    JSON that does not parse is taken byte for byte.
+    JSON that does not parse is taken byte for byte, but for card numbers.
     """
-    if not body or not _is_json(content_type):
+    if not body:
         return body
+    if not _is_json(content_type):
+        return _other_body(body, content_type)
     try:
         document = json.loads(
             body, parse_float=_Literal, parse_int=_Literal, parse_constant=_Literal
         )
     except (ValueError, RecursionError):
-        return body
+        return _without_card_runs(body)
     return _write_canonical(document).encode("utf-8", "surrogatepass")
+
+
+def _other_body(body: bytes, content_type: str | None) -> bytes:
+    """A body that is not JSON, as sent, but for its secrets: a form's secret fields and
+    card numbers, a multipart body's secret text fields, and card numbers anywhere."""
+    media_type = _media_type(content_type)
+    if media_type == "application/x-www-form-urlencoded":
+        text = body.decode("latin-1")
+        pairs = parse_qsl(text, keep_blank_values=True, encoding="latin-1")
+        kept = _without_secrets(pairs)
+        if kept == pairs:
+            return body  # (no secret: the bytes as sent, field order and all)
+        return b"\x00form:" + urlencode(kept, encoding="latin-1").encode("latin-1")
+    if media_type == "multipart/form-data" and content_type is not None:
+        for name, value in multipart_fields(content_type, body):
+            if value and is_secret_field(name):
+                body = body.replace(value.encode("utf-8", "replace"), _SECRET.encode())
+    return _without_card_runs(body)
+
+
+def _without_card_runs(body: bytes) -> bytes:
+    """``body`` with every card number in it replaced by what it counts as."""
+
+    def stand_in(match: re.Match[bytes]) -> bytes:
+        found = match.group(0).decode("ascii")
+        replaced = _card_stand_in(found)
+        return match.group(0) if replaced is None else replaced.encode("ascii")
+
+    return _CARD_RUN.sub(stand_in, body)
 
 
 class _Literal:
@@ -75,6 +148,8 @@ class _Literal:
 _OPEN_ARRAY, _CLOSE_ARRAY = _Literal("["), _Literal("]")
 _OPEN_OBJECT, _CLOSE_OBJECT = _Literal("{"), _Literal("}")
 _COMMA, _COLON = _Literal(","), _Literal(":")
+#: A secret field's value, whatever it was (a string, a number, an object).
+_SECRET_VALUE = _Literal(json.dumps(_SECRET))
 
 
 def _write_canonical(document: object) -> str:
@@ -83,13 +158,15 @@ def _write_canonical(document: object) -> str:
     Iterative rather than recursive, so any depth the parser accepted is written too.
     """
     out: list[str] = []
+    secret_names: dict[str, bool] = {}  # (a long body repeats its few names many times)
     pending: list[object] = [document]
     while pending:
         item = pending.pop()
         if isinstance(item, _Literal):
-            out.append(item.text)
+            card = _card_stand_in(item.text)  # (a number; punctuation is never one)
+            out.append(item.text if card is None else json.dumps("\x00number" + card))
         elif isinstance(item, str):
-            out.append(json.dumps(item, ensure_ascii=False))
+            out.append(json.dumps(_card_stand_in(item) or item, ensure_ascii=False))
         elif item is None or item is True or item is False:
             out.append(json.dumps(item))
         elif isinstance(item, list):
@@ -103,7 +180,11 @@ def _write_canonical(document: object) -> str:
             for index, name in enumerate(sorted(item)):
                 if index:
                     parts.append(_COMMA)
-                parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, item[name]))
+                secret = secret_names.get(name)
+                if secret is None:
+                    secret = secret_names[name] = is_secret_field(name)
+                value = _SECRET_VALUE if secret else item[name]
+                parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, value))
             parts.append(_CLOSE_OBJECT)
             pending.extend(reversed(parts))
         else:

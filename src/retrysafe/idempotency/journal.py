@@ -25,7 +25,7 @@ import httpx
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.errors import ApiError
 from retrysafe.named_tuple import NamedTuple
-from retrysafe.redact import Redactor, redact_url
+from retrysafe.redact import redact_url
 
 if TYPE_CHECKING:
     import sqlite3
@@ -92,23 +92,25 @@ class OperationDone(ValueError):
 
 
 def request_fingerprint_of(request: httpx.Request) -> str:
-    """sha256 of the method, the URL and the body bytes, each without the request's secret
-    values (see :mod:`retrysafe.redact`): what must be identical on a resume.
+    """The request's fingerprint as the idempotency middleware takes it
+    (:func:`~retrysafe.idempotency.request_fingerprint`: its method, path, query, body and
+    media type, none of its secrets), over its URL without credentials or a session in
+    its path: what must be identical on a resume.
 
     A hash of a secret kept on disk would let whoever reads the file test guesses at it
     offline (a password in the query, a card number in the body); and a token rotated
     between two runs leaves the operation the same request.
     """
-    import hashlib  # here, not at the top: a client that keeps no journal never needs it
+    from retrysafe.idempotency.fingerprint import request_fingerprint
 
-    # (named secrets only: a number that merely reads as a card's, as one in ten long ids
-    # do, must still tell two requests apart)
-    body = Redactor.for_request(request, card_numbers=False).scrub_bytes(request.read())
-    digest = hashlib.sha256()
-    for part in (request.method.upper().encode(), redact_url(request.url).encode(), body):
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return digest.hexdigest()
+    url = request.url
+    return request_fingerprint(
+        request.method,
+        redact_url(url.copy_with(query=None, fragment=None)),
+        url.query,
+        request.read(),
+        request.headers.get("content-type"),
+    )
 
 
 def state_after(error: ApiError) -> JournalState:
