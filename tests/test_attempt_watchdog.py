@@ -271,6 +271,37 @@ async def test_a_late_loop_still_runs_the_callers_earlier_timer_first() -> None:
             await other
 
 
+async def test_a_loop_running_late_cancels_every_attempt_due_at_once() -> None:
+    """Forty attempts due within a few µs of each other, on a loop whose every turn takes
+    20 ms (a busy process): each ends within a few turns of its end. (The timer cancelled
+    only the attempts due by the time it was armed for, then re-armed for the next end,
+    which came a turn later: the last attempt ran 0.8 s past its end, and a load trial
+    saw attempts of 0.5 s run for 1.5 s.)"""
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=10.0)
+    ended: list[float] = []
+    async with _client(_hangs, policy) as client:
+        busy = True
+
+        async def busy_loop() -> None:
+            while busy:
+                time.sleep(0.02)  # noqa: ASYNC251 - a slow turn of the loop is the point
+                await asyncio.sleep(0)
+
+        async def call() -> None:
+            started = time.monotonic()
+            with pytest.raises(retrysafe.ApiError):
+                await client.get("http://upstream.test/")
+            ended.append(time.monotonic() - started)
+
+        calls = [asyncio.ensure_future(call()) for _ in range(40)]
+        hog = asyncio.ensure_future(busy_loop())
+        await asyncio.gather(*calls)
+        busy = False
+        await hog
+    assert len(ended) == 40
+    assert max(ended) < 0.1 + 0.05 + 0.35  # its time, the grace, a few slow turns
+
+
 def test_no_event_loop_is_kept_after_its_run() -> None:
     import gc
     import weakref

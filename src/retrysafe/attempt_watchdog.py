@@ -14,7 +14,9 @@ event loop serves every attempt instead:
   per attempt timeout, finds nothing due, and re-arms. An attempt is cancelled only
   once the time it was due by has come in the loop's own order: a late loop runs a
   caller's timer that was due first before this one, as it would with
-  ``asyncio.timeout``.
+  ``asyncio.timeout``. When the loop runs so late that other attempts are due too,
+  each of them gets a timer of its own at its end, so the loop's next turn cancels
+  them all, each in its order.
 
 The attempt tells its own timeout from any other cancellation as
 ``asyncio.timeout`` does: it notes the task's cancel count when it starts, and a
@@ -72,7 +74,7 @@ class AttemptTimer:
 class Watch:
     """One attempt's end, kept by the watchdog while the attempt runs."""
 
-    __slots__ = ("_dog", "cancelling", "ends_at", "fired", "taken_back", "task")
+    __slots__ = ("_dog", "cancelling", "ends_at", "fired", "overdue", "taken_back", "task")
 
     def __init__(
         self,
@@ -89,6 +91,8 @@ class Watch:
         self.cancelling = cancelling
         #: The watchdog cancelled the task because this attempt ran out of time.
         self.fired = False
+        #: Its end passed while the loop ran late: a timer of its own cancels it.
+        self.overdue = False
         #: That cancel was taken back (by :meth:`caught` or :meth:`end`).
         self.taken_back = False
 
@@ -158,16 +162,30 @@ class AttemptWatchdog:
         # The attempts due by the time this timer was armed for: the loop runs timers in
         # the order they are due, so a later end waits for its own turn.
         due_by = self._armed_at
+        now = self.loop.time()
         self._handle = None
         self._armed_at = math.inf
         earliest = math.inf
         for entry in self._watches:
-            if entry.fired:
+            if entry.fired or entry.overdue:
                 continue
             if entry.ends_at <= due_by:
                 entry.fired = True
                 entry.task.cancel()
+            elif entry.ends_at <= now:
+                # Due already: the loop runs late. A timer of its own, at its own end,
+                # so that the loop's next turn runs every one due, each in its turn
+                # among the caller's timers. (Re-armed for the next end only, the one
+                # timer cancelled one attempt per turn: under load each next end came
+                # a turn later, and attempts of 0.5 s ran for 1.5 s.)
+                entry.overdue = True
+                self.loop.call_at(entry.ends_at, self._cancel_overdue, entry)
             elif entry.ends_at < earliest:
                 earliest = entry.ends_at
         if earliest != math.inf:
             self._arm(earliest)
+
+    def _cancel_overdue(self, entry: Watch) -> None:
+        if not entry.fired and entry in self._watches:  # (not ended meanwhile)
+            entry.fired = True
+            entry.task.cancel()
