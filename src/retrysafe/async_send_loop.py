@@ -16,7 +16,7 @@ for (the drive, the engine, the governor) are compiled all the same.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import httpx
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
     from retrysafe.attempt_watchdog import AttemptTimer, Watch
 
 __all__ = ["AsyncSendLoop"]
+
+#: How much later than an attempt's hard end (its time and the grace) the time limit ends
+#: an attempt whose every read and write the network backend ends at that end: late enough
+#: that the backend's own cut, which knows how far the request got, comes first.
+_BACKSTOP: Final = 0.05
 
 
 async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
@@ -63,11 +68,16 @@ class AsyncSendLoop:
         #: Whether the network streams note when each attempt is sent (its first write
         #: over HTTP/1.1, its HEADERS over HTTP/2), so that one not noted was never sent.
         self._noted = notes_first_writes(transport)
-        #: Whether the network backend ends every wait of an attempt at its end; if not,
-        #: a time limit does (asyncio's own timeout; anyio's cancel scope on trio). Over
-        #: HTTP/2 it cannot: a request also waits for its turn to read the connection
+        #: How long after an attempt's time the time limit ends it (asyncio's watchdog;
+        #: anyio's cancel scope on trio). Where the network backend ends its every read
+        #: and write at that time, the limit is a backstop, a little later: for httpcore's
+        #: pool, whose wait for a connection starts over, with the whole pool timeout,
+        #: each time the connection it was given turns out taken (100 calls on 100
+        #: keep-alive connections ran attempts of 0.5 s for 3 s without it). Over HTTP/2 it
+        #: is the limit itself: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
-        self._bounded = self._noted and not may_speak_http2(transport)
+        bounded = self._noted and not may_speak_http2(transport)
+        self._limit_after = _GRACE + _BACKSTOP if bounded else _GRACE
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
@@ -90,17 +100,18 @@ class AsyncSendLoop:
                     _start(request, drive, plan, self._noted)
                     response: httpx.Response | None = None
                     # The network backend ends reads at the attempt's end (see
-                    # attempt_deadline); a time limit bounds the transports it cannot
-                    # reach: the loop's watchdog on asyncio, anyio's cancel scope
-                    # elsewhere (_attempt_in_scope).
+                    # attempt_deadline); a time limit bounds what it cannot reach (other
+                    # transports, the pool's waits; see _limit_after): the loop's
+                    # watchdog on asyncio, anyio's cancel scope elsewhere
+                    # (_attempt_in_scope).
                     watch: Watch | None = None
-                    if not self._bounded and plan.timeout != _INF:
+                    if plan.timeout != _INF:
                         timer = self._timer
                         if timer is None:
                             from retrysafe.attempt_watchdog import AttemptTimer
 
                             timer = self._timer = AttemptTimer()
-                        watch = timer.start(plan.timeout + _GRACE)
+                        watch = timer.start(plan.timeout + self._limit_after)
                         if watch is None:
                             step = await self._attempt_in_scope(drive, request, plan)
                             continue
@@ -163,7 +174,7 @@ class AsyncSendLoop:
 
         response: httpx.Response | None = None
         try:
-            with anyio.fail_after(plan.timeout + _GRACE):
+            with anyio.fail_after(plan.timeout + self._limit_after):
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()
