@@ -47,6 +47,7 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     AttemptPlan,
+    DeferFailure,
     EmitEvent,
     Fail,
     ReadBody,
@@ -55,6 +56,7 @@ from retrysafe.decisions import (
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
+    RetryEnded,
     StartCooldown,
     Succeed,
     Wait,
@@ -1577,8 +1579,10 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     period's permit (not a timeout, not one with the server's wait) is held back while
     the call may retry: reported as the call ends without a retry (giving up, or a
     refusal other than the budget's or the circuit's), or just before its retry's
-    failure (then a repeat); dropped by its success, or by the budget or the circuit
-    refusing its retry.
+    failure (then a repeat); dropped by its success, or by the circuit refusing its
+    retry; handed to the breaker to defer (DeferFailure) when the budget refuses it. A
+    retry of a call that had failed (held, or told) tells its end (RetryEnded: failed
+    or not) after any health it reports; a probe's does not.
     Every paced slot granted is used by the attempt that follows its wait or released
     once. A 429 with a hint starts one cooldown of that hint; nothing else does. A retry
     granted on a budget token (``spends_budget``) whose attempt is never sent, the call
@@ -1602,10 +1606,23 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         cooldowns = [e for e in effects if type(e) is StartCooldown]
         events = [e.event for e in effects if type(e) is EmitEvent]
         refunds = [e for e in effects if type(e) is RefundBudget]
-        known = (RecordHealth, ReleaseProbe, ReleasePacing, StartCooldown, RefundBudget, EmitEvent)
+        defers = [e for e in effects if type(e) is DeferFailure]
+        retry_ends = [e for e in effects if type(e) is RetryEnded]
+        known = (
+            RecordHealth,
+            ReleaseProbe,
+            ReleasePacing,
+            StartCooldown,
+            RefundBudget,
+            DeferFailure,
+            RetryEnded,
+            EmitEvent,
+        )
         unknown = [e for e in effects if type(e) not in known]
         expect(not unknown, "unknown effects %r", unknown)
         expected_refunds: list[RefundBudget] = []
+        expected_defers: list[DeferFailure] = []
+        expected_retry_ends: list[RetryEnded] = []
         expected_events: list[str] = []
         expected_probes: list[Permit] = []
         expected_pacing = 0
@@ -1651,6 +1668,13 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 )
                 open_for = rec.verdict.after if status == 503 else None
                 seconds = rec.at - rec.started if timed else None
+                # A retry of a call that had failed decides the deferred failures.
+                if (
+                    outcome_health != "neutral"
+                    and not in_flight.probe
+                    and (held_failure is not None or failed_before)
+                ):
+                    expected_retry_ends.append(RetryEnded(outcome_health == "unhealthy"))
                 if outcome_health == "unhealthy" and held_failure is not None:
                     # Its retry failed too: the held failure counts now, this one repeats.
                     expected_health.append(held_failure)
@@ -1701,8 +1725,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
             spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
         if type(rec.result) is Fail and held_failure is not None:
-            if isinstance(rec.result.error, (BudgetExhausted, CircuitOpen)):
-                held_failure = None  # the governor refused the retry: taken back
+            if isinstance(rec.result.error, BudgetExhausted):
+                expected_defers.append(DeferFailure(held_failure))  # for another retry
+                held_failure = None
+            elif isinstance(rec.result.error, CircuitOpen):
+                held_failure = None  # the breaker is not closed: nothing to tell it
             else:
                 expected_health.append(held_failure)  # the call ends without a retry: told now
                 held_failure, failed_before = None, True
@@ -1711,6 +1738,22 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             "breaker told %r, expected %r (%s -> %s)",
             health_effects,
             expected_health,
+            type(rec).__name__,
+            _fmt(rec.result),
+        )
+        expect(
+            defers == expected_defers,
+            "deferred failures %r, expected %r (%s -> %s)",
+            defers,
+            expected_defers,
+            type(rec).__name__,
+            _fmt(rec.result),
+        )
+        expect(
+            retry_ends == expected_retry_ends,
+            "retries ended %r, expected %r (%s -> %s)",
+            retry_ends,
+            expected_retry_ends,
             type(rec).__name__,
             _fmt(rec.result),
         )

@@ -8,12 +8,22 @@ attempts instead of calls would open it.
 
 from __future__ import annotations
 
+import contextlib
+import random
+
 import httpx
 import pytest
 
 import retrysafe
 from retrysafe import RetryPolicy
-from retrysafe.governor import BreakerSettings, CircuitBreaker, Governor, GovernorSettings, Permit
+from retrysafe.governor import (
+    BreakerSettings,
+    BudgetSettings,
+    CircuitBreaker,
+    Governor,
+    GovernorSettings,
+    Permit,
+)
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
@@ -273,3 +283,89 @@ def test_a_held_failure_counts_when_its_retry_fails_in_a_way_that_does_not() -> 
     with pytest.raises(retrysafe.ApiError):
         client.get("http://api.test/")
     assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
+
+
+# -- failures whose retry the budget refused --------------------------------------------
+# No retry of their own can confirm them. Counted at once, a blip across more calls than
+# the budget's tokens opened the circuit (which then refused the granted retries);
+# dropped, a dependency failing nine answers in ten with the budget spent never opened it.
+# So the next retry of a failed call decides them.
+
+
+def test_deferred_failures_count_when_a_retry_fails_too() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5), clock)
+    for _ in range(5):
+        breaker.defer_failure(CLOSED)
+    assert breaker.state == "closed"  # (no evidence yet)
+    transition = breaker.retry_ended(failed=True)
+    assert breaker.state == "open"
+    assert transition is not None
+    assert transition.after == "open"
+
+
+def test_deferred_failures_are_forgotten_when_a_retry_succeeds() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5), clock)
+    for _ in range(5):
+        breaker.defer_failure(CLOSED)
+    assert breaker.retry_ended(failed=False) is None
+    assert breaker.retry_ended(failed=True) is None  # (nothing left to count)
+    assert breaker.state == "closed"
+
+
+def test_a_deferred_failure_older_than_the_failure_window_no_longer_counts() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5, failure_window=30.0), clock)
+    for _ in range(4):
+        breaker.defer_failure(CLOSED)
+    clock.advance(31.0)
+    breaker.defer_failure(CLOSED)
+    breaker.retry_ended(failed=True)
+    assert breaker.state == "closed"  # one of five counted
+
+
+def _calls_until_open(fails: float, seed: int, governor_settings: GovernorSettings) -> int | None:
+    """Calls (five a second, default policy) to a dependency failing a share ``fails`` of
+    its answers before the breaker opens; None if not within 600."""
+    clock, rng = FakeClock(seed=seed), random.Random(seed)
+    governor = Governor(governor_settings, clock=clock)
+    breaker = governor.guard(DEPENDENCY).breaker
+    assert breaker is not None
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(
+            lambda request: httpx.Response(503 if rng.random() < fails else 200)
+        ),
+        clock=clock,
+        governor=governor,
+    )
+    for call in range(600):
+        if clock.monotonic() < call / 5:
+            clock.advance(call / 5 - clock.monotonic())
+        with contextlib.suppress(retrysafe.ApiError):
+            client.get("http://api.test/")
+        if breaker.state != "closed":
+            return call + 1
+    return None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_dependency_failing_nine_answers_in_ten_opens_the_breaker_once_the_budget_is_spent(
+    seed: int,
+) -> None:
+    """The budget soon refuses most retries; the retries it still grants fail too, and
+    count the refused calls' failures with them, so the failure ratio reads the calls
+    that failed (about 105 calls, as before the refusals were deferred)."""
+    opened_after = _calls_until_open(0.9, seed, GovernorSettings())
+    assert opened_after is not None
+    assert opened_after <= 200
+
+
+def test_an_outage_opens_the_breaker_as_soon_with_an_empty_budget() -> None:
+    """Every answer a 503, the budget empty from the start (only 0.1 of a token earned a
+    call): the few retries granted fail, and count the deferred failures, so twenty
+    failing calls in a row open it, as they would with a full budget."""
+    settings = GovernorSettings(budget=BudgetSettings(ratio=0.1, max_tokens=1.0))
+    opened_after = _calls_until_open(1.0, 0, settings)
+    assert opened_after is not None
+    assert opened_after <= 30

@@ -35,6 +35,7 @@ __all__ = [
     "AwaitOthers",
     "CallReport",
     "Decision",
+    "DeferFailure",
     "Effect",
     "EmitEvent",
     "Fail",
@@ -46,6 +47,7 @@ __all__ = [
     "ReleasePacing",
     "ReleaseProbe",
     "RetryAnswer",
+    "RetryEnded",
     "StartCooldown",
     "Succeed",
     "Wait",
@@ -236,6 +238,21 @@ class RefundBudget(NamedTuple):
     tokens: float = 1.0
 
 
+class DeferFailure(NamedTuple):
+    """The retry budget refused the retry that was to confirm the call's first failure
+    (``record``, held back): let the breaker keep it until another call's retry decides
+    (see :meth:`~retrysafe.governor.CircuitBreaker.defer_failure`)."""
+
+    record: RecordHealth
+
+
+class RetryEnded(NamedTuple):
+    """A retry of a call that had failed ended: ``failed`` again, or it succeeded. It
+    decides the failures the breaker deferred (:class:`DeferFailure`)."""
+
+    failed: bool
+
+
 class ReleaseProbe(NamedTuple):
     """Give back the breaker's permit of an attempt that ended with no outcome."""
 
@@ -264,5 +281,7 @@ Effect = (
     | ReleasePacing
     | ReleaseProbe
     | RefundBudget
+    | DeferFailure
+    | RetryEnded
     | EmitEvent
 )

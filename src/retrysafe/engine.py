@@ -50,6 +50,7 @@ from retrysafe.decisions import (
     AttemptPlan,
     CallReport,
     Decision,
+    DeferFailure,
     Effect,
     EmitEvent,
     Fail,
@@ -59,6 +60,7 @@ from retrysafe.decisions import (
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
+    RetryEnded,
     StartCooldown,
     Succeed,
     Wait,
@@ -98,6 +100,10 @@ _RETRIED_REASONS: Final = frozenset({"attempts_exhausted", "nested_retry_exhaust
 HEALTHY_WHILE_CLOSED: Final = RecordHealth(CLOSED_PERMIT, "healthy", None)
 #: The effect of a granted retry that will never be sent (see Call._refund_unsent_retry).
 REFUND_ONE_RETRY: Final = RefundBudget()
+#: The effects of a failed call's retry that ended: failed again, or succeeded (they
+#: decide the failures the breaker deferred; see DeferFailure).
+RETRY_FAILED: Final = RetryEnded(True)
+RETRY_SUCCEEDED: Final = RetryEnded(False)
 
 
 class Call:
@@ -354,7 +360,9 @@ class Call:
         if self._permit is not None:
             self.effects.append(HEALTHY_WHILE_CLOSED)
             self._permit = None
-        self._unreported_failure = None  # (taken back: the call is healthy)
+        if self._unreported_failure is not None:
+            self._unreported_failure = None  # (taken back: the call is healthy)
+            self.effects.append(RETRY_SUCCEEDED)
         self._record(SUCCESS, status=response.status_code, exception=None, now=now)
         announced = announced_limit(response)
         if announced is not None:
@@ -578,9 +586,11 @@ class Call:
             if verdict is SUCCESS and not permit.probe and not self._failed_before:
                 # The common case, made once: a healthy call admitted while closed counts
                 # the same whichever closed period admitted it (a failure held back is
-                # taken back: the call is healthy).
-                self._unreported_failure = None
+                # taken back: the call is healthy, and its retry succeeded).
                 self.effects.append(HEALTHY_WHILE_CLOSED)
+                if self._unreported_failure is not None:
+                    self._unreported_failure = None
+                    self.effects.append(RETRY_SUCCEEDED)
             else:
                 self._tell_breaker(permit, verdict, status)
         cooldown = verdict.after if status == 429 else None
@@ -600,8 +610,9 @@ class Call:
         circuit, which would then refuse the retries that save them: a call's first
         failure counts when its retry fails too (told then, its retry's failure as the
         repeat), or when the call ends without one for a reason of its own, out of
-        attempts or time, or cancelled (:meth:`_report_held_failure`); a retry's success,
-        or the governor's refusal of the retry (budget or circuit), takes it back. Told at
+        attempts or time, or cancelled (:meth:`_report_held_failure`); a retry's success
+        takes it back; the budget refusing the retry leaves it to another call's retry
+        (:class:`~retrysafe.decisions.DeferFailure`). Told at
         once all the same: a probe's outcome (the half-open breaker waits for it); a
         timeout, whose retry would take a whole attempt to confirm it; and a failure with
         the server's wait (a 503's ``Retry-After``), which asks every caller to back off now.
@@ -609,6 +620,9 @@ class Call:
         open_for = verdict.after if status == 503 else None
         outcome_health = health(verdict, status)
         seconds: float | None = None
+        # A retry of a call that had failed: its outcome also decides the failures the
+        # breaker deferred (those whose retry the budget refused).
+        retried = not permit.probe and (self._unreported_failure is not None or self._failed_before)
         if outcome_health == "unhealthy":
             timed_out = verdict.reason in TIMEOUT_REASONS
             if timed_out:
@@ -635,6 +649,8 @@ class Call:
         if outcome_health == "unhealthy":
             self._failed_before = True
         self.effects.append(RecordHealth(permit, outcome_health, open_for, repeat, seconds))
+        if retried and outcome_health != "neutral":
+            self.effects.append(RETRY_FAILED if outcome_health == "unhealthy" else RETRY_SUCCEEDED)
 
     def _report_held_failure(self) -> None:
         """The call ends without the retry its first failure was held back for: the
@@ -672,12 +688,16 @@ class Call:
         from retrysafe.failures import CallSummary, give_up_error
 
         self.state = "done"
-        if stop == "budget" or stop == "circuit":
-            # The governor refused the retry its first failure was held back for: that
-            # refusal is load protection's own choice, not news of the dependency, and
-            # counting it would compound (many calls refused by the budget in one blip
-            # would open the circuit, which then refuses the retries the budget granted).
+        held = self._unreported_failure
+        if held is not None and (stop == "budget" or stop == "circuit"):
+            # The governor refused the retry its first failure was held back for. Not
+            # told as a failure: many calls the budget refused in one blip would open
+            # the circuit, which would then refuse the retries the budget granted. The
+            # budget's refusal leaves it to another call's retry (DeferFailure); the
+            # circuit's needs nothing (the breaker is not closed).
             self._unreported_failure = None
+            if stop == "budget":
+                self.effects.append(DeferFailure(held))
         self._report_held_failure()
         self._refund_unsent_retry()
         response, cause, verdict = self._last_response, self._last_cause, self._verdict

@@ -77,6 +77,9 @@ CLOSED_PERMIT: Final = Permit(allowed=True)
 WINDOW_BUCKETS: Final = 10
 #: How many of the latest healthy answers' times a breaker keeps.
 ANSWERS_KEPT: Final = 64
+#: How many failures waiting for a retry's outcome (see CircuitBreaker.defer_failure) a
+#: breaker keeps; beyond them, the oldest go (by then the rest would have opened it).
+DEFERRED_KEPT: Final = 1000
 #: How many of them must be slower than a timeout for it to count as the caller's limit.
 SLOWER_ANSWERS_NEEDED: Final = 2
 #: Half-open, a caller gets the probe if it gives an attempt at least this share of the
@@ -140,6 +143,11 @@ class CircuitBreaker:
         #: the breaker decided); only those within ``ratio_window`` count.
         self._answers: collections.deque[tuple[float, float]] = collections.deque(
             maxlen=ANSWERS_KEPT
+        )
+        #: Failures of calls whose retry the retry budget refused: (when, permit), for the
+        #: next retry of a failed call to decide (see defer_failure).
+        self._deferred: collections.deque[tuple[float, Permit]] = collections.deque(
+            maxlen=DEFERRED_KEPT
         )
         self._probe_token = 0
         self._probe_expires: float | None = None
@@ -302,6 +310,42 @@ class CircuitBreaker:
         if self._should_trip(now, bucket):
             return self._open(now, open_for, before="closed")
         return None
+
+    def defer_failure(self, permit: Permit) -> None:
+        """A call's first failure (under ``permit``) whose retry the retry budget refused:
+        no retry of its own can say whether the dependency is failing or blipped.
+
+        Counted at once, many calls refused in one blip opened the circuit, which then
+        refused the retries the budget had granted; dropped, a dependency failing nine
+        answers in ten, with the budget spent, never opened it (the calls that succeeded
+        at once counted, those that failed did not). So another call's retry decides it
+        (:meth:`retry_ended`): counted if that retry fails too, forgotten if it succeeds.
+        Kept for ``failure_window`` at most."""
+        with self._lock:
+            self._deferred.append((monotonic_of(self._clock), permit))
+
+    def retry_ended(self, failed: bool) -> Transition | None:
+        """A retry of a call that failed ended: ``failed`` again (the dependency fails), or
+        it succeeded (a blip). The failures deferred until now count, or are forgotten.
+        Returns any state change."""
+        with self._lock:
+            deferred = self._deferred
+            if not deferred:
+                return None
+            if not failed:
+                deferred.clear()
+                return None
+            now = monotonic_of(self._clock)
+            oldest = now - self.settings.failure_window
+            taken = list(deferred)
+            deferred.clear()
+            transition: Transition | None = None
+            for at, permit in taken:
+                if at >= oldest:
+                    changed = self._record(permit, "unhealthy", now, None, False)
+                    if changed is not None:
+                        transition = changed
+            return transition
 
     def record_healthy_call(self, seconds: float = 0.0) -> None:
         """Count a call that succeeded at once, admitted while closed, its attempt taking

@@ -33,6 +33,7 @@ from retrysafe.decisions import (
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
+    RetryEnded,
     StartCooldown,
 )
 from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
@@ -274,6 +275,14 @@ class FleetGuard(DependencyGuard):
             assert isinstance(effect, ReleasePacing)
             self._release(self.rate, effect.slot)
             return None
+        if kind is RetryEnded:
+            # Failures the breaker deferred count now, and may open it: a vote, as an
+            # outcome that opens it here is (see _failed).
+            transition = DependencyGuard.apply(self, effect)
+            if transition is not None and transition.after == "open" and self.breaker is not None:
+                self.view.failing = 0
+                self._vote(self.breaker)
+            return transition
         if kind is ReleaseProbe:
             assert isinstance(effect, ReleaseProbe)
             permit = effect.permit
@@ -332,9 +341,12 @@ class FleetGuard(DependencyGuard):
         opened_here = transition is not None and transition.after == "open"
         if view.failing >= self.fleet.vote_after or opened_here:
             view.failing = 0
-            settings = breaker.settings
-            if self.fleet.vote(self.dependency, self._open_period(None), settings.max_open_for):
-                view.voted = True
+            self._vote(breaker)
+
+    def _vote(self, breaker: CircuitBreaker) -> None:
+        """Vote that the dependency fails (see FleetSettings)."""
+        if self.fleet.vote(self.dependency, self._open_period(None), breaker.settings.max_open_for):
+            self.view.voted = True
 
     def _probe_ended(self, effect: RecordHealth) -> Transition | None:
         """The fleet's probe came back: close the fleet breaker or open it again."""

@@ -17,6 +17,7 @@ from retrysafe.decisions import (
     OPEN_ADMISSION,
     Admission,
     AskRetry,
+    DeferFailure,
     Effect,
     HedgeAnswer,
     RecordHealth,
@@ -24,6 +25,7 @@ from retrysafe.decisions import (
     ReleasePacing,
     ReleaseProbe,
     RetryAnswer,
+    RetryEnded,
     StartCooldown,
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Permit, Transition
@@ -240,6 +242,10 @@ class DependencyGuard:
                 self.limiter.release(effect.slot)
         elif isinstance(effect, RefundBudget) and self.budget is not None:
             self.budget.refund(effect.tokens)
+        elif isinstance(effect, DeferFailure) and self.breaker is not None:
+            self.breaker.defer_failure(effect.record.permit)
+        elif isinstance(effect, RetryEnded) and self.breaker is not None:
+            return self.breaker.retry_ended(effect.failed)
         return None
 
     def at_rest(self) -> bool:
