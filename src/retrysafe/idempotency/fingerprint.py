@@ -19,15 +19,34 @@ import json
 import re
 from urllib.parse import parse_qsl, urlencode
 
-from retrysafe.redact import is_card_number, is_secret_field, multipart_fields
+from retrysafe.redact import is_card_number, is_secret_field, multipart_fields, name_segments
 
 __all__ = ["canonical_body", "canonical_query", "request_fingerprint"]
 
 #: What a secret field's value is fingerprinted as (the NUL keeps it apart from any text
 #: a client would send).
 _SECRET = "\x00secret"
-#: Runs of digits that may be a card number inside a body of another kind (text, multipart).
-_CARD_RUN = re.compile(rb"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
+#: Runs of digits that may be a card number inside a body of another kind (text,
+#: multipart), or inside a longer value ("pay with 4242 4242 4242 4242").
+_CARD_RUN_PATTERN = r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])"
+_CARD_RUN = re.compile(_CARD_RUN_PATTERN.encode())
+_CARD_RUN_TEXT = re.compile(_CARD_RUN_PATTERN)
+
+
+def _hidden_field(name: str) -> bool:
+    """Whether a field named ``name`` counts by its name alone: named like a secret
+    (:func:`~retrysafe.redact.is_secret_field`) for more than a ``key`` in its name.
+
+    A name whose only secret part is ``key`` (``partition_key``, ``object_key``,
+    ``api_key``) names an id as often as a credential, and a credential so named is a
+    long random string, which no one guesses from a hash: it counts by its value, so two
+    requests that differ there are two."""
+    if not is_secret_field(name):
+        return False
+    segments = name_segments(name)
+    if "key" not in segments:
+        return True
+    return is_secret_field("-".join(segment for segment in segments if segment != "key"))
 
 
 def request_fingerprint(
@@ -66,11 +85,25 @@ def _card_stand_in(text: str) -> str | None:
     return f"\x00card:{digits[:6]}:{len(digits)}:{digits[-4:]}"
 
 
+def _without_cards(text: str) -> str:
+    """``text`` with every card number in it, whole or among other words, replaced by
+    what it counts as."""
+    whole = _card_stand_in(text)
+    if whole is not None:
+        return whole
+    if len(text) < 13:
+        return text
+
+    def stand_in(match: re.Match[str]) -> str:
+        return _card_stand_in(match.group(0)) or match.group(0)
+
+    return _CARD_RUN_TEXT.sub(stand_in, text)
+
+
 def _without_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Query or form ``pairs`` with each secret's value replaced by what it counts as."""
     return [
-        (name, _SECRET if is_secret_field(name) else _card_stand_in(value) or value)
-        for name, value in pairs
+        (name, _SECRET if _hidden_field(name) else _without_cards(value)) for name, value in pairs
     ]
 
 
@@ -120,9 +153,30 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
         return b"\x00form:" + urlencode(kept, encoding="latin-1").encode("latin-1")
     if media_type == "multipart/form-data" and content_type is not None:
         for name, value in multipart_fields(content_type, body):
-            if value and is_secret_field(name):
+            if value and _hidden_field(name):
                 body = body.replace(value.encode("utf-8", "replace"), _SECRET.encode())
+    elif body.lstrip()[:1] in (b"{", b"["):
+        # JSON sent as another type (text/plain, or none at all): its secrets too, if it
+        # parses and has any (a body without keeps its bytes as sent).
+        scrubbed = _json_without_secrets(body)
+        if scrubbed is not None:
+            return scrubbed
     return _without_card_runs(body)
+
+
+def _json_without_secrets(body: bytes) -> bytes | None:
+    """A body that parses as JSON, in canonical form with its secrets replaced, marked as
+    such; None if it does not parse or its canonical form holds no stand-in."""
+    try:
+        document = json.loads(
+            body, parse_float=_Literal, parse_int=_Literal, parse_constant=_Literal
+        )
+    except (ValueError, RecursionError):
+        return None
+    canonical = _write_canonical(document)
+    if "\\u0000" not in canonical:
+        return None  # (no secret: the bytes as sent)
+    return b"\x00json:" + canonical.encode("utf-8", "surrogatepass")
 
 
 def _without_card_runs(body: bytes) -> bytes:
@@ -166,7 +220,7 @@ def _write_canonical(document: object) -> str:
             card = _card_stand_in(item.text)  # (a number; punctuation is never one)
             out.append(item.text if card is None else json.dumps("\x00number" + card))
         elif isinstance(item, str):
-            out.append(json.dumps(_card_stand_in(item) or item, ensure_ascii=False))
+            out.append(json.dumps(_without_cards(item), ensure_ascii=False))
         elif item is None or item is True or item is False:
             out.append(json.dumps(item))
         elif isinstance(item, list):
@@ -182,7 +236,7 @@ def _write_canonical(document: object) -> str:
                     parts.append(_COMMA)
                 secret = secret_names.get(name)
                 if secret is None:
-                    secret = secret_names[name] = is_secret_field(name)
+                    secret = secret_names[name] = _hidden_field(name)
                 value = _SECRET_VALUE if secret else item[name]
                 parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, value))
             parts.append(_CLOSE_OBJECT)
