@@ -11,7 +11,10 @@ short, asserting bounds.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
+from typing import Any
 
 import anyio
 import httpx
@@ -67,3 +70,42 @@ async def test_the_drop_in_transport_ends_a_wait_in_the_pool_at_its_time_too() -
         with pytest.raises(httpx.TimeoutException):
             await client.get("http://127.0.0.1:9/")
         assert time.monotonic() - started < 0.2 + 0.25
+
+
+async def test_a_wait_cut_beside_another_hosts_hanging_handshake_is_no_connect_timeout() -> None:
+    """One pool serves every host a client calls. Host B hangs in its TLS handshake while
+    a call to host A waits in the pool and is cut: A's outcome is the client's own queue
+    (pool_timeout, neutral), not a connect timeout told to A's breaker."""
+    hanging = socket.socket()  # host B: takes the TCP connection, never answers TLS
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(16)
+    port = hanging.getsockname()[1]
+    transport = httpx.AsyncHTTPTransport()
+    real = transport._pool.handle_async_request
+
+    async def waits_for_host_a(request: Any) -> Any:
+        if request.url.host == b"a.test":
+            await anyio.sleep(3600)  # (a wait in the pool that keeps starting over)
+        return await real(request)
+
+    transport._pool.handle_async_request = waits_for_host_a  # type: ignore[method-assign]
+    try:
+        async with retrysafe.AsyncClient(
+            transport=transport,
+            policy=RetryPolicy(attempts=1, attempt_timeout=0.3, deadline=5.0),
+            governor=retrysafe.Governor(retrysafe.GovernorSettings(budget=None)),
+        ) as client:
+
+            async def to_host_b() -> None:
+                with contextlib.suppress(Exception):
+                    await client.get(f"https://127.0.0.1:{port}/", timeout=5)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(to_host_b)
+                await anyio.sleep(0.2)  # (B's connection is being opened now)
+                with pytest.raises(retrysafe.ApiError) as caught:
+                    await client.get("http://a.test/")
+                group.cancel_scope.cancel()
+    finally:
+        hanging.close()
+    assert [record.outcome for record in caught.value.history] == ["pool_timeout"]

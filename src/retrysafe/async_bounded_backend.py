@@ -166,7 +166,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 ssl_context, server_hostname, bounded_handshake(timeout)
             )
         except (httpcore.ConnectError, httpcore.ConnectTimeout):
-            note_failed_open(self.pool() if self.pool is not None else None)
+            note_failed_open(self.pool() if self.pool is not None else None, server_hostname)
             raise
         return AsyncBoundedStream(inner, self.pool)
 
@@ -189,7 +189,7 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        with Connecting(timeout, self._pool) as bounded:
+        with Connecting(timeout, self._pool, host) as bounded:
             stream = await self.inner.connect_tcp(
                 host, port, bounded, local_address, socket_options
             )

@@ -254,52 +254,81 @@ def nothing_sent_yet() -> httpcore.PoolTimeout | None:
     return httpcore.PoolTimeout(UNSENT_IN_TIME)
 
 
-#: When a connection of each httpcore pool last failed to open (``time.monotonic()``),
-#: for :func:`cut_outcome`: the pool drops it at once, before the requests that waited
-#: for it are cut.
-_failed_opens: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+#: When a connection of each httpcore pool last failed to open (``time.monotonic()``), by
+#: the host it was for, for :func:`cut_outcome`: the pool drops it at once, before the
+#: requests that waited for it are cut.
+_failed_opens: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
 
 
-def note_failed_open(pool: object | None) -> None:
-    """A connection of ``pool`` (an httpcore pool) failed to open: its connect or TLS
-    handshake failed or timed out."""
+def note_failed_open(pool: object | None, host: str | None = None) -> None:
+    """A connection of ``pool`` (an httpcore pool) to ``host`` failed to open: its connect
+    or TLS handshake failed or timed out."""
     if pool is not None:
-        _failed_opens[pool] = time.monotonic()
+        by_host = _failed_opens.get(pool)
+        if by_host is None:
+            by_host = _failed_opens[pool] = {}
+        by_host[host or ""] = time.monotonic()
 
 
 def cut_outcome(transport: object, call: RunningCall) -> Exception:
     """What an attempt cut from outside by its time limit failed with: the attempt's
     timeout; or a connect timeout when it was never sent while a connection of
-    ``transport``'s pool was being opened, or failed to open during the attempt.
+    ``transport``'s pool to its host was being opened, or failed to open during the
+    attempt.
 
     Over HTTP/2 every request waits for the one connection being opened; a host that
     never completes it (a TLS handshake that hangs) is as down as one that refuses it,
     and the breaker must hear it from every call so cut. Taken as a wait in the client's
     own queue (the drive's pool timeout, for an attempt cut before it was sent), the
-    outage opened nothing and each call blamed its pool."""
+    outage opened nothing and each call blamed its pool. (Only its own host's: one pool
+    serves every host a client calls, and another host's hanging handshake is no news
+    of this one.)"""
     if call.attempt_sent_at is None:
         pool = getattr(transport, "_pool", None)
-        if pool is not None and (_unopened_connection(pool) or failed_to_open_since(pool, call)):
+        if pool is not None and (
+            _unopened_connection(pool, _host_of(call)) or failed_to_open_since(pool, call)
+        ):
             return httpx.ConnectTimeout(
                 "the attempt's time ran out waiting for its connection to the server to open"
             )
     return AttemptTimedOut("the attempt did not finish in its time")
 
 
+def _host_of(call: object) -> str | None:
+    """The host ``call``'s request is for; None where that cannot be told."""
+    request = getattr(call, "request", None)
+    return request.url.host if isinstance(request, httpx.Request) else None
+
+
 def failed_to_open_since(pool: object, call: RunningCall | None) -> bool:
-    """Whether a connection of ``pool`` failed to open since ``call``'s attempt in flight
-    started: the time it waited for a connection went on one that never opened."""
+    """Whether a connection of ``pool`` to ``call``'s host failed to open since ``call``'s
+    attempt in flight started: the time it waited for a connection went on one that never
+    opened. (A call whose host cannot be told: a connection to any host.)"""
     started_at = getattr(call, "attempt_started_at", None)
-    failed_at = _failed_opens.get(pool) if pool is not None else None
-    return failed_at is not None and started_at is not None and failed_at >= started_at
+    by_host = _failed_opens.get(pool) if pool is not None else None
+    if by_host is None or started_at is None:
+        return False
+    host = _host_of(call)
+    if host is None:
+        return any(failed_at >= started_at for failed_at in by_host.values())
+    failed_at = by_host.get(host)
+    return failed_at is not None and failed_at >= started_at
 
 
-def _unopened_connection(pool: object) -> bool:
-    """Whether ``pool`` (httpcore's) holds a connection being opened; False where that
-    cannot be told."""
+def _unopened_connection(pool: object, host: str | None) -> bool:
+    """Whether ``pool`` (httpcore's) holds a connection to ``host`` (None: any) being
+    opened; False where that cannot be told."""
     try:
-        connections = getattr(pool, "connections", ())
-        return any(getattr(connection, "_connection", False) is None for connection in connections)
+        wanted = None if host is None else host.encode("ascii", "replace")
+        return any(
+            getattr(connection, "_connection", False) is None
+            and (
+                wanted is None
+                or getattr(connection, "_origin", None) is None
+                or connection._origin.host == wanted
+            )
+            for connection in getattr(pool, "connections", ())
+        )
     except Exception:  # (httpcore's insides changed)
         return False
 

@@ -156,7 +156,7 @@ class BoundedStream(httpcore.NetworkStream):
         try:
             inner = self._inner.start_tls(ssl_context, server_hostname, bounded_handshake(timeout))
         except (httpcore.ConnectError, httpcore.ConnectTimeout):
-            note_failed_open(self.pool() if self.pool is not None else None)
+            note_failed_open(self.pool() if self.pool is not None else None, server_hostname)
             raise
         return BoundedStream(inner, self.pool)
 
@@ -335,12 +335,16 @@ class Connecting:
     with less than half of its own time, the rest spent by the attempt that way.
     """
 
-    __slots__ = ("_pool", "_starved", "bounded")
+    __slots__ = ("_host", "_pool", "_starved", "bounded")
 
-    def __init__(self, timeout: float | None, pool: PoolRef = None) -> None:
+    def __init__(
+        self, timeout: float | None, pool: PoolRef = None, host: str | None = None
+    ) -> None:
         bounded, binds, _ = time_left(timeout)
-        #: The pool the connection is for: told when it fails to open (note_failed_open).
+        #: The pool the connection is for, and its host: told when it fails to open
+        #: (note_failed_open).
         self._pool = pool
+        self._host = host
         if binds and bounded is not None and bounded <= 0:
             if self._waited_on_a_failed_open():
                 raise httpcore.ConnectTimeout(_FAILED_OPEN)
@@ -370,7 +374,7 @@ class Connecting:
                 raise httpcore.PoolTimeout(
                     f"{_POOL_FULL}; the connect had too little time left: {exc}"
                 ) from None
-            note_failed_open(self._pool() if self._pool is not None else None)
+            note_failed_open(self._pool() if self._pool is not None else None, self._host)
 
 
 def bounded_handshake(timeout: float | None) -> float | None:
@@ -398,7 +402,7 @@ class BoundedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
-        with Connecting(timeout, self._pool) as bounded:
+        with Connecting(timeout, self._pool, host) as bounded:
             stream = self.inner.connect_tcp(host, port, bounded, local_address, socket_options)
         return BoundedStream(stream, self._pool)
 
