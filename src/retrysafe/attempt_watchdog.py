@@ -16,7 +16,8 @@ event loop serves every attempt instead:
   caller's timer that was due first before this one, as it would with
   ``asyncio.timeout``. When the loop runs so late that other attempts are due too,
   each of them gets a timer of its own at its end, so the loop's next turn cancels
-  them all, each in its order.
+  them all, in the order they were due (a caller's timer the loop had already taken up
+  in this turn runs before them, whenever it was due).
 
 The attempt tells its own timeout from any other cancellation as
 ``asyncio.timeout`` does: it notes the task's cancel count when it starts, and a
@@ -174,10 +175,10 @@ class AttemptWatchdog:
                 entry.task.cancel()
             elif entry.ends_at <= now:
                 # Due already: the loop runs late. A timer of its own, at its own end,
-                # so that the loop's next turn runs every one due, each in its turn
-                # among the caller's timers. (Re-armed for the next end only, the one
-                # timer cancelled one attempt per turn: under load each next end came
-                # a turn later, and attempts of 0.5 s ran for 1.5 s.)
+                # so that the loop's next turn runs every one due, in the order they
+                # were due among the timers it takes up then. (Re-armed for the next
+                # end only, the one timer cancelled one attempt per turn: under load
+                # each next end came a turn later, and attempts of 0.5 s ran for 1.5 s.)
                 entry.overdue = True
                 self.loop.call_at(entry.ends_at, self._cancel_overdue, entry)
             elif entry.ends_at < earliest:

@@ -8,8 +8,9 @@ names added with :func:`retrysafe.add_secret_names` too) counts by its name alon
 payment card number by its first six and last four digits and its length, the part a
 receipt may print. Two requests that differ only there are the same request: a key sent
 again with another password or another card replays the first answer, where it would
-otherwise be refused as a reused key. A request holding no secret is fingerprinted as it
-always was.
+otherwise be refused as a reused key. A request holding no secret, nor any number that
+reads as a card's (13 to 19 digits that pass the Luhn check, as one long id in ten does),
+is fingerprinted as it always was.
 """
 
 from __future__ import annotations
