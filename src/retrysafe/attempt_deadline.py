@@ -453,9 +453,6 @@ def bound_transport(transport: object) -> bool:
     if isinstance(backend, (BoundedBackend, AsyncBoundedBackend)):
         return True
     if isinstance(backend, httpcore.NetworkBackend):
-        from retrysafe.pool_wait import bound_pool_waits
-
-        bound_pool_waits()  # (the pool's waits for a connection: no reads to bound)
         pool._network_backend = BoundedBackend(backend, pool)
         return True
     if isinstance(backend, httpcore.AsyncNetworkBackend):
