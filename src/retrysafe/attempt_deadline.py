@@ -295,9 +295,12 @@ def cut_outcome(transport: object, call: RunningCall) -> Exception:
 
 
 def _host_of(call: object) -> str | None:
-    """The host ``call``'s request is for; None where that cannot be told."""
+    """The host ``call``'s request is for, as httpcore connects to it (an international
+    name in its ASCII form); None where that cannot be told."""
     request = getattr(call, "request", None)
-    return request.url.host if isinstance(request, httpx.Request) else None
+    if not isinstance(request, httpx.Request):
+        return None
+    return request.url.raw_host.decode("ascii", "replace")
 
 
 def failed_to_open_since(pool: object, call: RunningCall | None) -> bool:

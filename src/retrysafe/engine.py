@@ -612,10 +612,10 @@ class Call:
         repeat), or when the call ends without one for a reason of its own, out of
         attempts or time, or cancelled (:meth:`_report_held_failure`); a retry's success
         takes it back; the budget refusing the retry leaves it to another call's retry
-        (:class:`~retrysafe.decisions.DeferFailure`). Told at
-        once all the same: a probe's outcome (the half-open breaker waits for it); a
-        timeout, whose retry would take a whole attempt to confirm it; and a failure with
-        the server's wait (a 503's ``Retry-After``), which asks every caller to back off now.
+        (:class:`~retrysafe.decisions.DeferFailure`). Told at once all the same: a probe's
+        outcome (the half-open breaker waits for it); a timeout, whose retry would take a
+        whole attempt to confirm it; and a failure with the server's wait (a 503's
+        ``Retry-After``), which asks every caller to back off now.
         """
         open_for = verdict.after if status == 503 else None
         outcome_health = health(verdict, status)
