@@ -2,9 +2,10 @@
 
 A store keeps the fingerprint of every keyed request, and whoever reads the store could
 test guesses against it offline: a password under four guesses, a card number among a
-million candidates in seconds. So no secret goes into it. A field named like a secret
-(``password``, ``client_secret``, ``card_token``...: :func:`retrysafe.redact.is_secret_field`,
-names added with :func:`retrysafe.add_secret_names` too) counts by its name alone, and a
+million candidates in seconds. So no guessable secret goes into it. A field named like a
+secret (``password``, ``cvc``, ``pin``...: :func:`retrysafe.redact.is_secret_field`, names
+added with :func:`retrysafe.add_secret_names` too, but for one secret only by a ``key`` in
+its name: see :func:`_hidden_field`) counts by its name alone, and a
 payment card number by its first six and last four digits and its length, the part a
 receipt may print. Two requests that differ only there are the same request: a key sent
 again with another password or another card replays the first answer, where it would
