@@ -30,9 +30,7 @@ __all__ = ["canonical_body", "canonical_query", "request_fingerprint"]
 _SECRET = "\x00secret"
 #: Runs of digits that may be a card number inside a body of another kind (text,
 #: multipart), or inside a longer value ("pay with 4242 4242 4242 4242").
-_CARD_RUN_PATTERN = r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])"
-_CARD_RUN = re.compile(_CARD_RUN_PATTERN.encode())
-_CARD_RUN_TEXT = re.compile(_CARD_RUN_PATTERN)
+_CARD_RUN = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
 
 
 def _hidden_field(name: str) -> bool:
@@ -93,13 +91,13 @@ def _without_cards(text: str) -> str:
     whole = _card_stand_in(text)
     if whole is not None:
         return whole
-    if len(text) < 13:
-        return text
+    return _card_runs_replaced(text) if len(text) >= 13 else text
 
-    def stand_in(match: re.Match[str]) -> str:
-        return _card_stand_in(match.group(0)) or match.group(0)
 
-    return _CARD_RUN_TEXT.sub(stand_in, text)
+def _card_runs_replaced(text: str) -> str:
+    """``text`` with every run of digits in it that is a card number replaced by what it
+    counts as."""
+    return _CARD_RUN.sub(lambda match: _card_stand_in(match.group(0)) or match.group(0), text)
 
 
 def _without_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -182,14 +180,9 @@ def _json_without_secrets(body: bytes) -> bytes | None:
 
 
 def _without_card_runs(body: bytes) -> bytes:
-    """``body`` with every card number in it replaced by what it counts as."""
-
-    def stand_in(match: re.Match[bytes]) -> bytes:
-        found = match.group(0).decode("ascii")
-        replaced = _card_stand_in(found)
-        return match.group(0) if replaced is None else replaced.encode("ascii")
-
-    return _CARD_RUN.sub(stand_in, body)
+    """``body`` with every card number in it replaced by what it counts as (read as
+    Latin-1: every byte a character of its own, and back)."""
+    return _card_runs_replaced(body.decode("latin-1")).encode("latin-1")
 
 
 class _Literal:
