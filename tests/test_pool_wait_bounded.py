@@ -7,6 +7,11 @@ each time. A load trial (100 calls at once on 100 keep-alive connections to a he
 server) saw attempts of 0.5 s wait there for up to 4 s, and calls overrun a 2 s deadline
 by 2 s. Here the pool's wait never ends at all, as such a wait can; wall-clock tests,
 short, asserting bounds.
+
+A wait cut just as another request ends, and so handed a connection made for it, used
+to leave that connection in the pool for ever, never opened (encode/httpcore#1093): a
+load trial's pool of 4 connections lost them all and failed every later call unsent.
+Here that moment is made to happen every time.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ import time
 from typing import Any
 
 import anyio
+import httpcore
 import httpx
 import pytest
+from httpcore._async import connection_pool
+from tests.local_http import QuietHandler, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -109,3 +117,81 @@ async def test_a_wait_cut_beside_another_hosts_hanging_handshake_is_no_connect_t
     finally:
         hanging.close()
     assert [record.outcome for record in caught.value.history] == ["pool_timeout"]
+
+
+class _Busy(httpcore.AsyncConnectionInterface):
+    """A connection in use by another request, never free."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        raise httpcore.ConnectionNotAvailable()
+
+    def can_handle_request(self, origin: httpcore.Origin) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return False
+
+    def has_expired(self) -> bool:
+        return False
+
+    def is_idle(self) -> bool:
+        return False
+
+    def is_closed(self) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        pass
+
+    def info(self) -> str:
+        return "busy"
+
+
+class _Answers(QuietHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+async def test_a_wait_cut_as_it_is_handed_a_new_connection_leaves_no_slot_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Room for one connection, held by another request, which ends at the very moment
+    the waiting attempt is cut: its slot goes to the waiting request, handed a new
+    connection made for it, and cut all the same."""
+    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
+    pool: Any = transport._pool
+    busy = _Busy()
+    pool._connections = [busy]
+
+    class EndsAsTheWaitIsCut(connection_pool.AsyncEvent):  # type: ignore[name-defined,misc]
+        async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+            try:
+                await super().wait(timeout)
+            except BaseException:
+                if busy in pool._connections:  # (as the ending request would, no await)
+                    pool._connections.remove(busy)
+                    pool._assign_requests_to_connections()
+                raise
+
+    monkeypatch.setattr(connection_pool, "AsyncEvent", EndsAsTheWaitIsCut)
+    with serving(_Answers) as url:
+        async with retrysafe.AsyncClient(
+            transport=transport,
+            policy=RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=5.0),
+            governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
+        ) as client:
+            with pytest.raises(retrysafe.ApiError) as caught:
+                await client.get(url)
+            assert caught.value.history[0].outcome == "pool_timeout"
+            never_opened = [
+                c for c in pool._connections if c._connection is None and not c._connect_failed
+            ]
+            assert never_opened == []  # (before: the new connection, for ever)
+            assert pool._requests == []
+            monkeypatch.undo()
+            started = time.monotonic()
+            assert (await client.get(url)).status_code == 200  # the slot is there to use
+            assert time.monotonic() - started < 0.2 + 0.3

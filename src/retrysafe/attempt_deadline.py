@@ -455,10 +455,14 @@ def bound_transport(transport: object) -> bool:
     backend = getattr(pool, "_network_backend", None)
     if isinstance(backend, (BoundedBackend, AsyncBoundedBackend)):
         return True
+    from retrysafe.pool_wait import bound_pool_waits
+
     if isinstance(backend, httpcore.NetworkBackend):
+        bound_pool_waits(pool)  # (its waits for a connection: no reads to bound)
         pool._network_backend = BoundedBackend(backend, pool)
         return True
     if isinstance(backend, httpcore.AsyncNetworkBackend):
+        bound_pool_waits(pool)  # (its waits for a connection give up cleanly)
         pool._network_backend = AsyncBoundedBackend(backend, pool)
         return True
     return False

@@ -1,0 +1,160 @@
+"""httpcore's pool waits: given up cleanly, and in sync pools bounded by the attempt.
+
+A request that finds every connection of httpcore's pool in use waits for one
+(``PoolRequest.wait_for_connection``) with the pool timeout httpx gave it. Two things go
+wrong there, and this module mends both, for the pools a retrysafe transport wraps:
+
+- **The wait starts over** (mended in sync pools). When the connection a request is
+  handed turns out taken by another request first, httpcore waits again, with the whole
+  pool timeout again: under load (200 threads on 100 keep-alive connections) attempts
+  of 0.5 s waited there for 2 s, and calls overran their deadline. The network backend
+  (:mod:`retrysafe.bounded_backend`) bounds every read and write of an attempt, but
+  that wait is none. So each wait gets only what the attempt in flight has left (nothing
+  changes for a request made outside one); a wait that runs out ends in httpcore's own
+  ``PoolTimeout``: never sent, a free retry.
+- **A wait that ends without a connection can leak a connection slot**
+  (encode/httpcore#1093), sync and async. Between the wait running out (or, async, being
+  cancelled by the attempt's time limit) and httpcore taking the request out of its
+  queue, another request ending may hand it a connection just made for it. Nobody ever
+  opens that connection, and httpcore never reclaims it: it holds one of the pool's
+  slots for ever, and once they are all held, every request fails with a pool timeout
+  without being sent. (That happened before this module too, whenever a wait ran out or
+  was cancelled under load; bounding the sync waits made it frequent.) Here a wait that
+  ends without a connection gives up under the pool's lock:
+  it takes itself out of the queue (nothing can be handed to it afterwards), and a
+  connection made for it alone and never opened is dropped from the pool, where an
+  existing one it was handed is left for the next request.
+
+(An async wait needs no bound of its own: the attempt's time limit cancels it. These are
+patches of httpcore's two classes, each made once, when a retrysafe transport first wraps
+such a pool; a wait gives up cleanly only in the pools retrysafe wraps. A plain-Python
+module, since a compiled function assigned to a class is not a method.)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from retrysafe.attempt_deadline import time_left
+
+__all__ = ["bound_pool_waits"]
+
+#: Marks httpcore's method once wrapped, so it is wrapped only once.
+_WRAPPED = "_retrysafe_bounded"
+
+#: The pools retrysafe's transports wrap (sync and async): a wait gives up cleanly there.
+_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class _GaveUp:
+    """What a request that gave up waiting holds instead of a connection: with it, the
+    pool no longer counts the request as queued, so hands it nothing more (httpcore then
+    takes the request out of its queue). Never sent on."""
+
+
+def bound_pool_waits(pool: object) -> bool:
+    """Make a wait for a connection in ``pool`` (an httpcore pool, sync or async) that
+    ends without one give up cleanly, and bound a sync pool's waits by the attempt in
+    flight (see the module's docstring); False where httpcore's insides are not as
+    expected (then left as they are)."""
+    try:
+        import httpcore
+        from httpcore._async import connection_pool as async_pool
+        from httpcore._sync import connection_pool as sync_pool
+
+        sync_request: Any = sync_pool.PoolRequest
+        async_request: Any = async_pool.AsyncPoolRequest
+    except (ImportError, AttributeError):
+        return False
+    if not (
+        isinstance(getattr(pool, "_requests", None), list)
+        and isinstance(getattr(pool, "_connections", None), list)
+        and hasattr(pool, "_optional_thread_lock")
+    ):
+        return False
+    if isinstance(pool, httpcore.AsyncConnectionPool):
+        _wrap_once(async_request, _async_wait_for_connection)
+    else:
+        _wrap_once(sync_request, _sync_wait_for_connection)
+    _pools.add(pool)
+    return True
+
+
+def _wrap_once(request_class: Any, wrap: Any) -> None:
+    """Replace ``request_class.wait_for_connection`` by ``wrap(original)``, once."""
+    original = request_class.wait_for_connection
+    if getattr(original, _WRAPPED, False):
+        return
+    wrapped = wrap(original)
+    setattr(wrapped, _WRAPPED, True)
+    wrapped.__doc__ = original.__doc__
+    request_class.wait_for_connection = wrapped
+
+
+def _sync_wait_for_connection(original: Any) -> Any:
+    """httpcore's sync ``PoolRequest.wait_for_connection``, each wait bounded by the
+    attempt in flight, giving up cleanly when it ends without a connection."""
+
+    def wait_for_connection(self: Any, timeout: float | None = None) -> Any:
+        connection = self.connection
+        if connection is not None:  # handed one already (most requests): no wait
+            return connection
+        left, binds, _ = time_left(timeout)
+        try:
+            return original(self, left if binds else timeout)
+        except BaseException:  # (its pool timeout, mostly)
+            _give_up(self)
+            raise
+
+    return wait_for_connection
+
+
+def _async_wait_for_connection(original: Any) -> Any:
+    """httpcore's ``AsyncPoolRequest.wait_for_connection``, giving up cleanly when it
+    ends without a connection: cancelled (by the attempt's time limit) or timed out.
+    A plain function returning the awaitable, so that a request handed a connection
+    already awaits no more coroutines than before."""
+
+    async def waiting(self: Any, timeout: float | None) -> Any:
+        try:
+            return await original(self, timeout)
+        except BaseException:  # cancelled, or its pool timeout
+            _give_up(self)
+            raise
+
+    def wait_for_connection(self: Any, timeout: float | None = None) -> Any:
+        if self.connection is not None:  # handed one already (most requests): no wait
+            return original(self, timeout)
+        return waiting(self, timeout)
+
+    return wait_for_connection
+
+
+def _give_up(waiting: Any) -> None:
+    """Take ``waiting`` (a pool request whose wait ended without a connection) out of
+    the queue of the pool it is in, under that pool's lock (a no-op in an async pool,
+    where nothing else runs meanwhile), and drop from the pool the connection it was
+    handed meanwhile, if that one was made for it alone and never opened."""
+    pool = next((pool for pool in list(_pools) if waiting in pool._requests), None)
+    if pool is None:
+        return  # not a pool retrysafe wraps: httpcore's own behaviour
+    with pool._optional_thread_lock:  # (a sync pool hands out connections under it)
+        handed = waiting.connection
+        waiting.connection = _GaveUp()
+        if handed is None or not _never_opened(handed):
+            return  # nothing handed, or a connection others can use: left in the pool
+        if handed in pool._connections and not any(
+            other.connection is handed for other in pool._requests if other is not waiting
+        ):
+            pool._connections.remove(handed)
+
+
+def _never_opened(connection: object) -> bool:
+    """Whether ``connection`` (an httpcore ``HTTPConnection``) was made and never opened,
+    nor failed to open: such a connection is neither idle nor closed, so httpcore keeps
+    it in its pool until a request opens it."""
+    return (
+        getattr(connection, "_connection", False) is None
+        and getattr(connection, "_connect_failed", True) is False
+    )
