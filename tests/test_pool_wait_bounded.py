@@ -155,43 +155,50 @@ class _Answers(QuietHandler):
         self.wfile.write(b"ok")
 
 
+@pytest.mark.parametrize("through", ["direct", "proxy"])
 async def test_a_wait_cut_as_it_is_handed_a_new_connection_leaves_no_slot_behind(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, through: str
 ) -> None:
     """Room for one connection, held by another request, which ends at the very moment
     the waiting attempt is cut: its slot goes to the waiting request, handed a new
-    connection made for it, and cut all the same."""
-    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
-    pool: Any = transport._pool
-    busy = _Busy()
-    pool._connections = [busy]
-
-    class EndsAsTheWaitIsCut(connection_pool.AsyncEvent):  # type: ignore[name-defined,misc]
-        async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
-            try:
-                await super().wait(timeout)
-            except BaseException:
-                if busy in pool._connections:  # (as the ending request would, no await)
-                    pool._connections.remove(busy)
-                    pool._assign_requests_to_connections()
-                raise
-
-    monkeypatch.setattr(connection_pool, "AsyncEvent", EndsAsTheWaitIsCut)
+    connection made for it, and cut all the same. (Through a proxy, the connection wraps
+    one to the proxy.)"""
     with serving(_Answers) as url:
+        transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=1), proxy=url if through == "proxy" else None
+        )
+        target = url if through == "direct" else "http://target.test/"
+        pool: Any = transport._pool
+        busy = _Busy()
+        pool._connections = [busy]
+
+        class EndsAsTheWaitIsCut(connection_pool.AsyncEvent):  # type: ignore[name-defined,misc]
+            async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+                try:
+                    await super().wait(timeout)
+                except BaseException:
+                    if busy in pool._connections:  # (as the ending request would, no await)
+                        pool._connections.remove(busy)
+                        pool._assign_requests_to_connections()
+                    raise
+
+        monkeypatch.setattr(connection_pool, "AsyncEvent", EndsAsTheWaitIsCut)
         async with retrysafe.AsyncClient(
             transport=transport,
             policy=RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=5.0),
             governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
         ) as client:
             with pytest.raises(retrysafe.ApiError) as caught:
-                await client.get(url)
+                await client.get(target)
             assert caught.value.history[0].outcome == "pool_timeout"
-            never_opened = [
-                c for c in pool._connections if c._connection is None and not c._connect_failed
+            stranded = [  # (neither idle, closed nor available: httpcore keeps it for ever)
+                c
+                for c in pool._connections
+                if not (c.is_idle() or c.is_closed() or c.is_available())
             ]
-            assert never_opened == []  # (before: the new connection, for ever)
+            assert stranded == []  # (before: the new connection, for ever)
             assert pool._requests == []
             monkeypatch.undo()
             started = time.monotonic()
-            assert (await client.get(url)).status_code == 200  # the slot is there to use
+            assert (await client.get(target)).status_code == 200  # the slot is there to use
             assert time.monotonic() - started < 0.2 + 0.3

@@ -17,8 +17,10 @@ moment is made to happen every time.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpcore
@@ -128,82 +130,209 @@ class _Answers(QuietHandler):
         self.wfile.write(b"ok")
 
 
-def _pool_whose_only_connection_ends_as_the_wait_runs_out(
-    monkeypatch: pytest.MonkeyPatch,
-) -> tuple[httpx.HTTPTransport, Any]:
-    """httpx's own transport with room for one connection, held by another request
-    (never free), which ends at the very moment a waiting request's wait runs out: its
-    slot is given to the waiting request, which is handed a new connection made for it,
-    and then times out all the same."""
-    transport = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1))
+class _Handover:
+    """What another request does as it ends, freeing the one connection slot of ``pool``
+    (held by ``busy``): httpcore hands the slot to the requests still queued."""
+
+    def __init__(self, pool: Any, busy: _AlwaysTaken) -> None:
+        self.pool = pool
+        self.busy = busy
+
+    def __call__(self) -> None:
+        with self.pool._optional_thread_lock:  # (as the ending request's thread would)
+            if self.busy in self.pool._connections:
+                self.pool._connections.remove(self.busy)
+            self.pool._assign_requests_to_connections()
+
+
+def _pool_of_one_held_by_another_request(
+    proxy: str | None = None,
+) -> tuple[httpx.HTTPTransport, Any, _Handover]:
+    """httpx's own transport with room for one connection, held by another request (never
+    free); and that request's end, which hands the slot on."""
+    transport = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1), proxy=proxy)
     pool: Any = transport._pool
     busy = _AlwaysTaken()
     pool._connections = [busy]
+    return transport, pool, _Handover(pool, busy)
 
-    class EndsAsTheWaitRunsOut(connection_pool.Event):  # type: ignore[name-defined,misc]
+
+def _as_each_wait_runs_out(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """From now on, ``then()`` runs at the very moment a pool wait runs out, before the
+    wait raises its pool timeout (as another thread may run it there)."""
+
+    class RunsOut(connection_pool.Event):  # type: ignore[name-defined,misc]
         def wait(self, timeout: float | None = None) -> None:
             if not self._event.wait(timeout):
-                with pool._optional_thread_lock:  # (as the ending request's thread would)
-                    if busy in pool._connections:
-                        pool._connections.remove(busy)
-                    pool._assign_requests_to_connections()
+                then()
                 raise httpcore.PoolTimeout()
 
-    monkeypatch.setattr(connection_pool, "Event", EndsAsTheWaitRunsOut)
-    return transport, pool
+    monkeypatch.setattr(connection_pool, "Event", RunsOut)
 
 
-def _never_opened(pool: Any) -> list[Any]:
-    return [c for c in pool._connections if c._connection is None and not c._connect_failed]
+def _stranded(pool: Any) -> list[Any]:
+    """The pool's connections that no request uses and httpcore will never reclaim nor
+    hand out: neither idle, closed nor available (made for a request, never opened)."""
+    return [c for c in pool._connections if not (c.is_idle() or c.is_closed() or c.is_available())]
 
 
-def test_a_wait_that_runs_out_as_it_is_handed_a_new_connection_leaves_no_slot_behind(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    transport, pool = _pool_whose_only_connection_ends_as_the_wait_runs_out(monkeypatch)
-    with (
-        serving(_Answers) as url,
-        retrysafe.Client(
-            transport=transport,
-            policy=RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=5.0),
-            governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
-        ) as client,
-    ):
-        with pytest.raises(retrysafe.ApiError) as caught:
-            client.get(url)
-        assert caught.value.history[0].outcome == "pool_timeout"
-        assert _never_opened(pool) == []  # (before: the new connection, for ever)
-        assert pool._requests == []
-        monkeypatch.undo()
-        started = time.monotonic()
-        assert client.get(url).status_code == 200  # the slot is there to use
-        assert time.monotonic() - started < 0.2 + 0.3
-
-
-def test_a_connection_in_use_elsewhere_is_not_dropped_when_a_wait_gives_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The waiting request is handed an existing connection as its wait runs out (one
-    that an HTTP/2 pool may share): it stays in the pool for the requests using it."""
-    transport, pool = _pool_whose_only_connection_ends_as_the_wait_runs_out(monkeypatch)
-    shared = _AlwaysTaken()
-    shared.free = True  # (available: handed out as it is, no new one made)
-
-    class Handing(connection_pool.Event):  # type: ignore[name-defined,misc]
-        def wait(self, timeout: float | None = None) -> None:
-            if not self._event.wait(timeout):
-                with pool._optional_thread_lock:
-                    pool._connections[:] = [shared]
-                    pool._assign_requests_to_connections()
-                raise httpcore.PoolTimeout()
-
-    monkeypatch.setattr(connection_pool, "Event", Handing)
-    with retrysafe.Client(
+def _one_attempt_client(transport: httpx.BaseTransport) -> retrysafe.Client:
+    return retrysafe.Client(
         transport=transport,
         policy=RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=5.0),
         governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
-    ) as client:
-        with pytest.raises(retrysafe.ApiError):
-            client.get("http://127.0.0.1:9/")
+    )
+
+
+def _fails_unsent(client: retrysafe.Client, url: str) -> None:
+    with pytest.raises(retrysafe.ApiError) as caught:
+        client.get(url)
+    assert caught.value.history[0].outcome == "pool_timeout"
+
+
+@pytest.mark.parametrize("through", ["direct", "proxy"])
+def test_a_wait_that_runs_out_as_it_is_handed_a_new_connection_leaves_no_slot_behind(
+    monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    """The slot is handed to the waiting request, as a new connection made for it, just
+    as its wait runs out. (Through a proxy, the connection wraps one to the proxy.)"""
+    with serving(_Answers) as url:
+        transport, pool, handover = _pool_of_one_held_by_another_request(
+            proxy=url if through == "proxy" else None
+        )
+        target = url if through == "direct" else "http://target.test/"
+        _as_each_wait_runs_out(monkeypatch, handover)
+        with _one_attempt_client(transport) as client:
+            _fails_unsent(client, target)
+            assert _stranded(pool) == []  # (before: the new connection, for ever)
+            assert pool._requests == []
+            monkeypatch.undo()
+            started = time.monotonic()
+            assert client.get(target).status_code == 200  # the slot is there to use
+            assert time.monotonic() - started < 0.2 + 0.3
+
+
+def test_nothing_is_handed_to_a_request_that_gave_up_before_it_leaves_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other request ends after the waiting one gave up, but before httpcore took it
+    out of its queue: the slot must not go to it (it would never open it)."""
+    transport, pool, handover = _pool_of_one_held_by_another_request()
+    real_lock = pool._optional_thread_lock
+    entries_to_skip: list[int] = []
+
+    class HandsOverBeforeTheQueueIsLeft:
+        """The pool's lock; when armed, the second time it is taken (httpcore taking the
+        request out of its queue, after the give-up), the slot is handed on first."""
+
+        def __enter__(self) -> None:
+            if entries_to_skip:
+                entries_to_skip[0] -= 1
+                if entries_to_skip[0] < 0:
+                    entries_to_skip.clear()
+                    pool._optional_thread_lock = real_lock
+                    handover()
+            real_lock.__enter__()
+
+        def __exit__(self, *exc_info: object) -> None:
+            real_lock.__exit__(*exc_info)
+
+    pool._optional_thread_lock = HandsOverBeforeTheQueueIsLeft()
+    _as_each_wait_runs_out(monkeypatch, lambda: entries_to_skip.append(1))
+    with serving(_Answers) as url, _one_attempt_client(transport) as client:
+        _fails_unsent(client, url)
+        assert not entries_to_skip  # (the slot was handed on, as arranged)
+        assert _stranded(pool) == []
+        monkeypatch.undo()
+        assert client.get(url).status_code == 200
+
+
+def test_a_connection_another_request_holds_is_not_dropped_when_a_wait_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The new connection handed to the waiting request is also held by another queued
+    request (as one HTTP/2 connection being opened is, for several): it stays, for that
+    request to open."""
+    transport, pool, handover = _pool_of_one_held_by_another_request()
+    other = connection_pool.PoolRequest(httpcore.Request("GET", "http://127.0.0.1:9/"))
+
+    def handed_to_both() -> None:
+        handover()
+        with pool._optional_thread_lock:
+            other.assign_to_connection(pool._connections[0])
+            pool._requests.append(other)
+
+    _as_each_wait_runs_out(monkeypatch, handed_to_both)
+    with _one_attempt_client(transport) as client:
+        _fails_unsent(client, "http://127.0.0.1:9/")
+        assert pool._connections == [other.connection]
+        pool._requests.remove(other)
+
+
+def test_a_connection_others_can_use_is_left_in_the_pool_when_a_wait_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The waiting request is handed an existing, available connection as its wait runs
+    out: it stays in the pool for the next request."""
+    transport, pool, _ = _pool_of_one_held_by_another_request()
+    shared = _AlwaysTaken()
+    shared.free = True  # (available: handed out as it is, no new one made)
+
+    def hand_over_the_free_one() -> None:
+        with pool._optional_thread_lock:
+            pool._connections[:] = [shared]
+            pool._assign_requests_to_connections()
+
+    _as_each_wait_runs_out(monkeypatch, hand_over_the_free_one)
+    with _one_attempt_client(transport) as client:
+        _fails_unsent(client, "http://127.0.0.1:9/")
         assert pool._connections == [shared]
         assert pool._requests == []
+
+
+def test_a_plain_pool_used_inside_an_attempt_keeps_httpcores_own_wait() -> None:
+    """A transport of the caller's own, which sends through a plain httpx transport of its
+    own: retrysafe does not wrap that pool, so its wait keeps its own pool timeout."""
+    plain, _, _ = _pool_of_one_held_by_another_request()
+
+    class OwnTransport(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            request.extensions["timeout"] = {**request.extensions["timeout"], "pool": 0.6}
+            return plain.handle_request(request)
+
+    with _one_attempt_client(OwnTransport()) as client:
+        started = time.monotonic()
+        with pytest.raises(retrysafe.ApiError):
+            client.get("http://127.0.0.1:9/")
+        assert time.monotonic() - started >= 0.55  # its own 0.6 s, not the attempt's 0.2 s
+
+
+def test_finding_a_waits_pool_while_other_threads_add_pools_never_fails() -> None:
+    """Clients made in other threads add their pools while a wait looks for its own: the
+    look must not fail (a set changing size while read), which would replace the pool
+    timeout with a RuntimeError and skip the give-up."""
+    from retrysafe import pool_wait
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    stop = threading.Event()
+    kept: list[httpx.HTTPTransport] = []
+
+    def make_clients() -> None:
+        while not stop.is_set():
+            kept.append(httpx.HTTPTransport())
+            pool_wait.bound_pool_waits(kept[-1]._pool)
+            if len(kept) > 300:
+                del kept[:150]
+
+    maker = threading.Thread(target=make_clients, daemon=True)
+    maker.start()
+    not_queued = connection_pool.PoolRequest(httpcore.Request("GET", "http://127.0.0.1:9/"))
+    try:
+        ends = time.monotonic() + 0.5
+        while time.monotonic() < ends:
+            assert pool_wait._pool_queueing(not_queued) is None
+    finally:
+        stop.set()
+        maker.join()
+        sys.setswitchinterval(switch)

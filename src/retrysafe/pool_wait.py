@@ -22,17 +22,20 @@ wrong there, and this module mends both, for the pools a retrysafe transport wra
   was cancelled under load; bounding the sync waits made it frequent.) Here a wait that
   ends without a connection gives up under the pool's lock:
   it takes itself out of the queue (nothing can be handed to it afterwards), and a
-  connection made for it alone and never opened is dropped from the pool, where an
-  existing one it was handed is left for the next request.
+  connection made for it alone and never opened (directly or through a proxy) is
+  dropped from the pool, where one that others can use is left to them.
 
 (An async wait needs no bound of its own: the attempt's time limit cancels it. These are
 patches of httpcore's two classes, each made once, when a retrysafe transport first wraps
-such a pool; a wait gives up cleanly only in the pools retrysafe wraps. A plain-Python
-module, since a compiled function assigned to a class is not a method.)
+such a pool; they change only the waits in the pools retrysafe wraps: a plain httpx
+client's keep httpcore's, even when made inside an attempt. A plain-Python module, since
+a compiled function assigned to a class is not a method.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
 from typing import Any
 
@@ -45,6 +48,7 @@ _WRAPPED = "_retrysafe_bounded"
 
 #: The pools retrysafe's transports wrap (sync and async): a wait gives up cleanly there.
 _pools: weakref.WeakSet[Any] = weakref.WeakSet()
+_pools_lock = threading.Lock()
 
 
 class _GaveUp:
@@ -77,7 +81,8 @@ def bound_pool_waits(pool: object) -> bool:
         _wrap_once(async_request, _async_wait_for_connection)
     else:
         _wrap_once(sync_request, _sync_wait_for_connection)
-    _pools.add(pool)
+    with _pools_lock:
+        _pools.add(pool)
     return True
 
 
@@ -92,69 +97,83 @@ def _wrap_once(request_class: Any, wrap: Any) -> None:
     request_class.wait_for_connection = wrapped
 
 
+def _pool_queueing(request: Any) -> Any:
+    """The pool retrysafe wraps whose queue holds ``request`` (a pool request about to
+    wait), or None: a pool of its own (a plain httpx client's, even inside an attempt)
+    keeps httpcore's own waits."""
+    with _pools_lock:  # (another thread may be adding a pool)
+        pools = list(_pools)
+    return next((pool for pool in pools if request in pool._requests), None)
+
+
 def _sync_wait_for_connection(original: Any) -> Any:
-    """httpcore's sync ``PoolRequest.wait_for_connection``, each wait bounded by the
-    attempt in flight, giving up cleanly when it ends without a connection."""
+    """httpcore's sync ``PoolRequest.wait_for_connection``: in a pool retrysafe wraps,
+    each wait bounded by the attempt in flight, and given up cleanly when it ends
+    without a connection."""
 
     def wait_for_connection(self: Any, timeout: float | None = None) -> Any:
         connection = self.connection
         if connection is not None:  # handed one already (most requests): no wait
             return connection
+        pool = _pool_queueing(self)
+        if pool is None:
+            return original(self, timeout)
         left, binds, _ = time_left(timeout)
         try:
             return original(self, left if binds else timeout)
         except BaseException:  # (its pool timeout, mostly)
-            _give_up(self)
+            stranded = _give_up(self, pool)
+            if stranded is not None:
+                with contextlib.suppress(Exception):  # (never opened: nothing to close)
+                    stranded.close()
             raise
 
     return wait_for_connection
 
 
 def _async_wait_for_connection(original: Any) -> Any:
-    """httpcore's ``AsyncPoolRequest.wait_for_connection``, giving up cleanly when it
-    ends without a connection: cancelled (by the attempt's time limit) or timed out.
-    A plain function returning the awaitable, so that a request handed a connection
-    already awaits no more coroutines than before."""
+    """httpcore's ``AsyncPoolRequest.wait_for_connection``: in a pool retrysafe wraps,
+    given up cleanly when it ends without a connection, cancelled (by the attempt's
+    time limit) or timed out. A plain function returning the awaitable, so that a
+    request handed a connection already awaits no more coroutines than before."""
 
-    async def waiting(self: Any, timeout: float | None) -> Any:
+    async def waiting(self: Any, timeout: float | None, pool: Any) -> Any:
         try:
             return await original(self, timeout)
         except BaseException:  # cancelled, or its pool timeout
-            _give_up(self)
+            _give_up(self, pool)  # (what it drops was never opened: nothing to close)
             raise
 
     def wait_for_connection(self: Any, timeout: float | None = None) -> Any:
         if self.connection is not None:  # handed one already (most requests): no wait
             return original(self, timeout)
-        return waiting(self, timeout)
+        pool = _pool_queueing(self)
+        if pool is None:
+            return original(self, timeout)
+        return waiting(self, timeout, pool)
 
     return wait_for_connection
 
 
-def _give_up(waiting: Any) -> None:
-    """Take ``waiting`` (a pool request whose wait ended without a connection) out of
-    the queue of the pool it is in, under that pool's lock (a no-op in an async pool,
-    where nothing else runs meanwhile), and drop from the pool the connection it was
-    handed meanwhile, if that one was made for it alone and never opened."""
-    pool = next((pool for pool in list(_pools) if waiting in pool._requests), None)
-    if pool is None:
-        return  # not a pool retrysafe wraps: httpcore's own behaviour
+def _give_up(waiting: Any, pool: Any) -> Any:
+    """Take ``waiting`` (a request whose wait in ``pool`` ended without a connection)
+    out of the pool's queue, under its lock (a no-op in an async pool, where nothing
+    else runs meanwhile), and drop from the pool the connection it was handed
+    meanwhile if no other request can use it; that connection, or None."""
     with pool._optional_thread_lock:  # (a sync pool hands out connections under it)
         handed = waiting.connection
         waiting.connection = _GaveUp()
-        if handed is None or not _never_opened(handed):
-            return  # nothing handed, or a connection others can use: left in the pool
-        if handed in pool._connections and not any(
-            other.connection is handed for other in pool._requests if other is not waiting
-        ):
-            pool._connections.remove(handed)
+        if handed is None or handed not in pool._connections or not _stranded(handed):
+            return None  # nothing handed, or a connection others can use: left in the pool
+        if any(other.connection is handed for other in pool._requests if other is not waiting):
+            return None  # (an HTTP/2 connection being opened for several requests)
+        pool._connections.remove(handed)
+        return handed
 
 
-def _never_opened(connection: object) -> bool:
-    """Whether ``connection`` (an httpcore ``HTTPConnection``) was made and never opened,
-    nor failed to open: such a connection is neither idle nor closed, so httpcore keeps
-    it in its pool until a request opens it."""
-    return (
-        getattr(connection, "_connection", False) is None
-        and getattr(connection, "_connect_failed", True) is False
-    )
+def _stranded(connection: Any) -> bool:
+    """Whether ``connection``, handed to a request that no longer uses it, would stay in
+    its pool for ever: neither idle nor closed (which httpcore reclaims) nor available
+    (which it hands to the next request). That is a connection made for that request
+    and never opened (an HTTP/1.1 one, or one through a proxy)."""
+    return not (connection.is_idle() or connection.is_closed() or connection.is_available())
