@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from typing import Any
 
 import httpx
 import pytest
+from tests.local_http import QuietHandler, serving
 
 import retrysafe
 
@@ -452,3 +454,64 @@ def test_trio_run_as_a_guest_of_asyncio_ends_its_attempts_under_trio_not_the_wat
     assert isinstance(hang, retrysafe.ApiError)
     assert hang.outcome == "attempt_timeout", hang
     assert policy.attempt_timeout <= seconds < policy.attempt_timeout + 0.5
+
+
+async def test_an_attempt_due_inside_a_shield_is_cut_once_the_shield_ends() -> None:
+    """A task inside an anyio cancel scope that shields it (httpcore's clean-up of a
+    request that ended: closing its response, giving its connection back) is not
+    cancelled there: its attempt is cut at the first await after the shield ends."""
+    import anyio
+
+    from retrysafe.attempt_watchdog import AttemptWatchdog
+
+    dog = AttemptWatchdog(asyncio.get_running_loop())
+    watch = dog.watch(0.05)
+    assert watch is not None
+    started = time.monotonic()
+    with anyio.CancelScope(shield=True):
+        await asyncio.sleep(0.2)  # (a raw Task.cancel() would land here)
+    shield_ended = time.monotonic()
+    with pytest.raises(asyncio.CancelledError) as caught:
+        await asyncio.sleep(1)
+    assert watch.caught(caught.value)
+    watch.end()
+    assert shield_ended - started >= 0.2
+    assert time.monotonic() - shield_ended < 0.1  # (rechecked every few ms)
+
+
+class _BodyNeverComes(QuietHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "100")
+        self.end_headers()
+        self.wfile.flush()
+        time.sleep(1.5)
+
+
+async def test_an_attempt_cut_while_httpcore_cleans_up_leaves_its_connection_to_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The body never comes: the network stream cuts the attempt at its end, and httpcore
+    closes the response inside its shield, slowly here, so the watchdog's time comes
+    meanwhile. Cancelled there, the clean-up used to stop halfway: the connection stayed
+    busy and the request queued, for ever (a load trial lost 3 to 14 of 100 that way)."""
+    import anyio
+    from httpcore._async import http11
+
+    closing = http11.AsyncHTTP11Connection._response_closed
+
+    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
+        await anyio.sleep(0.2)  # (inside httpcore's shield)
+        await closing(self)
+
+    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.3, deadline=5.0)
+    with serving(_BodyNeverComes) as url:
+        async with retrysafe.AsyncClient(
+            policy=policy, governor=retrysafe.Governor(retrysafe.GovernorSettings.off())
+        ) as client:
+            with pytest.raises(retrysafe.ApiError):
+                await client.get(url)
+            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+            assert pool._requests == []  # (before: the request, queued for ever)
+            assert [c for c in pool._connections if not (c.is_idle() or c.is_closed())] == []
