@@ -1,8 +1,11 @@
-"""A caller who stops waiting stops the whole call at once; nothing more is sent."""
+"""A caller who stops waiting stops the whole call at once; nothing more is sent, and
+the connection pool is left whole."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -12,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests.local_http import QuietHandler, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -194,3 +198,43 @@ async def test_a_task_cancelled_during_a_backoff_gives_the_retrys_budget_token_b
     budget = governor.guard("http://api.test:80").budget
     assert budget is not None
     assert budget.tokens == pytest.approx(10)
+
+
+class _Answers(QuietHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``asyncio.timeout`` cancels with ``Task.cancel()``, which reaches into the shield
+    httpcore tidies its pool in when a response ends (slowed here, so the timeout falls
+    there). Cut halfway, that left the connection busy and the request queued for ever:
+    one connection lost per such timeout (plain httpx alike). The shell finishes it.
+    (Not where httpx reads a body the shell handed over unread: the drop-in transport's,
+    a stream's.)"""
+    from httpcore._async import http11
+
+    closing = http11.AsyncHTTP11Connection._response_closed
+
+    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
+        await anyio.sleep(0.2)  # (inside httpcore's shield)
+        await closing(self)
+
+    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    with serving(_Answers) as url:
+        async with retrysafe.AsyncClient() as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+                    await client.get(url)
+            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+            assert pool._requests == []  # (before: the request, queued for ever)
+            assert [c for c in pool._connections if not (c.is_idle() or c.is_closed())] == []
+            monkeypatch.undo()
+            assert (await client.get(url)).status_code == 200

@@ -44,16 +44,22 @@ __all__ = ["AsyncSendLoop"]
 _BACKSTOP: Final = 0.05
 
 
-async def _abandon(drive: Drive, response: httpx.Response | None) -> None:
+async def _abandon(
+    drive: Drive, response: httpx.Response | None, transport: AsyncSender, request: httpx.Request
+) -> None:
     """The attempt ends with no outcome (cancelled): close what it got, shielded from
-    the cancel, and give back what it held (an HTTP/2 connection it may have left a
-    stream open on is retired: see attempt_deadline.retire)."""
+    the cancel, finish the pool's clean-up the cancel may have cut (see pool_repair),
+    and give back what it held (an HTTP/2 connection it may have left a stream open on is
+    retired: see attempt_deadline.retire)."""
     retire_stream_of(drive)
-    if response is not None:
-        import anyio
+    import anyio
 
-        with anyio.CancelScope(shield=True):
+    from retrysafe.pool_repair import release_abandoned
+
+    with anyio.CancelScope(shield=True):
+        if response is not None:
             await response.aclose()
+        await release_abandoned(transport, request)
     drive.abandoned()
 
 
@@ -139,7 +145,7 @@ class AsyncSendLoop:
                             if watch is not None:
                                 watch.end()  # before the shielded close: no cancel of its own
                                 watch = None
-                            await _abandon(drive, response)
+                            await _abandon(drive, response, self.transport, request)
                             raise
                     finally:
                         if watch is not None:
@@ -191,7 +197,7 @@ class AsyncSendLoop:
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException:
-            await _abandon(drive, response)
+            await _abandon(drive, response, self.transport, request)
             raise
         finally:
             drive.attempt_ends_at = None

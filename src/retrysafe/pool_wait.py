@@ -40,6 +40,7 @@ import weakref
 from typing import Any
 
 from retrysafe.attempt_deadline import time_left
+from retrysafe.pool_repair import stranded
 
 __all__ = ["bound_pool_waits"]
 
@@ -163,17 +164,9 @@ def _give_up(waiting: Any, pool: Any) -> Any:
     with pool._optional_thread_lock:  # (a sync pool hands out connections under it)
         handed = waiting.connection
         waiting.connection = _GaveUp()
-        if handed is None or handed not in pool._connections or not _stranded(handed):
+        if handed is None or handed not in pool._connections or not stranded(handed):
             return None  # nothing handed, or a connection others can use: left in the pool
         if any(other.connection is handed for other in pool._requests if other is not waiting):
             return None  # (an HTTP/2 connection being opened for several requests)
         pool._connections.remove(handed)
         return handed
-
-
-def _stranded(connection: Any) -> bool:
-    """Whether ``connection``, handed to a request that no longer uses it, would stay in
-    its pool for ever: neither idle nor closed (which httpcore reclaims) nor available
-    (which it hands to the next request). That is a connection made for that request
-    and never opened (an HTTP/1.1 one, or one through a proxy)."""
-    return not (connection.is_idle() or connection.is_closed() or connection.is_available())
