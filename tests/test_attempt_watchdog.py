@@ -515,3 +515,41 @@ async def test_an_attempt_cut_while_httpcore_cleans_up_leaves_its_connection_to_
             pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
             assert pool._requests == []  # (before: the request, queued for ever)
             assert [c for c in pool._connections if not (c.is_idle() or c.is_closed())] == []
+
+
+async def test_a_shield_the_caller_entered_around_the_call_does_not_hold_the_cut_back() -> None:
+    """Only a shield entered within the attempt delays its cut: inside the caller's own
+    shielded scope, an attempt that hangs ends at its time as anywhere else."""
+    import anyio
+
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=2.0)
+    async with _client(_hangs, policy) as client:
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True), pytest.raises(retrysafe.TransportError) as caught:
+            await client.get("http://upstream.test/slow")
+        took = time.monotonic() - started
+    assert caught.value.history[0].outcome == "attempt_timeout"
+    assert took < 0.2 + 0.3
+
+
+async def test_a_call_in_a_task_group_inside_a_shield_is_cut_on_time() -> None:
+    import anyio
+
+    policy = retrysafe.RetryPolicy(attempts=1, attempt_timeout=0.2, deadline=2.0)
+    outcomes: list[str] = []
+
+    async def call(client: retrysafe.AsyncClient) -> None:
+        try:
+            await client.get("http://upstream.test/slow")
+        except retrysafe.ApiError as error:
+            outcomes.append(error.outcome)
+
+    async with _client(_hangs, policy) as client:
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, client)
+                group.start_soon(call, client)
+        took = time.monotonic() - started
+    assert outcomes == ["attempt_timeout", "attempt_timeout"]
+    assert took < 0.2 + 0.3

@@ -19,10 +19,11 @@ event loop serves every attempt instead:
   them all, in the order they were due (a caller's timer the loop had already taken up
   in this turn runs before them, whenever it was due).
 
-An attempt due while its task runs shielded from cancellation (in an anyio cancel
-scope with ``shield=True``, as httpcore's clean-up of a finished request runs) is
-cancelled once the shield ends, as anyio's own scopes would: ``Task.cancel()`` reaches
-into a shield, and a clean-up cut there leaves a connection busy for ever.
+An attempt due while its task runs shielded from cancellation by a scope entered
+within the attempt (an anyio cancel scope with ``shield=True``, as httpcore's clean-up of
+a finished request runs in) is cancelled once the shield ends: ``Task.cancel()`` reaches
+into a shield, and a clean-up cut there leaves a connection busy for ever. A shield the
+caller entered around the call does not hold the cut back.
 
 The attempt tells its own timeout from any other cancellation as
 ``asyncio.timeout`` does: it notes the task's cancel count when it starts, and a
@@ -80,7 +81,16 @@ class AttemptTimer:
 class Watch:
     """One attempt's end, kept by the watchdog while the attempt runs."""
 
-    __slots__ = ("_dog", "cancelling", "ends_at", "fired", "overdue", "taken_back", "task")
+    __slots__ = (
+        "_dog",
+        "cancelling",
+        "ends_at",
+        "fired",
+        "outer_scope",
+        "overdue",
+        "taken_back",
+        "task",
+    )
 
     def __init__(
         self,
@@ -88,9 +98,13 @@ class Watch:
         task: asyncio.Task[object],
         ends_at: float,
         cancelling: int,
+        outer_scope: object,
     ) -> None:
         self._dog = dog
         self.task = task
+        #: The task's innermost anyio cancel scope when the attempt started (None: none):
+        #: a shield there or further out is the caller's, and does not hold the cut back.
+        self.outer_scope = outer_scope
         #: When the attempt must end, on the loop's clock.
         self.ends_at = ends_at
         #: The task's cancel count when the attempt started (see the module's docstring).
@@ -152,7 +166,7 @@ class AttemptWatchdog:
         # (a watchdog is made on 3.11+ only, where tasks count their cancels; a constant,
         # not a version check, on every attempt)
         cancelling: int = task.cancelling()  # type: ignore[attr-defined,unused-ignore]
-        entry = Watch(self, task, ends_at, cancelling)
+        entry = Watch(self, task, ends_at, cancelling, _innermost_scope(task))
         self._watches.add(entry)
         if ends_at < self._armed_at:
             self._arm(ends_at)
@@ -197,7 +211,7 @@ class AttemptWatchdog:
     def _cancel(self, entry: Watch) -> None:
         """Cancel the task of ``entry``, due now; or, while the task runs shielded from
         cancellation, a little later (its own timer, as an overdue one)."""
-        if _shielded(entry.task):
+        if _shielded_within(entry.task, entry.outer_scope):
             entry.overdue = True
             self.loop.call_later(_SHIELD_RECHECK, self._cancel_overdue, entry)
             return
@@ -209,25 +223,34 @@ class AttemptWatchdog:
 _SHIELD_RECHECK = 0.005
 
 
-def _shielded(task: asyncio.Task[object]) -> bool:
-    """Whether ``task`` runs inside an anyio cancel scope that shields it from
-    cancellation, as httpcore's own clean-up does when a request ends: closing its
-    response, handing its connection back to the pool.
-
-    A cancel scope shields only from anyio's own cancellations; ``Task.cancel()``
-    reaches into it all the same. A clean-up cut there leaves its connection busy and its
-    request in the pool's queue for ever: a load trial (100 tasks, 100 connections,
-    attempts of 0.5 s) lost a connection for every attempt cut, 3 to 14 in 2,000 calls,
-    until no call could get one. So the watchdog waits for the shield to end, as anyio's
-    own scopes do. (anyio keeps each task's innermost scope in a private table; where it
-    is not found, the task is taken as unshielded.)"""
+def _innermost_scope(task: asyncio.Task[object]) -> object:
+    """The innermost anyio cancel scope ``task`` runs in now, or None (none, or anyio not
+    loaded). anyio keeps it in a private table; where that is not found, None."""
     backend = sys.modules.get("anyio._backends._asyncio")
-    states = getattr(backend, "_task_states", None)
-    if states is None:
-        return False
-    state = states.get(task)
-    scope = getattr(state, "cancel_scope", None)
-    while scope is not None:
+    if backend is None:
+        return None
+    state = getattr(backend, "_task_states", _NO_STATES).get(task)
+    return getattr(state, "cancel_scope", None)
+
+
+_NO_STATES: dict[object, object] = {}
+
+
+def _shielded_within(task: asyncio.Task[object], outer_scope: object) -> bool:
+    """Whether ``task`` runs inside an anyio cancel scope that shields it from
+    cancellation and that it entered after ``outer_scope`` (its innermost scope when its
+    attempt started): a shield entered within the attempt, as httpcore's clean-up of a
+    request that ended runs in (closing its response, handing its connection back).
+
+    A cancel scope shields only from anyio's own cancellations; ``Task.cancel()`` reaches
+    into it all the same. A clean-up cut there leaves its connection busy and its request
+    in the pool's queue for ever: a load trial (100 tasks, 100 connections, attempts of
+    0.5 s) lost a connection for nearly every attempt cut, 3 to 14 in 2,000 calls, until
+    no call could get one. So the watchdog waits for such a shield to end. A shield the
+    caller entered around the call is not one: inside it, the attempt is cut on time as
+    anywhere else (anyio's own time limits still end their scopes inside a shield)."""
+    scope = _innermost_scope(task)
+    while scope is not None and scope is not outer_scope:
         if getattr(scope, "_shield", False):
             return True
         scope = getattr(scope, "_parent_scope", None)
