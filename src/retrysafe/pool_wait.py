@@ -123,10 +123,10 @@ def _sync_wait_for_connection(original: Any) -> Any:
         try:
             return original(self, left if binds else timeout)
         except BaseException:  # (its pool timeout, mostly)
-            stranded = _give_up(self, pool)
-            if stranded is not None:
+            dropped = _give_up(self, pool)
+            if dropped is not None:
                 with contextlib.suppress(Exception):  # (never opened: nothing to close)
-                    stranded.close()
+                    dropped.close()
             raise
 
     return wait_for_connection
@@ -157,16 +157,17 @@ def _async_wait_for_connection(original: Any) -> Any:
 
 
 def _give_up(waiting: Any, pool: Any) -> Any:
-    """Take ``waiting`` (a request whose wait in ``pool`` ended without a connection)
-    out of the pool's queue, under its lock (a no-op in an async pool, where nothing
-    else runs meanwhile), and drop from the pool the connection it was handed
-    meanwhile if no other request can use it; that connection, or None."""
+    """Mark ``waiting`` (a request whose wait in ``pool`` ended without a connection) as
+    no longer queued, under the pool's lock (a no-op in an async pool, where nothing else
+    runs meanwhile), so that nothing more is handed to it before httpcore takes it out of
+    its queue; and drop from the pool the connection it was handed meanwhile if no other
+    request can use it. That connection, or None."""
     with pool._optional_thread_lock:  # (a sync pool hands out connections under it)
         handed = waiting.connection
         waiting.connection = _GaveUp()
         if handed is None or handed not in pool._connections or not stranded(handed):
             return None  # nothing handed, or a connection others can use: left in the pool
         if any(other.connection is handed for other in pool._requests if other is not waiting):
-            return None  # (an HTTP/2 connection being opened for several requests)
+            return None  # (another request holds it too: left for that one to open)
         pool._connections.remove(handed)
         return handed
