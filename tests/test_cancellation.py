@@ -238,3 +238,31 @@ async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole
             assert [c for c in pool._connections if not (c.is_idle() or c.is_closed())] == []
             monkeypatch.undo()
             assert (await client.get(url)).status_code == 200
+
+
+class _AnswersSlowly(QuietHandler):
+    def do_GET(self) -> None:
+        time.sleep(0.5)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_request_sent_twice_at_once_keeps_one_send_when_the_other_is_cancelled() -> None:
+    """One ``httpx.Request`` sent by two tasks: the pool holds one record of each send.
+    Cancelling one must leave the other's alone (finding its record by the request would
+    take the other's out of the queue, and close its connection mid-answer)."""
+    with serving(_AnswersSlowly) as url:
+        async with retrysafe.AsyncClient() as client:
+            request = client.build_request("GET", url)
+            other = asyncio.create_task(client.send(request))
+            await asyncio.sleep(0.05)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+                    await client.send(request)
+            assert (await other).status_code == 200
+            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+            assert pool._requests == []

@@ -44,9 +44,7 @@ __all__ = ["AsyncSendLoop"]
 _BACKSTOP: Final = 0.05
 
 
-async def _abandon(
-    drive: Drive, response: httpx.Response | None, transport: AsyncSender, request: httpx.Request
-) -> None:
+async def _abandon(drive: Drive, response: httpx.Response | None, transport: AsyncSender) -> None:
     """The attempt ends with no outcome (cancelled): close what it got, shielded from
     the cancel, finish the pool's clean-up the cancel may have cut (see pool_repair),
     and give back what it held (an HTTP/2 connection it may have left a stream open on is
@@ -59,7 +57,7 @@ async def _abandon(
     with anyio.CancelScope(shield=True):
         if response is not None:
             await response.aclose()
-        await release_abandoned(transport, request)
+        await release_abandoned(transport, response)
     drive.abandoned()
 
 
@@ -145,7 +143,7 @@ class AsyncSendLoop:
                             if watch is not None:
                                 watch.end()  # before the shielded close: no cancel of its own
                                 watch = None
-                            await _abandon(drive, response, self.transport, request)
+                            await _abandon(drive, response, self.transport)
                             raise
                     finally:
                         if watch is not None:
@@ -197,7 +195,7 @@ class AsyncSendLoop:
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
         except BaseException:
-            await _abandon(drive, response, self.transport, request)
+            await _abandon(drive, response, self.transport)
             raise
         finally:
             drive.attempt_ends_at = None

@@ -31,21 +31,22 @@ def stranded(connection: Any) -> bool:
     return not (connection.is_idle() or connection.is_closed() or connection.is_available())
 
 
-async def release_abandoned(transport: object, request: httpx.Request) -> None:
-    """After an attempt of ``request`` through ``transport`` (httpx's own async transport)
-    was cancelled from outside, and its response closed: take the request out of the
-    pool's queue if a cut clean-up left it there, and close the connections no request
-    uses that the pool would otherwise keep for ever."""
+async def release_abandoned(transport: object, response: httpx.Response | None) -> None:
+    """After an attempt through ``transport`` (httpx's own async transport) was cancelled
+    from outside, and its ``response`` (if it got one) closed: take the attempt's request
+    out of the pool's queue if a cut clean-up left it there, and close the connections no
+    request uses that the pool would otherwise keep for ever. (With no response, httpcore
+    took the request out itself; a cut clean-up can only have left its connection.)"""
     pool: Any = getattr(transport, "_pool", None)
     queue = getattr(pool, "_requests", None)
     connections = getattr(pool, "_connections", None)
     if not isinstance(queue, list) or not isinstance(connections, list):
         return
-    extensions = request.extensions  # (the dict httpx hands httpcore as it is)
     with pool._optional_thread_lock:  # (a no-op in httpcore's async pool)
-        left = [queued for queued in queue if _extensions_of(queued) is extensions]
-        for queued in left:
-            queue.remove(queued)
+        ours = _pool_request_of(response)
+        left = ours is not None and ours in queue
+        if left:
+            queue.remove(ours)
         lost = [
             connection
             for connection in connections
@@ -63,5 +64,23 @@ async def release_abandoned(transport: object, request: httpx.Request) -> None:
             await connection.aclose()
 
 
-def _extensions_of(queued: object) -> object:
-    return getattr(getattr(queued, "request", None), "extensions", None)
+#: The attributes a response's stream keeps its inner stream in: retrysafe's own
+#: (kept_body), then httpx's (its transport's response stream).
+_INNER_STREAM = ("_inner", "_httpcore_stream")
+
+
+def _pool_request_of(response: httpx.Response | None) -> object:
+    """The pool's own record of the request ``response`` answers (httpcore's pool stream
+    keeps it), found through the streams wrapping it; None if not found. (Not by the
+    request: one ``httpx.Request`` sent twice at once is two records in the pool.)"""
+    stream: object = response.stream if response is not None else None
+    for _ in range(4):
+        if stream is None:
+            return None
+        pool_request = getattr(stream, "_pool_request", None)
+        if pool_request is not None:
+            return pool_request
+        stream = next(
+            (inner for name in _INNER_STREAM if (inner := getattr(stream, name, None))), None
+        )
+    return None
