@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 
-__all__ = ["QuietHandler", "serving"]
+__all__ = ["AnswersOk", "QuietHandler", "serving"]
 
 
 class QuietHandler(http.server.BaseHTTPRequestHandler):
@@ -18,6 +19,21 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+class AnswersOk(QuietHandler):
+    """Answers every GET with a 200 and the body ``ok``, after ``delay`` seconds (a
+    subclass sets it)."""
+
+    delay = 0.0
+
+    def do_GET(self) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
 
 
 @contextlib.contextmanager

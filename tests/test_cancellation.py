@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.local_http import QuietHandler, serving
+from tests.local_http import AnswersOk, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -200,14 +200,6 @@ async def test_a_task_cancelled_during_a_backoff_gives_the_retrys_budget_token_b
     assert budget.tokens == pytest.approx(10)
 
 
-class _Answers(QuietHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole(
@@ -228,7 +220,7 @@ async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole
         await closing(self)
 
     monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
-    with serving(_Answers) as url:
+    with serving(AnswersOk) as url:
         async with retrysafe.AsyncClient() as client:
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
@@ -240,13 +232,8 @@ async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole
             assert (await client.get(url)).status_code == 200
 
 
-class _AnswersSlowly(QuietHandler):
-    def do_GET(self) -> None:
-        time.sleep(0.5)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+class _AnswersSlowly(AnswersOk):
+    delay = 0.5
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")

@@ -26,7 +26,7 @@ import httpcore
 import httpx
 import pytest
 from httpcore._async import connection_pool
-from tests.local_http import QuietHandler, serving
+from tests.local_http import AnswersOk, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -147,14 +147,6 @@ class _Busy(httpcore.AsyncConnectionInterface):
         return "busy"
 
 
-class _Answers(QuietHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-
 @pytest.mark.parametrize("through", ["direct", "proxy"])
 async def test_a_wait_cut_as_it_is_handed_a_new_connection_leaves_no_slot_behind(
     monkeypatch: pytest.MonkeyPatch, through: str
@@ -163,7 +155,7 @@ async def test_a_wait_cut_as_it_is_handed_a_new_connection_leaves_no_slot_behind
     the waiting attempt is cut: its slot goes to the waiting request, handed a new
     connection made for it, and cut all the same. (Through a proxy, the connection wraps
     one to the proxy.)"""
-    with serving(_Answers) as url:
+    with serving(AnswersOk) as url:
         transport = httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=1), proxy=url if through == "proxy" else None
         )

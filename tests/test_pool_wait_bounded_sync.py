@@ -27,7 +27,7 @@ import httpcore
 import httpx
 import pytest
 from httpcore._sync import connection_pool
-from tests.local_http import QuietHandler, serving
+from tests.local_http import AnswersOk, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -122,14 +122,6 @@ def test_a_request_outside_any_attempt_keeps_its_own_pool_timeout() -> None:
         stop.set()
 
 
-class _Answers(QuietHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-
 class _Handover:
     """What another request does as it ends, freeing the one connection slot of ``pool``
     (held by ``busy``): httpcore hands the slot to the requests still queued."""
@@ -196,7 +188,7 @@ def test_a_wait_that_runs_out_as_it_is_handed_a_new_connection_leaves_no_slot_be
 ) -> None:
     """The slot is handed to the waiting request, as a new connection made for it, just
     as its wait runs out. (Through a proxy, the connection wraps one to the proxy.)"""
-    with serving(_Answers) as url:
+    with serving(AnswersOk) as url:
         transport, pool, handover = _pool_of_one_held_by_another_request(
             proxy=url if through == "proxy" else None
         )
@@ -239,7 +231,7 @@ def test_nothing_is_handed_to_a_request_that_gave_up_before_it_leaves_the_queue(
 
     pool._optional_thread_lock = HandsOverBeforeTheQueueIsLeft()
     _as_each_wait_runs_out(monkeypatch, lambda: entries_to_skip.append(1))
-    with serving(_Answers) as url, _one_attempt_client(transport) as client:
+    with serving(AnswersOk) as url, _one_attempt_client(transport) as client:
         _fails_unsent(client, url)
         assert not entries_to_skip  # (the slot was handed on, as arranged)
         assert _stranded(pool) == []
