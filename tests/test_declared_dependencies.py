@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
 ROOT = Path(__file__).resolve().parent.parent
 #: The benchmarks' own modules, imported from beside them (and the test servers they share).
-LOCAL = {"retrysafe", "overhead", "store_servers", "fleet_servers"}
+LOCAL = {"retrysafe", "overhead", "hedging", "store_servers", "fleet_servers"}
 #: Imported only where it runs already: the pytest plugin (retrysafe.testing), which pytest
 #: loads.
 HOSTS = {"pytest"}
