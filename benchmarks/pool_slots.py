@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import retrysafe
 from hedging import ServerProcess
 from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.pool_repair import stranded
 
 #: Where each contender's client keeps the transport that holds the pool, in turn.
 _INNER = ("_transport", "_loop", "transport", "_async_transport", "_pool")
@@ -64,10 +65,8 @@ def find_pool(client: object) -> Any:
 
 def lost_slots(pool: Any) -> int:
     """Connections the pool keeps that no call can use nor httpcore reclaim, with no call
-    running: neither idle, closed nor available."""
-    return sum(
-        1 for c in list(pool._connections) if not (c.is_idle() or c.is_closed() or c.is_available())
-    )
+    running: neither idle, closed nor available (retrysafe's own test of it)."""
+    return sum(1 for connection in list(pool._connections) if stranded(connection))
 
 
 def contenders(limits: httpx.Limits, timeout: float) -> dict[str, Callable[[], httpx.AsyncClient]]:

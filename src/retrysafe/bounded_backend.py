@@ -57,6 +57,7 @@ __all__ = [
     "BoundedBackend",
     "BoundedStream",
     "PoolRef",
+    "Withdrawn",
     "bounded_handshake",
     "Connecting",
     "withdraw_queued",
@@ -286,9 +287,12 @@ def _bound_stream_slots(stream: BoundedStream) -> None:
         connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
 
 
-class _Withdrawn:
-    """What a request taken out of its pool's queue gets instead of a connection: its
-    attempt ends there, before it sends anything (httpcore then drops it from the queue)."""
+class Withdrawn:
+    """What a request taken out of its pool's queue gets instead of a connection: the
+    pool no longer counts it as queued, so hands it nothing more, and its attempt ends
+    there, before it sends anything (httpcore then drops it from the queue). Given to a
+    hedged copy that lost (:func:`withdraw_queued`) and to a wait that ran out
+    (:mod:`retrysafe.pool_wait`)."""
 
     def handle_request(self, request: object) -> typing.NoReturn:
         raise AttemptDeadlineReached(stalled=False)
@@ -311,7 +315,7 @@ def withdraw_queued(transport: object, extensions: object) -> None:
         for pool_request in queued:
             request = getattr(pool_request, "request", None)
             if getattr(request, "extensions", None) is extensions and pool_request.is_queued():
-                pool_request.assign_to_connection(_Withdrawn())
+                pool_request.assign_to_connection(Withdrawn())
                 return
 
 

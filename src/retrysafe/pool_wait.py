@@ -40,6 +40,7 @@ import weakref
 from typing import Any
 
 from retrysafe.attempt_deadline import time_left
+from retrysafe.bounded_backend import Withdrawn
 from retrysafe.pool_repair import stranded
 
 __all__ = ["bound_pool_waits"]
@@ -50,12 +51,6 @@ _WRAPPED = "_retrysafe_bounded"
 #: The pools retrysafe's transports wrap (sync and async): a wait gives up cleanly there.
 _pools: weakref.WeakSet[Any] = weakref.WeakSet()
 _pools_lock = threading.Lock()
-
-
-class _GaveUp:
-    """What a request that gave up waiting holds instead of a connection: with it, the
-    pool no longer counts the request as queued, so hands it nothing more (httpcore then
-    takes the request out of its queue). Never sent on."""
 
 
 def bound_pool_waits(pool: object) -> bool:
@@ -164,7 +159,7 @@ def _give_up(waiting: Any, pool: Any) -> Any:
     request can use it. That connection, or None."""
     with pool._optional_thread_lock:  # (a sync pool hands out connections under it)
         handed = waiting.connection
-        waiting.connection = _GaveUp()
+        waiting.connection = Withdrawn()
         if handed is None or handed not in pool._connections or not stranded(handed):
             return None  # nothing handed, or a connection others can use: left in the pool
         if any(other.connection is handed for other in pool._requests if other is not waiting):
