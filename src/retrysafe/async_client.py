@@ -42,6 +42,7 @@ from retrysafe.client_options import (
     check_journal,
     check_typed_url,
     finish_operation,
+    jar_of,
     mark_stream,
     scrub_refused_url,
     upload_headers,
@@ -125,8 +126,10 @@ class AsyncClient(httpx.AsyncClient):
         self.journal = check_journal(journal)
         self.governor = governor if governor is not None else Governor(clock=clock)
 
+        client_cookies = jar_of(self)
+
         def wrap(transport: httpx.AsyncBaseTransport) -> AsyncRetryTransport:
-            return AsyncRetryTransport(
+            shell = AsyncRetryTransport(
                 transport,
                 policy=policy,
                 clock=clock,
@@ -136,6 +139,9 @@ class AsyncClient(httpx.AsyncClient):
                 governor=self.governor,
                 deadline_header=deadline_header,
             )
+            # (the client's jar learns cookies its retried attempts' answers set)
+            shell.settings = shell.settings._replace(client_cookies=client_cookies)
+            return shell
 
         self._transport, self._mounts = wrap_transports(self._transport, self._mounts, wrap)
 

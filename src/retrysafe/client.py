@@ -52,6 +52,7 @@ from retrysafe.client_options import (
     check_journal,
     check_typed_url,
     finish_operation,
+    jar_of,
     mark_stream,
     report_of,
     scrub_refused_url,
@@ -140,8 +141,10 @@ class Client(httpx.Client):
         self.journal = check_journal(journal)
         self.governor = governor if governor is not None else Governor(clock=clock)
 
+        client_cookies = jar_of(self)
+
         def wrap(transport: httpx.BaseTransport) -> RetryTransport:
-            return RetryTransport(
+            shell = RetryTransport(
                 transport,
                 policy=policy,
                 clock=clock,
@@ -151,6 +154,9 @@ class Client(httpx.Client):
                 governor=self.governor,
                 deadline_header=deadline_header,
             )
+            # (the client's jar learns cookies its retried attempts' answers set)
+            shell.settings = shell.settings._replace(client_cookies=client_cookies)
+            return shell
 
         self._transport, self._mounts = wrap_transports(self._transport, self._mounts, wrap)
 

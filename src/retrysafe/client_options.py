@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar
 
@@ -47,6 +48,7 @@ __all__ = [
     "check_idempotency_mode",
     "check_journal",
     "finish_operation",
+    "jar_of",
     "mark_stream",
     "report_of",
     "warn_per_request_cookies",
@@ -305,6 +307,19 @@ def wrap_transports(
         pattern: None if mounted is None else wrap(mounted) for pattern, mounted in mounts.items()
     }
     return wrap(transport), wrapped
+
+
+def jar_of(client: httpx.Client | httpx.AsyncClient) -> Callable[[], httpx.Cookies | None]:
+    """The client's cookie jar, read when asked (a client's ``cookies`` may be set anew),
+    for its shells' :class:`~retrysafe.shell_settings.ShellSettings` (``client_cookies``);
+    None once the client is gone. (A weak reference: the client holds its shells.)"""
+    held = weakref.ref(client)
+
+    def jar() -> httpx.Cookies | None:
+        alive = held()
+        return None if alive is None else alive.cookies
+
+    return jar
 
 
 def _not_retrying_already(transport: object, given_as: str) -> None:

@@ -570,7 +570,13 @@ class Drive:
                 effects.clear()
                 guard.healthy_call(self.call.last_attempt_seconds)
                 return step
-        return self._after(step)
+        step = self._after(step)
+        if (type(step) is Wait or type(step) is AttemptPlan) and "set-cookie" in response.headers:
+            # Retried, with cookies set: the next attempt carries them.
+            from retrysafe.carried_cookies import carry_cookies
+
+            carry_cookies(self.request, response, self.settings.client_cookies)
+        return step
 
     def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
         """The attempt failed with ``exc``."""

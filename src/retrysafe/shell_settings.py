@@ -9,7 +9,9 @@ fix what they refuse; the drive trusts the value it is given.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+import httpx
 
 from retrysafe.clock import Clock, SystemClock
 from retrysafe.governor import Governor, GovernorSettings
@@ -38,6 +40,10 @@ class ShellSettings(NamedTuple):
     dependency: str | DependencyNamer | None = None
     raise_errors: bool = False
     deadline_header: str | None = None
+    #: The jar of the retrysafe client this shell serves (None once the client is
+    #: gone), which learns the cookies retried attempts' responses set, as it learns a
+    #: final response's (:mod:`retrysafe.carried_cookies`); None for the drop-in.
+    client_cookies: Callable[[], httpx.Cookies | None] | None = None
 
     @classmethod
     def build(

@@ -1,0 +1,185 @@
+"""Cookies a retried attempt's answer set are sent with the attempts after it.
+
+A retry loop around httpx's client sends its next attempt with the cookies the failed
+answer set (the client's jar learned them), as httpx does when it follows a redirect:
+a load balancer's sticky cookie on a 503, a session cookie on a 429. retrysafe retries
+inside the transport, so its shell carries them itself (``retrysafe.carried_cookies``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from typing import ClassVar
+
+import httpx
+import pytest
+
+import retrysafe
+from local_http import QuietHandler, serving
+from retrysafe.carried_cookies import carry_cookies
+
+QUICK = retrysafe.RetryPolicy(backoff_base=0.01, backoff_cap=0.02)
+
+
+class StickyBalancer(QuietHandler):
+    """A 503 that sets ``lb=node7`` to a request without it; a 200 to one with it."""
+
+    cookies_seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        cookie = self.headers.get("Cookie")
+        StickyBalancer.cookies_seen.append(cookie)
+        if cookie is None or "lb=node7" not in cookie:
+            self.send_response(503)
+            self.send_header("Set-Cookie", "lb=node7; Path=/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.fixture
+def balancer() -> Iterator[str]:
+    StickyBalancer.cookies_seen = []
+    with serving(StickyBalancer) as url:
+        yield url
+
+
+def test_sync_client_sends_the_cookie_a_503_set_and_its_jar_keeps_it(balancer: str) -> None:
+    with retrysafe.Client(policy=QUICK, cookies={"user": "ann"}) as client:
+        response = client.get(balancer + "/")
+
+        assert response.status_code == 200
+        assert StickyBalancer.cookies_seen == ["user=ann", "user=ann; lb=node7"]
+        assert dict(client.cookies) == {"user": "ann", "lb": "node7"}
+        # The next call starts with it, from the jar, as after any answer that set it.
+        client.get(balancer + "/")
+        assert StickyBalancer.cookies_seen[-1] is not None
+        assert "lb=node7" in StickyBalancer.cookies_seen[-1]
+        assert len(StickyBalancer.cookies_seen) == 3
+
+
+def test_async_client_sends_the_cookie_a_503_set_and_its_jar_keeps_it(balancer: str) -> None:
+    async def call() -> tuple[int, dict[str, str]]:
+        async with retrysafe.AsyncClient(policy=QUICK) as client:
+            response = await client.get(balancer + "/")
+            return response.status_code, dict(client.cookies)
+
+    status, jar = asyncio.run(call())
+
+    assert status == 200
+    assert StickyBalancer.cookies_seen == [None, "lb=node7"]
+    assert jar == {"lb": "node7"}
+
+
+def test_drop_in_transport_carries_it_within_the_call_only(balancer: str) -> None:
+    # The drop-in cannot reach httpx's client's jar: the call's attempts carry the
+    # cookie, and the jar keeps only what the final answer set (nothing here).
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=QUICK)) as client:
+        response = client.get(balancer + "/")
+
+        assert response.status_code == 200
+        assert StickyBalancer.cookies_seen == [None, "lb=node7"]
+        assert dict(client.cookies) == {}
+
+
+def test_a_client_whose_cookies_were_set_anew_learns_into_the_new_jar(balancer: str) -> None:
+    with retrysafe.Client(policy=QUICK) as client:
+        client.cookies = httpx.Cookies({"user": "bo"})
+        client.get(balancer + "/")
+
+        assert dict(client.cookies) == {"user": "bo", "lb": "node7"}
+
+
+def test_a_gone_client_leaves_its_shells_without_a_jar() -> None:
+    client = retrysafe.Client()
+    jar = client._transport.settings.client_cookies  # type: ignore[attr-defined]
+    assert jar is not None
+    assert jar() is client.cookies
+    del client
+    gc.collect()
+    assert jar() is None
+
+
+# -- the header the next attempt carries ---------------------------------------------
+
+
+def _answer(request: httpx.Request, *set_cookies: str) -> httpx.Response:
+    return httpx.Response(
+        503, headers=[("Set-Cookie", line) for line in set_cookies], request=request
+    )
+
+
+def test_a_cookie_set_again_replaces_the_one_sent_and_the_others_stay() -> None:
+    sent = {"Cookie": "a=1; lb=old; b"}
+    request = httpx.Request("GET", "https://api.example.com/v1/x", headers=sent)
+
+    carry_cookies(request, _answer(request, "lb=new; Path=/", "c=3"), None)
+
+    kept, _, carried = request.headers["Cookie"].partition("; b; ")
+    assert kept == "a=1"
+    assert sorted(carried.split("; ")) == ["c=3", "lb=new"]  # (in the jar's order)
+
+
+def test_a_deleted_cookie_is_not_sent_again() -> None:
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "a=1; lb=old"})
+
+    carry_cookies(request, _answer(request, "lb=; Max-Age=0; Path=/"), None)
+
+    assert request.headers["Cookie"] == "a=1"
+
+
+def test_deleting_the_only_cookie_drops_the_header() -> None:
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "lb=old"})
+
+    carry_cookies(request, _answer(request, "lb=gone; Expires=Thu, 01 Jan 1970 00:00:00 GMT"), None)
+
+    assert "Cookie" not in request.headers
+
+
+def test_the_jars_rules_decide_what_this_url_is_sent() -> None:
+    # Another path, and a Secure cookie over plain http: kept by the jar, not sent here;
+    # what the request carried by that name stays.
+    request = httpx.Request("GET", "http://api.example.com/v1/x", headers={"Cookie": "lb=old"})
+
+    carry_cookies(request, _answer(request, "lb=new; Path=/admin", "s=1; Secure"), None)
+
+    assert request.headers["Cookie"] == "lb=old"
+
+
+def test_a_cookie_for_another_domain_is_refused() -> None:
+    request = httpx.Request("GET", "https://api.example.com/x")
+
+    carry_cookies(request, _answer(request, "t=1; Domain=evil.test"), None)
+
+    assert "Cookie" not in request.headers
+
+
+def test_the_clients_jar_learns_what_the_answer_set() -> None:
+    jar = httpx.Cookies({"user": "ann"})
+    request = httpx.Request("GET", "https://api.example.com/x")
+
+    carry_cookies(request, _answer(request, "lb=node7"), lambda: jar)
+
+    assert dict(jar) == {"user": "ann", "lb": "node7"}
+    assert request.headers["Cookie"] == "lb=node7"
+
+
+def test_an_answer_that_is_not_retried_is_left_to_httpx(balancer: str) -> None:
+    # A 400 is final: httpx's client reads its cookies as it reads any answer's.
+    class Refuses(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(400)
+            self.send_header("Set-Cookie", "seen=1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    with serving(Refuses) as url, retrysafe.Client(policy=QUICK) as client:
+        with pytest.raises(retrysafe.ClientError):
+            client.get(url + "/")
+        assert dict(client.cookies) == {"seen": "1"}
