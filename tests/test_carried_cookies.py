@@ -183,3 +183,32 @@ def test_an_answer_that_is_not_retried_is_left_to_httpx(balancer: str) -> None:
         with pytest.raises(retrysafe.ClientError):
             client.get(url + "/")
         assert dict(client.cookies) == {"seen": "1"}
+
+
+def test_requests_adapter_sends_it_with_the_next_attempt(balancer: str) -> None:
+    requests = pytest.importorskip("requests")
+    from retrysafe.requests import RetryAdapter
+
+    with requests.Session() as session:
+        session.mount("http://", RetryAdapter(policy=QUICK))
+        session.cookies.set("user", "ann")
+        response = session.get(balancer + "/", timeout=5)
+
+        assert response.status_code == 200
+        assert StickyBalancer.cookies_seen == ["user=ann", "user=ann; lb=node7"]
+
+
+def test_aiohttp_middleware_sends_it_with_the_next_attempt(balancer: str) -> None:
+    aiohttp = pytest.importorskip("aiohttp")
+    from retrysafe.aiohttp import RetryMiddleware
+
+    async def call() -> int:
+        middleware = RetryMiddleware(policy=QUICK)
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as session,
+            session.get(balancer + "/") as response,
+        ):
+            return int(response.status)
+
+    assert asyncio.run(call()) == 200
+    assert StickyBalancer.cookies_seen == [None, "lb=node7"]

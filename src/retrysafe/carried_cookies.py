@@ -13,7 +13,9 @@ carried otherwise (the client's jar, or a ``Cookie`` header given by hand) stay.
 Under :class:`retrysafe.Client` the client's jar learns them too, as it learns a final
 response's (``ShellSettings.client_cookies``). Under a plain ``httpx.Client`` with the
 drop-in transport, the transport cannot reach the client's jar: the attempts of the call
-carry them, and the jar keeps only what the final response set.
+carry them, and the jar keeps only what the final response set. The requests and aiohttp
+shells copy the header this sets on their view of the request onto the request they send,
+and their session's jar likewise keeps the final response's.
 
 Only a response that is retried and carries ``Set-Cookie`` comes here, so a successful
 call pays nothing for it.

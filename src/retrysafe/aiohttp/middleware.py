@@ -283,6 +283,10 @@ class _Attempt:
                         step = drive.returned(
                             plan, _view_of(drive, response, await _read(response))
                         )
+                if (type(step) is Wait or type(step) is AttemptPlan) and (
+                    "set-cookie" in response.headers
+                ):
+                    _carry_cookie_header(drive, self.request)
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:
@@ -311,6 +315,17 @@ class _Attempt:
         if self.response is not None:
             self.response.release()
             self.response = None
+
+
+def _carry_cookie_header(drive: Drive, request: ClientRequest) -> None:
+    """Send the next attempt with the ``Cookie`` header the drive set on its view of the
+    request from the cookies the retried answer set (:mod:`retrysafe.carried_cookies`).
+    (The session's jar, which the middleware does not reach, is aiohttp's to fill.)"""
+    cookie = drive.request.headers.get("cookie")
+    if cookie is None:
+        request.headers.popall("Cookie", None)
+    else:
+        request.headers["Cookie"] = cookie
 
 
 def _session_closed(request: ClientRequest) -> bool:

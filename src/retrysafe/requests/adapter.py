@@ -241,6 +241,17 @@ class RetryAdapter(HTTPAdapter):
         return f"RetryAdapter(policy={self.policy!r})"
 
 
+def _carry_cookie_header(drive: Drive, request: requests.PreparedRequest) -> None:
+    """Send the next attempt with the ``Cookie`` header the drive set on its view of the
+    request from the cookies the retried answer set (:mod:`retrysafe.carried_cookies`).
+    (The session's jar, which the adapter cannot reach, keeps only the final answer's.)"""
+    cookie = drive.request.headers.get("cookie")
+    if cookie is None:
+        request.headers.pop("Cookie", None)
+    else:
+        request.headers["Cookie"] = cookie
+
+
 def _hand_over_body(response: requests.Response, read: float | None) -> None:
     """The caller reads the body of ``response`` (streamed) itself now: its reads get the
     caller's own read timeout, not the attempt's.
@@ -402,6 +413,10 @@ class _Attempt:
                 if type(step) is ReadBody:
                     body = self._read(response, watch)
                     step = drive.returned(plan, _view_of(drive, response, body))
+                if (type(step) is Wait or type(step) is AttemptPlan) and (
+                    "set-cookie" in response.headers
+                ):
+                    _carry_cookie_header(drive, self.request)
                 self.response = response
                 return step
             except _CutShort as exc:
