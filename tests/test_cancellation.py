@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.local_http import AnswersOk, serving
+from tests.local_http import AnswersOk, QuietHandler, serving
 
 import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.governor import BudgetSettings, Governor, GovernorSettings, LimiterSettings
+from retrysafe.pool_repair import stranded
 from retrysafe.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -253,3 +254,125 @@ async def test_a_request_sent_twice_at_once_keeps_one_send_when_the_other_is_can
             assert (await other).status_code == 200
             pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
             assert pool._requests == []
+
+
+class _CutsItsBodyShort(QuietHandler):
+    """Promises a body of 10 bytes, sends 2 and hangs up: the reader's read fails."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "10")
+        self.end_headers()
+        self.wfile.write(b"ok")
+        self.close_connection = True
+
+
+async def _stream(client: httpx.AsyncClient, url: str) -> object:
+    async with client.stream("GET", url) as response:
+        return await response.aread()
+
+
+async def _send_streamed(client: httpx.AsyncClient, url: str) -> object:
+    response = await client.send(client.build_request("GET", url), stream=True)
+    try:
+        return await response.aread()
+    finally:
+        await response.aclose()
+
+
+async def _get(client: httpx.AsyncClient, url: str) -> object:
+    return await client.get(url)
+
+
+def _own_client() -> httpx.AsyncClient:
+    return retrysafe.AsyncClient(policy=RetryPolicy(attempts=1))
+
+
+def _drop_in_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=retrysafe.AsyncRetryTransport())
+
+
+def _pool_of(client: httpx.AsyncClient) -> Any:
+    return client._transport._loop.transport._pool  # type: ignore[attr-defined]
+
+
+_BODIES_READ_AFTER_THE_SHELL = [
+    pytest.param(_own_client, _stream, id="stream"),
+    pytest.param(_own_client, _send_streamed, id="send-stream"),
+    pytest.param(_drop_in_client, _get, id="drop-in-get"),
+    pytest.param(_drop_in_client, _stream, id="drop-in-stream"),
+]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize(("make", "call"), _BODIES_READ_AFTER_THE_SHELL)
+async def test_a_callers_timeout_as_a_body_read_after_the_shell_closes_leaves_the_pool_whole(
+    monkeypatch: pytest.MonkeyPatch, make: Any, call: Any
+) -> None:
+    """As above, where the caller (a stream) or httpx (under the drop-in transport) reads
+    the body after the shell handed the response over, and closes it: the stream the shell
+    hands over finishes the clean-up the timeout cut (before: the request queued and the
+    connection busy for ever, as in plain httpx)."""
+    from httpcore._async import http11
+
+    closing = http11.AsyncHTTP11Connection._response_closed
+
+    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
+        await anyio.sleep(0.2)  # (inside httpcore's shield)
+        await closing(self)
+
+    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    with serving(AnswersOk) as url:
+        async with make() as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+                    await call(client, url)
+            pool = _pool_of(client)
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+            monkeypatch.undo()
+            with anyio.fail_after(5):
+                assert (await client.get(url)).status_code == 200
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize(("make", "call"), _BODIES_READ_AFTER_THE_SHELL)
+async def test_a_callers_timeout_as_a_failed_body_read_closes_leaves_the_pool_whole(
+    monkeypatch: pytest.MonkeyPatch, make: Any, call: Any
+) -> None:
+    """A body read that fails (the server hangs up mid-body) makes httpcore close the
+    response itself, in the same shield: a caller's timeout landing there is mended too."""
+    from httpcore._async import http11
+
+    closing = http11.AsyncHTTP11Connection._response_closed
+
+    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
+        await anyio.sleep(0.2)  # (inside httpcore's shield)
+        await closing(self)
+
+    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    with serving(_CutsItsBodyShort) as url:
+        async with make() as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+                    await call(client, url)
+            pool = _pool_of(client)
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stream_read_in_part_and_closed_gives_its_connection_back() -> None:
+    """The stream handed over changes nothing when nothing is cut: a reader that stops
+    early and closes leaves the pool as httpx does."""
+    with serving(AnswersOk) as url:
+        async with _own_client() as client:
+            async with client.stream("GET", url) as response:
+                async for _ in response.aiter_raw(1):
+                    break
+            pool = _pool_of(client)
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+            assert (await client.get(url)).status_code == 200

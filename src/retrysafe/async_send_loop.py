@@ -16,6 +16,7 @@ for (the drive, the engine, the governor) are compiled all the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import httpx
@@ -85,6 +86,14 @@ class AsyncSendLoop:
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
+        #: Gives each response handed over unread the stream that finishes the pool's
+        #: clean-up if a cancel cuts it as the caller (or httpx) closes the body (see
+        #: pool_repair): on httpx's own transport, whose httpcore pool that happens to.
+        self._mend: Callable[[httpx.Response, object], None] | None = None
+        if getattr(transport, "_pool", None) is not None:
+            from retrysafe.pool_repair import mend_when_closed
+
+            self._mend = mend_when_closed
 
     async def send(self, request: httpx.Request) -> httpx.Response:
         """Drive ``request`` to its end: the response httpx expects, or the call's error.
@@ -158,7 +167,10 @@ class AsyncSendLoop:
                     await self.settings.clock.async_sleep(step.seconds)
                     step = drive.next_attempt()
                 else:
-                    return drive.finish(step)
+                    response = drive.finish(step)
+                    if self._mend is not None:
+                        self._mend(response, self.transport)
+                    return response
         except BaseException:
             drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
             raise

@@ -16,11 +16,18 @@ limit waits for the shield to end instead: :mod:`retrysafe.attempt_watchdog`.)
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-__all__ = ["release_abandoned", "stranded"]
+__all__ = [
+    "MendingStream",
+    "finish_cut_close",
+    "mend_when_closed",
+    "release_abandoned",
+    "stranded",
+]
 
 
 def stranded(connection: Any) -> bool:
@@ -37,13 +44,31 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
     out of the pool's queue if a cut clean-up left it there, and close the connections no
     request uses that the pool would otherwise keep for ever. (With no response, httpcore
     took the request out itself; a cut clean-up can only have left its connection.)"""
+    stream = response.stream if response is not None else None
+    await _release(transport, getattr(_pool_stream_of(stream), "_pool_request", None))
+
+
+async def finish_cut_close(transport: object, stream: object) -> None:
+    """After closing (or reading) ``stream``, a response's stream from ``transport``, raised:
+    if httpcore began its clean-up (its pool stream is closed) and the pool still holds the
+    request, the clean-up was cut halfway (:func:`release_abandoned` finishes it)."""
+    pool_stream = _pool_stream_of(stream)
+    if pool_stream is None or getattr(pool_stream, "_closed", None) is not True:
+        return  # (not begun, as when a reader stops early: the caller's close does it)
+    await _release(transport, pool_stream._pool_request)
+
+
+async def _release(transport: object, ours: object) -> None:
+    """Take ``ours`` (the pool's record of a request, or None) out of ``transport``'s pool
+    queue if it is still there, and close the connections no request uses that the pool
+    would keep for ever. The pool's books are put right before the first await, so a
+    second cancel can cut only the closing of those connections."""
     pool: Any = getattr(transport, "_pool", None)
     queue = getattr(pool, "_requests", None)
     connections = getattr(pool, "_connections", None)
     if not isinstance(queue, list) or not isinstance(connections, list):
         return
     with pool._optional_thread_lock:  # (a no-op in httpcore's async pool)
-        ours = _pool_request_of(response)
         left = ours is not None and ours in queue
         if left:
             queue.remove(ours)
@@ -64,22 +89,58 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
             await connection.aclose()
 
 
+class MendingStream(httpx.AsyncByteStream):
+    """The stream of a response the async shell hands over unread (a streamed call's, or
+    any through the drop-in transport, whose body httpx reads afterwards): it passes the
+    body on, and if a cancel from outside cuts httpcore's clean-up as it is closed (or as
+    a failed read closes it), finishes that clean-up (:func:`finish_cut_close`)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, transport: object) -> None:
+        self._inner = inner
+        self._transport = transport
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except GeneratorExit:  # (the reader stopped early: nothing was cut)
+            raise
+        except BaseException:
+            await finish_cut_close(self._transport, self._inner)
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        except BaseException:
+            await finish_cut_close(self._transport, self._inner)
+            raise
+
+
+def mend_when_closed(response: httpx.Response, transport: object) -> None:
+    """Hand ``response`` (from httpx's own async ``transport``) over with a
+    :class:`MendingStream` if its body is still unread (a body already read, or kept as
+    bytes, has no pool clean-up left to cut)."""
+    stream = response.stream
+    if not response.is_stream_consumed and type(stream) is not httpx.ByteStream:
+        assert isinstance(stream, httpx.AsyncByteStream)
+        response.stream = MendingStream(stream, transport)
+
+
 #: The attributes a response's stream keeps its inner stream in: retrysafe's own
-#: (kept_body), then httpx's (its transport's response stream).
+#: (kept_body, MendingStream), then httpx's (its transport's response stream).
 _INNER_STREAM = ("_inner", "_httpcore_stream")
 
 
-def _pool_request_of(response: httpx.Response | None) -> object:
-    """The pool's own record of the request ``response`` answers (httpcore's pool stream
-    keeps it), found through the streams wrapping it; None if not found. (Not by the
-    request: one ``httpx.Request`` sent twice at once is two records in the pool.)"""
-    stream: object = response.stream if response is not None else None
+def _pool_stream_of(stream: object) -> Any:
+    """The stream of httpcore's pool that ``stream`` (a response's) wraps, which keeps the
+    pool's own record of the request it answers; None if not found. (Not found through
+    the request: one ``httpx.Request`` sent twice at once is two records in the pool.)"""
     for _ in range(4):
         if stream is None:
             return None
-        pool_request = getattr(stream, "_pool_request", None)
-        if pool_request is not None:
-            return pool_request
+        if getattr(stream, "_pool_request", None) is not None:
+            return stream
         stream = next(
             (inner for name in _INNER_STREAM if (inner := getattr(stream, name, None))), None
         )
