@@ -49,13 +49,22 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
 
 
 async def finish_cut_close(transport: object, stream: object) -> None:
-    """After closing (or reading) ``stream``, a response's stream from ``transport``, raised:
-    if httpcore began its clean-up (its pool stream is closed) and the pool still holds the
-    request, the clean-up was cut halfway (:func:`release_abandoned` finishes it)."""
+    """After ``stream``, a response's stream from ``transport``, was closed (or its close
+    raised): if httpcore began its clean-up (its pool stream is closed) and the pool still
+    holds the request, the clean-up was cut halfway, and :func:`release_abandoned`'s
+    repair finishes it. (A close that went as usual costs a few lookups here.)"""
     pool_stream = _pool_stream_of(stream)
     if pool_stream is None or getattr(pool_stream, "_closed", None) is not True:
         return  # (not begun, as when a reader stops early: the caller's close does it)
-    await _release(transport, pool_stream._pool_request)
+    ours = pool_stream._pool_request
+    if ours not in getattr(getattr(transport, "_pool", None), "_requests", ()):
+        # The pool let the request go: a finished clean-up, unless the cut fell in the
+        # connection's own part of it (a failed read closes the connection's stream
+        # first), leaving the connection busy for no one.
+        connection = getattr(ours, "connection", None)
+        if connection is None or not stranded(connection):
+            return
+    await _release(transport, ours)
 
 
 async def _release(transport: object, ours: object) -> None:
@@ -99,22 +108,17 @@ class MendingStream(httpx.AsyncByteStream):
         self._inner = inner
         self._transport = transport
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                yield chunk
-        except GeneratorExit:  # (the reader stopped early: nothing was cut)
-            raise
-        except BaseException:
-            await finish_cut_close(self._transport, self._inner)
-            raise
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # The body goes to its reader through no layer of this stream's own. A failed
+        # read closes httpcore's pool stream there (where a cancel can cut it), and httpx,
+        # which closes a response whose read failed, then comes to aclose() below.
+        return self._inner.__aiter__()
 
     async def aclose(self) -> None:
         try:
             await self._inner.aclose()
-        except BaseException:
+        finally:
             await finish_cut_close(self._transport, self._inner)
-            raise
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
