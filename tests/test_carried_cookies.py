@@ -121,9 +121,26 @@ def test_a_cookie_set_again_replaces_the_one_sent_and_the_others_stay() -> None:
 
     carry_cookies(request, _answer(request, "lb=new; Path=/", "c=3"), None)
 
-    kept, _, carried = request.headers["Cookie"].partition("; b; ")
-    assert kept == "a=1"
-    assert sorted(carried.split("; ")) == ["c=3", "lb=new"]  # (in the jar's order)
+    # (in the jar's order: the longest path first, here c's, /v1)
+    assert request.headers["Cookie"] == "c=3; a=1; lb=new; b"
+
+
+def test_two_cookie_headers_are_read_as_one_list() -> None:
+    request = httpx.Request(
+        "GET", "https://api.example.com/x", headers=[("Cookie", "a=1"), ("Cookie", "b=2")]
+    )
+
+    carry_cookies(request, _answer(request, "lb=node7; Path=/"), None)
+
+    assert request.headers.get_list("cookie") == ["a=1; b=2; lb=node7"]
+
+
+def test_a_host_without_a_dot_is_a_host_as_any_other() -> None:
+    request = httpx.Request("GET", "http://localhost:8080/x", headers={"Cookie": "lb=old"})
+
+    carry_cookies(request, _answer(request, "lb=new; Path=/"), None)
+
+    assert request.headers["Cookie"] == "lb=new"
 
 
 def test_a_deleted_cookie_is_not_sent_again() -> None:
@@ -152,12 +169,21 @@ def test_the_jars_rules_decide_what_this_url_is_sent() -> None:
     assert request.headers["Cookie"] == "lb=old"
 
 
-def test_a_cookie_for_another_domain_is_refused() -> None:
-    request = httpx.Request("GET", "https://api.example.com/x")
+def test_a_cookie_for_another_domain_is_refused_and_changes_nothing() -> None:
+    # Not a deletion: the jar refuses it, and the cookie sent by that name stays.
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "session=abc"})
 
-    carry_cookies(request, _answer(request, "t=1; Domain=evil.test"), None)
+    carry_cookies(request, _answer(request, "session=x; Domain=evil.test"), None)
 
-    assert "Cookie" not in request.headers
+    assert request.headers["Cookie"] == "session=abc"
+
+
+def test_a_deletion_for_another_path_leaves_the_cookie_sent() -> None:
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "session=abc"})
+
+    carry_cookies(request, _answer(request, "session=; Max-Age=0; Path=/admin"), None)
+
+    assert request.headers["Cookie"] == "session=abc"
 
 
 def test_the_clients_jar_learns_what_the_answer_set() -> None:
@@ -212,3 +238,56 @@ def test_aiohttp_middleware_sends_it_with_the_next_attempt(balancer: str) -> Non
 
     assert asyncio.run(call()) == 200
     assert StickyBalancer.cookies_seen == [None, "lb=node7"]
+
+
+class SetsALatin1Cookie(QuietHandler):
+    """A 503 setting a cookie with a byte that is not ASCII (and a session cookie), then
+    a 200."""
+
+    calls: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        SetsALatin1Cookie.calls.append(self.headers.get("Cookie"))
+        if len(SetsALatin1Cookie.calls) == 1:
+            self.send_response(503)
+            self.send_header("Set-Cookie", "sid=SECRET-SESSION-42; Path=/")
+            self._headers_buffer.append(b"Set-Cookie: lb=n\xe9ud7; Path=/\r\n")  # type: ignore[attr-defined]
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def test_a_cookie_httpx_cannot_send_is_left_out_and_the_call_goes_on() -> None:
+    SetsALatin1Cookie.calls = []
+    with serving(SetsALatin1Cookie) as url, retrysafe.Client(policy=QUICK) as client:
+        assert client.get(url + "/").status_code == 200
+        assert SetsALatin1Cookie.calls == [None, "sid=SECRET-SESSION-42"]
+        assert dict(client.cookies) == {"sid": "SECRET-SESSION-42"}
+        assert client.get(url + "/").status_code == 200  # (nothing the jar cannot send)
+
+
+def test_a_carry_that_fails_leaves_the_request_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "a=1"})
+
+    def refuse(self: httpx.Cookies, response: httpx.Response) -> None:
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(httpx.Cookies, "extract_cookies", refuse)
+    carry_cookies(request, _answer(request, "lb=node7"), None)
+
+    assert request.headers["Cookie"] == "a=1"
+
+
+def test_a_client_jar_that_fails_still_lets_the_next_attempt_carry_them() -> None:
+    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "a=1"})
+
+    def broken_jar() -> httpx.Cookies:
+        raise RuntimeError("no jar")
+
+    carry_cookies(request, _answer(request, "lb=node7"), broken_jar)
+
+    assert request.headers["Cookie"] == "a=1; lb=node7"

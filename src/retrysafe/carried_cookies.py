@@ -18,16 +18,25 @@ shells copy the header this sets on their view of the request onto the request t
 and their session's jar likewise keeps the final response's.
 
 Only a response that is retried and carries ``Set-Cookie`` comes here, so a successful
-call pays nothing for it.
+call pays nothing for it. A cookie that is not ASCII (which httpx cannot send) is left
+out, and anything else going wrong here leaves the request as it was: carrying a cookie
+never fails a call. Not carried: a cookie set by a hedged copy that lost its race, and,
+under the drop-in, a cookie across a redirect (httpx rebuilds each hop's ``Cookie`` from
+its client's jar).
 """
 
 from __future__ import annotations
 
+import http.cookiejar
 from collections.abc import Callable
 
 import httpx
 
 __all__ = ["carry_cookies"]
+
+#: The host name the jar files a host's own cookie under ("localhost" as
+#: "localhost.local"): the jar's own function, which its type stubs leave out.
+_EFFECTIVE_HOST: Callable[[object], tuple[str, str]] = http.cookiejar.eff_request_host  # type: ignore[attr-defined]
 
 
 def carry_cookies(
@@ -38,42 +47,67 @@ def carry_cookies(
     """Set ``request``'s ``Cookie`` header for its next attempt from the cookies its
     retried ``response`` set; and teach them to the client's jar (``client_cookies()``,
     if the shell serves a retrysafe client still alive)."""
-    jar = client_cookies() if client_cookies is not None else None
-    if jar is not None:
-        jar.extract_cookies(response)
-    fresh = httpx.Cookies()
-    fresh.extract_cookies(response)  # (the response's request is the one sent again)
-    probe = httpx.Request(request.method, request.url)
-    fresh.set_cookie_header(probe)  # what of them this URL is sent, by the jar's rules
-    carried = _pairs(probe.headers.get("cookie", ""))
-    kept_by_jar = {cookie.name for cookie in fresh.jar}
-    named = {_cookie_name(line) for line in response.headers.get_list("set-cookie")}
-    # Replaced: sent again with the value the response set. Deleted (or refused by the
-    # jar's rules): named by the response but kept by no jar. A cookie set for another
-    # path of this host is neither, and what the request carried by that name stays.
-    replaced = {name for name, _ in carried} | (named - kept_by_jar)
-    sent = _pairs(request.headers.get("cookie", ""))
-    cookies = [pair for pair in sent if pair[0] not in replaced]
-    cookies += carried
-    if cookies:
-        request.headers["Cookie"] = "; ".join(
-            name if value is None else f"{name}={value}" for name, value in cookies
+    try:
+        lines = [line for line in response.headers.get_list("set-cookie") if line.isascii()]
+        if not lines:
+            return
+        setting = httpx.Response(
+            response.status_code,
+            headers=[("set-cookie", line) for line in lines],
+            request=request,
         )
-    else:
-        request.headers.pop("Cookie", None)
+        # A jar holding what the request sent, for every path of its host, then what the
+        # response set, by the jar's rules: a cookie set anew replaces the one sent, one
+        # deleted goes, one the rules refuse (another domain) changes nothing.
+        jar = httpx.Cookies()
+        host = _EFFECTIVE_HOST(httpx.Cookies._CookieCompatRequest(request))[1]
+        for name, value in _pairs(request.headers.get_list("cookie")):
+            jar.jar.set_cookie(_sent_cookie(name, value, host))
+        jar.extract_cookies(setting)
+        probe = httpx.Request(request.method, request.url)
+        jar.set_cookie_header(probe)
+        header = probe.headers.get("cookie")
+        if header is None:
+            request.headers.pop("Cookie", None)
+        else:
+            request.headers["Cookie"] = header
+        client_jar = client_cookies() if client_cookies is not None else None
+        if client_jar is not None:
+            client_jar.extract_cookies(setting)
+    except Exception:
+        pass
 
 
-def _pairs(header: str) -> list[tuple[str, str | None]]:
-    """The ``name=value`` pairs of a ``Cookie`` header, in order (a part with no ``=`` is
-    a name alone, kept as it was)."""
+def _pairs(headers: list[str]) -> list[tuple[str, str | None]]:
+    """The ``name=value`` pairs of a request's ``Cookie`` headers, in order (a part with
+    no ``=`` is a name alone)."""
     pairs: list[tuple[str, str | None]] = []
-    for part in header.split(";"):
-        name, equals, value = part.strip().partition("=")
-        if name:
-            pairs.append((name.strip(), value.strip() if equals else None))
+    for header in headers:
+        for part in header.split(";"):
+            name, equals, value = part.strip().partition("=")
+            if name.strip():
+                pairs.append((name.strip(), value.strip() if equals else None))
     return pairs
 
 
-def _cookie_name(set_cookie: str) -> str:
-    """The name a ``Set-Cookie`` line sets."""
-    return set_cookie.split(";", 1)[0].partition("=")[0].strip()
+def _sent_cookie(name: str, value: str | None, host: str) -> http.cookiejar.Cookie:
+    """A cookie the request sent, as the jar would hold one its host set for every path
+    (a host's own cookie, so that one the response sets by that name replaces it)."""
+    return http.cookiejar.Cookie(
+        version=0,
+        name=name,
+        value=value,
+        port=None,
+        port_specified=False,
+        domain=host,
+        domain_specified=False,
+        domain_initial_dot=False,
+        path="/",
+        path_specified=True,
+        secure=False,
+        expires=None,
+        discard=True,
+        comment=None,
+        comment_url=None,
+        rest={},
+    )
