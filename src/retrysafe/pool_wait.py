@@ -41,6 +41,7 @@ from typing import Any
 
 from retrysafe.attempt_deadline import time_left
 from retrysafe.bounded_backend import Withdrawn
+from retrysafe.pool_assign import match_cheaply
 from retrysafe.pool_repair import stranded
 
 __all__ = ["bound_pool_waits"]
@@ -75,8 +76,10 @@ def bound_pool_waits(pool: object) -> bool:
         return False
     if isinstance(pool, httpcore.AsyncConnectionPool):
         _wrap_once(async_request, _async_wait_for_connection)
+        match_cheaply(async_pool.AsyncConnectionPool, _pools)
     else:
         _wrap_once(sync_request, _sync_wait_for_connection)
+        match_cheaply(sync_pool.ConnectionPool, _pools)
     with _pools_lock:
         _pools.add(pool)
     return True
