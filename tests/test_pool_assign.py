@@ -10,10 +10,12 @@ async one runs the same matching); two tests run real sockets.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpcore
 import httpx
 import pytest
+from httpcore._async.connection_pool import AsyncPoolRequest
 from httpcore._sync.connection_pool import PoolRequest
 
 import retrysafe
@@ -249,3 +251,102 @@ def test_a_burst_on_a_small_pool_is_answered_whole() -> None:
 
     with serving(AnswersOk) as url:
         assert asyncio.run(run(url)) == 120
+
+
+# -- async pools: a free HTTP/1.1 connection goes to one waiting request -------------
+
+
+class AsyncHTTP11Connection:
+    """Stands for httpcore's HTTP/1.1 protocol object (matched by its class's name)."""
+
+
+class AsyncHTTP2Connection:
+    """Stands for httpcore's HTTP/2 protocol object."""
+
+
+def _async_pool(max_connections: int, max_keepalive: int) -> httpcore.AsyncConnectionPool:
+    pool = httpcore.AsyncConnectionPool(
+        max_connections=max_connections, max_keepalive_connections=max_keepalive
+    )
+    assert bound_pool_waits(pool)
+    pool.create_connection = lambda origin: StandIn("new", origin.host)  # type: ignore[method-assign,assignment,return-value]
+    return pool
+
+
+def _speaking(connection: StandIn, protocol: type) -> StandIn:
+    connection._connection = protocol()  # type: ignore[attr-defined]
+    return connection
+
+
+def _match_async(pool: httpcore.AsyncConnectionPool, count: int) -> list[Any]:
+    async def match() -> list[Any]:
+        queued = [AsyncPoolRequest(httpcore.Request("GET", "http://a.test/")) for _ in range(count)]
+        pool._requests.extend(queued)
+        pool._assign_requests_to_connections()
+        return [request.connection for request in queued]
+
+    return asyncio.run(match())
+
+
+def test_async_a_free_http11_connection_goes_to_one_waiting_request() -> None:
+    # Each request handed it would run to it, all but one find it taken, and the
+    # oldest waiting ones lose the race again and again (calls of 0.5 s took 6 s).
+    pool = _async_pool(3, 3)
+    free = _speaking(StandIn("idle"), AsyncHTTP11Connection)
+    pool._connections.extend([free, StandIn("busy")])
+
+    handed = _match_async(pool, 3)
+
+    assert handed[0] is free
+    assert handed[1].state == "new"  # (room for one more)
+    assert handed[2] is None  # (waits for the next connection to come free)
+
+
+def test_async_a_free_http2_connection_goes_to_every_waiting_request() -> None:
+    pool = _async_pool(2, 2)
+    shared = _speaking(StandIn("shared"), AsyncHTTP2Connection)
+    pool._connections.extend([shared, StandIn("busy")])
+
+    assert _match_async(pool, 3) == [shared, shared, shared]
+
+
+def test_idle_connections_beyond_the_limit_go_after_the_queue_had_its_pick() -> None:
+    pool = _pool(10, 1, wrapped=True)
+    idle = [StandIn("idle") for _ in range(3)]
+    pool._connections.extend(idle)
+    queued = _queue(pool, 1)
+
+    closing = pool._assign_requests_to_connections()
+
+    assert queued[0].connection is idle[0]
+    assert closing == [idle[2]]  # (idle[1] kept: the limit is 1)
+
+
+class CountsRetakes:
+    """Counts requests that found the connection they were handed taken already."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        clear = AsyncPoolRequest.clear_connection
+
+        def counted(request: AsyncPoolRequest) -> None:
+            self.count += 1
+            clear(request)
+
+        monkeypatch.setattr(AsyncPoolRequest, "clear_connection", counted)
+
+
+def test_an_async_burst_hands_no_connection_to_two_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    retakes = CountsRetakes(monkeypatch)
+
+    async def run(url: str) -> int:
+        limits = httpx.Limits(max_connections=5, max_keepalive_connections=5)
+        async with retrysafe.AsyncClient(limits=limits) as client:
+            answers = await asyncio.gather(*(client.get(url) for _ in range(150)))
+            return sum(answer.status_code == 200 for answer in answers)
+
+    with serving(AnswersOk) as url:
+        assert asyncio.run(run(url)) == 150
+    assert retakes.count == 0

@@ -23,7 +23,8 @@ import httpx
 
 __all__ = [
     "MendingStream",
-    "finish_cut_close",
+    "cut_clean_up",
+    "finish_cut_clean_up",
     "mend_when_closed",
     "release_abandoned",
     "stranded",
@@ -48,22 +49,27 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
     await _release(transport, getattr(_pool_stream_of(stream), "_pool_request", None))
 
 
-async def finish_cut_close(transport: object, stream: object) -> None:
+def cut_clean_up(transport: object, stream: object) -> object:
     """After ``stream``, a response's stream from ``transport``, was closed (or its close
-    raised): if httpcore began its clean-up (its pool stream is closed) and the pool still
-    holds the request, the clean-up was cut halfway, and :func:`release_abandoned`'s
-    repair finishes it. (A close that went as usual costs a few lookups here.)"""
+    raised): the pool's record of the request it answers if httpcore's clean-up of it was
+    cut halfway, for :func:`finish_cut_clean_up`; None if it went as usual (a few
+    lookups, the usual case) or never began (a reader that stopped early: the caller's
+    close does it)."""
     pool_stream = _pool_stream_of(stream)
     if pool_stream is None or getattr(pool_stream, "_closed", None) is not True:
-        return  # (not begun, as when a reader stops early: the caller's close does it)
+        return None
     ours = pool_stream._pool_request
-    if ours not in getattr(getattr(transport, "_pool", None), "_requests", ()):
-        # The pool let the request go: a finished clean-up, unless the cut fell in the
-        # connection's own part of it (a failed read closes the connection's stream
-        # first), leaving the connection busy for no one.
-        connection = getattr(ours, "connection", None)
-        if connection is None or not stranded(connection):
-            return
+    if ours in getattr(getattr(transport, "_pool", None), "_requests", ()):
+        return ours  # (cut before the pool let the request go)
+    # The pool let the request go: a finished clean-up, unless the cut fell in the
+    # connection's own part of it (a failed read closes the connection's stream first),
+    # leaving the connection busy for no one.
+    connection = getattr(ours, "connection", None)
+    return ours if connection is not None and stranded(connection) else None
+
+
+async def finish_cut_clean_up(transport: object, ours: object) -> None:
+    """Finish the clean-up :func:`cut_clean_up` found cut (as :func:`release_abandoned`)."""
     await _release(transport, ours)
 
 
@@ -102,7 +108,7 @@ class MendingStream(httpx.AsyncByteStream):
     """The stream of a response the async shell hands over unread (a streamed call's, or
     any through the drop-in transport, whose body httpx reads afterwards): it passes the
     body on, and if a cancel from outside cuts httpcore's clean-up as it is closed (or as
-    a failed read closes it), finishes that clean-up (:func:`finish_cut_close`)."""
+    a failed read closes it), finishes that clean-up (:func:`cut_clean_up`)."""
 
     def __init__(self, inner: httpx.AsyncByteStream, transport: object) -> None:
         self._inner = inner
@@ -118,7 +124,9 @@ class MendingStream(httpx.AsyncByteStream):
         try:
             await self._inner.aclose()
         finally:
-            await finish_cut_close(self._transport, self._inner)
+            cut = cut_clean_up(self._transport, self._inner)
+            if cut is not None:
+                await finish_cut_clean_up(self._transport, cut)
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
@@ -145,7 +153,10 @@ def _pool_stream_of(stream: object) -> Any:
             return None
         if getattr(stream, "_pool_request", None) is not None:
             return stream
-        stream = next(
-            (inner for name in _INNER_STREAM if (inner := getattr(stream, name, None))), None
-        )
+        inner = None
+        for name in _INNER_STREAM:
+            inner = getattr(stream, name, None)
+            if inner is not None:
+                break
+        stream = inner
     return None

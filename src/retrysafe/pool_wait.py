@@ -74,12 +74,23 @@ def bound_pool_waits(pool: object) -> bool:
         and hasattr(pool, "_optional_thread_lock")
     ):
         return False
+    # (what pool_assign's matching uses besides: httpcore 1.0's)
+    matches = all(
+        isinstance(getattr(pool, name, None), int)
+        for name in ("_max_connections", "_max_keepalive_connections")
+    ) and all(
+        callable(getattr(request_class, name, None))
+        for request_class in (sync_request, async_request)
+        for name in ("assign_to_connection", "is_queued")
+    )
     if isinstance(pool, httpcore.AsyncConnectionPool):
         _wrap_once(async_request, _async_wait_for_connection)
-        match_cheaply(async_pool.AsyncConnectionPool, _pools)
+        if matches:
+            match_cheaply(async_pool.AsyncConnectionPool, _pools, exclusive_handover=True)
     else:
         _wrap_once(sync_request, _sync_wait_for_connection)
-        match_cheaply(sync_pool.ConnectionPool, _pools)
+        if matches:
+            match_cheaply(sync_pool.ConnectionPool, _pools, exclusive_handover=False)
     with _pools_lock:
         _pools.add(pool)
     return True
