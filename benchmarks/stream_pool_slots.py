@@ -14,56 +14,31 @@ and whether one more call (unslowed) is answered within a second.
 
     .venv/bin/python benchmarks/stream_pool_slots.py [--calls 3] [--json]
 
-Only 127.0.0.1 is reached (a stdlib server in a thread).
+Only 127.0.0.1 is reached (a minimal server in a child process, benchmarks/overhead.py's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import http.server
 import json
-import threading
-from collections.abc import Awaitable, Callable, Iterator
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 from httpcore._async import http11
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead import loopback_server
+
 import retrysafe
 from retrysafe.pool_repair import stranded
 
 Call = Callable[[httpx.AsyncClient, str], Awaitable[object]]
-
-
-class AnswersOk(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with a 200 and the body ``ok``, keeping the connection open."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """``handler`` answering on a threaded server on a free loopback port: its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def get(client: httpx.AsyncClient, url: str) -> object:
@@ -162,7 +137,7 @@ async def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = {}
-    with serving(AnswersOk) as url:
+    with loopback_server() as url:
         for name, make, call in CASES:
             results[name] = await one_case(make, call, url, args)
     if args.json:

@@ -201,17 +201,9 @@ async def test_a_task_cancelled_during_a_backoff_gives_the_retrys_budget_token_b
     assert budget.tokens == pytest.approx(10)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``asyncio.timeout`` cancels with ``Task.cancel()``, which reaches into the shield
-    httpcore tidies its pool in when a response ends (slowed here, so the timeout falls
-    there). Cut halfway, that left the connection busy and the request queued for ever:
-    one connection lost per such timeout (plain httpx alike). The shell finishes it.
-    (Not where httpx reads a body the shell handed over unread: the drop-in transport's,
-    a stream's.)"""
+def _slow_clean_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make httpcore's closing of a response, inside its shield, take 0.2 s: a caller's
+    timeout of 0.1 s then lands there every time."""
     from httpcore._async import http11
 
     closing = http11.AsyncHTTP11Connection._response_closed
@@ -221,6 +213,20 @@ async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole
         await closing(self)
 
     monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_callers_timeout_during_httpcores_clean_up_leaves_the_pool_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``asyncio.timeout`` cancels with ``Task.cancel()``, which reaches into the shield
+    httpcore tidies its pool in when a response ends (slowed here, so the timeout falls
+    there). Cut halfway, that left the connection busy and the request queued for ever:
+    one connection lost per such timeout (plain httpx alike). The shell finishes it.
+    (Where httpx reads a body the shell handed over unread, the drop-in transport's or a
+    stream's, the stream handed over does it: below.)"""
+    _slow_clean_up(monkeypatch)
     with serving(AnswersOk) as url:
         async with retrysafe.AsyncClient() as client:
             with pytest.raises(TimeoutError):
@@ -314,15 +320,7 @@ async def test_a_callers_timeout_as_a_body_read_after_the_shell_closes_leaves_th
     the body after the shell handed the response over, and closes it: the stream the shell
     hands over finishes the clean-up the timeout cut (before: the request queued and the
     connection busy for ever, as in plain httpx)."""
-    from httpcore._async import http11
-
-    closing = http11.AsyncHTTP11Connection._response_closed
-
-    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
-        await anyio.sleep(0.2)  # (inside httpcore's shield)
-        await closing(self)
-
-    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    _slow_clean_up(monkeypatch)
     with serving(AnswersOk) as url:
         async with make() as client:
             with pytest.raises(TimeoutError):
@@ -344,15 +342,7 @@ async def test_a_callers_timeout_as_a_failed_body_read_closes_leaves_the_pool_wh
 ) -> None:
     """A body read that fails (the server hangs up mid-body) makes httpcore close the
     response itself, in the same shield: a caller's timeout landing there is mended too."""
-    from httpcore._async import http11
-
-    closing = http11.AsyncHTTP11Connection._response_closed
-
-    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
-        await anyio.sleep(0.2)  # (inside httpcore's shield)
-        await closing(self)
-
-    monkeypatch.setattr(http11.AsyncHTTP11Connection, "_response_closed", slowly)
+    _slow_clean_up(monkeypatch)
     with serving(_CutsItsBodyShort) as url:
         async with make() as client:
             with pytest.raises(TimeoutError):

@@ -115,75 +115,73 @@ def _answer(request: httpx.Request, *set_cookies: str) -> httpx.Response:
     )
 
 
-def test_a_cookie_set_again_replaces_the_one_sent_and_the_others_stay() -> None:
-    sent = {"Cookie": "a=1; lb=old; b"}
-    request = httpx.Request("GET", "https://api.example.com/v1/x", headers=sent)
+#: (URL, the Cookie header sent, the answer's Set-Cookie lines, the Cookie header the next
+#: attempt carries, None for none), by the standard library jar's rules.
+CARRIED = {
+    "set again, replaces the one sent; the others stay (longest path first)": (
+        "https://api.example.com/v1/x",
+        "a=1; lb=old; b",
+        ("lb=new; Path=/", "c=3"),
+        "c=3; a=1; lb=new; b",
+    ),
+    "deleted, not sent again": (
+        "https://api.example.com/x",
+        "a=1; lb=old",
+        ("lb=; Max-Age=0; Path=/",),
+        "a=1",
+    ),
+    "the only one deleted, no header": (
+        "https://api.example.com/x",
+        "lb=old",
+        ("lb=gone; Expires=Thu, 01 Jan 1970 00:00:00 GMT",),
+        None,
+    ),
+    "another path, or Secure over http: kept, not sent here": (
+        "http://api.example.com/v1/x",
+        "lb=old",
+        ("lb=new; Path=/admin", "s=1; Secure"),
+        "lb=old",
+    ),
+    "another domain: refused, the one sent by that name stays": (
+        "https://api.example.com/x",
+        "session=abc",
+        ("session=x; Domain=evil.test",),
+        "session=abc",
+    ),
+    "deleted for another path: the one sent stays": (
+        "https://api.example.com/x",
+        "session=abc",
+        ("session=; Max-Age=0; Path=/admin",),
+        "session=abc",
+    ),
+    "a host without a dot, as any other": (
+        "http://localhost:8080/x",
+        "lb=old",
+        ("lb=new; Path=/",),
+        "lb=new",
+    ),
+    "none sent before": ("https://api.example.com/x", None, ("lb=node7",), "lb=node7"),
+}
 
-    carry_cookies(request, _answer(request, "lb=new; Path=/", "c=3"), None)
 
-    # (in the jar's order: the longest path first, here c's, /v1)
-    assert request.headers["Cookie"] == "c=3; a=1; lb=new; b"
+@pytest.mark.parametrize(("url", "sent", "set_cookies", "carried"), CARRIED.values(), ids=CARRIED)
+def test_the_next_attempt_carries(
+    url: str, sent: str | None, set_cookies: tuple[str, ...], carried: str | None
+) -> None:
+    request = httpx.Request("GET", url, headers={} if sent is None else {"Cookie": sent})
+
+    carry_cookies(request, _answer(request, *set_cookies), None)
+
+    assert request.headers.get("Cookie") == carried
 
 
 def test_two_cookie_headers_are_read_as_one_list() -> None:
-    request = httpx.Request(
-        "GET", "https://api.example.com/x", headers=[("Cookie", "a=1"), ("Cookie", "b=2")]
-    )
+    sent = [("Cookie", "a=1"), ("Cookie", "b=2")]
+    request = httpx.Request("GET", "https://api.example.com/x", headers=sent)
 
     carry_cookies(request, _answer(request, "lb=node7; Path=/"), None)
 
     assert request.headers.get_list("cookie") == ["a=1; b=2; lb=node7"]
-
-
-def test_a_host_without_a_dot_is_a_host_as_any_other() -> None:
-    request = httpx.Request("GET", "http://localhost:8080/x", headers={"Cookie": "lb=old"})
-
-    carry_cookies(request, _answer(request, "lb=new; Path=/"), None)
-
-    assert request.headers["Cookie"] == "lb=new"
-
-
-def test_a_deleted_cookie_is_not_sent_again() -> None:
-    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "a=1; lb=old"})
-
-    carry_cookies(request, _answer(request, "lb=; Max-Age=0; Path=/"), None)
-
-    assert request.headers["Cookie"] == "a=1"
-
-
-def test_deleting_the_only_cookie_drops_the_header() -> None:
-    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "lb=old"})
-
-    carry_cookies(request, _answer(request, "lb=gone; Expires=Thu, 01 Jan 1970 00:00:00 GMT"), None)
-
-    assert "Cookie" not in request.headers
-
-
-def test_the_jars_rules_decide_what_this_url_is_sent() -> None:
-    # Another path, and a Secure cookie over plain http: kept by the jar, not sent here;
-    # what the request carried by that name stays.
-    request = httpx.Request("GET", "http://api.example.com/v1/x", headers={"Cookie": "lb=old"})
-
-    carry_cookies(request, _answer(request, "lb=new; Path=/admin", "s=1; Secure"), None)
-
-    assert request.headers["Cookie"] == "lb=old"
-
-
-def test_a_cookie_for_another_domain_is_refused_and_changes_nothing() -> None:
-    # Not a deletion: the jar refuses it, and the cookie sent by that name stays.
-    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "session=abc"})
-
-    carry_cookies(request, _answer(request, "session=x; Domain=evil.test"), None)
-
-    assert request.headers["Cookie"] == "session=abc"
-
-
-def test_a_deletion_for_another_path_leaves_the_cookie_sent() -> None:
-    request = httpx.Request("GET", "https://api.example.com/x", headers={"Cookie": "session=abc"})
-
-    carry_cookies(request, _answer(request, "session=; Max-Age=0; Path=/admin"), None)
-
-    assert request.headers["Cookie"] == "session=abc"
 
 
 def test_the_clients_jar_learns_what_the_answer_set() -> None:
