@@ -502,6 +502,7 @@ async def hedged_round_async(
     instrumented = notes_first_writes(transport)  # (see _Copy)
     copies: dict[AttemptPlan, _Copy] = {}
     winner: _Copy | None = None
+    won: httpx.Response | None = None  # the winner's answer, the caller's once returned
     step: Step | None = None
     error: Exception | None = None
     cancelled = False
@@ -536,7 +537,7 @@ async def hedged_round_async(
                         continue
                     concluded = await _conclude_async(drive, result)
                     if type(concluded) is not AwaitOthers:
-                        winner, step = result.copy, concluded
+                        winner, step, won = result.copy, concluded, result.response
                         if type(step) is Succeed:
                             drive.hand_over_body(winner.request)
             except Exception as exc:  # raised after the copies are cancelled (no exception group)
@@ -551,6 +552,14 @@ async def hedged_round_async(
                     for copy in copies.values():
                         if copy is not winner:
                             copy.cancel()
+    except BaseException:
+        # Cancelled from outside while the losing copies wound down, after a copy won:
+        # the winner's answer (unread, for a stream) goes to no one; closed here, or its
+        # connection stays busy and its request queued in the pool for ever (review51).
+        if won is not None:
+            with anyio.CancelScope(shield=True):
+                await won.aclose()
+        raise
     finally:
         with anyio.CancelScope(shield=True):
             while True:  # answers that came in too late (or not taken): close them
