@@ -57,8 +57,9 @@ _pools_lock = threading.Lock()
 def bound_pool_waits(pool: object) -> bool:
     """Make a wait for a connection in ``pool`` (an httpcore pool, sync or async) that
     ends without one give up cleanly, and bound a sync pool's waits by the attempt in
-    flight (see the module's docstring); False where httpcore's insides are not as
-    expected (then left as they are)."""
+    flight (see the module's docstring); and have the pool match its queued requests with
+    connections as :mod:`retrysafe.pool_assign` does. False where httpcore's insides are
+    not as expected (then left as they are)."""
     try:
         import httpcore
         from httpcore._async import connection_pool as async_pool
