@@ -266,6 +266,10 @@ class _Attempt:
             )
         if self.trace_headers is not None:
             self.trace_headers.copy_onto(drive.request, self.request.headers)
+        if plan.number > 1:
+            # A retry: what the drive's view of the request carries of the cookies the
+            # answers before it set (carried_cookies) goes on the request sent.
+            _carry_cookie_header(drive, self.request)
         limit = plan.timeout
         header = self.settings.deadline_header
         if header is not None and math.isfinite(limit):
@@ -283,10 +287,6 @@ class _Attempt:
                         step = drive.returned(
                             plan, _view_of(drive, response, await _read(response))
                         )
-                if (type(step) is Wait or type(step) is AttemptPlan) and (
-                    "set-cookie" in response.headers
-                ):
-                    _carry_cookie_header(drive, self.request)
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:

@@ -380,6 +380,10 @@ class _Attempt:
         self.discard()
         if self.trace_headers is not None:
             self.trace_headers.copy_onto(drive.request, self.request.headers)
+        if plan.number > 1:
+            # A retry: what the drive's view of the request carries of the cookies the
+            # answers before it set (carried_cookies) goes on the request sent.
+            _carry_cookie_header(drive, self.request)
         limit = plan.timeout
         header = self.adapter.settings.deadline_header
         if header is not None and math.isfinite(limit):
@@ -413,10 +417,6 @@ class _Attempt:
                 if type(step) is ReadBody:
                     body = self._read(response, watch)
                     step = drive.returned(plan, _view_of(drive, response, body))
-                if (type(step) is Wait or type(step) is AttemptPlan) and (
-                    "set-cookie" in response.headers
-                ):
-                    _carry_cookie_header(drive, self.request)
                 self.response = response
                 return step
             except _CutShort as exc:
