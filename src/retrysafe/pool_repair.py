@@ -23,8 +23,6 @@ import httpx
 
 __all__ = [
     "MendingStream",
-    "cut_clean_up",
-    "finish_cut_clean_up",
     "mend_when_closed",
     "release_abandoned",
     "stranded",
@@ -49,10 +47,10 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
     await _release(transport, getattr(_pool_stream_of(stream), "_pool_request", None))
 
 
-def cut_clean_up(transport: object, stream: object) -> object:
+def _cut_clean_up(transport: object, stream: object) -> object:
     """After ``stream``, a response's stream from ``transport``, was closed (or its close
     raised): the pool's record of the request it answers if httpcore's clean-up of it was
-    cut halfway, for :func:`finish_cut_clean_up`; None if it went as usual (a few
+    cut halfway, for :func:`_release` to finish; None if it went as usual (a few
     lookups, the usual case) or never began (a reader that stopped early: the caller's
     close does it)."""
     pool_stream = _pool_stream_of(stream)
@@ -66,11 +64,6 @@ def cut_clean_up(transport: object, stream: object) -> object:
     # leaving the connection busy for no one.
     connection = getattr(ours, "connection", None)
     return ours if connection is not None and stranded(connection) else None
-
-
-async def finish_cut_clean_up(transport: object, ours: object) -> None:
-    """Finish the clean-up :func:`cut_clean_up` found cut (as :func:`release_abandoned`)."""
-    await _release(transport, ours)
 
 
 async def _release(transport: object, ours: object) -> None:
@@ -108,7 +101,7 @@ class MendingStream(httpx.AsyncByteStream):
     """The stream of a response the async shell hands over unread (a streamed call's, or
     any through the drop-in transport, whose body httpx reads afterwards): it passes the
     body on, and if a cancel from outside cuts httpcore's clean-up as it is closed (or as
-    a failed read closes it), finishes that clean-up (:func:`cut_clean_up`)."""
+    a failed read closes it), finishes that clean-up (:func:`_cut_clean_up`)."""
 
     def __init__(self, inner: httpx.AsyncByteStream, transport: object) -> None:
         self._inner = inner
@@ -124,9 +117,9 @@ class MendingStream(httpx.AsyncByteStream):
         try:
             await self._inner.aclose()
         finally:
-            cut = cut_clean_up(self._transport, self._inner)
+            cut = _cut_clean_up(self._transport, self._inner)
             if cut is not None:
-                await finish_cut_clean_up(self._transport, cut)
+                await _release(self._transport, cut)
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
