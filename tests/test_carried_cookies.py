@@ -17,13 +17,13 @@ import httpx
 import pytest
 
 import retrysafe
-from local_http import QuietHandler, serving
+from local_http import AnswersOk, QuietHandler, serving
 from retrysafe.carried_cookies import carry_cookies
 
 QUICK = retrysafe.RetryPolicy(backoff_base=0.01, backoff_cap=0.02)
 
 
-class StickyBalancer(QuietHandler):
+class StickyBalancer(AnswersOk):
     """A 503 that sets ``lb=node7`` to a request without it; a 200 to one with it."""
 
     cookies_seen: ClassVar[list[str | None]] = []
@@ -37,10 +37,7 @@ class StickyBalancer(QuietHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+        super().do_GET()
 
 
 @pytest.fixture
@@ -238,7 +235,7 @@ def test_aiohttp_middleware_sends_it_with_the_next_attempt(balancer: str) -> Non
     assert StickyBalancer.cookies_seen == [None, "lb=node7"]
 
 
-class SetsALatin1Cookie(QuietHandler):
+class SetsALatin1Cookie(AnswersOk):
     """A 503 setting a cookie with a byte that is not ASCII (and a session cookie), then
     a 200."""
 
@@ -253,10 +250,7 @@ class SetsALatin1Cookie(QuietHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+        super().do_GET()
 
 
 def test_a_cookie_httpx_cannot_send_is_left_out_and_the_call_goes_on() -> None:

@@ -19,7 +19,7 @@ from httpcore._async.connection_pool import AsyncPoolRequest
 from httpcore._sync.connection_pool import PoolRequest
 
 import retrysafe
-from local_http import AnswersOk, QuietHandler, serving
+from local_http import AnswersOk, serving
 from retrysafe.pool_wait import bound_pool_waits
 
 
@@ -201,7 +201,7 @@ def test_closed_and_expired_connections_go_as_in_httpcore(wrapped: bool) -> None
 # -- over real sockets -------------------------------------------------------------
 
 
-class CountsConnections(QuietHandler):
+class CountsConnections(AnswersOk):
     """Answers ``/slow`` after 0.4 s and anything else at once; counts connections."""
 
     accepted = 0
@@ -215,10 +215,7 @@ class CountsConnections(QuietHandler):
             import time
 
             time.sleep(0.4)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+        super().do_GET()
 
 
 def test_an_async_client_keeps_a_connection_that_went_idle_beside_busy_ones() -> None:

@@ -20,12 +20,12 @@ import httpx
 import pytest
 
 import retrysafe
-from local_http import QuietHandler, serving
+from local_http import AnswersOk, serving
 from retrysafe import hedged_shell
 from retrysafe.pool_repair import stranded
 
 
-class FirstCopySlow(QuietHandler):
+class FirstCopySlow(AnswersOk):
     """Each call's first request waits 0.3 s, so its hedged copy wins."""
 
     lock = threading.Lock()
@@ -37,10 +37,7 @@ class FirstCopySlow(QuietHandler):
             first = FirstCopySlow.count % 2 == 1
         if first and self.path == "/":
             time.sleep(0.3)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+        super().do_GET()
 
 
 def test_a_cancel_as_the_losers_wind_down_loses_no_connection(
