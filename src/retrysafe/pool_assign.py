@@ -88,12 +88,15 @@ def matching(pool: Any, *, exclusive_handover: bool) -> list[Any]:
             connections.remove(connection)
             closing.append(connection)
 
-    # A connection handed to a request that has not started on it yet looks idle.
-    held = {id(pool_request.connection) for pool_request in pool._requests}
+    # A connection handed to a request that has not started on it yet looks idle (held:
+    # worked out once a queued request or the keep-alive limit needs it).
+    held: set[int] | None = None
     stuck: set[tuple[bytes, bytes, int]] = set()  # origins nothing can take in this pass
     for pool_request in list(pool._requests):
         if not pool_request.is_queued():
             continue
+        if held is None:
+            held = {id(queued.connection) for queued in pool._requests}
         origin = pool_request.request.url.origin
         key = (origin.scheme, origin.host, origin.port)
         if key in stuck:
@@ -132,7 +135,12 @@ def matching(pool: Any, *, exclusive_handover: bool) -> list[Any]:
             pool_request.assign_to_connection(connection)
             held.add(id(connection))
 
-    # Idle connections beyond the keep-alive limit, once the queue had its pick of them.
+    # Idle connections beyond the keep-alive limit, once the queue had its pick of them
+    # (none while the pool has no more connections than the limit: the usual case).
+    if len(connections) <= pool._max_keepalive_connections:
+        return closing
+    if held is None:
+        held = {id(queued.connection) for queued in pool._requests}
     idle_kept = 0
     for connection in list(connections):
         if connection.is_idle() and id(connection) not in held:

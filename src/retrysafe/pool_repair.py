@@ -114,12 +114,22 @@ class MendingStream(httpx.AsyncByteStream):
         return self._inner.__aiter__()
 
     async def aclose(self) -> None:
+        inner = self._inner
+        # The usual close: of httpx's own stream over httpcore's pool stream, still open.
+        # A close of it that ends without an exception ran the pool's clean-up to its end
+        # (the request leaves the queue after the connection's part, with no await
+        # between), so there is nothing to check; every other close is checked.
+        still_open = getattr(getattr(inner, "_httpcore_stream", None), "_closed", None) is False
         try:
-            await self._inner.aclose()
+            await inner.aclose()
+        except BaseException:
+            still_open = False
+            raise
         finally:
-            cut = _cut_clean_up(self._transport, self._inner)
-            if cut is not None:
-                await _release(self._transport, cut)
+            if not still_open:
+                cut = _cut_clean_up(self._transport, inner)
+                if cut is not None:
+                    await _release(self._transport, cut)
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
