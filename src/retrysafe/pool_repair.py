@@ -50,9 +50,9 @@ async def release_abandoned(transport: object, response: httpx.Response | None) 
 def _cut_clean_up(transport: object, stream: object) -> object:
     """After ``stream``, a response's stream from ``transport``, was closed (or its close
     raised): the pool's record of the request it answers if httpcore's clean-up of it was
-    cut halfway, for :func:`_release` to finish; None if it went as usual (a few
-    lookups, the usual case) or never began (a reader that stopped early: the caller's
-    close does it)."""
+    cut halfway, for :func:`_release` to finish; None if it went as usual or never began
+    (a reader that stopped early: the caller's close does it). Asked only after a close
+    that could have been cut (see :meth:`MendingStream.aclose`)."""
     pool_stream = _pool_stream_of(stream)
     if pool_stream is None or getattr(pool_stream, "_closed", None) is not True:
         return None
@@ -116,9 +116,11 @@ class MendingStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         inner = self._inner
         # The usual close: of httpx's own stream over httpcore's pool stream, still open.
-        # A close of it that ends without an exception ran the pool's clean-up to its end
-        # (the request leaves the queue after the connection's part, with no await
-        # between), so there is nothing to check; every other close is checked.
+        # A cancel that cuts the pool's clean-up comes out of that close as an exception
+        # (httpx passes it on, and anyio's shield does not swallow asyncio's cancels), so
+        # a close that ends without one ran the clean-up to its end: nothing to check.
+        # Every other close is checked: one that raised, or of a stream closed already
+        # (a failed read closes it, where a cancel may have cut it).
         still_open = getattr(getattr(inner, "_httpcore_stream", None), "_closed", None) is False
         try:
             await inner.aclose()
