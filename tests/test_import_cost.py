@@ -221,3 +221,41 @@ def test_import_compiles_no_regular_expression_and_no_named_tuple_of_its_own() -
     assert typing_made == []
     compiled_modules_own = {"Transition", "Permit"}  # (retrysafe.governor.breaker's)
     assert {entry.split(": ")[1] for entry in counted["built"]} <= compiled_modules_own
+
+
+#: A fresh interpreter as a plain ``pip install retrysafe`` leaves one: httpx without its
+#: command line (which this checkout installs for the CLI, and which imports uuid itself).
+_WITHOUT_HTTPX_CLI = """
+import json, sys
+sys.modules["click"] = None  # (httpx's command line then stays out, as when not installed)
+import httpx
+by_httpx = set(sys.modules)
+{code}
+print(json.dumps(sorted(set(sys.modules) - by_httpx)))
+"""
+
+
+def test_import_leaves_uuid_to_the_first_key() -> None:
+    """``uuid`` loads ``platform`` (about 2 ms, a tenth of what the import adds to
+    httpx's): it is imported when the first idempotency key is made, not with the
+    package."""
+
+    def added_by(code: str) -> set[str]:
+        result = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_HTTPX_CLI.format(code=code)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return set(json.loads(result.stdout))
+
+    assert {"uuid", "platform"}.isdisjoint(added_by("import retrysafe"))
+    keyed = added_by(
+        "import retrysafe\n"
+        "mock = httpx.MockTransport(lambda request: httpx.Response(200))\n"
+        "with retrysafe.Client(transport=mock) as client:\n"
+        "    sent = client.post('http://127.0.0.1/', idempotency_key=True).request\n"
+        "assert len(sent.headers['Idempotency-Key']) == 36"
+    )
+    assert "uuid" in keyed

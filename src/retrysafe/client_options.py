@@ -8,7 +8,6 @@ in the client's journal around its one send.
 from __future__ import annotations
 
 import hashlib
-import uuid
 import warnings
 import weakref
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from retrysafe.request_facts import (
     IDEMPOTENCY_HEADER,
     KEY_SENT_BEFORE_EXTENSION,
     idempotency_key_of,
+    new_idempotency_key,
 )
 from retrysafe.transport import (
     OPTIONS_EXTENSION,
@@ -125,7 +125,7 @@ def with_call_options(
     options = dict(extensions or {})
     if idempotency_key is True:
         # One key for the whole call: built once here, so every attempt sends the same one.
-        idempotency_key = str(uuid.uuid4())
+        idempotency_key = new_idempotency_key()
     if idempotency_key is False:
         options[NO_KEY_EXTENSION] = True  # (not even idempotency="auto"'s: see add_auto_key)
     elif idempotency_key is not None:
@@ -173,7 +173,7 @@ def add_auto_key(request: httpx.Request) -> None:
         and NO_KEY_EXTENSION not in request.extensions
         and idempotency_key_of(request) is None
     ):
-        request.headers[IDEMPOTENCY_HEADER] = str(uuid.uuid4())
+        request.headers[IDEMPOTENCY_HEADER] = new_idempotency_key()
 
 
 def mark_stream(request: httpx.Request, stream: bool) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import math
 import sys
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
@@ -49,7 +48,7 @@ from retrysafe.foreign_shell import (
 from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
-from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
+from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryMiddleware", "report_of"]
@@ -160,7 +159,7 @@ class RetryMiddleware:
             and method in _AUTO_KEYED_METHODS
             and not (headers.get(IDEMPOTENCY_HEADER) or "").strip()  # (a blank one is no key)
         ):
-            headers[IDEMPOTENCY_HEADER] = hop_key or str(uuid.uuid4())
+            headers[IDEMPOTENCY_HEADER] = hop_key or new_idempotency_key()
         body = request.body
         view = request_view(
             method,

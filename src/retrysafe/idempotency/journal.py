@@ -15,7 +15,6 @@ States: ``pending`` (recorded, not yet sent) -> ``sent`` -> ``done`` |
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -26,6 +25,7 @@ from retrysafe.clock import Clock, SystemClock
 from retrysafe.errors import ApiError
 from retrysafe.named_tuple import NamedTuple
 from retrysafe.redact import redact_url
+from retrysafe.request_facts import new_idempotency_key
 
 if TYPE_CHECKING:
     import sqlite3
@@ -191,7 +191,7 @@ class Journal:
                     "ON CONFLICT (name) DO NOTHING",
                     (
                         name,
-                        str(uuid.uuid4()),
+                        new_idempotency_key(),
                         request.method.upper(),
                         redact_url(request.url),
                         fingerprint,

@@ -21,7 +21,6 @@ import contextlib
 import math
 import socket
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urljoin, urlparse
@@ -52,7 +51,7 @@ from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.redact import redact_urllib3_logs
-from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer
+from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
 from retrysafe.requests.failures import attempt_failure
@@ -181,7 +180,7 @@ class RetryAdapter(HTTPAdapter):
             and method in _AUTO_KEYED_METHODS
             and not (headers.get(IDEMPOTENCY_HEADER) or "").strip()  # (a blank one is no key)
         ):
-            headers[IDEMPOTENCY_HEADER] = hop_key or str(uuid.uuid4())
+            headers[IDEMPOTENCY_HEADER] = hop_key or new_idempotency_key()
         body = request.body
         view = request_view(
             method,
