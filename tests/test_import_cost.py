@@ -36,6 +36,7 @@ DEFERRED_BY_HTTPX = ("httpcore", "h11", "h2", "trio", "asyncio")
 
 _LOADED_AFTER = """
 import json, sys
+{prelude}
 import httpx
 by_httpx = set(sys.modules)
 {code}
@@ -43,10 +44,18 @@ print(json.dumps({{"by_httpx": sorted(by_httpx), "all": sorted(sys.modules)}}))
 """
 
 
-def loaded_after(code: str) -> tuple[set[str], set[str]]:
-    """The modules a fresh interpreter has after ``import httpx``, and after ``code`` too."""
+#: What keeps httpx's command line out of a fresh interpreter, as a plain ``pip install
+#: retrysafe`` leaves it (this checkout installs it for retrysafe's own CLI, and it imports
+#: modules, such as uuid, that retrysafe would otherwise be seen to leave unloaded).
+_WITHOUT_HTTPX_CLI = 'sys.modules["click"] = None'
+
+
+def loaded_after(code: str, *, without_httpx_cli: bool = False) -> tuple[set[str], set[str]]:
+    """The modules a fresh interpreter has after ``import httpx``, and after ``code`` too
+    (``without_httpx_cli``: as when httpx's command line is not installed)."""
+    prelude = _WITHOUT_HTTPX_CLI if without_httpx_cli else ""
     result = subprocess.run(
-        [sys.executable, "-c", _LOADED_AFTER.format(code=code)],
+        [sys.executable, "-c", _LOADED_AFTER.format(prelude=prelude, code=code)],
         capture_output=True,
         text=True,
         check=True,
@@ -223,32 +232,14 @@ def test_import_compiles_no_regular_expression_and_no_named_tuple_of_its_own() -
     assert {entry.split(": ")[1] for entry in counted["built"]} <= compiled_modules_own
 
 
-#: A fresh interpreter as a plain ``pip install retrysafe`` leaves one: httpx without its
-#: command line (which this checkout installs for the CLI, and which imports uuid itself).
-_WITHOUT_HTTPX_CLI = """
-import json, sys
-sys.modules["click"] = None  # (httpx's command line then stays out, as when not installed)
-import httpx
-by_httpx = set(sys.modules)
-{code}
-print(json.dumps(sorted(set(sys.modules) - by_httpx)))
-"""
-
-
 def test_import_leaves_uuid_to_the_first_key() -> None:
     """``uuid`` loads ``platform`` (about 2 ms, a tenth of what the import adds to
     httpx's): it is imported when the first idempotency key is made, not with the
     package."""
 
     def added_by(code: str) -> set[str]:
-        result = subprocess.run(
-            [sys.executable, "-c", _WITHOUT_HTTPX_CLI.format(code=code)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        return set(json.loads(result.stdout))
+        by_httpx, loaded = loaded_after(code, without_httpx_cli=True)
+        return loaded - by_httpx
 
     assert {"uuid", "platform"}.isdisjoint(added_by("import retrysafe"))
     keyed = added_by(
