@@ -366,3 +366,59 @@ async def test_a_stream_read_in_part_and_closed_gives_its_connection_back() -> N
             assert pool._requests == []
             assert [c for c in pool._connections if stranded(c)] == []
             assert (await client.get(url)).status_code == 200
+
+
+def _slow_connection_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make httpcore's closing of a connection that cannot be reused (its response was
+    not read to the end) take 0.2 s: it runs inside the connection's state lock, in the
+    clean-up of the response."""
+    from httpcore._async import http11
+
+    closing = http11.AsyncHTTP11Connection.aclose
+
+    async def slowly(self: http11.AsyncHTTP11Connection) -> None:
+        await anyio.sleep(0.2)
+        await closing(self)
+
+    monkeypatch.setattr(http11.AsyncHTTP11Connection, "aclose", slowly)
+
+
+_STREAMING_CLIENTS = [
+    pytest.param(_own_client, id="own-client"),
+    pytest.param(_drop_in_client, id="drop-in"),
+]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("make", _STREAMING_CLIENTS)
+async def test_closing_a_response_while_its_dropped_iterator_is_finalized_leaves_httpcore_alone(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """A reader that drops a body's iterator unfinished leaves its closing to asyncio's
+    finalizer of async generators, which runs httpcore's clean-up in a task of its own.
+    Closing the response while that clean-up is under way is not a cut clean-up: the
+    stream handed over leaves it to httpcore (before: it took the request out of the
+    pool's queue first, and httpcore's own removal failed in the finalizer's task with a
+    ValueError that asyncio logged)."""
+    import gc
+
+    loop_errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: loop_errors.append(context))
+    with serving(AnswersOk) as url:
+        async with make() as client:
+            response = await client.send(client.build_request("GET", url), stream=True)
+            chunks = response.aiter_raw(1)
+            await chunks.__anext__()
+            _slow_connection_close(monkeypatch)
+            del chunks
+            gc.collect()  # (the finalizer's task starts httpcore's clean-up)
+            await asyncio.sleep(0.05)  # (which is now inside the slowed close)
+            await response.aclose()
+            await asyncio.sleep(0.3)  # (the finalizer's task ends)
+            monkeypatch.undo()
+            pool = _pool_of(client)
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+            with anyio.fail_after(5):
+                assert (await client.get(url)).status_code == 200
+    assert [context.get("exception") for context in loop_errors] == []

@@ -66,6 +66,42 @@ def _cut_clean_up(transport: object, stream: object) -> object:
     return ours if connection is not None and stranded(connection) else None
 
 
+#: How long a close waits for httpcore's clean-up of the same response, running in
+#: another task, to let go of the connection (see :func:`_cut_after_others`).
+OTHERS_CLEAN_UP_WAIT = 1.0
+
+
+async def _cut_after_others(transport: object, stream: object) -> object:
+    """:func:`_cut_clean_up`, told apart from a clean-up still running in another task.
+
+    A reader that drops a body's iterator unfinished leaves its closing to asyncio's
+    finalizer of async generators, which runs httpcore's clean-up in a task of its own. A
+    close of the response while that clean-up is suspended finds the stream closed and the
+    request still queued, as a cut clean-up leaves them; finishing it then would take the
+    request out from under httpcore, whose own removal would fail in that task. httpcore
+    holds the connection's state lock through every await of its clean-up (and a cut
+    lets it go as the cancel passes), so while the lock is held, this waits for it (at
+    most :data:`OTHERS_CLEAN_UP_WAIT` seconds) and looks again."""
+    ours = _cut_clean_up(transport, stream)
+    lock = _state_lock_of(getattr(ours, "connection", None))
+    if lock is None:
+        return ours
+    import anyio  # (loaded by now: httpcore's async pool uses it)
+
+    with anyio.move_on_after(OTHERS_CLEAN_UP_WAIT, shield=True):
+        async with lock:
+            pass
+    return _cut_clean_up(transport, stream)
+
+
+def _state_lock_of(connection: object) -> Any:
+    """The state lock of httpcore's connection behind ``connection`` (a pool's), if it is
+    held now; None otherwise."""
+    lock: Any = getattr(getattr(connection, "_connection", None), "_state_lock", None)
+    held = getattr(lock, "_anyio_lock", None) or getattr(lock, "_trio_lock", None)
+    return lock if held is not None and held.locked() else None
+
+
 async def _release(transport: object, ours: object) -> None:
     """Take ``ours`` (the pool's record of a request, or None) out of ``transport``'s pool
     queue if it is still there, and close the connections no request uses that the pool
@@ -129,7 +165,7 @@ class MendingStream(httpx.AsyncByteStream):
             raise
         finally:
             if not still_open:
-                cut = _cut_clean_up(self._transport, inner)
+                cut = await _cut_after_others(self._transport, inner)
                 if cut is not None:
                     await _release(self._transport, cut)
 
