@@ -1,15 +1,19 @@
 """A stdlib HTTP server on a free loopback port, for tests that need a server to answer
-in a way the chaos server does not (a header of their own, a body as it is)."""
+in a way the chaos server does not (a header of their own, a body as it is); and an
+HTTP/2 one in a process of its own (``tests/h2_delay_server.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["AnswersOk", "QuietHandler", "serving"]
+__all__ = ["AnswersOk", "QuietHandler", "serving", "serving_h2_apart"]
 
 
 class QuietHandler(http.server.BaseHTTPRequestHandler):
@@ -47,3 +51,30 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def serving_h2_apart(max_streams: int) -> Iterator[str]:
+    """The base URL of ``tests/h2_delay_server.py`` (HTTP/2 without TLS, ``max_streams``
+    concurrent streams per connection), run in a process of its own so that the test's
+    clients do not slow it; stopped on leaving."""
+    script = Path(__file__).with_name("h2_delay_server.py")
+    server = subprocess.Popen(
+        [sys.executable, str(script), str(max_streams)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    try:
+        port = server.stdout.readline().strip()
+        assert port.isdigit(), f"the server did not start: {port!r}"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stdin.close()  # (its signal to stop)
+        try:
+            server.wait(5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tests.local_http import AnswersOk, QuietHandler, serving
+from tests.local_http import AnswersOk, QuietHandler, serving, serving_h2_apart
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -422,3 +422,46 @@ async def test_closing_a_response_while_its_dropped_iterator_is_finalized_leaves
             with anyio.fail_after(5):
                 assert (await client.get(url)).status_code == 200
     assert [context.get("exception") for context in loop_errors] == []
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cut_close_mended_even_when_a_second_cancel_ends_its_wait_for_another_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over HTTP/2 the connection's state lock a cut close waits for may be another
+    stream's clean-up (slowed here inside its hold of the lock). A caller's timeout cuts
+    one stream's close; an outer timeout then ends the wait: the close still finishes the
+    cut clean-up (the request leaves the queue) before the cancel goes on."""
+    pytest.importorskip("hypercorn")
+    from httpcore import _synchronization
+
+    entering = _synchronization.AsyncLock.__aenter__
+    slowed: dict[str, object] = {}
+
+    async def slowly_once(self: _synchronization.AsyncLock) -> _synchronization.AsyncLock:
+        held = await entering(self)
+        if slowed.pop("lock", None) is self:
+            await anyio.sleep(0.3)  # (holding the lock)
+        return held
+
+    monkeypatch.setattr(_synchronization.AsyncLock, "__aenter__", slowly_once)
+    with serving_h2_apart(10) as base:
+        transport = httpx.AsyncHTTPTransport(http1=False, http2=True)
+        async with httpx.AsyncClient(transport=retrysafe.AsyncRetryTransport(transport)) as client:
+            first = await client.send(client.build_request("GET", base + "/one"), stream=True)
+            other = await client.send(client.build_request("GET", base + "/two"), stream=True)
+            pool = _pool_of(client)
+            assert len(pool._connections) == 1  # (both streams on one connection)
+            slowed["lock"] = pool._connections[0]._connection._state_lock
+            closing_other = asyncio.create_task(other.aclose())
+            await asyncio.sleep(0.02)  # (the other stream's clean-up holds the lock)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1), asyncio.timeout(0.05):  # type: ignore[attr-defined,unused-ignore]
+                    await first.aclose()
+            await closing_other
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+            monkeypatch.undo()
+            with anyio.fail_after(5):
+                assert (await client.get(base + "/three")).status_code == 200

@@ -14,8 +14,6 @@ import concurrent.futures
 import contextlib
 import functools
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from tests.local_http import serving_h2_apart
 
 import retrysafe
 import retrysafe.idempotency
@@ -223,26 +222,8 @@ def h2_ten_streams_apart() -> Iterator[str]:
     """The base URL of ``tests/h2_delay_server.py``: HTTP/2, ten concurrent streams per
     connection, in a process of its own (so that many client threads do not slow it)."""
     pytest.importorskip("hypercorn")
-    script = Path(__file__).with_name("h2_delay_server.py")
-    server = subprocess.Popen(
-        [sys.executable, str(script), "10"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdin is not None
-    assert server.stdout is not None
-    try:
-        port = server.stdout.readline().strip()
-        assert port.isdigit(), f"the server did not start: {port!r}"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stdin.close()  # (its signal to stop)
-        try:
-            server.wait(5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    with serving_h2_apart(10) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -66,40 +66,38 @@ def _cut_clean_up(transport: object, stream: object) -> object:
     return ours if connection is not None and stranded(connection) else None
 
 
-#: How long a close waits for httpcore's clean-up of the same response, running in
-#: another task, to let go of the connection (see :func:`_cut_after_others`).
-OTHERS_CLEAN_UP_WAIT = 1.0
+#: How long a close waits for a clean-up of httpcore's, running in another task, to let
+#: go of the connection (see :func:`_others_clean_up`).
+OTHERS_CLEAN_UP_WAIT = 0.5
 
 
-async def _cut_after_others(transport: object, stream: object) -> object:
-    """:func:`_cut_clean_up`, told apart from a clean-up still running in another task.
+async def _others_clean_up(transport: object, stream: object) -> None:
+    """Wait (at most :data:`OTHERS_CLEAN_UP_WAIT` seconds) for a clean-up of httpcore's
+    that may be under way in another task on the connection of ``stream``'s request,
+    which looks cut (:func:`_cut_clean_up`), so that it is judged once that ends.
 
-    A reader that drops a body's iterator unfinished leaves its closing to asyncio's
-    finalizer of async generators, which runs httpcore's clean-up in a task of its own. A
-    close of the response while that clean-up is suspended finds the stream closed and the
-    request still queued, as a cut clean-up leaves them; finishing it then would take the
-    request out from under httpcore, whose own removal would fail in that task. httpcore
-    holds the connection's state lock through every await of its clean-up (and a cut
-    lets it go as the cancel passes), so while the lock is held, this waits for it (at
-    most :data:`OTHERS_CLEAN_UP_WAIT` seconds) and looks again."""
+    A reader that drops a body's iterator unfinished leaves its closing to the event
+    loop's finalizer of async generators, which runs httpcore's clean-up in a task of its
+    own. A close of the response while that clean-up is suspended finds the stream closed
+    and the request still queued, as a cut clean-up leaves them; finishing it then would
+    take the request out from under httpcore, whose own removal would fail in that task.
+    httpcore holds the connection's state lock at every await of its clean-up (unless a
+    ``trace`` extension is set: its callbacks are awaited outside the lock), and a cut
+    lets the lock go as the cancel passes; so while the lock is held, this waits for it.
+    Over HTTP/2 the lock may be another stream's, whose clean-up the close then waits for
+    too."""
     ours = _cut_clean_up(transport, stream)
-    lock = _state_lock_of(getattr(ours, "connection", None))
-    if lock is None:
-        return ours
+    lock: Any = getattr(
+        getattr(getattr(ours, "connection", None), "_connection", None), "_state_lock", None
+    )
+    held = getattr(lock, "_anyio_lock", None) or getattr(lock, "_trio_lock", None)
+    if held is None or not held.locked():
+        return
     import anyio  # (loaded by now: httpcore's async pool uses it)
 
     with anyio.move_on_after(OTHERS_CLEAN_UP_WAIT, shield=True):
         async with lock:
             pass
-    return _cut_clean_up(transport, stream)
-
-
-def _state_lock_of(connection: object) -> Any:
-    """The state lock of httpcore's connection behind ``connection`` (a pool's), if it is
-    held now; None otherwise."""
-    lock: Any = getattr(getattr(connection, "_connection", None), "_state_lock", None)
-    held = getattr(lock, "_anyio_lock", None) or getattr(lock, "_trio_lock", None)
-    return lock if held is not None and held.locked() else None
 
 
 async def _release(transport: object, ours: object) -> None:
@@ -137,7 +135,9 @@ class MendingStream(httpx.AsyncByteStream):
     """The stream of a response the async shell hands over unread (a streamed call's, or
     any through the drop-in transport, whose body httpx reads afterwards): it passes the
     body on, and if a cancel from outside cuts httpcore's clean-up as it is closed (or as
-    a failed read closes it), finishes that clean-up (:func:`_cut_clean_up`)."""
+    a failed read closes it), finishes that clean-up (:func:`_cut_clean_up`), once any
+    clean-up of the connection under way in another task has ended
+    (:func:`_others_clean_up`)."""
 
     def __init__(self, inner: httpx.AsyncByteStream, transport: object) -> None:
         self._inner = inner
@@ -164,10 +164,13 @@ class MendingStream(httpx.AsyncByteStream):
             still_open = False
             raise
         finally:
-            if not still_open:
-                cut = await _cut_after_others(self._transport, inner)
-                if cut is not None:
-                    await _release(self._transport, cut)
+            if not still_open and _cut_clean_up(self._transport, inner) is not None:
+                try:
+                    await _others_clean_up(self._transport, inner)
+                finally:  # (a second cancel may end the wait: judge then, as before it)
+                    cut = _cut_clean_up(self._transport, inner)
+                    if cut is not None:
+                        await _release(self._transport, cut)
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
