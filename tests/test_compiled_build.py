@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,3 +75,30 @@ def test_the_plain_run_is_not_shadowed_by_a_compiled_module() -> None:
     assert not is_compiled()
     assert [name for name in COMPILED_MODULES if _is_extension(name)] == []
     assert sorted(str(p) for p in Path(retrysafe.__file__).parent.glob("**/*.so")) == []
+
+
+@pytest.mark.skipif(not EXPECT_COMPILED, reason="the plain-Python run")
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils) to list symbols")
+def test_the_compiled_library_exports_only_its_init_function() -> None:
+    """hatch_build.py compiles the C code with hidden symbols: the library that holds the
+    compiled modules' code publishes only the function Python calls to load it (before:
+    all 1,190 of its functions, which the loader published one by one)."""
+    (library,) = [
+        module.__file__
+        for name, module in sys.modules.items()
+        if name.endswith("__mypyc") and module.__file__ is not None
+    ]
+    listing = (
+        ["nm", "-gU", library]
+        if sys.platform == "darwin"
+        else ["nm", "-D", "--defined-only", library]
+    )
+    names = [
+        line.split()[-1]
+        for line in subprocess.run(
+            listing, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.strip()
+    ]
+    assert names, "nm listed nothing"
+    assert [name for name in names if not name.lstrip("_").startswith("PyInit_")] == []
