@@ -7,7 +7,11 @@ environment also holds httpx's command line (installed there for retrysafe's own
 load itself (``uuid`` was one), so it can hide part of retrysafe's cost. This makes one
 virtual environment per wheel, installs the wheel with its dependencies only, and times
 fresh interpreters running ``import httpx`` and ``import httpx, retrysafe`` in turns, in
-every environment, interleaved, reporting the median of each and what retrysafe adds.
+every environment, interleaved, reporting the median of each and what retrysafe adds. Each
+statement also runs once more ending with ``os._exit(0)``, which leaves without the
+interpreter's clean-up, so the report says how much of what retrysafe adds is that exit
+(the interpreter tears down every module and object it holds: the compiled build's
+modules cost more there than plain Python's).
 
     .venv/bin/python benchmarks/import_in_venv.py           # this checkout's plain wheel
     scripts/build-compiled /tmp/compiled                   # prints the compiled wheel
@@ -31,7 +35,13 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STATEMENTS = {"httpx": "import httpx", "httpx + retrysafe": "import httpx, retrysafe"}
+STATEMENTS = {
+    "httpx": "import httpx",
+    "httpx + retrysafe": "import httpx, retrysafe",
+    # (the same, leaving without the interpreter's clean-up: the difference is its exit)
+    "httpx, no exit": "import httpx, os; os._exit(0)",
+    "httpx + retrysafe, no exit": "import httpx, retrysafe, os; os._exit(0)",
+}
 
 
 def plain_wheel(into: Path) -> Path:
@@ -94,7 +104,9 @@ def main() -> None:
                 text=True,
                 check=True,
             ).stdout.strip()
-            pythons[f"{wheel.name} ({'compiled' if built == 'True' else 'plain'})"] = python
+            # (two wheels of one name, from two builds, are told apart by their paths)
+            named = wheel.name if [w.name for w in wheels].count(wheel.name) == 1 else wheel
+            pythons[f"{named} ({'compiled' if built == 'True' else 'plain'})"] = python
         runs = [(name, label) for name in pythons for label in STATEMENTS]
         for name, label in runs:  # writes the bytecode caches, warms the file cache
             once(pythons[name], STATEMENTS[label], environment)
@@ -108,11 +120,13 @@ def main() -> None:
         f"Import in fresh virtual environments, median of {arguments.runs} fresh interpreters each"
     )
     for name in pythons:
-        bare = statistics.median(times[(name, "httpx")])
-        both = statistics.median(times[(name, "httpx + retrysafe")])
+        bare, both, bare_no_exit, both_no_exit = (
+            statistics.median(times[(name, label)]) for label in STATEMENTS
+        )
+        exit_added = (both - both_no_exit) - (bare - bare_no_exit)
         print(
             f"  {name}: import httpx {bare:.1f} ms, httpx + retrysafe {both:.1f} ms, "
-            f"added {both - bare:+.1f} ms"
+            f"added {both - bare:+.1f} ms (of which the interpreter's exit {exit_added:+.1f})"
         )
 
 
