@@ -71,10 +71,11 @@ def _cut_clean_up(transport: object, stream: object) -> object:
 OTHERS_CLEAN_UP_WAIT = 0.5
 
 
-async def _others_clean_up(transport: object, stream: object) -> None:
+async def _others_clean_up(ours: object) -> None:
     """Wait (at most :data:`OTHERS_CLEAN_UP_WAIT` seconds) for a clean-up of httpcore's
-    that may be under way in another task on the connection of ``stream``'s request,
-    which looks cut (:func:`_cut_clean_up`), so that it is judged once that ends.
+    that may be under way in another task on the connection of ``ours`` (the pool's record
+    of a request whose clean-up looks cut, :func:`_cut_clean_up`), so that it is judged
+    once that ends.
 
     A reader that drops a body's iterator unfinished leaves its closing to the event
     loop's finalizer of async generators, which runs httpcore's clean-up in a task of its
@@ -86,7 +87,6 @@ async def _others_clean_up(transport: object, stream: object) -> None:
     lets the lock go as the cancel passes; so while the lock is held, this waits for it.
     Over HTTP/2 the lock may be another stream's, whose clean-up the close then waits for
     too."""
-    ours = _cut_clean_up(transport, stream)
     lock: Any = getattr(
         getattr(getattr(ours, "connection", None), "_connection", None), "_state_lock", None
     )
@@ -164,9 +164,10 @@ class MendingStream(httpx.AsyncByteStream):
             still_open = False
             raise
         finally:
-            if not still_open and _cut_clean_up(self._transport, inner) is not None:
+            looks_cut = None if still_open else _cut_clean_up(self._transport, inner)
+            if looks_cut is not None:
                 try:
-                    await _others_clean_up(self._transport, inner)
+                    await _others_clean_up(looks_cut)
                 finally:  # (a second cancel may end the wait: judge then, as before it)
                     cut = _cut_clean_up(self._transport, inner)
                     if cut is not None:
