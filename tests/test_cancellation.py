@@ -431,8 +431,8 @@ async def test_a_cut_close_mended_even_when_a_second_cancel_ends_its_wait_for_an
 ) -> None:
     """Over HTTP/2 the connection's state lock a cut close waits for may be another
     stream's clean-up (slowed here inside its hold of the lock). A caller's timeout cuts
-    one stream's close; an outer timeout then ends the wait: the close still finishes the
-    cut clean-up (the request leaves the queue) before the cancel goes on."""
+    one stream's close; an outer timeout then ends the wait: the cut clean-up is still
+    finished (the request leaves the queue) once the other lets go of the lock."""
     pytest.importorskip("hypercorn")
     from httpcore import _synchronization
 
@@ -460,8 +460,45 @@ async def test_a_cut_close_mended_even_when_a_second_cancel_ends_its_wait_for_an
                 async with asyncio.timeout(0.1), asyncio.timeout(0.05):  # type: ignore[attr-defined,unused-ignore]
                     await first.aclose()
             await closing_other
+            await asyncio.sleep(0.1)  # (judged in a task of its own once the lock is let go)
             assert pool._requests == []
             assert [c for c in pool._connections if stranded(c)] == []
             monkeypatch.undo()
             with anyio.fail_after(5):
                 assert (await client.get(base + "/three")).status_code == 200
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("make", _STREAMING_CLIENTS)
+async def test_a_close_cut_while_the_finalizer_cleans_up_leaves_httpcore_alone(
+    monkeypatch: pytest.MonkeyPatch, make: Any
+) -> None:
+    """As above, with the caller's timeout cutting the close while it waits for the
+    finalizer's clean-up to let go of the connection: the close is judged once that
+    clean-up ends, in a task of its own, not at the cut (where it looks cut, and taking
+    the request out made httpcore's own removal fail in the finalizer's task)."""
+    import gc
+
+    loop_errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: loop_errors.append(context))
+    with serving(AnswersOk) as url:
+        async with make() as client:
+            response = await client.send(client.build_request("GET", url), stream=True)
+            chunks = response.aiter_raw(1)
+            await chunks.__anext__()
+            _slow_connection_close(monkeypatch)
+            del chunks
+            gc.collect()  # (the finalizer's task starts httpcore's clean-up)
+            await asyncio.sleep(0.05)  # (which is now inside the slowed close)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):  # type: ignore[attr-defined,unused-ignore]
+                    await response.aclose()
+            await asyncio.sleep(0.3)  # (the finalizer's task ends)
+            monkeypatch.undo()
+            pool = _pool_of(client)
+            assert pool._requests == []
+            assert [c for c in pool._connections if stranded(c)] == []
+            with anyio.fail_after(5):
+                assert (await client.get(url)).status_code == 200
+    assert [context.get("exception") for context in loop_errors] == []

@@ -100,6 +100,41 @@ async def _others_clean_up(ours: object) -> None:
             pass
 
 
+async def _judge(transport: object, stream: object) -> None:
+    """Finish the clean-up of ``stream`` (a response's, from ``transport``) if it was cut."""
+    cut = _cut_clean_up(transport, stream)
+    if cut is not None:
+        await _release(transport, cut)
+
+
+#: The judgments :func:`_judge_later` started, kept until they end (the loop keeps only a
+#: weak reference to a task).
+_LATER: set[object] = set()
+
+
+def _judge_later(transport: object, stream: object, ours: object) -> bool:
+    """A cancel ended a close's wait for another task's clean-up of the connection
+    (:func:`_others_clean_up`): judged now, the close looks cut even when the other task
+    is about to finish the clean-up, so judge it once that ends, in a task of its own.
+    On asyncio; elsewhere (trio: no task outlives its nursery) False, and the caller
+    judges now."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+
+    async def judge() -> None:
+        await _others_clean_up(ours)
+        await _judge(transport, stream)
+
+    task = loop.create_task(judge())
+    _LATER.add(task)
+    task.add_done_callback(_LATER.discard)
+    return True
+
+
 async def _release(transport: object, ours: object) -> None:
     """Take ``ours`` (the pool's record of a request, or None) out of ``transport``'s pool
     queue if it is still there, and close the connections no request uses that the pool
@@ -168,10 +203,11 @@ class MendingStream(httpx.AsyncByteStream):
             if looks_cut is not None:
                 try:
                     await _others_clean_up(looks_cut)
-                finally:  # (a second cancel may end the wait: judge then, as before it)
-                    cut = _cut_clean_up(self._transport, inner)
-                    if cut is not None:
-                        await _release(self._transport, cut)
+                except BaseException:  # (a second cancel ended the wait)
+                    if not _judge_later(self._transport, inner, looks_cut):
+                        await _judge(self._transport, inner)
+                    raise
+                await _judge(self._transport, inner)
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
