@@ -71,11 +71,12 @@ def _cut_clean_up(transport: object, stream: object) -> object:
 OTHERS_CLEAN_UP_WAIT = 0.5
 
 
-async def _others_clean_up(ours: object) -> None:
+async def _others_clean_up(ours: object) -> BaseException | None:
     """Wait (at most :data:`OTHERS_CLEAN_UP_WAIT` seconds) for a clean-up of httpcore's
     that may be under way in another task on the connection of ``ours`` (the pool's record
     of a request whose clean-up looks cut, :func:`_cut_clean_up`), so that it is judged
-    once that ends.
+    once that ends. Returns the cancel that came meanwhile, if one did, for the caller to
+    raise once it has judged.
 
     A reader that drops a body's iterator unfinished leaves its closing to the event
     loop's finalizer of async generators, which runs httpcore's clean-up in a task of its
@@ -86,18 +87,33 @@ async def _others_clean_up(ours: object) -> None:
     ``trace`` extension is set: its callbacks are awaited outside the lock), and a cut
     lets the lock go as the cancel passes; so while the lock is held, this waits for it.
     Over HTTP/2 the lock may be another stream's, whose clean-up the close then waits for
-    too."""
+    too.
+
+    asyncio's ``Task.cancel()`` (the caller's ``asyncio.timeout``) reaches into the wait
+    despite its shield. Judged at that moment, the close would look cut even when the
+    other task is about to finish the clean-up, so the wait goes on to its end and the
+    cancel is handed back: it then comes at most :data:`OTHERS_CLEAN_UP_WAIT` late."""
     lock: Any = getattr(
         getattr(getattr(ours, "connection", None), "_connection", None), "_state_lock", None
     )
     held = getattr(lock, "_anyio_lock", None) or getattr(lock, "_trio_lock", None)
     if held is None or not held.locked():
-        return
+        return None
+    import asyncio
+
     import anyio  # (loaded by now: httpcore's async pool uses it)
 
-    with anyio.move_on_after(OTHERS_CLEAN_UP_WAIT, shield=True):
-        async with lock:
-            pass
+    interrupted: BaseException | None = None
+    with anyio.move_on_after(OTHERS_CLEAN_UP_WAIT, shield=True) as waiting:
+        while True:
+            try:
+                async with lock:
+                    break
+            except asyncio.CancelledError as cancel:
+                if waiting.cancel_called:  # (the wait's own end: the scope takes it)
+                    raise
+                interrupted = interrupted or cancel
+    return interrupted
 
 
 async def _judge(transport: object, stream: object) -> None:
@@ -105,34 +121,6 @@ async def _judge(transport: object, stream: object) -> None:
     cut = _cut_clean_up(transport, stream)
     if cut is not None:
         await _release(transport, cut)
-
-
-#: The judgments :func:`_judge_later` started, kept until they end (the loop keeps only a
-#: weak reference to a task).
-_LATER: set[object] = set()
-
-
-def _judge_later(transport: object, stream: object, ours: object) -> bool:
-    """A cancel ended a close's wait for another task's clean-up of the connection
-    (:func:`_others_clean_up`): judged now, the close looks cut even when the other task
-    is about to finish the clean-up, so judge it once that ends, in a task of its own.
-    On asyncio; elsewhere (trio: no task outlives its nursery) False, and the caller
-    judges now."""
-    import asyncio
-
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-
-    async def judge() -> None:
-        await _others_clean_up(ours)
-        await _judge(transport, stream)
-
-    task = loop.create_task(judge())
-    _LATER.add(task)
-    task.add_done_callback(_LATER.discard)
-    return True
 
 
 async def _release(transport: object, ours: object) -> None:
@@ -201,13 +189,10 @@ class MendingStream(httpx.AsyncByteStream):
         finally:
             looks_cut = None if still_open else _cut_clean_up(self._transport, inner)
             if looks_cut is not None:
-                try:
-                    await _others_clean_up(looks_cut)
-                except BaseException:  # (a second cancel ended the wait)
-                    if not _judge_later(self._transport, inner, looks_cut):
-                        await _judge(self._transport, inner)
-                    raise
+                interrupted = await _others_clean_up(looks_cut)
                 await _judge(self._transport, inner)
+                if interrupted is not None:  # (a cancel that came while it waited)
+                    raise interrupted
 
 
 def mend_when_closed(response: httpx.Response, transport: object) -> None:
