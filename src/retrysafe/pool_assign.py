@@ -96,7 +96,7 @@ def matching(pool: Any, *, exclusive_handover: bool) -> list[Any]:
         if not pool_request.is_queued():
             continue
         if held is None:
-            held = {id(queued.connection) for queued in pool._requests}
+            held = _held(pool)
         origin = pool_request.request.url.origin
         key = (origin.scheme, origin.host, origin.port)
         if key in stuck:
@@ -140,7 +140,7 @@ def matching(pool: Any, *, exclusive_handover: bool) -> list[Any]:
     if len(connections) <= pool._max_keepalive_connections:
         return closing
     if held is None:
-        held = {id(queued.connection) for queued in pool._requests}
+        held = _held(pool)
     idle_kept = 0
     for connection in list(connections):
         if connection.is_idle() and id(connection) not in held:
@@ -171,3 +171,8 @@ def _one_at_a_time(connection: Any) -> bool:
         if connection is None:
             return False
     return False
+
+
+def _held(pool: Any) -> set[int]:
+    """The ids of the connections ``pool``'s requests hold, started on or not yet."""
+    return {id(pool_request.connection) for pool_request in pool._requests}
