@@ -3,6 +3,9 @@
 Contenders, each with its own client (and so its own connection pool):
 
 * ``httpx``: a bare ``httpx.Client`` / ``httpx.AsyncClient``, the baseline;
+* ``httpx, a second client``: another bare client, timed as a contender: what it "adds" is
+  how far two identical clients' timings differ in this run (the noise floor to read every
+  other "added" against);
 * ``retrysafe.Client``: retrysafe's client, with the default :class:`retrysafe.Governor`
   (load protection on), and again with ``GovernorSettings.off()``;
 * ``httpx + RetryTransport``: a bare httpx client over ``retrysafe.RetryTransport``
@@ -58,6 +61,8 @@ import retrysafe.compiled
 
 ATTEMPTS = 3
 PEERS = ("httpx_retries", "tenacity", "stamina")
+#: A second bare httpx client, the control: its "added" is the run's noise floor.
+CONTROL = "httpx, a second client"
 IMPORTS = ("httpx", "retrysafe", "httpx_retries", "tenacity", "stamina")
 
 # A minimal keep-alive HTTP/1.1 server: every request (GET, no body) gets the same 200.
@@ -170,6 +175,7 @@ def sync_contenders(
 
     made = [
         plain(httpx.Client(transport=base()), "httpx"),
+        plain(httpx.Client(transport=base()), CONTROL),
         plain(retrysafe.Client(transport=base()), "retrysafe.Client"),
         plain(
             retrysafe.Client(transport=base(), governor=governor_off()),
@@ -240,6 +246,7 @@ def async_contenders(
 
     made = [
         plain(httpx.AsyncClient(transport=base()), "httpx"),
+        plain(httpx.AsyncClient(transport=base()), CONTROL),
         plain(retrysafe.AsyncClient(transport=base()), "retrysafe.Client"),
         plain(
             retrysafe.AsyncClient(transport=base(), governor=governor_off()),
