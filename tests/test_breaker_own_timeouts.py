@@ -13,6 +13,7 @@ The arithmetic on the fake clock; then the same over real sockets.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import time
 
@@ -560,3 +561,134 @@ def test_a_hung_server_behind_a_full_pool_still_opens_it(chaos: KeyedChaos) -> N
 def _hang(client: retrysafe.Client, chaos: KeyedChaos, policy: RetryPolicy) -> None:
     with pytest.raises(retrysafe.TransportError):
         client.get(chaos.url("/hang"), policy=policy)
+
+
+# -- callers who give up before the retry ---------------------------------------------------
+# A call's first failure waits for its retry to say whether the dependency fails or blipped.
+# A caller whose own timeout ends the call first, during the backoff or while the retry is
+# in flight, leaves that open: another call's retry decides it, as for a retry the budget
+# refused. Counted at once, callers with short timeouts opened the circuit against a
+# dependency whose retries all succeed, and it then refused every caller of the host.
+
+
+class _FirstFailsThenHangs:
+    """A mock server: each path's first request gets a 503 and every later one hangs;
+    ``/healthy`` answers 200, and ``/down`` always 503."""
+
+    def __init__(self) -> None:
+        self.seen: collections.Counter[str] = collections.Counter()
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.seen[path] += 1
+        if path == "/healthy":
+            return httpx.Response(200)
+        if path == "/down" or self.seen[path] == 1:
+            return httpx.Response(503)
+        await asyncio.Event().wait()  # (until the caller's cancel)
+        raise AssertionError("unreachable")
+
+
+#: The dependency the mock server's calls are counted under.
+DEPENDENCY = "http://api.test:80"
+
+
+class _BackoffOutlastsTheCaller(FakeClock):
+    """A fake clock whose waits never end (until ``waits_end``): a caller's timeout ends
+    the call in its backoff."""
+
+    waits_end = False
+
+    async def async_sleep(self, seconds: float) -> None:
+        if self.waits_end:
+            await super().async_sleep(seconds)
+        else:
+            await asyncio.Event().wait()
+
+
+async def _cut_by_the_caller(client: retrysafe.AsyncClient, path: str) -> None:
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await client.get(f"http://api.test{path}")
+
+
+@pytest.mark.parametrize("cut_during", ["the backoff", "the retry"])
+def test_callers_whose_own_timeout_ends_their_calls_before_the_retry_do_not_open_it(
+    cut_during: str,
+) -> None:
+    """Eight calls in a row (the breaker opens on five), each answered 503 and then ended
+    by its caller's ``asyncio.timeout`` before its retry answers: closed, and the next
+    call gets its 200."""
+    clock = _BackoffOutlastsTheCaller() if cut_during == "the backoff" else FakeClock(seed=1)
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
+    server = _FirstFailsThenHangs()
+
+    async def calls() -> int:
+        transport = httpx.MockTransport(server)
+        async with retrysafe.AsyncClient(
+            transport=transport, clock=clock, governor=governor
+        ) as client:
+            for number in range(8):
+                await _cut_by_the_caller(client, f"/call-{number}")
+            return (await client.get("http://api.test/healthy")).status_code
+
+    assert asyncio.run(calls()) == 200
+    retried = 2 if cut_during == "the retry" else 1
+    assert [server.seen[f"/call-{number}"] for number in range(8)] == [retried] * 8
+    assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
+
+
+def test_their_failures_count_once_another_calls_retry_fails_too() -> None:
+    """Four calls cut in their backoff, then a patient call whose retry fails as well:
+    five failing calls in a row, and the circuit opens."""
+    clock = _BackoffOutlastsTheCaller()
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
+    server = _FirstFailsThenHangs()
+
+    async def calls() -> None:
+        transport = httpx.MockTransport(server)
+        async with retrysafe.AsyncClient(
+            transport=transport, clock=clock, governor=governor
+        ) as client:
+            for number in range(4):
+                await _cut_by_the_caller(client, f"/call-{number}")
+            assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
+            clock.waits_end = True
+            with pytest.raises(retrysafe.ServerError):
+                await client.get("http://api.test/down", policy=RetryPolicy(attempts=2))
+
+    asyncio.run(calls())
+    assert server.seen["/down"] == 2
+    assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
+
+
+def test_async_callers_giving_up_on_a_server_whose_retries_hang_leave_it_closed(
+    chaos: KeyedChaos,
+) -> None:
+    """Over a real socket: each call's first attempt gets a 503, its retry hangs, and its
+    caller gives up after 0.4 s (in the backoff or in the retry); eight such calls, then
+    a healthy one, which the circuit lets through."""
+    urls = [
+        chaos.url("/sequence/{key}", key=f"{chaos.key}-{number}", steps=[503, "hang"])
+        for number in range(8)
+    ]
+    healthy = chaos.url("/delay", ms=0)
+
+    async def calls() -> tuple[list[str], int, str]:
+        async with retrysafe.AsyncClient(governor=Governor(FIVE_IN_A_ROW)) as client:
+            outcomes = []
+            for url in urls:
+                try:
+                    async with asyncio.timeout(0.4):
+                        await client.get(url)
+                    outcomes.append("answered")
+                except TimeoutError:
+                    outcomes.append("caller's timeout")
+            after = (await client.get(healthy)).status_code
+            breaker = client.governor.guard(default_dependency(httpx.URL(healthy))).breaker
+            assert breaker is not None
+            return outcomes, after, breaker.state
+
+    outcomes, after, state = asyncio.run(calls())
+    assert outcomes == ["caller's timeout"] * 8
+    assert (after, state) == (200, "closed")

@@ -432,11 +432,20 @@ class Call:
         Frees what it held, such as the breaker's single half-open probe (so the
         dependency is not blocked until the probe's lease runs out) or a paced slot
         it was waiting for.
+
+        A first failure held back for the retry the call will now never make is left to
+        another call's retry, as when the budget refuses it (DeferFailure): the caller
+        gave up, which says nothing of whether the retry would have worked. Counted
+        here, callers whose own timeout ends them during the backoff opened the circuit
+        against a dependency whose retries succeed.
         """
         if self.state == "done":
             return
         self.state = "done"
-        self._report_held_failure()
+        held = self._unreported_failure
+        if held is not None:
+            self._unreported_failure = None
+            self.effects.append(DeferFailure(held))
         if self._permit is not None:
             self.effects.append(ReleaseProbe(self._permit))
             self._permit = None
@@ -610,9 +619,10 @@ class Call:
         circuit, which would then refuse the retries that save them: a call's first
         failure counts when its retry fails too (told then, its retry's failure as the
         repeat), or when the call ends without one for a reason of its own, out of
-        attempts or time, or cancelled (:meth:`_report_held_failure`); a retry's success
-        takes it back; the budget refusing the retry leaves it to another call's retry
-        (:class:`~retrysafe.decisions.DeferFailure`). Told at once all the same: a probe's
+        attempts or time (:meth:`_report_held_failure`); a retry's success takes it back;
+        the budget refusing the retry, or the caller cancelling the call before it, leaves
+        it to another call's retry (:class:`~retrysafe.decisions.DeferFailure`). Told at
+        once all the same: a probe's
         outcome (the half-open breaker waits for it); a timeout, whose retry would take a
         whole attempt to confirm it; and a failure with the server's wait (a 503's
         ``Retry-After``), which asks every caller to back off now.

@@ -144,8 +144,9 @@ class CircuitBreaker:
         self._answers: collections.deque[tuple[float, float]] = collections.deque(
             maxlen=ANSWERS_KEPT
         )
-        #: Failures of calls whose retry the retry budget refused: (when, permit), for the
-        #: next retry of a failed call to decide (see defer_failure).
+        #: Failures of calls whose retry was never sent (the budget refused it, or the
+        #: caller cancelled first): (when, permit), for the next retry of a failed call to
+        #: decide (see defer_failure).
         self._deferred: collections.deque[tuple[float, Permit]] = collections.deque(
             maxlen=DEFERRED_KEPT
         )
@@ -312,13 +313,16 @@ class CircuitBreaker:
         return None
 
     def defer_failure(self, permit: Permit) -> None:
-        """A call's first failure (under ``permit``) whose retry the retry budget refused:
-        no retry of its own can say whether the dependency is failing or blipped.
+        """A call's first failure (under ``permit``) whose retry will not be sent: the
+        retry budget refused it, or the caller cancelled the call first. No retry of its
+        own can say whether the dependency is failing or blipped.
 
         Counted at once, many calls refused in one blip opened the circuit, which then
-        refused the retries the budget had granted; dropped, a dependency failing nine
-        answers in ten, with the budget spent, never opened it (the calls that succeeded
-        at once counted, those that failed did not). So another call's retry decides it
+        refused the retries the budget had granted (and callers whose timeouts ended them
+        during the backoff opened it against a dependency whose retries succeed);
+        dropped, a dependency failing nine answers in ten, with the budget spent, never
+        opened it (the calls that succeeded at once counted, those that failed did not).
+        So another call's retry decides it
         (:meth:`retry_ended`): counted if that retry fails too, forgotten if it succeeds.
         Kept for ``failure_window`` at most."""
         with self._lock:
