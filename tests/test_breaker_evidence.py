@@ -325,6 +325,37 @@ def test_a_deferred_failure_older_than_the_failure_window_no_longer_counts() -> 
     assert breaker.state == "closed"  # one of five counted
 
 
+def test_deferred_failures_a_healthy_call_came_after_are_no_part_of_a_run() -> None:
+    """Four failures deferred, a healthy call, then a call failing twice (its retry fails,
+    which counts them): they count toward the failing share of calls, not as failures in
+    a row, so that one failing call does not make five in a row."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5), clock)
+    for _ in range(4):
+        breaker.defer_failure(CLOSED)
+    clock.advance(10.0)
+    breaker.record_healthy_call(0.1)
+    breaker.record(CLOSED, "unhealthy")  # (the failing call's first failure, told now)
+    breaker.retry_ended(failed=True)
+    assert breaker.state == "closed"
+    assert breaker.calls_in_window() == 6  # (all four deferred failures counted)
+    for _ in range(4):  # a run of five, from the failing call on
+        breaker.record(CLOSED, "unhealthy")
+    assert breaker.state == "open"
+
+
+def test_deferred_failures_after_the_last_healthy_call_join_the_run() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerSettings(consecutive_failures=5), clock)
+    breaker.record_healthy_call(0.1)
+    clock.advance(1.0)
+    for _ in range(4):
+        breaker.defer_failure(CLOSED)
+    breaker.record(CLOSED, "unhealthy")
+    breaker.retry_ended(failed=True)
+    assert breaker.state == "open"
+
+
 def _calls_until_open(fails: float, seed: int, governor_settings: GovernorSettings) -> int | None:
     """Calls (five a second, default policy) to a dependency failing a share ``fails`` of
     its answers before the breaker opens; None if not within 600."""

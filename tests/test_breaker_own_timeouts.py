@@ -563,12 +563,15 @@ def _hang(client: retrysafe.Client, chaos: KeyedChaos, policy: RetryPolicy) -> N
         client.get(chaos.url("/hang"), policy=policy)
 
 
-# -- callers who give up before the retry ---------------------------------------------------
+# -- callers who give up before the retry answers ------------------------------------------
 # A call's first failure waits for its retry to say whether the dependency fails or blipped.
-# A caller whose own timeout ends the call first, during the backoff or while the retry is
-# in flight, leaves that open: another call's retry decides it, as for a retry the budget
-# refused. Counted at once, callers with short timeouts opened the circuit against a
-# dependency whose retries all succeed, and it then refused every caller of the host.
+# A caller whose own timeout ends the call in its backoff, before the retry is sent, leaves
+# that open: another call's retry decides it, as for a retry the budget refused. Counted
+# at once, callers with short timeouts opened the circuit against a dependency whose
+# retries all succeed, and it then refused every caller of the host. A retry cut in
+# flight went unanswered for as long as its caller waited, as a retry that times out
+# does: that counts, or a dependency that answers a quick 503 and then hangs would never
+# open the circuit.
 
 
 class _FirstFailsThenHangs:
@@ -612,33 +615,41 @@ async def _cut_by_the_caller(client: retrysafe.AsyncClient, path: str) -> None:
             await client.get(f"http://api.test{path}")
 
 
-@pytest.mark.parametrize("cut_during", ["the backoff", "the retry"])
-def test_callers_whose_own_timeout_ends_their_calls_before_the_retry_do_not_open_it(
-    cut_during: str,
-) -> None:
-    """Eight calls in a row (the breaker opens on five), each answered 503 and then ended
-    by its caller's ``asyncio.timeout`` before its retry answers: closed, and the next
-    call gets its 200."""
-    clock = _BackoffOutlastsTheCaller() if cut_during == "the backoff" else FakeClock(seed=1)
+def _breaker_after_cut_calls(clock: FakeClock, calls: int) -> tuple[str, _FirstFailsThenHangs]:
+    """``calls`` calls in a row, each answered 503 and then ended by its caller's
+    ``asyncio.timeout``, against a breaker that opens on five failing calls in a row:
+    its state after them."""
     governor = Governor(FIVE_IN_A_ROW, clock=clock)
     server = _FirstFailsThenHangs()
 
-    async def calls() -> int:
+    async def cut_calls() -> None:
         transport = httpx.MockTransport(server)
         async with retrysafe.AsyncClient(
             transport=transport, clock=clock, governor=governor
         ) as client:
-            for number in range(8):
+            for number in range(calls):
                 await _cut_by_the_caller(client, f"/call-{number}")
-            return (await client.get("http://api.test/healthy")).status_code
 
-    assert asyncio.run(calls()) == 200
-    retried = 2 if cut_during == "the retry" else 1
-    assert [server.seen[f"/call-{number}"] for number in range(8)] == [retried] * 8
-    assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
+    asyncio.run(cut_calls())
+    return governor.guard(DEPENDENCY).breaker.state, server  # type: ignore[union-attr]
 
 
-def test_their_failures_count_once_another_calls_retry_fails_too() -> None:
+def test_callers_whose_own_timeout_ends_their_calls_in_the_backoff_do_not_open_it() -> None:
+    """Eight calls in a row cut in their backoff, their retries never sent: closed."""
+    state, server = _breaker_after_cut_calls(_BackoffOutlastsTheCaller(), calls=8)
+    assert [server.seen[f"/call-{number}"] for number in range(8)] == [1] * 8
+    assert state == "closed"
+
+
+def test_callers_who_give_up_on_retries_that_hang_open_it() -> None:
+    """Five calls in a row whose retries went out and hung until their callers gave up:
+    open, as five retries that timed out would."""
+    state, server = _breaker_after_cut_calls(FakeClock(seed=1), calls=5)
+    assert [server.seen[f"/call-{number}"] for number in range(5)] == [2] * 5
+    assert state == "open"
+
+
+def test_failures_left_by_cut_calls_count_once_another_calls_retry_fails_too() -> None:
     """Four calls cut in their backoff, then a patient call whose retry fails as well:
     five failing calls in a row, and the circuit opens."""
     clock = _BackoffOutlastsTheCaller()
@@ -662,24 +673,34 @@ def test_their_failures_count_once_another_calls_retry_fails_too() -> None:
     assert governor.guard(DEPENDENCY).breaker.state == "open"  # type: ignore[union-attr]
 
 
-def test_async_callers_giving_up_on_a_server_whose_retries_hang_leave_it_closed(
+def _longest_backoff() -> retrysafe.SystemClock:
+    """The system clock, but full jitter always draws (nearly) the whole backoff."""
+    clock = retrysafe.SystemClock()
+    clock.random = lambda: 0.999
+    return clock
+
+
+def test_async_callers_giving_up_in_the_backoff_leave_it_closed_over_a_real_socket(
     chaos: KeyedChaos,
 ) -> None:
-    """Over a real socket: each call's first attempt gets a 503, its retry hangs, and its
-    caller gives up after 0.4 s (in the backoff or in the retry); eight such calls, then
-    a healthy one, which the circuit lets through."""
+    """Over a real socket: each call's first attempt gets a 503, and its caller gives up
+    after 0.3 s, in a backoff of 2 s; eight such calls, then a healthy one, which the
+    circuit lets through."""
     urls = [
-        chaos.url("/sequence/{key}", key=f"{chaos.key}-{number}", steps=[503, "hang"])
+        chaos.url("/fail/{key}", key=f"{chaos.key}-{number}", times=1, status=503)
         for number in range(8)
     ]
     healthy = chaos.url("/delay", ms=0)
+    policy = RetryPolicy(backoff_base=2.0)
 
     async def calls() -> tuple[list[str], int, str]:
-        async with retrysafe.AsyncClient(governor=Governor(FIVE_IN_A_ROW)) as client:
+        async with retrysafe.AsyncClient(
+            governor=Governor(FIVE_IN_A_ROW), clock=_longest_backoff(), policy=policy
+        ) as client:
             outcomes = []
             for url in urls:
                 try:
-                    async with asyncio.timeout(0.4):
+                    async with asyncio.timeout(0.3):
                         await client.get(url)
                     outcomes.append("answered")
                 except TimeoutError:

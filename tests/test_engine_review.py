@@ -16,6 +16,7 @@ from retrysafe.decisions import (
     Admission,
     AskRetry,
     AttemptPlan,
+    DeferFailure,
     EmitEvent,
     Fail,
     ReadBody,
@@ -196,3 +197,39 @@ def test_a_first_try_success_is_new_evidence_for_the_breaker_not_a_repeat() -> N
     (health,) = call.take_effects()
     assert isinstance(health, RecordHealth)
     assert (health.permit, health.health, health.repeat) == (CLOSED_PERMIT, "healthy", False)
+
+
+def _first_failure_held(clock: FakeClock) -> Call:
+    """A call whose first attempt got a 503 and whose retry was granted: its failure is
+    held back for the retry, and the call is in its backoff."""
+    call = _call(clock)
+    plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    request = httpx.Request("GET", "https://api.test/items")
+    ask = call.attempt_returned(plan, httpx.Response(503, request=request))
+    assert isinstance(ask, AskRetry)
+    assert isinstance(call.retry_answered(ask, RetryAnswer()), Wait)
+    assert not [e for e in call.take_effects() if isinstance(e, RecordHealth)]  # (held)
+    return call
+
+
+def test_a_call_cancelled_in_its_backoff_leaves_its_held_failure_to_another_retry() -> None:
+    """The retry was never sent: the first failure goes to the breaker to defer."""
+    call = _first_failure_held(FakeClock())
+    call.attempt_abandoned()
+    effects = call.take_effects()
+    deferred = [e for e in effects if isinstance(e, DeferFailure)]
+    assert len(deferred) == 1
+    assert deferred[0].record.health == "unhealthy"
+    assert not [e for e in effects if isinstance(e, RecordHealth)]
+
+
+def test_a_call_cancelled_while_its_retry_is_in_flight_counts_its_held_failure() -> None:
+    """The retry went unanswered for as long as the caller waited: the failure counts."""
+    call = _first_failure_held(FakeClock())
+    _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    call.take_effects()
+    call.attempt_abandoned()
+    effects = call.take_effects()
+    told = [e for e in effects if isinstance(e, RecordHealth)]
+    assert [(e.health, e.repeat) for e in told] == [("unhealthy", False)]
+    assert not [e for e in effects if isinstance(e, DeferFailure)]

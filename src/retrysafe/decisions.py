@@ -240,8 +240,8 @@ class RefundBudget(NamedTuple):
 
 class DeferFailure(NamedTuple):
     """The retry that was to confirm the call's first failure (``record``, held back)
-    will not be sent: the retry budget refused it, or the call was cancelled before it
-    ended. Let the breaker keep the failure until another call's retry decides (see
+    will not be sent: the retry budget refused it, or the call was cancelled in its
+    backoff. Let the breaker keep the failure until another call's retry decides (see
     :meth:`~retrysafe.governor.CircuitBreaker.defer_failure`)."""
 
     record: RecordHealth

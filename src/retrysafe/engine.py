@@ -433,19 +433,25 @@ class Call:
         dependency is not blocked until the probe's lease runs out) or a paced slot
         it was waiting for.
 
-        A first failure held back for the retry the call will now never make is left to
-        another call's retry, as when the budget refuses it (DeferFailure): the caller
-        gave up, which says nothing of whether the retry would have worked. Counted
-        here, callers whose own timeout ends them during the backoff opened the circuit
-        against a dependency whose retries succeed.
+        A first failure held back for a retry the call now never sends (cancelled in
+        the backoff) is left to another call's retry, as when the budget refuses it
+        (DeferFailure): the caller gave up, which says nothing of whether the retry would
+        have worked. Counted here, callers whose own timeout ends them during the backoff
+        opened the circuit against a dependency whose retries succeed. A retry cut in
+        flight is another matter: it went unanswered for as long as the caller waited, as
+        a retry that times out does, and the held failure counts (deferred, a dependency
+        that answers a quick 503 and then hangs never opened the circuit, however many
+        callers gave up on it).
         """
         if self.state == "done":
             return
+        retry_unsent = self.state != "attempting"
         self.state = "done"
         held = self._unreported_failure
-        if held is not None:
+        if held is not None and retry_unsent:
             self._unreported_failure = None
             self.effects.append(DeferFailure(held))
+        self._report_held_failure()
         if self._permit is not None:
             self.effects.append(ReleaseProbe(self._permit))
             self._permit = None
@@ -619,10 +625,11 @@ class Call:
         circuit, which would then refuse the retries that save them: a call's first
         failure counts when its retry fails too (told then, its retry's failure as the
         repeat), or when the call ends without one for a reason of its own, out of
-        attempts or time (:meth:`_report_held_failure`); a retry's success takes it back;
-        the budget refusing the retry, or the caller cancelling the call before it, leaves
-        it to another call's retry (:class:`~retrysafe.decisions.DeferFailure`). Told at
-        once all the same: a probe's
+        attempts or time, or cancelled while its retry is in flight
+        (:meth:`_report_held_failure`); a retry's success takes it back; the budget
+        refusing the retry, or the caller cancelling the call before the retry is sent,
+        leaves it to another call's retry (:class:`~retrysafe.decisions.DeferFailure`).
+        Told at once all the same: a probe's
         outcome (the half-open breaker waits for it); a timeout, whose retry would take a
         whole attempt to confirm it; and a failure with the server's wait (a 503's
         ``Retry-After``), which asks every caller to back off now.
@@ -631,7 +638,7 @@ class Call:
         outcome_health = health(verdict, status)
         seconds: float | None = None
         # A retry of a call that had failed: its outcome also decides the failures the
-        # breaker deferred (those whose retry the budget refused).
+        # breaker deferred (those whose retry was never sent: see DeferFailure).
         retried = not permit.probe and (self._unreported_failure is not None or self._failed_before)
         if outcome_health == "unhealthy":
             timed_out = verdict.reason in TIMEOUT_REASONS

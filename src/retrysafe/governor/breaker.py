@@ -11,6 +11,7 @@ timeout counts only if its attempt had as long as the dependency's healthy answe
 from __future__ import annotations
 
 import collections
+import math
 import threading
 from typing import Final, Literal, NamedTuple
 
@@ -78,7 +79,8 @@ WINDOW_BUCKETS: Final = 10
 #: How many of the latest healthy answers' times a breaker keeps.
 ANSWERS_KEPT: Final = 64
 #: How many failures waiting for a retry's outcome (see CircuitBreaker.defer_failure) a
-#: breaker keeps; beyond them, the oldest go (by then the rest would have opened it).
+#: breaker keeps; beyond them, the oldest go (a thousand are many times any run that
+#: opens it, and the ratio window needs only a hundred calls).
 DEFERRED_KEPT: Final = 1000
 #: How many of them must be slower than a timeout for it to count as the caller's limit.
 SLOWER_ANSWERS_NEEDED: Final = 2
@@ -135,6 +137,9 @@ class CircuitBreaker:
         self._open_until = 0.0
         #: When each failing call of the current run failed (fewer than consecutive_failures).
         self._run: collections.deque[float] = collections.deque()
+        #: When a healthy outcome last ended a run: a failure deferred before it, counted
+        #: later (see retry_ended), was no part of the run that followed.
+        self._healthy_at = -math.inf
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
@@ -145,8 +150,8 @@ class CircuitBreaker:
             maxlen=ANSWERS_KEPT
         )
         #: Failures of calls whose retry was never sent (the budget refused it, or the
-        #: caller cancelled first): (when, permit), for the next retry of a failed call to
-        #: decide (see defer_failure).
+        #: caller cancelled in the backoff): (when, permit), for the next retry of a failed
+        #: call to decide (see defer_failure).
         self._deferred: collections.deque[tuple[float, Permit]] = collections.deque(
             maxlen=DEFERRED_KEPT
         )
@@ -276,8 +281,11 @@ class CircuitBreaker:
         now: float,
         open_for: float | None,
         repeat: bool,
+        joins_run: bool = True,
     ) -> Transition | None:
-        """:meth:`record_outcome`'s count (under the lock)."""
+        """:meth:`record_outcome`'s count (under the lock); a failure that does not
+        ``joins_run`` counts in the ratio window only, not in the run of failures in a
+        row."""
         if permit.probe:
             if permit.probe_token != self._probe_token or self._state != "half_open":
                 return None  # a probe whose lease ran out and was replaced
@@ -298,6 +306,7 @@ class CircuitBreaker:
         if cell[0] != bucket:
             cell[0], cell[1], cell[2] = bucket, 0, 0
         if health == "healthy":
+            self._healthy_at = now
             if self._run:
                 self._run.clear()
             if not (repeat and self._forgive_one_failure(bucket)):
@@ -307,15 +316,16 @@ class CircuitBreaker:
             return None  # this call is counted as failing already
         cell[1] += 1
         cell[2] += 1
-        self._run.append(now)
+        if joins_run:
+            self._run.append(now)
         if self._should_trip(now, bucket):
             return self._open(now, open_for, before="closed")
         return None
 
     def defer_failure(self, permit: Permit) -> None:
         """A call's first failure (under ``permit``) whose retry will not be sent: the
-        retry budget refused it, or the caller cancelled the call first. No retry of its
-        own can say whether the dependency is failing or blipped.
+        retry budget refused it, or the caller cancelled the call in its backoff. No retry
+        of its own can say whether the dependency is failing or blipped.
 
         Counted at once, many calls refused in one blip opened the circuit, which then
         refused the retries the budget had granted (and callers whose timeouts ended them
@@ -324,7 +334,10 @@ class CircuitBreaker:
         opened it (the calls that succeeded at once counted, those that failed did not).
         So another call's retry decides it
         (:meth:`retry_ended`): counted if that retry fails too, forgotten if it succeeds.
-        Kept for ``failure_window`` at most."""
+        Kept for ``failure_window`` at most; counted, it joins the run of failures in a
+        row only if no healthy outcome came after it (otherwise healthy traffic between a
+        few such failures and one failing retry minutes later would open the circuit on
+        a "run" that never was)."""
         with self._lock:
             self._deferred.append((monotonic_of(self._clock), permit))
 
@@ -346,7 +359,10 @@ class CircuitBreaker:
             transition: Transition | None = None
             for at, permit in taken:
                 if at >= oldest:
-                    changed = self._record(permit, "unhealthy", now, None, False)
+                    # (one deferred before a healthy call since is no part of the run the
+                    # healthy call ended: it counts toward the ratio only)
+                    in_run = at >= self._healthy_at
+                    changed = self._record(permit, "unhealthy", now, None, False, in_run)
                     if changed is not None:
                         transition = changed
             return transition
@@ -365,6 +381,7 @@ class CircuitBreaker:
             if cell[0] != bucket:
                 cell[0], cell[1], cell[2] = bucket, 0, 0
             cell[1] += 1
+            self._healthy_at = now
             if self._run:
                 self._run.clear()
 
