@@ -42,7 +42,9 @@ from retrysafe.request_facts import default_dependency
 from retrysafe.testing import FakeClock
 
 CLOSED = Permit(allowed=True)
-SETTINGS = BreakerSettings(consecutive_failures=5, open_for=5.0, ratio_window=30.0)
+SETTINGS = BreakerSettings(
+    consecutive_failures=5, open_for=5.0, first_open_for=5.0, ratio_window=30.0
+)
 
 
 def _breaker() -> tuple[CircuitBreaker, FakeClock]:

@@ -25,6 +25,7 @@ from retrysafe.governor import (
     RetryBudget,
     Transition,
 )
+from retrysafe.governor.breaker import Health
 from retrysafe.governor.guard import DependencyGuard
 from retrysafe.testing import FakeClock
 
@@ -87,13 +88,16 @@ PINNED: dict[str, object] = {
     "ratio_min_calls": 20,
     "ratio_window": 60.0,
     "open_for": 20.0,
+    "first_open_for": 20.0,  # (one period, as these tests pin; see test_first_open_period_*)
 }
 PINNED_BREAKER = BreakerSettings(**PINNED)  # type: ignore[arg-type]
 
 
 def breaker(clock: FakeClock, **settings: object) -> CircuitBreaker:
-    """A breaker with the pinned settings, ``settings`` overriding some."""
-    return CircuitBreaker(BreakerSettings(**{**PINNED, **settings}), clock)  # type: ignore[arg-type]
+    """A breaker with the pinned settings, ``settings`` overriding some (an ``open_for``
+    given is its first period too, unless ``first_open_for`` is given)."""
+    first = {"first_open_for": settings["open_for"]} if "open_for" in settings else {}
+    return CircuitBreaker(BreakerSettings(**{**PINNED, **first, **settings}), clock)  # type: ignore[arg-type]
 
 
 def half_open_at(clock: FakeClock, **settings: object) -> CircuitBreaker:
@@ -164,6 +168,70 @@ def test_a_failure_ratio_over_the_window_trips_once_enough_calls_were_seen() -> 
     assert circuit.record(CLOSED, "healthy") is None  # 10 calls, 5 failed, but a success
     assert circuit.state == "closed"  # never opens a circuit
     assert circuit.record(CLOSED, "unhealthy") == Transition("closed", "open")  # 6 of 11
+
+
+def _open_after_failures(circuit: CircuitBreaker) -> None:
+    for _ in range(5):
+        circuit.record(circuit.closed_permit, "unhealthy")
+    assert circuit.state == "open"
+
+
+def _probe(circuit: CircuitBreaker, clock: FakeClock, health: Health) -> Transition | None:
+    clock.advance(circuit.open_until() - clock.monotonic())  # type: ignore[operator]
+    probe = circuit.acquire(probe_lease=1.0)
+    assert probe.probe
+    return circuit.record(probe, health)
+
+
+def test_first_open_period_is_short_so_a_blip_costs_half_a_second() -> None:
+    """Opening after a while closed, it probes after first_open_for: a blip is over by
+    then, the probe succeeds, and it closes."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5.0, first_open_for=0.5)
+    _open_after_failures(circuit)
+    assert circuit.open_until() == pytest.approx(0.5)
+    assert _probe(circuit, clock, "healthy") == Transition("half_open", "closed")
+
+
+def test_each_failed_probe_doubles_the_open_period_up_to_open_for() -> None:
+    """A longer blip fails a probe or two; a dependency that is down fails them all, and
+    soon every period is open_for."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5.0, first_open_for=0.5)
+    _open_after_failures(circuit)
+    periods = []
+    for _ in range(6):
+        opened_at = circuit.open_until()
+        assert _probe(circuit, clock, "unhealthy") == Transition("half_open", "open")
+        periods.append(circuit.open_until() - opened_at)  # type: ignore[operator]
+    assert periods == pytest.approx([1.0, 2.0, 4.0, 5.0, 5.0, 5.0])
+    assert _probe(circuit, clock, "healthy") == Transition("half_open", "closed")
+
+
+def test_opening_again_soon_after_closing_doubles_the_period_too() -> None:
+    """A dependency that flaps (opens again within open_for of closing) gets longer
+    periods; after open_for closed, the first period is short again."""
+    clock = FakeClock()
+    circuit = breaker(clock, open_for=5.0, first_open_for=0.5)
+    for expected in (0.5, 1.0, 2.0, 4.0, 5.0):
+        _open_after_failures(circuit)
+        assert circuit.open_until() == pytest.approx(clock.monotonic() + expected)
+        _probe(circuit, clock, "healthy")
+        clock.advance(4.9)
+    clock.advance(0.1)
+    _open_after_failures(circuit)
+    assert circuit.open_until() == pytest.approx(clock.monotonic() + 0.5)
+
+
+def test_first_open_period_is_at_most_open_for_and_a_retry_after_sets_either() -> None:
+    clock = FakeClock()
+    short = breaker(clock, open_for=0.2, first_open_for=0.5)
+    _open_after_failures(short)
+    assert short.open_until() == pytest.approx(0.2)
+    hinted = breaker(clock, open_for=5.0, first_open_for=0.5, max_open_for=60)
+    for _ in range(5):
+        hinted.record(CLOSED, "unhealthy", open_for=30.0)
+    assert hinted.open_until() == pytest.approx(clock.monotonic() + 30.0)
 
 
 def test_open_fails_fast_until_the_period_ends_then_lets_exactly_one_probe() -> None:
@@ -374,7 +442,7 @@ def open_guard(clock: FakeClock, **settings: object) -> DependencyGuard:
     """The guard of "api", whose breaker is open for 10 s (one failure opened it)."""
     governor = Governor(
         GovernorSettings(
-            breaker=BreakerSettings(consecutive_failures=1, open_for=10.0),
+            breaker=BreakerSettings(consecutive_failures=1, open_for=10.0, first_open_for=10.0),
             **settings,  # type: ignore[arg-type]
         ),
         clock=clock,

@@ -72,7 +72,7 @@ def test_a_budget_refusal_names_the_budget_its_numbers_and_what_was_sent() -> No
 def test_a_breaker_that_opens_mid_call_raises_circuit_open_with_what_was_sent() -> None:
     clock = FakeClock()
     settings = GovernorSettings(
-        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20)
+        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20, first_open_for=20)
     )
     seen: list[httpx.Request] = []
     client = client_against(
@@ -95,7 +95,7 @@ def test_a_breaker_that_opens_mid_call_raises_circuit_open_with_what_was_sent() 
 def test_an_open_breaker_refuses_a_new_call_and_says_nothing_was_sent() -> None:
     clock = FakeClock()
     settings = GovernorSettings(
-        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20)
+        budget=None, breaker=BreakerSettings(consecutive_failures=1, open_for=20, first_open_for=20)
     )
     governor = Governor(settings, clock=clock)
     seen: list[httpx.Request] = []

@@ -140,6 +140,10 @@ class CircuitBreaker:
         #: When a healthy outcome last ended a run: a failure deferred before it, counted
         #: later (see retry_ended), was no part of the run that followed.
         self._healthy_at = -math.inf
+        #: When it last closed after a probe, and how long it was last open (at most
+        #: open_for): see _opening_period.
+        self._closed_at = -math.inf
+        self._period = settings.first_open_for
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
@@ -463,16 +467,36 @@ class CircuitBreaker:
             return False
         return failures / calls >= settings.failure_ratio
 
+    def opening_period(self) -> float:
+        """How long the circuit would open for now, from closed, with no Retry-After
+        (see :meth:`_opening_period`): what a fleet vote asks for."""
+        with self._lock:
+            return self._opening_period(monotonic_of(self._clock), probe_failed=False)
+
+    def _opening_period(self, now: float, *, probe_failed: bool) -> float:
+        """How long the circuit opens for if it opens at ``now`` (with no Retry-After):
+        ``first_open_for`` when it opens after a while closed, as a blip ends soon after;
+        twice the last period, up to ``open_for``, once a probe failed (a longer blip,
+        or the dependency is down) or when it opens again within ``open_for`` of
+        closing (it flaps)."""
+        settings = self.settings
+        if probe_failed or now - self._closed_at < settings.open_for:
+            return min(settings.open_for, 2.0 * self._period)
+        return min(settings.first_open_for, settings.open_for)
+
     def _open(self, now: float, hint: float | None, *, before: BreakerState) -> Transition:
-        period = self.settings.open_for
         if hint is not None and self.settings.use_retry_after and hint > 0:
             period = min(hint, self.settings.max_open_for)
+        else:
+            period = self._opening_period(now, probe_failed=before != "closed")
+        self._period = min(period, self.settings.open_for)
         self._state = "open"
         self._open_until = now + period
         self._forget()
         return Transition(before, "open")
 
     def _close(self) -> None:
+        self._closed_at = monotonic_of(self._clock)
         self._state = "closed"
         self._patience = 0.0
         self.closed_permit = Permit(allowed=True, period=self.closed_permit.period + 1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from retrysafe.governor.breaker import CircuitBreaker
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
-from retrysafe.governor.settings import LimiterSettings
+from retrysafe.governor.settings import BreakerSettings, LimiterSettings
 
 __all__ = [
     "explain_breaker",
@@ -44,7 +44,7 @@ def explain_breaker(breaker: CircuitBreaker, now: float) -> tuple[str, float | N
         f"BreakerSettings: {settings.consecutive_failures} failing calls in a row within "
         f"{settings.failure_window:g} s, or {settings.failure_ratio:.0%} of at least "
         f"{settings.ratio_min_calls} calls within {settings.ratio_window:g} s, open "
-        f"{settings.open_for:g} s"
+        f"{_periods(settings)}"
     )
     if open_until is None or now >= open_until:
         kept = breaker.probe_kept_for(now)
@@ -98,3 +98,12 @@ def explain_pacing(limiter: Limiter, wait: float) -> str:
         f"its next paced slot is {wait:.2f} s away (LimiterSettings("
         f"requests_per_second={settings.requests_per_second:g}, burst={settings.burst}))"
     )
+
+
+def _periods(settings: BreakerSettings) -> str:
+    """How long it opens for, as its settings say: "5 s", or "0.5 s, doubling up to 5 s"
+    where the first period is shorter."""
+    first = min(settings.first_open_for, settings.open_for)
+    if first == settings.open_for:
+        return f"{settings.open_for:g} s"
+    return f"{first:g} s, doubling up to {settings.open_for:g} s"

@@ -344,8 +344,10 @@ class FleetGuard(DependencyGuard):
             self._vote(breaker)
 
     def _vote(self, breaker: CircuitBreaker) -> None:
-        """Vote that the dependency fails (see FleetSettings)."""
-        if self.fleet.vote(self.dependency, self._open_period(None), breaker.settings.max_open_for):
+        """Vote that the dependency fails (see FleetSettings): for as long as this
+        process's breaker opens (or would open) after a while closed."""
+        period = breaker.opening_period()
+        if self.fleet.vote(self.dependency, period, breaker.settings.max_open_for):
             self.view.voted = True
 
     def _probe_ended(self, effect: RecordHealth) -> Transition | None:
@@ -372,7 +374,8 @@ class FleetGuard(DependencyGuard):
         return Transition("half_open", "open")
 
     def _open_period(self, hint: float | None) -> float:
-        """How long the fleet breaker opens for (a 503's Retry-After may set it)."""
+        """How long the fleet breaker opens for again after its probe failed (a 503's
+        Retry-After may set it)."""
         assert self.breaker is not None
         settings = self.breaker.settings
         if hint is not None and hint > 0 and settings.use_retry_after:

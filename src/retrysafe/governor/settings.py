@@ -63,10 +63,13 @@ class BreakerSettings:
 
     It opens after ``consecutive_failures`` unhealthy outcomes in a row within
     ``failure_window`` seconds, or when at least ``ratio_min_calls`` calls in the
-    last ``ratio_window`` seconds failed at ``failure_ratio`` or more. It stays
-    open ``open_for`` seconds (a 503's Retry-After may set it, up to
-    ``max_open_for``), then lets exactly one probe through. Evidence is counted
-    per call: a call's own retries are not new failures (see ``CircuitBreaker``).
+    last ``ratio_window`` seconds failed at ``failure_ratio`` or more. Opening
+    after a while closed, it stays open ``first_open_for`` seconds, then lets
+    exactly one probe through; each time a probe fails (a longer blip, or the
+    dependency is down), or it opens again within ``open_for`` of closing, the
+    period doubles, up to ``open_for``. A 503's Retry-After may set any period,
+    up to ``max_open_for``. Evidence is counted per call: a call's own retries
+    are not new failures (see ``CircuitBreaker``).
 
     Why these defaults (measured with ``benchmarks/load_protection.py``, 200
     concurrent calls, and against Polly v8 and resilience4j):
@@ -90,6 +93,14 @@ class BreakerSettings:
     - ``open_for=5``: Polly's 5 s break (resilience4j waits 60 s). Open, a
       dependency gets one probe per period, so a short period costs nothing in
       an outage and bounds the time to recover once it ends.
+    - ``first_open_for=0.5``: a brownout shorter than a plain retrier's patience
+      (0.3 to 1 s of 503s at 50 to 200 calls a second) opens the breaker, and
+      opened for 5 s it refused the healthy calls of the 4.7 s after the
+      dependency recovered (951 of 1,200 calls failed where a plain retrier saved
+      all but 2). A first period of 0.5 s probes soon after a blip ends, and
+      doubling it after each failed probe follows a longer one (a 1 s blip at
+      50 calls a second); a dependency that is down fails the probes, and within
+      3.5 s every period is ``open_for``. (At most ``open_for``.)
     """
 
     consecutive_failures: int = 20
@@ -98,6 +109,7 @@ class BreakerSettings:
     ratio_window: float = 30.0
     ratio_min_calls: int = 100
     open_for: float = 5.0
+    first_open_for: float = 0.5
     max_open_for: float = 300.0
     use_retry_after: bool = True
 
@@ -111,7 +123,13 @@ class BreakerSettings:
             "failure_ratio",
             f"must be in (0, 1], got {self.failure_ratio!r}",
         )
-        for field in ("failure_window", "ratio_window", "open_for", "max_open_for"):
+        for field in (
+            "failure_window",
+            "ratio_window",
+            "open_for",
+            "first_open_for",
+            "max_open_for",
+        ):
             _positive(owner, field, getattr(self, field))
         check(
             self.open_for <= self.max_open_for,
