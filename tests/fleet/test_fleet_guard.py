@@ -228,6 +228,27 @@ def test_the_local_breaker_opening_is_a_vote_too() -> None:
     assert fleet.told == [("vote", 0.5)]
 
 
+def test_a_vote_asks_for_the_period_the_local_breaker_just_opened_for() -> None:
+    """A local breaker that opens again soon after closing doubles its period (1 s after
+    0.5 s): the vote asks for that period, not the one after it."""
+    settings = GovernorSettings(breaker=BreakerSettings(consecutive_failures=2))
+    guard, fleet, clock = guard_with(settings, vote_after=50)
+    breaker = guard.breaker
+    assert breaker is not None
+    guard.apply(failed())
+    guard.apply(failed())
+    clock.advance(0.5)
+    probe = breaker.acquire(probe_lease=1.0)
+    assert probe.probe
+    breaker.record(probe, "healthy")
+    closed = failed()._replace(permit=breaker.closed_permit)
+    guard.apply(closed)
+    transition = guard.apply(closed)
+    assert transition is not None
+    assert transition.after == "open"
+    assert fleet.told == [("vote", 0.5), ("vote", 1.0)]
+
+
 def test_429s_and_503_hints_are_shared_as_cooldowns_capped_by_the_limiter() -> None:
     settings = GovernorSettings(limiter=LimiterSettings(max_cooldown=10.0))
     guard, fleet, _ = guard_with(settings)

@@ -144,6 +144,7 @@ class CircuitBreaker:
         #: open_for): see _opening_period.
         self._closed_at = -math.inf
         self._period = settings.first_open_for
+        self._opened_for = 0.0
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
@@ -467,6 +468,12 @@ class CircuitBreaker:
             return False
         return failures / calls >= settings.failure_ratio
 
+    def opened_for(self) -> float | None:
+        """How long its current open period lasts in all (a Retry-After's included), or
+        None when it is not open."""
+        with self._lock:
+            return self._opened_for if self._state == "open" else None
+
     def opening_period(self) -> float:
         """How long the circuit would open for now, from closed, with no Retry-After
         (see :meth:`_opening_period`): what a fleet vote asks for."""
@@ -490,6 +497,7 @@ class CircuitBreaker:
         else:
             period = self._opening_period(now, probe_failed=before != "closed")
         self._period = min(period, self.settings.open_for)
+        self._opened_for = period
         self._state = "open"
         self._open_until = now + period
         self._forget()

@@ -281,7 +281,7 @@ class FleetGuard(DependencyGuard):
             transition = DependencyGuard.apply(self, effect)
             if transition is not None and transition.after == "open" and self.breaker is not None:
                 self.view.failing = 0
-                self._vote(self.breaker)
+                self._vote(self.breaker, opened_here=True)
             return transition
         if kind is ReleaseProbe:
             assert isinstance(effect, ReleaseProbe)
@@ -341,12 +341,14 @@ class FleetGuard(DependencyGuard):
         opened_here = transition is not None and transition.after == "open"
         if view.failing >= self.fleet.vote_after or opened_here:
             view.failing = 0
-            self._vote(breaker)
+            self._vote(breaker, opened_here)
 
-    def _vote(self, breaker: CircuitBreaker) -> None:
-        """Vote that the dependency fails (see FleetSettings): for as long as this
-        process's breaker opens (or would open) after a while closed."""
-        period = breaker.opening_period()
+    def _vote(self, breaker: CircuitBreaker, opened_here: bool) -> None:
+        """Vote that the dependency fails (see FleetSettings), for as long as this
+        process's breaker just opened for (``opened_here``), or would open for now."""
+        period = breaker.opened_for() if opened_here else None
+        if period is None:
+            period = breaker.opening_period()
         if self.fleet.vote(self.dependency, period, breaker.settings.max_open_for):
             self.view.voted = True
 

@@ -99,8 +99,9 @@ class BreakerSettings:
       dependency recovered (951 of 1,200 calls failed where a plain retrier saved
       all but 2). A first period of 0.5 s probes soon after a blip ends, and
       doubling it after each failed probe follows a longer one (a 1 s blip at
-      50 calls a second); a dependency that is down fails the probes, and within
-      3.5 s every period is ``open_for``. (At most ``open_for``.)
+      50 calls a second); a dependency that is down fails the probes (periods of
+      0.5, 1, 2 and 4 s, then ``open_for`` from 7.5 s on). Taken as ``open_for``
+      where it is larger; set it to ``open_for`` for one fixed period.
     """
 
     consecutive_failures: int = 20
