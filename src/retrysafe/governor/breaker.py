@@ -140,11 +140,10 @@ class CircuitBreaker:
         #: When a healthy outcome last ended a run: a failure deferred before it, counted
         #: later (see retry_ended), was no part of the run that followed.
         self._healthy_at = -math.inf
-        #: When it last closed after a probe, and how long it was last open (at most
-        #: open_for): see _opening_period.
+        #: When it last closed after a probe, and how long it was last open (a
+        #: Retry-After's period included): see _opening_period.
         self._closed_at = -math.inf
-        self._period = settings.first_open_for
-        self._opened_for = 0.0
+        self._opened_for = min(settings.first_open_for, settings.open_for)
         #: The ratio window's ring of buckets: [bucket number, calls, failed calls].
         self._window: list[list[int]] = [[-1, 0, 0] for _ in range(WINDOW_BUCKETS)]
         self._bucket_width = settings.ratio_window / WINDOW_BUCKETS
@@ -488,7 +487,7 @@ class CircuitBreaker:
         closing (it flaps)."""
         settings = self.settings
         if probe_failed or now - self._closed_at < settings.open_for:
-            return min(settings.open_for, 2.0 * self._period)
+            return min(settings.open_for, 2.0 * self._opened_for)
         return min(settings.first_open_for, settings.open_for)
 
     def _open(self, now: float, hint: float | None, *, before: BreakerState) -> Transition:
@@ -496,7 +495,6 @@ class CircuitBreaker:
             period = min(hint, self.settings.max_open_for)
         else:
             period = self._opening_period(now, probe_failed=before != "closed")
-        self._period = min(period, self.settings.open_for)
         self._opened_for = period
         self._state = "open"
         self._open_until = now + period
