@@ -611,6 +611,14 @@ class _BackoffOutlastsTheCaller(FakeClock):
             await asyncio.Event().wait()
 
 
+def _client_of(
+    server: _FirstFailsThenHangs, clock: FakeClock, governor: Governor
+) -> retrysafe.AsyncClient:
+    return retrysafe.AsyncClient(
+        transport=httpx.MockTransport(server), clock=clock, governor=governor
+    )
+
+
 async def _cut_by_the_caller(client: retrysafe.AsyncClient, path: str) -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.02):
@@ -625,10 +633,7 @@ def _breaker_after_cut_calls(clock: FakeClock, calls: int) -> tuple[str, _FirstF
     server = _FirstFailsThenHangs()
 
     async def cut_calls() -> None:
-        transport = httpx.MockTransport(server)
-        async with retrysafe.AsyncClient(
-            transport=transport, clock=clock, governor=governor
-        ) as client:
+        async with _client_of(server, clock, governor) as client:
             for number in range(calls):
                 await _cut_by_the_caller(client, f"/call-{number}")
 
@@ -659,10 +664,7 @@ def test_failures_left_by_cut_calls_count_once_another_calls_retry_fails_too() -
     server = _FirstFailsThenHangs()
 
     async def calls() -> None:
-        transport = httpx.MockTransport(server)
-        async with retrysafe.AsyncClient(
-            transport=transport, clock=clock, governor=governor
-        ) as client:
+        async with _client_of(server, clock, governor) as client:
             for number in range(4):
                 await _cut_by_the_caller(client, f"/call-{number}")
             assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
