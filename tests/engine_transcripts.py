@@ -323,6 +323,9 @@ class Scenario:
     admissions: tuple[AdmissionSpec, ...] = ()
     answers: tuple[str | None, ...] = ()
     overshoots: tuple[float, ...] = ()
+    #: The caller cancels the call at its ``cancel_at``-th chance (a wait, or an attempt
+    #: in flight, counted from 0); None: never.
+    cancel_at: int | None = None
 
     def make_policy(self) -> RetryPolicy:
         return RetryPolicy(**dict(self.policy), rules=[RULES[name] for name in self.rules])
@@ -495,6 +498,14 @@ def _gen_admission(rng: random.Random, breaker: bool) -> AdmissionSpec:
 PROFILES = ("mixed", "flaky", "persistent")
 
 
+def _gen_cancel(rng: random.Random, attempts: int) -> int | None:
+    """When the caller cancels, if it does: mostly at one of the first chances (the
+    first attempt, the wait after it, the retry), where a first failure is held."""
+    if not _chance(rng, 0.2):
+        return None
+    return rng.randint(0, 3) if _chance(rng, 0.7) else rng.randint(0, 2 * attempts)
+
+
 def generate(rng: random.Random) -> Scenario:
     """One random scenario; everything random in it comes from ``rng``."""
     profile = rng.choices(PROFILES, (3, 4, 3))[0]
@@ -551,6 +562,7 @@ def generate(rng: random.Random) -> Scenario:
         overshoots=tuple(
             0.0 if _chance(rng, 0.9) else rng.uniform(0, 0.005) for _ in range(2 * attempts + 2)
         ),
+        cancel_at=_gen_cancel(rng, attempts),
     )
 
 
@@ -609,7 +621,18 @@ class SleepRec:
     overshoot: float
 
 
-Record = StartRec | OutcomeRec | AnswerRec | SleepRec
+@dataclasses.dataclass
+class AbandonRec:
+    """The caller cancelled the call (``attempt_abandoned()``): in a wait, or with an
+    attempt in flight (``during_attempt``)."""
+
+    at: float
+    during_attempt: bool
+    effects: list[Any]
+    result: None = None
+
+
+Record = StartRec | OutcomeRec | AnswerRec | SleepRec | AbandonRec
 
 
 @dataclasses.dataclass
@@ -626,6 +649,8 @@ class Run:
     replayable: bool
     records: list[Record]
     final: Succeed | Fail | None = None
+    #: The caller cancelled the call (its last record is an AbandonRec).
+    cancelled: bool = False
     ended_at: float = 0.0
     error: BaseException | None = None
     #: Where ``error`` was raised: in retrysafe (a finding) or in this harness (a bug here).
@@ -690,6 +715,14 @@ class _Scripts:
         self.answers = iter(scenario.answers)
         self.overshoots = iter(scenario.overshoots)
         self.tokens = iter(range(1, 1_000_000))
+        self.cancel_at = scenario.cancel_at
+        self.chances = 0
+
+    def cancels_now(self) -> bool:
+        """Whether the caller cancels at this chance (a wait, or an attempt sent)."""
+        now = self.chances == self.cancel_at
+        self.chances += 1
+        return now
 
 
 def drive(scenario: Scenario) -> Run:
@@ -752,6 +785,14 @@ def _admission(
     )
 
 
+def _abandon(run: Run, call: Call, clock: FakeClock) -> None:
+    """The caller cancels the call now, as a shell tells the engine (``abandoned``)."""
+    during_attempt = call.state == "attempting"
+    call.attempt_abandoned()
+    run.records.append(AbandonRec(clock.monotonic(), during_attempt, call.take_effects()))
+    run.cancelled = True
+
+
 def _sleep(run: Run, clock: FakeClock, seconds: float, scripts: _Scripts) -> None:
     overshoot = next(scripts.overshoots, 0.0)
     run.records.append(SleepRec(clock.monotonic(), seconds, overshoot))
@@ -773,6 +814,9 @@ def _play(
             StartRec(at, remaining, admission, after_wait, started, call.take_effects())
         )
         if type(started) is Wait:
+            if scripts.cancels_now():
+                _abandon(run, call, clock)
+                return
             _sleep(run, clock, started.seconds, scripts)
             after_wait = True
             continue
@@ -781,6 +825,10 @@ def _play(
             return
         assert type(started) is AttemptPlan
         after_wait = False
+        if scripts.cancels_now():
+            clock.advance(started.timeout / 2)  # (cut halfway through the attempt)
+            _abandon(run, call, clock)
+            return
         result = _attempt(run, call, clock, request, started, next(scripts.outcomes, OK))
         if type(result) is AskRetry:
             refusal = next(scripts.answers, None)
@@ -791,6 +839,9 @@ def _play(
             answered = call.retry_answered(result, answer)
             run.records.append(AnswerRec(at, result, answer, answered, call.take_effects()))
             if type(answered) is Wait:
+                if scripts.cancels_now():
+                    _abandon(run, call, clock)
+                    return
                 _sleep(run, clock, answered.seconds, scripts)
                 after_wait = True
                 continue
@@ -1469,7 +1520,13 @@ def check_single_ending(run: Run, expect: Expect) -> None:
     response) and ``may_have_processed``
     as classify's ``may_have_acted`` over the attempts."""
     expect(run.error is None, "raised %r at %s", run.error, run.error_at)
-    expect(run.final is not None or run.error is not None, "no ending after %d steps", MAX_STEPS)
+    expect(
+        run.final is not None or run.error is not None or run.cancelled,
+        "no ending after %d steps",
+        MAX_STEPS,
+    )
+    if run.cancelled:
+        expect(run.call.state == "done", "a cancelled call left in state %r", run.call.state)
     final = run.final
     if final is None:
         return
@@ -1586,7 +1643,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     Every paced slot granted is used by the attempt that follows its wait or released
     once. A 429 with a hint starts one cooldown of that hint; nothing else does. A retry
     granted on a budget token (``spends_budget``) whose attempt is never sent, the call
-    ending first, gives the token back once (RefundBudget); nothing else does. Events:
+    ending first, gives the token back once (RefundBudget); nothing else does. A call its
+    caller cancels (``attempt_abandoned``) releases the permit of an attempt in flight, a
+    paced slot it holds and a budget token spent on a retry never sent; its held first
+    failure is told if its retry was in flight, or handed to the breaker to defer
+    (DeferFailure) if the call was cancelled in a wait. Events:
     one "retry" per granted retry, one "success" or "failure" at the end, numbered with
     the attempts so far; one "attempt" as each attempt ends, before the others."""
     in_flight: Permit | None = None
@@ -1724,6 +1785,25 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         elif isinstance(rec, AnswerRec):
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
             spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
+        elif isinstance(rec, AbandonRec):
+            # Cancelled: what it held goes back (the permit of an attempt in flight, a
+            # paced slot, a budget token spent on a retry never sent), and its held first
+            # failure counts if the retry was in flight, or is left to another call's retry
+            # if it was never sent.
+            if in_flight is not None:
+                expected_probes.append(in_flight)
+                in_flight = None
+            expected_pacing, held = held, 0
+            if spent_unsent:
+                spent_unsent = False
+                expected_refunds.append(RefundBudget(1.0))
+            if held_failure is not None:
+                if rec.during_attempt:
+                    expected_health.append(held_failure)
+                    failed_before = True
+                else:
+                    expected_defers.append(DeferFailure(held_failure))
+                held_failure = None
         if type(rec.result) is Fail and held_failure is not None:
             if isinstance(rec.result.error, BudgetExhausted):
                 expected_defers.append(DeferFailure(held_failure))  # for another retry
@@ -1992,6 +2072,13 @@ def coverage(run: Run) -> collections.Counter[str]:
                 # Within the invariant (it does not end *past* the deadline), but the
                 # attempt it was granted for can never start: noted, not a violation.
                 seen["retry granted whose wait leaves no time at all"] += 1
+        elif isinstance(rec, AbandonRec):
+            where = "with an attempt in flight" if rec.during_attempt else "in a wait"
+            seen[f"cancelled {where}"] += 1
+            if any(type(e) is DeferFailure for e in rec.effects):
+                seen["cancelled in a wait, its first failure left to another retry"] += 1
+            elif rec.during_attempt and any(type(e) is RecordHealth for e in rec.effects):
+                seen["cancelled with its retry in flight, its first failure told"] += 1
     if type(run.final) is Fail and run.final.error.reason == "attempts_exhausted":
         seen["attempts exhausted"] += 1
     return seen
@@ -2039,6 +2126,8 @@ class Tally:
         elif type(final) is Fail:
             self.outcomes[f"Fail {type(final.error).__name__}"] += 1
             self.reasons[final.error.reason] += 1
+        elif run.cancelled:
+            self.outcomes["cancelled by the caller"] += 1
         else:
             self.outcomes["no ending"] += 1
 
@@ -2098,6 +2187,7 @@ def _candidates(scenario: Scenario) -> Iterator[Scenario]:
         ("retries_used", 0),
         ("max_attempts", None),
         ("shared_deadline", None),
+        ("cancel_at", None),
         ("method", "GET"),
     ):
         if getattr(scenario, field) != value:
@@ -2242,6 +2332,8 @@ def describe_scenario(scenario: Scenario) -> str:
         extras.append(f"max_attempts={scenario.max_attempts}")
     if scenario.shared_deadline is not None:
         extras.append(f"shared deadline={scenario.shared_deadline!r}")
+    if scenario.cancel_at is not None:
+        extras.append(f"cancelled at chance {scenario.cancel_at}")
     return (
         f"RetryPolicy({policy}){rules}\n"
         f"{scenario.method} {URL} key={scenario.key!r} body={scenario.body} "
@@ -2270,6 +2362,9 @@ def transcript(run: Run) -> str:
                 f"[classify: {verdict.kind} {verdict.reason} processed={verdict.processed}{after}]"
                 f" -> {_fmt(rec.result)}"
             )
+        elif isinstance(rec, AbandonRec):
+            where = "with an attempt in flight" if rec.during_attempt else "in a wait"
+            line = f"attempt_abandoned() (the caller cancelled, {where})"
         else:
             refusal = rec.answer.refusal or "granted"
             line = f"retry_answered({refusal}) -> {_fmt(rec.result)}"

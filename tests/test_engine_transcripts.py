@@ -67,8 +67,15 @@ def test_every_invariant_was_exercised(tally: transcripts.Tally) -> None:
         "retry refused (budget_exhausted)",
         "keyed 409",
         "nested call gave up",
+        "cancelled in a wait",
+        "cancelled with an attempt in flight",
     ):
         assert tally.coverage[situation] >= 20, situation
+    # A cancel that finds a first failure held for the retry: left to another call's
+    # retry from a wait, told with the retry in flight (rarer: it needs a breaker, a
+    # retried failure and the cancel at the right moment).
+    assert tally.coverage["cancelled in a wait, its first failure left to another retry"] >= 5
+    assert tally.coverage["cancelled with its retry in flight, its first failure told"] >= 5
     assert tally.attempts > 1.5 * tally.sequences
     assert tally.outcomes["Succeed"] > 0
     assert len(tally.outcomes) >= 9  # every kind of ending, from Succeed to QuotaExhausted
