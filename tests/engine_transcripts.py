@@ -649,12 +649,15 @@ class Run:
     replayable: bool
     records: list[Record]
     final: Succeed | Fail | None = None
-    #: The caller cancelled the call (its last record is an AbandonRec).
-    cancelled: bool = False
     ended_at: float = 0.0
     error: BaseException | None = None
     #: Where ``error`` was raised: in retrysafe (a finding) or in this harness (a bug here).
     error_at: str = ""
+
+    @property
+    def cancelled(self) -> bool:
+        """The caller cancelled the call (its last record is an AbandonRec)."""
+        return bool(self.records) and isinstance(self.records[-1], AbandonRec)
 
     @property
     def plans(self) -> list[AttemptPlan]:
@@ -785,12 +788,11 @@ def _admission(
     )
 
 
-def _abandon(run: Run, call: Call, clock: FakeClock) -> None:
-    """The caller cancels the call now, as a shell tells the engine (``abandoned``)."""
-    during_attempt = call.state == "attempting"
+def _abandon(run: Run, call: Call, clock: FakeClock, *, during_attempt: bool) -> None:
+    """The caller cancels the call now, in a wait or with an attempt in flight (as the
+    harness knows, not as the engine says), as a shell tells the engine (``abandoned``)."""
     call.attempt_abandoned()
     run.records.append(AbandonRec(clock.monotonic(), during_attempt, call.take_effects()))
-    run.cancelled = True
 
 
 def _sleep(run: Run, clock: FakeClock, seconds: float, scripts: _Scripts) -> None:
@@ -815,7 +817,7 @@ def _play(
         )
         if type(started) is Wait:
             if scripts.cancels_now():
-                _abandon(run, call, clock)
+                _abandon(run, call, clock, during_attempt=False)
                 return
             _sleep(run, clock, started.seconds, scripts)
             after_wait = True
@@ -827,7 +829,7 @@ def _play(
         after_wait = False
         if scripts.cancels_now():
             clock.advance(started.timeout / 2)  # (cut halfway through the attempt)
-            _abandon(run, call, clock)
+            _abandon(run, call, clock, during_attempt=True)
             return
         result = _attempt(run, call, clock, request, started, next(scripts.outcomes, OK))
         if type(result) is AskRetry:
@@ -840,7 +842,7 @@ def _play(
             run.records.append(AnswerRec(at, result, answer, answered, call.take_effects()))
             if type(answered) is Wait:
                 if scripts.cancels_now():
-                    _abandon(run, call, clock)
+                    _abandon(run, call, clock, during_attempt=False)
                     return
                 _sleep(run, clock, answered.seconds, scripts)
                 after_wait = True
