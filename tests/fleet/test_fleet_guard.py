@@ -35,6 +35,8 @@ class RecordingFleet:
     alive: int = 4
     probe: ProbeAnswer | None = None
     pacing_wait: float = 0.0
+    #: What a failed probe's report says the fleet doubled its period to.
+    reopened_for: float = 1.0
     told: list[tuple[object, ...]] = dataclasses.field(default_factory=list)
     views: dict[str, FleetView] = dataclasses.field(default_factory=dict)
 
@@ -73,10 +75,21 @@ class RecordingFleet:
         return self.probe if self.answering else None
 
     def report_probe(
-        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
-    ) -> bool:
-        self.told.append(("report_probe", token, healthy, open_for))
-        return self.answering
+        self,
+        dependency: str,
+        token: str,
+        *,
+        healthy: bool,
+        open_for: float | None,
+        up_to: float,
+        max_open_for: float,
+    ) -> float | None:
+        self.told.append(("report_probe", token, healthy, open_for, up_to))
+        if not self.answering:
+            return None
+        if healthy:
+            return 0.0
+        return self.reopened_for if open_for is None else open_for
 
     def release_probe(self, dependency: str, token: str) -> None:
         self.told.append(("release_probe", token))
@@ -152,7 +165,7 @@ def test_half_open_asks_the_fleet_for_its_one_probe_under_a_lease() -> None:
     assert transition is not None
     assert (transition.before, transition.after) == ("half_open", "closed")
     assert fleet.view("api").calm
-    assert fleet.told[-1] == ("report_probe", "t1", True, 5.0)
+    assert fleet.told[-1] == ("report_probe", "t1", True, None, 5.0)
 
 
 def test_a_failed_probe_opens_the_fleet_again_for_the_503s_hint() -> None:
@@ -164,7 +177,29 @@ def test_a_failed_probe_opens_the_fleet_again_for_the_503s_hint() -> None:
     assert transition is not None
     assert transition.after == "open"
     assert fleet.view("api").open_until == clock.monotonic() + 12.0
-    assert ("report_probe", "t2", False, 12.0) in fleet.told
+    assert ("report_probe", "t2", False, 12.0, 5.0) in fleet.told
+
+
+def test_a_failed_probe_without_a_hint_asks_the_fleet_to_double_its_period() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t4"), reopened_for=2.0)
+    fleet.view("api").learn(0.0, clock.monotonic())
+    permit = guard.admit(FirstAttempt()).permit
+    assert permit is not None
+    transition = guard.apply(RecordHealth(permit, "unhealthy", None))
+    assert transition is not None
+    assert transition.after == "open"
+    # (no period of its own: the fleet doubles the last one, up to open_for)
+    assert ("report_probe", "t4", False, None, 5.0) in fleet.told
+    assert fleet.view("api").open_until == clock.monotonic() + 2.0
+
+
+def test_a_failed_probe_the_fleet_did_not_take_changes_nothing_here() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t5"))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    permit = guard.admit(FirstAttempt()).permit
+    assert permit is not None
+    fleet.answering = False  # away, or the lease ran out meanwhile
+    assert guard.apply(RecordHealth(permit, "unhealthy", None)) is None
 
 
 def test_an_abandoned_probe_is_given_back_to_the_fleet() -> None:

@@ -12,6 +12,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from typing import TypedDict
 
 import anyio
 import httpx
@@ -33,6 +34,19 @@ from retrysafe.governor.fleet_guard import FleetGuard
 from retrysafe.governor.limiter import QUEUE_FULL
 
 ONE_ATTEMPT = retrysafe.RetryPolicy(attempts=1, deadline=2.0)
+
+
+class _ProbeReport(TypedDict):
+    healthy: bool
+    open_for: float | None
+    up_to: float
+    max_open_for: float
+
+
+#: A healthy probe's report (it closes the fleet breaker).
+CLOSE = _ProbeReport(healthy=True, open_for=None, up_to=1.0, max_open_for=9.0)
+#: A failed probe's report with no Retry-After: the fleet doubles its period, up to 4 s.
+FAIL = _ProbeReport(healthy=False, open_for=None, up_to=4.0, max_open_for=9.0)
 #: The fleet breaker opens on votes alone here: no local breaker trips before it.
 VOTING = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1000, open_for=30))
 
@@ -497,16 +511,83 @@ def test_one_probe_for_the_whole_fleet_under_a_lease(make_fleet: FleetMaker) -> 
     assert second is not None
     assert second.kind == "granted"
     # The lost probe's late report changes nothing; the live one closes the breaker.
-    assert one.report_probe("dep", granted.token, healthy=True, open_for=1, max_open_for=9)
+    assert one.report_probe("dep", granted.token, **CLOSE) == 0.0  # (sent in the background)
     assert one.flush()
     still = members[2].acquire_probe("dep", lease=0.3)
     assert still is not None
     assert still.kind == "busy"
-    assert two.report_probe("dep", second.token, healthy=True, open_for=1, max_open_for=9)
+    assert two.report_probe("dep", second.token, **CLOSE) == 0.0
     assert two.flush()
     closed = one.acquire_probe("dep", lease=0.3)
     assert closed is not None
     assert closed.kind == "closed"
+
+
+def _probe_when_half_open(member: RedisFleet, dependency: str) -> str:
+    """Wait (bounded) for the fleet breaker's open period to end, then take the probe:
+    its lease token."""
+    tokens: list[str] = []
+
+    def granted() -> bool:
+        answer = member.acquire_probe(dependency, lease=1.0)
+        assert answer is not None
+        if answer.kind == "granted":
+            tokens.append(answer.token)
+        return bool(tokens)
+
+    wait_for(granted, 3.0)
+    return tokens[0]
+
+
+def test_each_failed_fleet_probe_doubles_the_open_period_up_to_open_for(
+    make_fleet: FleetMaker,
+) -> None:
+    one, two = make_fleet(), make_fleet()
+    for member in (one, two):
+        assert member.vote("dep", 0.05, 300.0)  # the quorum's period: 50 ms
+        assert member.flush()
+    fail = _ProbeReport(healthy=False, open_for=None, up_to=0.5, max_open_for=9.0)
+    periods = [one.report_probe("dep", _probe_when_half_open(one, "dep"), **fail) for _ in range(4)]
+    assert periods == [0.1, 0.2, 0.4, 0.5]  # as a local breaker's: doubled, up to open_for
+    # Every process sees the period the fleet set, not only the one that probed.
+    answer = two.acquire_probe("dep", lease=1.0)
+    assert answer is not None
+    assert answer.kind == "open"
+    assert 0.0 < answer.seconds <= 0.5
+
+
+def test_a_503s_retry_after_sets_the_fleets_period_and_doubling_goes_on_from_it(
+    make_fleet: FleetMaker,
+) -> None:
+    one, two = make_fleet(), make_fleet()
+    for member in (one, two):
+        assert member.vote("dep", 0.05, 300.0)
+        assert member.flush()
+    hinted = _ProbeReport(healthy=False, open_for=0.15, up_to=0.5, max_open_for=9.0)
+    assert one.report_probe("dep", _probe_when_half_open(one, "dep"), **hinted) == 0.15
+    doubled = _ProbeReport(healthy=False, open_for=None, up_to=0.5, max_open_for=9.0)
+    assert one.report_probe("dep", _probe_when_half_open(one, "dep"), **doubled) == 0.3
+    # A probe that succeeds closes it; the next opening starts from the voters' period.
+    assert one.report_probe("dep", _probe_when_half_open(one, "dep"), **CLOSE) == 0.0
+    assert one.flush()
+    for member in (one, two):
+        assert member.vote("dep", 0.05, 300.0)
+        assert member.flush()
+    assert one.report_probe("dep", _probe_when_half_open(one, "dep"), **doubled) == 0.1
+
+
+def test_a_failed_probe_whose_lease_ran_out_is_not_taken(make_fleet: FleetMaker) -> None:
+    one, two = make_fleet(), make_fleet()
+    for member in (one, two):
+        assert member.vote("dep", 0.05, 300.0)
+        assert member.flush()
+    token = _probe_when_half_open(one, "dep")
+    one.release_probe("dep", token)
+    assert one.flush()
+    assert one.report_probe("dep", token, **FAIL) is None  # (another may probe now)
+    answer = two.acquire_probe("dep", lease=1.0)
+    assert answer is not None
+    assert answer.kind == "granted"
 
 
 def test_a_half_open_fleet_sends_one_probe_and_closes_for_all(
@@ -540,6 +621,29 @@ def test_a_half_open_fleet_sends_one_probe_and_closes_for_all(
     assert len(chaos.log()) - before == 1
     wait_for(lambda: all(member.view("api").calm for member in members))
     assert clients[2].get(chaos.url("/status/200")).status_code == 200
+
+
+def test_a_client_whose_fleet_probe_fails_reopens_the_fleet_for_twice_the_period(
+    make_fleet: FleetMaker, chaos: KeyedChaos, redis_url: str, namespace: str
+) -> None:
+    breaker = BreakerSettings(consecutive_failures=1000, open_for=2.0, first_open_for=0.1)
+    settings = GovernorSettings(breaker=breaker)
+    members = [make_fleet(vote_after=5) for _ in range(2)]
+    clients = [client(member, settings) for member in members]
+    for voter in clients:
+        for _ in range(5):
+            with pytest.raises(retrysafe.ServerError):
+                voter.get(chaos.url("/status/500"))
+    opened = redis.Redis.from_url(redis_url, decode_responses=True)
+    key = f"{namespace}:open:api"
+    # The voters' local breakers stay closed: the fleet opens for their first period.
+    wait_for(lambda: opened.hget(key, "period") == "100")
+    time.sleep(0.15)  # half-open: the next call is the fleet's one probe
+    with pytest.raises(retrysafe.ServerError):
+        clients[0].get(chaos.url("/status/500"))
+    assert opened.hget(key, "period") == "200"
+    assert members[0].view("api").open_until is not None  # known here at once
+    opened.close()
 
 
 # -- Redis away ------------------------------------------------------------------------

@@ -308,24 +308,37 @@ class RedisFleet:
         return ProbeAnswer(kind, seconds, token if kind == "granted" else "")  # type: ignore[arg-type]
 
     def report_probe(
-        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
-    ) -> bool:
-        """The probe's outcome closes the fleet breaker, or opens it for ``open_for`` (sent
-        in the background; a probe whose lease ran out changes nothing). False if Redis is
-        away."""
+        self,
+        dependency: str,
+        token: str,
+        *,
+        healthy: bool,
+        open_for: float | None,
+        up_to: float,
+        max_open_for: float,
+    ) -> float | None:
+        """The probe's outcome: a healthy one closes the fleet breaker (sent in the
+        background; 0.0); a failed one opens it again, for ``open_for`` (a Retry-After's)
+        or, when None, for twice its last period up to ``up_to``, and returns that period
+        (one round trip: the process that probed learns it at once). None if Redis is
+        away, or the probe's lease ran out (another process probes now)."""
         _, _, opened, probe, votes, _ = self._keys.of(dependency)
-        return self._later(
-            "REPORT_PROBE",
-            [opened, probe, votes],
-            [
-                token,
-                "1" if healthy else "0",
-                repr(open_for * 1000.0),
-                repr(max_open_for * 1000.0),
-                self._keys.changed,
-                dependency,
-            ],
-        )
+        keys = [opened, probe, votes]
+        args = [
+            token,
+            "1" if healthy else "0",
+            "-1" if open_for is None else repr(open_for * 1000.0),
+            repr(up_to * 1000.0),
+            repr(max_open_for * 1000.0),
+            self._keys.changed,
+            dependency,
+        ]
+        if healthy:
+            return 0.0 if self._later("REPORT_PROBE", keys, args) else None
+        reply = self._run("REPORT_PROBE", keys, args)
+        if reply is None or int(reply[0]) == 0:
+            return None
+        return int(reply[1]) / 1000.0
 
     def release_probe(self, dependency: str, token: str) -> None:
         """Give the probe back unreported (its attempt ended with no outcome)."""

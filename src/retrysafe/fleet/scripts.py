@@ -104,7 +104,8 @@ return 1
 #: One process votes that the dependency fails; opens the fleet breaker on a quorum.
 #: KEYS: votes, alive, open. ARGV: process, vote window ms, alive ms, quorum, share,
 #: open ms, keep ms (how long a half-open state nobody probes is kept), channel, dep.
-#: Returns {opened (0/1), ms the breaker stays open (-1: closed), voters, needed}.
+#: Returns {opened (0/1), ms the breaker stays open (-1: closed), voters, needed}. The
+#: open hash keeps the period (``period``, ms) for a failed probe to double.
 VOTE = (
     _NOW
     + """
@@ -121,7 +122,7 @@ if needed < 2 then needed = 2 end
 if voters < needed then return {0, -1, voters, needed} end
 local open_ms = tonumber(ARGV[6])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[3], 'until', tostring(now + open_ms))
+redis.call('HSET', KEYS[3], 'until', tostring(now + open_ms), 'period', tostring(open_ms))
 redis.call('PEXPIRE', KEYS[3], math.ceil(open_ms + tonumber(ARGV[7])))
 redis.call('PUBLISH', ARGV[8], ARGV[9])
 return {1, math.floor(open_ms), voters, needed}
@@ -149,22 +150,33 @@ return {3, redis.call('PTTL', KEYS[2])}
 """
 )
 
-#: The probe's outcome. KEYS: open, probe, votes. ARGV: token, healthy (1/0), open ms,
-#: keep ms, channel, dep. Returns 1, or 0 when the token no longer holds the lease.
+#: The probe's outcome. KEYS: open, probe, votes. ARGV: token, healthy (1/0), open ms (a
+#: Retry-After's; -1: twice the last period), the doubling's ceiling ms, keep ms, channel,
+#: dep. Returns {1, ms the breaker opened for again (0: it closed)}, or {0, 0} when the
+#: token no longer holds the lease. A failed probe doubles the period as a local breaker
+#: does: the first (the quorum's vote asked for it) 0.5 s, then 1, 2, 4 s ... up to the
+#: ceiling (``open_for``); a hash with no period (written before it kept one) doubles
+#: from the ceiling, which it keeps.
 REPORT_PROBE = (
     _NOW
     + """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {0, 0} end
 redis.call('DEL', KEYS[2])
+local open_ms = 0
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[1], KEYS[3])
 else
-  local open_ms = tonumber(ARGV[3])
-  redis.call('HSET', KEYS[1], 'until', tostring(now + open_ms))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(open_ms + tonumber(ARGV[4])))
+  open_ms = tonumber(ARGV[3])
+  if open_ms < 0 then
+    local ceiling = tonumber(ARGV[4])
+    local last = tonumber(redis.call('HGET', KEYS[1], 'period') or tostring(ceiling))
+    open_ms = math.min(ceiling, 2 * last)
+  end
+  redis.call('HSET', KEYS[1], 'until', tostring(now + open_ms), 'period', tostring(open_ms))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(open_ms + tonumber(ARGV[5])))
 end
-redis.call('PUBLISH', ARGV[5], ARGV[6])
-return 1
+redis.call('PUBLISH', ARGV[6], ARGV[7])
+return {1, math.floor(open_ms)}
 """
 )
 

@@ -353,20 +353,23 @@ class FleetGuard(DependencyGuard):
             self.view.voted = True
 
     def _probe_ended(self, effect: RecordHealth) -> Transition | None:
-        """The fleet's probe came back: close the fleet breaker or open it again."""
+        """The fleet's probe came back: close the fleet breaker or open it again (for a
+        503's Retry-After, or twice its last period up to ``open_for``, as a local
+        breaker's failed probe does)."""
         permit = effect.permit
         assert isinstance(permit, FleetPermit)
         assert self.breaker is not None
         healthy = effect.health != "unhealthy"
-        period = self._open_period(effect.open_for)
-        reported = self.fleet.report_probe(
+        settings = self.breaker.settings
+        period = self.fleet.report_probe(
             self.dependency,
             permit.lease_token,
             healthy=healthy,
-            open_for=period,
-            max_open_for=self.breaker.settings.max_open_for,
+            open_for=self._hinted_period(effect.open_for),
+            up_to=settings.open_for,
+            max_open_for=settings.max_open_for,
         )
-        if not reported:
+        if period is None:
             return None  # the lease ran out and another process probes; or no fleet
         view = self.view
         if healthy:
@@ -375,14 +378,14 @@ class FleetGuard(DependencyGuard):
         view.learn(view.cooldown_until, self.fleet.clock.monotonic() + period)
         return Transition("half_open", "open")
 
-    def _open_period(self, hint: float | None) -> float:
-        """How long the fleet breaker opens for again after its probe failed (a 503's
-        Retry-After may set it)."""
+    def _hinted_period(self, hint: float | None) -> float | None:
+        """How long a 503's Retry-After asks the fleet breaker to open again for (up to
+        ``max_open_for``), or None: no hint it takes, the fleet doubles its period."""
         assert self.breaker is not None
         settings = self.breaker.settings
         if hint is not None and hint > 0 and settings.use_retry_after:
             return min(hint, settings.max_open_for)
-        return settings.open_for
+        return None
 
     # -- pacing --------------------------------------------------------------------------
 

@@ -130,7 +130,19 @@ class FleetLink(Protocol):
     def acquire_probe(self, dependency: str, lease: float) -> ProbeAnswer | None: ...
 
     def report_probe(
-        self, dependency: str, token: str, *, healthy: bool, open_for: float, max_open_for: float
-    ) -> bool: ...
+        self,
+        dependency: str,
+        token: str,
+        *,
+        healthy: bool,
+        open_for: float | None,
+        up_to: float,
+        max_open_for: float,
+    ) -> float | None:
+        """The half-open probe's outcome. A healthy one closes the fleet breaker (0.0); a
+        failed one opens it again for ``open_for`` (a Retry-After's) or, when None, for
+        twice its last period up to ``up_to``: the period it opened for. None if the fleet
+        did not take it (away, or the probe's lease ran out)."""
+        ...
 
     def release_probe(self, dependency: str, token: str) -> None: ...
