@@ -345,7 +345,7 @@ _STATUSES = (200, 201, 301, 304, 400, 401, 404, 408, 409, 422, 429, 500, 501, 50
 _STATUS_WEIGHTS = (8, 2, 1, 1, 2, 1, 2, 3, 5, 1, 8, 5, 1, 6, 8, 5)
 _EXC_NAMES = tuple(EXCEPTIONS)
 _EXC_WEIGHTS = (4, 3, 2, 4, 2, 3, 1, 3, 3, 1, 1)
-_GARBAGE_RETRY_AFTER = ("soon", "-1", "1.5", "1e3", "", "Wed, 99 Foo 2023 25:00:00 GMT")
+_GARBAGE_RETRY_AFTER = ("soon", "-1", "1.5s", "1e3", "", "Wed, 99 Foo 2023 25:00:00 GMT")
 
 
 def _chance(rng: random.Random, p: float) -> bool:
@@ -395,6 +395,8 @@ def _gen_retry_after(rng: random.Random) -> tuple[str, Any]:
         if _chance(rng, 0.03):
             return ("seconds", "99999999999999999999")
         seconds = rng.choice((rng.randint(0, 3), rng.randint(0, 3), rng.randint(0, 120)))
+        if _chance(rng, 0.2):  # decimal seconds: not HTTP's form, but what servers send
+            return ("seconds", f"{seconds + rng.choice((0.25, 0.5, 0.75))}")
         return ("seconds", str(seconds))
     if form == "date":
         return ("date", rng.uniform(-10, 60))
@@ -1936,7 +1938,7 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
         ):
             # The hint every wait is checked against is classify's own: read the header
             # here too, so that a hint classify loses or misreads is caught.
-            sent = min(float(int(header[1])), 1e15)
+            sent = min(float(header[1]), 1e15)
             expect(
                 rec.verdict.after == sent,
                 "attempt %d (%s): classify's hint is %r, the Retry-After header says %r",

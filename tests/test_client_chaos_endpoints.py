@@ -56,6 +56,18 @@ def test_retry_after_is_honoured_never_early(api: Any, chaos: Any, mode: str) ->
     assert gaps(records)[0] >= 0.99
 
 
+def test_a_retry_after_in_decimal_seconds_is_never_retried_early(api: Any, chaos: Any) -> None:
+    # "0.6" is not HTTP's form (whole seconds), but servers send it and the openai SDK
+    # honours it; read as no hint, the retry came on the backoff, before the server's time.
+    url = chaos.url("/fail/{key}", times=1, status=429, retry_after="0.6")
+    response = api.request("GET", url, policy=RetryPolicy(deadline=10))
+    assert response.status_code == 200
+    records = chaos.log()
+    assert [record.action for record in records] == ["status:429", "status:200"]
+    assert gaps(records)[0] >= 0.6
+    assert response.extensions["retrysafe"].waits[0] >= 0.6
+
+
 def test_a_past_date_retry_after_means_retry_now(chaos: Any) -> None:
     url = chaos.url("/fail/{key}", times=1, status=503, retry_after="Sun, 06 Nov 1994 08:49:37 GMT")
     with retrysafe.Client(policy=FAST) as client:

@@ -20,7 +20,7 @@ from retrysafe.hints import (
     server_says_retry,
 )
 from retrysafe.testing import FakeClock
-from retrysafe.timing import MAX_RETRY_AFTER
+from retrysafe.timing import MAX_RETRY_AFTER, parse_retry_after
 
 NOW = 1_700_000_000.0  # FakeClock's default wall start
 POLICY = RetryPolicy()
@@ -84,6 +84,26 @@ def test_a_retry_after_ms_of_zero_is_usable_and_wins_over_retry_after() -> None:
 def test_retry_after_http_date_still_read_without_retry_after_ms() -> None:
     resp = response(503, {"Retry-After": "Tue, 14 Nov 2023 22:13:30 GMT"})
     assert retry_after_hint(resp, NOW) == 10.0
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1.5", 1.5), (" 2.25 ", 2.25), (".5", 0.5)])
+def test_a_retry_after_in_decimal_seconds_is_waited_out_as_given(
+    value: str, seconds: float
+) -> None:
+    # Not HTTP's form (parse_retry_after keeps to whole seconds), but what servers send
+    # and the openai SDK honours: taken as no hint, the retry would come early.
+    assert parse_retry_after(value) is None
+    assert retry_after_hint(response(429, {"Retry-After": value}), NOW) == seconds
+
+
+@pytest.mark.parametrize("value", ["-1.5", "+1.5", "1e3", "1.5s", "nan", "inf", "1,5"])
+def test_a_retry_after_no_reading_makes_a_wait_of_is_still_no_hint(value: str) -> None:
+    assert retry_after_hint(response(429, {"Retry-After": value}), NOW) is None
+
+
+def test_a_huge_decimal_retry_after_is_capped() -> None:
+    hint = retry_after_hint(response(503, {"Retry-After": "9" * 30 + ".5"}), NOW)
+    assert hint == MAX_RETRY_AFTER
 
 
 def test_no_wait_hint_at_all_is_none() -> None:

@@ -104,12 +104,23 @@ def retry_after_hint(response: httpx.Response, now: float) -> float | None:
     present; an unusable one falls back to ``Retry-After`` (delta-seconds or an
     HTTP-date, read against ``now``, wall-clock epoch seconds). None when neither
     is usable.
+
+    A ``Retry-After`` of decimal seconds (``1.5``) is not HTTP's (which has whole
+    seconds only, and :func:`~retrysafe.timing.parse_retry_after` keeps to it), but
+    servers send it and the openai SDK honours it: read as no hint, the call would
+    retry on its backoff, before the server's time. So it is waited out as given.
     """
     headers = response.headers
     hint = parse_retry_after_ms(headers.get("retry-after-ms"))
     if hint is not None:
         return hint
-    return parse_retry_after(headers.get("retry-after"), now=now)
+    value = headers.get("retry-after")
+    hint = parse_retry_after(value, now=now)
+    if hint is None and value is not None:
+        seconds = _decimal(value)
+        if seconds is not None:
+            return min(seconds, MAX_RETRY_AFTER)
+    return hint
 
 
 def parse_should_retry(value: str | bytes | None) -> bool | None:
