@@ -231,6 +231,37 @@ def test_a_sync_transport_given_to_the_async_shell_says_what_it_is() -> None:
         retrysafe.AsyncRetryTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
 
 
+def test_an_httpx2_client_is_told_retrysafe_runs_on_httpx_before_anything_is_sent() -> None:
+    # The openai SDK 3.x is built on httpx2, a fork of httpx: its client hands a transport
+    # httpx2's requests, which httpx's own transport failed on with a bare AssertionError.
+    httpx2 = pytest.importorskip("httpx2")
+    sent: list[object] = []
+    inner = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
+    with (
+        httpx2.Client(transport=retrysafe.RetryTransport(inner)) as client,
+        pytest.raises(TypeError, match=r"retrysafe runs on httpx, not httpx2.*http_client="),
+    ):
+        client.get("http://api.test/")
+    assert sent == []
+
+
+@pytest.mark.anyio
+async def test_an_httpx2_async_client_is_told_the_same() -> None:
+    httpx2 = pytest.importorskip("httpx2")
+    inner = httpx.MockTransport(lambda request: httpx.Response(200))
+    async with httpx2.AsyncClient(transport=retrysafe.AsyncRetryTransport(inner)) as client:
+        with pytest.raises(TypeError, match=r"retrysafe runs on httpx, not httpx2"):
+            await client.get("http://api.test/")  # (an async with and a with: two statements)
+
+
+def test_an_httpx2_transport_is_refused_when_the_shell_is_made() -> None:
+    httpx2 = pytest.importorskip("httpx2")
+    with pytest.raises(TypeError, match=r"not httpx2's HTTPTransport: retrysafe runs on httpx"):
+        retrysafe.RetryTransport(httpx2.HTTPTransport())
+    with pytest.raises(TypeError, match=r"not httpx2's AsyncHTTPTransport"):
+        retrysafe.AsyncRetryTransport(httpx2.AsyncHTTPTransport())
+
+
 def test_a_transport_that_sends_as_httpx_asks_is_taken_without_subclassing() -> None:
     # httpx itself asks a transport only to send (and close), so retrysafe does too.
     class Sends:

@@ -48,12 +48,39 @@ def _not_a_transport(given: object, *, sync: bool) -> str:
             "httpx.AsyncHTTPTransport()",
             "handle_request",
         )
+    if _from_httpx2(given):
+        return f"transport must be an httpx transport, not httpx2's {type(given).__name__}: " + (
+            _HTTPX_ONLY
+        )
     kind = "an async" if sync else "a sync"
     hint = f" ({kind} transport: it has {other}() instead)" if hasattr(given, other) else ""
     return (
         f"transport must be an httpx transport with {needs}, e.g. {example}; "
         f"got {type(given).__name__}{hint}"
     )
+
+
+#: What a user of the openai SDK 3.x, which is built on httpx2 (a fork of httpx), is told
+#: when an httpx2 client or transport meets retrysafe, which runs on httpx.
+_HTTPX_ONLY = (
+    "retrysafe runs on httpx, not httpx2 (which the openai SDK 3.x uses by default): give "
+    "the SDK an httpx client, e.g. openai.OpenAI(http_client=httpx.Client("
+    "transport=retrysafe.RetryTransport())) or http_client=retrysafe.Client() "
+    "(see retrysafe's docs/clients.md)"
+)
+
+
+def _from_httpx2(given: object) -> bool:
+    """Whether ``given`` (a transport, a request) is httpx2's: its class is defined there."""
+    return type(given).__module__.partition(".")[0] in ("httpx2", "httpcore2")
+
+
+def _not_an_httpx_request(request: object) -> TypeError:
+    """The error for a request that is not an ``httpx.Request`` (an httpx2 client's)."""
+    kind = f"{type(request).__module__}.{type(request).__qualname__}"
+    if _from_httpx2(request):
+        return TypeError(f"a retrysafe transport sends httpx requests, not {kind}: {_HTTPX_ONLY}")
+    return TypeError(f"a retrysafe transport sends httpx.Request objects, not {kind}")
 
 
 class _Shell:
@@ -132,7 +159,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         )
         if transport is None:
             transport = httpx.HTTPTransport()
-        elif not callable(getattr(transport, "handle_request", None)):
+        elif not callable(getattr(transport, "handle_request", None)) or _from_httpx2(transport):
             raise TypeError(_not_a_transport(transport, sync=True))
         self._loop: SendLoop = SendLoop(settings, transport)
         redact_httpx_logs()
@@ -147,6 +174,8 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         self._loop = SendLoop(self.settings, transport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
+            raise _not_an_httpx_request(request)  # (an httpx2 client's: see _HTTPX_ONLY)
         return self._loop.send(request)
 
     def close(self) -> None:
@@ -210,7 +239,9 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         )
         if transport is None:
             transport = httpx.AsyncHTTPTransport()
-        elif not callable(getattr(transport, "handle_async_request", None)):
+        elif not callable(getattr(transport, "handle_async_request", None)) or _from_httpx2(
+            transport
+        ):
             raise TypeError(_not_a_transport(transport, sync=False))
         self._loop: AsyncSendLoop = AsyncSendLoop(settings, transport)
         redact_httpx_logs()
@@ -225,6 +256,8 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         self._loop = AsyncSendLoop(self.settings, transport)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
+            raise _not_an_httpx_request(request)  # (as RetryTransport.handle_request)
         return await self._loop.send(request)
 
     async def aclose(self) -> None:
