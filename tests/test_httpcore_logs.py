@@ -22,6 +22,9 @@ TOKEN = "sk-live-TOKEN_FROM_FILE_72"
 class _Handler(QuietHandler):
     def do_GET(self) -> None:
         self.send_response(200)
+        echoed = self.headers.get("Authorization")
+        if echoed is not None:  # a debugging server that echoes what it was sent
+            self.send_header("X-Debug-Echo", echoed)
         self.send_header("Set-Cookie", COOKIE)
         self.send_header("X-Request-Id", "req-72")
         self.send_header("Content-Location", "https://app.test/cb?access_token=TRACE_TOKEN_72&s=1")
@@ -65,3 +68,35 @@ def test_a_header_value_h11_refuses_is_not_quoted(
     logged = "\n".join(httpcore_messages(caplog))
     assert "Illegal header value b'[REDACTED]'" in logged
     assert TOKEN not in logged
+
+
+@pytest.mark.parametrize("shell", ["Client", "RetryTransport"])
+def test_a_secret_the_server_echoes_in_an_ordinary_header_is_scrubbed(
+    server: str, caplog: pytest.LogCaptureFixture, shell: str
+) -> None:
+    # Its name says nothing, but the value is the request's own token: scrubbed as it is
+    # from an error's body.
+    caplog.set_level(logging.DEBUG, logger="httpcore")
+    client = (
+        retrysafe.Client()
+        if shell == "Client"
+        else httpx.Client(transport=retrysafe.RetryTransport())
+    )
+    with client:
+        client.get(server, headers={"Authorization": f"Bearer {TOKEN}"})
+    logged = "\n".join(httpcore_messages(caplog))
+    assert "(b'X-Debug-Echo', b'[REDACTED]')" in logged or "b'Bearer [REDACTED]'" in logged
+    assert TOKEN not in logged
+    assert "(b'X-Request-Id', b'req-72')" in logged, "an ordinary header stays"
+
+
+@pytest.mark.anyio
+async def test_the_async_shell_scrubs_an_echoed_secret_too(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="httpcore")
+    async with retrysafe.AsyncClient() as client:
+        await client.get(server, headers={"Authorization": f"Bearer {TOKEN}"})
+    logged = "\n".join(httpcore_messages(caplog))
+    assert TOKEN not in logged
+    assert "X-Debug-Echo" in logged

@@ -695,7 +695,10 @@ class TraceRedactingFilter(logging.Filter):
     refusal of a header value, which quotes it whole (``Illegal header value b'Bearer
     sk_...\\n'``: a token read from a file with its newline). A pair whose name is a
     secret's, and every refused value, is replaced; a URL in another header's value
-    (``Location``) is shown redacted.
+    (``Location``) is shown redacted. Within a retrysafe attempt, the secret values its
+    request carries are scrubbed from the whole trace too, as from an error's body: a
+    server that echoes the caller's token in a header of an ordinary name
+    (``X-Debug-Echo``) must not get it into the log.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -703,8 +706,20 @@ class TraceRedactingFilter(logging.Filter):
         if isinstance(message, str) and ("b'" in message or 'b"' in message):
             pair, refused = _trace_parts()
             message = pair.sub(_redacted_header_pair, message)
-            record.msg = refused.sub(r"\g<start>" + REDACTED + r"\g<quote>", message)
+            message = refused.sub(r"\g<start>" + REDACTED + r"\g<quote>", message)
+            request = _attempts_request()
+            if request is not None:
+                message = Redactor.for_request(request).scrub(message)
+            record.msg = message
         return True
+
+
+def _attempts_request() -> httpx.Request | None:
+    """The request of the retrysafe attempt running in this context, if any."""
+    from retrysafe.attempt_deadline import current_call  # (loaded by any attempt)
+
+    request = getattr(current_call.get(), "request", None)
+    return request if isinstance(request, httpx.Request) else None
 
 
 @functools.cache
