@@ -250,7 +250,8 @@ async def test_an_httpx2_async_client_is_told_the_same() -> None:
     httpx2 = pytest.importorskip("httpx2")
     inner = httpx.MockTransport(lambda request: httpx.Response(200))
     async with httpx2.AsyncClient(transport=retrysafe.AsyncRetryTransport(inner)) as client:
-        with pytest.raises(TypeError, match=r"retrysafe runs on httpx, not httpx2"):
+        # (the async advice: an async user needs the async client and transport)
+        with pytest.raises(TypeError, match=r"not httpx2.*AsyncOpenAI.*AsyncRetryTransport"):
             await client.get("http://api.test/")  # (an async with and a with: two statements)
 
 
@@ -258,8 +259,19 @@ def test_an_httpx2_transport_is_refused_when_the_shell_is_made() -> None:
     httpx2 = pytest.importorskip("httpx2")
     with pytest.raises(TypeError, match=r"not httpx2's HTTPTransport: retrysafe runs on httpx"):
         retrysafe.RetryTransport(httpx2.HTTPTransport())
-    with pytest.raises(TypeError, match=r"not httpx2's AsyncHTTPTransport"):
+    with pytest.raises(TypeError, match=r"not httpx2's AsyncHTTPTransport.*AsyncClient"):
         retrysafe.AsyncRetryTransport(httpx2.AsyncHTTPTransport())
+
+
+def test_a_transport_derived_from_httpx2s_is_refused_too() -> None:
+    # (the openai SDK's own transports derive from httpx2's; so may a user's)
+    httpx2 = pytest.importorskip("httpx2")
+
+    class Logged(httpx2.HTTPTransport):  # type: ignore[misc,name-defined]
+        pass
+
+    with pytest.raises(TypeError, match=r"not httpx2's Logged: retrysafe runs on httpx"):
+        retrysafe.RetryTransport(Logged())
 
 
 def test_a_transport_that_sends_as_httpx_asks_is_taken_without_subclassing() -> None:

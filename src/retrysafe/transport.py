@@ -49,8 +49,9 @@ def _not_a_transport(given: object, *, sync: bool) -> str:
             "handle_request",
         )
     if _from_httpx2(given):
-        return f"transport must be an httpx transport, not httpx2's {type(given).__name__}: " + (
-            _HTTPX_ONLY
+        return (
+            f"transport must be an httpx transport, not httpx2's {type(given).__name__}: "
+            + _httpx_only(sync=sync)
         )
     kind = "an async" if sync else "a sync"
     hint = f" ({kind} transport: it has {other}() instead)" if hasattr(given, other) else ""
@@ -60,26 +61,37 @@ def _not_a_transport(given: object, *, sync: bool) -> str:
     )
 
 
-#: What a user of the openai SDK 3.x, which is built on httpx2 (a fork of httpx), is told
-#: when an httpx2 client or transport meets retrysafe, which runs on httpx.
-_HTTPX_ONLY = (
-    "retrysafe runs on httpx, not httpx2 (which the openai SDK 3.x uses by default): give "
-    "the SDK an httpx client, e.g. openai.OpenAI(http_client=httpx.Client("
-    "transport=retrysafe.RetryTransport())) or http_client=retrysafe.Client() "
-    "(see retrysafe's docs/clients.md)"
-)
+def _httpx_only(*, sync: bool) -> str:
+    """What a user of the openai SDK 3.x, which is built on httpx2 (a fork of httpx), is
+    told when an httpx2 client or transport meets retrysafe, which runs on httpx."""
+    if sync:
+        sdk, client, shell = "OpenAI", "httpx.Client", "RetryTransport"
+    else:
+        sdk, client, shell = "AsyncOpenAI", "httpx.AsyncClient", "AsyncRetryTransport"
+    own = "retrysafe.Client()" if sync else "retrysafe.AsyncClient()"
+    return (
+        "retrysafe runs on httpx, not httpx2 (which the openai SDK 3.x uses by default): give "
+        f"the SDK an httpx client, e.g. openai.{sdk}(http_client={client}("
+        f"transport=retrysafe.{shell}())) or http_client={own} "
+        "(see retrysafe's docs/clients.md)"
+    )
 
 
 def _from_httpx2(given: object) -> bool:
-    """Whether ``given`` (a transport, a request) is httpx2's: its class is defined there."""
-    return type(given).__module__.partition(".")[0] in ("httpx2", "httpcore2")
+    """Whether ``given`` (a transport, a request) is httpx2's: its class or one it derives
+    from is defined there (the openai SDK's own transports derive from httpx2's)."""
+    return any(
+        kind.__module__.partition(".")[0] in ("httpx2", "httpcore2") for kind in type(given).__mro__
+    )
 
 
-def _not_an_httpx_request(request: object) -> TypeError:
+def _not_an_httpx_request(request: object, *, sync: bool) -> TypeError:
     """The error for a request that is not an ``httpx.Request`` (an httpx2 client's)."""
     kind = f"{type(request).__module__}.{type(request).__qualname__}"
     if _from_httpx2(request):
-        return TypeError(f"a retrysafe transport sends httpx requests, not {kind}: {_HTTPX_ONLY}")
+        return TypeError(
+            f"a retrysafe transport sends httpx requests, not {kind}: {_httpx_only(sync=sync)}"
+        )
     return TypeError(f"a retrysafe transport sends httpx.Request objects, not {kind}")
 
 
@@ -175,7 +187,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
-            raise _not_an_httpx_request(request)  # (an httpx2 client's: see _HTTPX_ONLY)
+            raise _not_an_httpx_request(request, sync=True)  # (an httpx2 client's)
         return self._loop.send(request)
 
     def close(self) -> None:
@@ -257,7 +269,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
-            raise _not_an_httpx_request(request)  # (as RetryTransport.handle_request)
+            raise _not_an_httpx_request(request, sync=False)  # (an httpx2 client's)
         return await self._loop.send(request)
 
     async def aclose(self) -> None:

@@ -37,6 +37,8 @@ class RecordingFleet:
     pacing_wait: float = 0.0
     #: What a failed probe's report says the fleet doubled its period to.
     reopened_for: float = 1.0
+    #: Whether the fleet's reply to a failed probe's report comes at once.
+    replies: bool = True
     told: list[tuple[object, ...]] = dataclasses.field(default_factory=list)
     views: dict[str, FleetView] = dataclasses.field(default_factory=dict)
 
@@ -83,13 +85,14 @@ class RecordingFleet:
         open_for: float | None,
         up_to: float,
         max_open_for: float,
-    ) -> float | None:
+    ) -> bool:
         self.told.append(("report_probe", token, healthy, open_for, up_to))
-        if not self.answering:
-            return None
-        if healthy:
-            return 0.0
-        return self.reopened_for if open_for is None else open_for
+        if self.answering and self.replies and not healthy:
+            # (as RedisFleet's writer does with the script's reply)
+            view = self.view(dependency)
+            period = self.reopened_for if open_for is None else open_for
+            view.learn(view.cooldown_until, self.clock.monotonic() + period)
+        return self.answering
 
     def release_probe(self, dependency: str, token: str) -> None:
         self.told.append(("release_probe", token))
@@ -193,13 +196,25 @@ def test_a_failed_probe_without_a_hint_asks_the_fleet_to_double_its_period() -> 
     assert fleet.view("api").open_until == clock.monotonic() + 2.0
 
 
-def test_a_failed_probe_the_fleet_did_not_take_changes_nothing_here() -> None:
-    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t5"))
+def test_until_the_fleet_replies_a_failed_probe_holds_calls_for_open_for() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t6"), replies=False)
     fleet.view("api").learn(0.0, clock.monotonic())
     permit = guard.admit(FirstAttempt()).permit
     assert permit is not None
-    fleet.answering = False  # away, or the lease ran out meanwhile
+    assert guard.apply(RecordHealth(permit, "unhealthy", None)) is not None
+    # (the longest the doubling may reach: no call goes out before the fleet's period ends)
+    assert fleet.view("api").open_until == clock.monotonic() + 5.0
+
+
+def test_a_failed_probe_the_fleet_did_not_take_changes_nothing_here() -> None:
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("granted", token="t5"))
+    half_open_since = clock.monotonic()
+    fleet.view("api").learn(0.0, half_open_since)
+    permit = guard.admit(FirstAttempt()).permit
+    assert permit is not None
+    fleet.answering = False  # away
     assert guard.apply(RecordHealth(permit, "unhealthy", None)) is None
+    assert fleet.view("api").open_until == half_open_since
 
 
 def test_an_abandoned_probe_is_given_back_to_the_fleet() -> None:

@@ -157,9 +157,6 @@ def test_while_redis_is_away_the_fleet_breaker_is_forgotten_and_nothing_is_hande
         # What would tell the fleet something is not handed over: False, as documented.
         assert not watcher.vote("api", 30.0, 60.0)
         assert not watcher.release("api", 10.0)
-        assert (
-            watcher.report_probe(
-                "api", "some-token", healthy=True, open_for=None, up_to=1.0, max_open_for=30.0
-            )
-            is None
+        assert not watcher.report_probe(
+            "api", "some-token", healthy=True, open_for=None, up_to=1.0, max_open_for=30.0
         )

@@ -316,12 +316,12 @@ class RedisFleet:
         open_for: float | None,
         up_to: float,
         max_open_for: float,
-    ) -> float | None:
-        """The probe's outcome: a healthy one closes the fleet breaker (sent in the
-        background; 0.0); a failed one opens it again, for ``open_for`` (a Retry-After's)
-        or, when None, for twice its last period up to ``up_to``, and returns that period
-        (one round trip: the process that probed learns it at once). None if Redis is
-        away, or the probe's lease ran out (another process probes now)."""
+    ) -> bool:
+        """The probe's outcome (sent in the background; a probe whose lease ran out
+        changes nothing): a healthy one closes the fleet breaker; a failed one opens it
+        again, for ``open_for`` (a Retry-After's) or, when None, for twice its last
+        period up to ``up_to``, which this process's view learns from the reply (and
+        every process from the announcement). False if Redis is away."""
         _, _, opened, probe, votes, _ = self._keys.of(dependency)
         keys = [opened, probe, votes]
         args = [
@@ -334,11 +334,16 @@ class RedisFleet:
             dependency,
         ]
         if healthy:
-            return 0.0 if self._later("REPORT_PROBE", keys, args) else None
-        reply = self._run("REPORT_PROBE", keys, args)
-        if reply is None or int(reply[0]) == 0:
-            return None
-        return int(reply[1]) / 1000.0
+            return self._later("REPORT_PROBE", keys, args)
+
+        def write() -> None:
+            sent_at = self._clock.monotonic()
+            taken, open_ms = (int(part) for part in self._script("REPORT_PROBE", keys, args))
+            if taken:  # (not taken: the lease ran out, and another process probes)
+                view = self.view(dependency)
+                view.learn(view.cooldown_until, sent_at + open_ms / 1000.0)
+
+        return self._submit(write)
 
     def release_probe(self, dependency: str, token: str) -> None:
         """Give the probe back unreported (its attempt ended with no outcome)."""

@@ -361,21 +361,30 @@ class FleetGuard(DependencyGuard):
         assert self.breaker is not None
         healthy = effect.health != "unhealthy"
         settings = self.breaker.settings
-        period = self.fleet.report_probe(
+        hinted = self._hinted_period(effect.open_for)
+        view = self.view
+        before = view.open_until
+        if not healthy:
+            # Open until the fleet's reply says for how long (within a round trip): for
+            # the hint, or the longest the doubling may reach, so no call here goes out
+            # before then. (Learnt before the report is handed over: the reply, on the
+            # writer's thread, may come first.)
+            period = settings.open_for if hinted is None else hinted
+            view.learn(view.cooldown_until, self.fleet.clock.monotonic() + period)
+        reported = self.fleet.report_probe(
             self.dependency,
             permit.lease_token,
             healthy=healthy,
-            open_for=self._hinted_period(effect.open_for),
+            open_for=hinted,
             up_to=settings.open_for,
             max_open_for=settings.max_open_for,
         )
-        if period is None:
-            return None  # the lease ran out and another process probes; or no fleet
-        view = self.view
+        if not reported:
+            view.learn(view.cooldown_until, before)  # no fleet: nothing changed there
+            return None
         if healthy:
             view.learn(view.cooldown_until, None)
             return Transition("half_open", "closed")
-        view.learn(view.cooldown_until, self.fleet.clock.monotonic() + period)
         return Transition("half_open", "open")
 
     def _hinted_period(self, hint: float | None) -> float | None:

@@ -138,11 +138,11 @@ class FleetLink(Protocol):
         open_for: float | None,
         up_to: float,
         max_open_for: float,
-    ) -> float | None:
-        """The half-open probe's outcome. A healthy one closes the fleet breaker (0.0); a
-        failed one opens it again for ``open_for`` (a Retry-After's) or, when None, for
-        twice its last period up to ``up_to``: the period it opened for. None if the fleet
-        did not take it (away, or the probe's lease ran out)."""
+    ) -> bool:
+        """The half-open probe's outcome. A healthy one closes the fleet breaker; a failed
+        one opens it again for ``open_for`` (a Retry-After's) or, when None, for twice its
+        last period up to ``up_to`` (the fleet's view learns which). False if the fleet is
+        away."""
         ...
 
     def release_probe(self, dependency: str, token: str) -> None: ...
