@@ -257,6 +257,10 @@ def test_headers_and_a_data_file_reach_the_server(
             ["--deadline", "1", "--min-attempt-time", "2"],
             "--deadline 1 is shorter than --min-attempt-time (2 s,",
         ),
+        (  # (over the default deadline, which no flag named: it crashed with a KeyError)
+            ["--min-attempt-time", "31"],
+            "--min-attempt-time 31 is longer than the deadline (30 s by default: --deadline)",
+        ),
         (["--timeout", "-1"], "retrysafe get: --timeout must be > 0 seconds, got -1.0"),
         (
             ["--backoff-base", "5", "--backoff-cap", "1"],
@@ -267,6 +271,11 @@ def test_headers_and_a_data_file_reach_the_server(
         (["--idempotency-key", " "], "--idempotency-key needs a key"),
         (["--idempotency-key", "commande-é-42"], "--idempotency-key must be printable ASCII"),
         (["--idempotency-key", " order-1"], "--idempotency-key must be printable ASCII"),
+        # a misspelt option: told by the command it was given to, with that command's help
+        (
+            ["--atempts", "3"],
+            "retrysafe get: unrecognized arguments: --atempts 3 (see retrysafe get --help)",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(

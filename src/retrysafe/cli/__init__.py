@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from retrysafe import __version__
 from retrysafe.cli.argv_secrets import argv_secrets
@@ -190,13 +190,26 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the (sub)command ``args`` were parsed for: ``retrysafe get``'s for
+    ``retrysafe get ...``, ``retrysafe simulate outage``'s for a scenario's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``retrysafe`` command with ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = build_parser()
     # Found before parsing, so that no message about the input can print a secret in it.
     set_command_secrets(argv_secrets(sys.argv[1:] if argv is None else argv))
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # (told by the command they were given to, with its own --help)
+            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exit_request:  # --help, --version, or a bad argument
         code = exit_request.code
         return code if isinstance(code, int) else EXIT_USAGE if code else EXIT_OK

@@ -207,6 +207,13 @@ def build_policy(args: argparse.Namespace) -> RetryPolicy:
         least = values.get("min_attempt_time", RetryPolicy().min_attempt_time)
         if str(exc).startswith("RetryPolicy.min_attempt_time must be <= deadline"):
             # (RetryPolicy's own advice names its fields; here they are flags)
+            if "deadline" not in values:  # (the default deadline: the flag raised past it)
+                deadline = RetryPolicy().deadline
+                raise UsageError(
+                    f"--min-attempt-time {least:g} is longer than the deadline ({deadline:g} "
+                    "s by default: --deadline): give a longer --deadline too, e.g. "
+                    f"--deadline {2 * least:g} --min-attempt-time {least:g}"
+                ) from None
             deadline = values["deadline"]
             raise UsageError(
                 f"--deadline {deadline:g} is shorter than --min-attempt-time ({least:g} s, the "
