@@ -1077,6 +1077,11 @@ def test_the_not_replayable_409_is_final(api: Any, not_replayable: _NotReplayabl
     assert caught.value.processed == "maybe"
     assert not_replayable.requests[key] == 2
     assert api.seconds < 1
+    # Nothing is wrong with the request: the advice is not to fix it and send it again
+    # (under a new key, that runs the write a second time).
+    assert "fix the request" not in str(caught.value)
+    assert f"already ran this request under its idempotency key ({key})" in str(caught.value)
+    assert "do not send it again under a new key" in str(caught.value)
 
 
 # -- keys: the app's own 409 behind the middleware is final, not "key in use" ---------------

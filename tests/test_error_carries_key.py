@@ -98,3 +98,30 @@ def test_a_read_cut_by_the_deadline_does_not_talk_of_writes() -> None:
     assert "processed" not in str(error)
     assert "write" not in str(error)
     assert str(error).startswith("GET http://api.test/payments failed: ")
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_keyed_write_out_of_attempts_on_5xx_says_the_key_gets_its_result(keyed: bool) -> None:
+    # A gateway's 502 may come after the server acted (a lost reply): the advice names the
+    # key that fetches the result instead of only "try again later".
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(502)),
+        clock=FakeClock(),
+        governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
+    )
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client.post("http://api.test/payments", json={"amount": 1}, idempotency_key=keyed)
+    error = caught.value
+    said = f"send it again under the same idempotency key ({error.idempotency_key})"
+    assert (said in str(error)) is keyed  # (unkeyed, it was never repeated: unsafe_to_repeat)
+
+
+def test_a_keyed_read_out_of_attempts_needs_no_key_advice() -> None:
+    client = retrysafe.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(503)),
+        clock=FakeClock(),
+        governor=retrysafe.Governor(retrysafe.GovernorSettings.off()),
+    )
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client.get("http://api.test/things", idempotency_key="k-1")
+    assert "idempotency key" not in str(caught.value)

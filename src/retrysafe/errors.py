@@ -258,6 +258,14 @@ class ClientError(ApiError):
     advice = "fix the request (see .body); repeating it will not help"
 
     def _advice(self) -> str:
+        if self.reason == "result_not_replayable":
+            # (nothing is wrong with the request: it ran, and sending it under a new key
+            # would run it again)
+            return (
+                "the server already ran this request under its idempotency key "
+                f"({self.idempotency_key}) but kept no answer to replay: check its outcome "
+                "there before acting on it, and do not send it again under a new key"
+            )
         if not self.retryable:
             return super()._advice()
         if self.status == 409 and self.idempotency_key is not None:
@@ -296,6 +304,16 @@ class ServerError(ApiError):
     def __init__(self, *, retry_after: float | None = None, **fields: Any) -> None:
         self.retry_after = retry_after
         super().__init__(**fields)
+
+    def _advice(self) -> str:
+        advice = super()._advice()
+        if self.idempotency_key is not None and self.method not in _SAFE_METHODS:
+            # A gateway's 5xx may come after the server acted: the key gets its result.
+            advice += (
+                f"; send it again under the same idempotency key ({self.idempotency_key}) "
+                "to get its result if it ran"
+            )
+        return advice
 
 
 class TransportError(ApiError):
