@@ -3,6 +3,8 @@ Every test runs against every store."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from idempotency_app import build_app, client_for, headers
 from starlette.applications import Starlette
@@ -116,9 +118,10 @@ async def test_an_exception_after_mark_committed_is_never_run_again(
 
 
 async def test_a_response_too_large_to_keep_is_refused_later_not_rerun(
-    store: IdempotencyStore,
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = build_app(store, max_response_size=1000)
+    caplog.set_level(logging.WARNING, logger="retrysafe.idempotency")
     async with client_for(app) as client:
         first = await client.post("/big?size=5000", json={}, headers=headers("k1"))
         repeat = await client.post("/big?size=5000", json={}, headers=headers("k1"))
@@ -134,6 +137,24 @@ async def test_a_response_too_large_to_keep_is_refused_later_not_rerun(
     assert small_repeat.headers["idempotent-replayed"] == "true"
     assert small_repeat.content == small.content
     assert app.state.shop.runs["/big"] == 2
+    # The operators learn of it once, when it happens: the key's repeats get 409 for a day.
+    warned = [r.getMessage() for r in caplog.records if "not kept for replay" in r.getMessage()]
+    assert len(warned) == 1
+    assert "'k1'" in warned[0]
+    assert "larger than max_response_size (1000 bytes)" in warned[0]
+
+
+async def test_a_committed_handler_that_raises_is_logged_as_not_replayable(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = build_app(store)
+    caplog.set_level(logging.WARNING, logger="retrysafe.idempotency")
+    async with client_for(app) as client:
+        await client.post("/commit-then-raise", json={}, headers=headers("k9"))
+    warned = [r.getMessage() for r in caplog.records if "not kept for replay" in r.getMessage()]
+    assert len(warned) == 1
+    assert "'k9'" in warned[0]
+    assert "stopped before its response was whole" in warned[0]
 
 
 async def test_mark_committed_says_whether_there_was_a_keyed_request_to_mark() -> None:

@@ -277,6 +277,14 @@ class IdempotencyMiddleware:
                 oversized=capture.oversized,
                 settings=self.settings,
             )
+            if finish == "not_replayable":
+                _warn_not_replayable(
+                    held.key,
+                    held.caller,
+                    f"its response is larger than max_response_size "
+                    f"({self.settings.max_response_size} bytes)",
+                    self.settings.ttl,
+                )
             await held.finish(finish, _kept_response(finish, capture))
 
         capture = ResponseCapture(
@@ -316,6 +324,16 @@ class IdempotencyMiddleware:
                         oversized=capture.status is not None,
                         settings=self.settings,
                     )
+                    if finish == "not_replayable":
+                        _warn_not_replayable(
+                            held.key,
+                            held.caller,
+                            "the handler stopped before its response was whole (it raised "
+                            "after mark_committed(), or its body broke off)"
+                            if capture.status is None or guarded.committed
+                            else "its response's body broke off after its status was sent",
+                            self.settings.ttl,
+                        )
                     with anyio.CancelScope(shield=True):
                         await held.finish(finish, None)
                 held.stop()
@@ -416,3 +434,16 @@ def credential_scope(
         return f"cred:{digest}"
 
     return caller
+
+
+def _warn_not_replayable(key: str, caller: str, why: str, ttl: float) -> None:
+    """Tell the operators that a key's request ran but its response is not kept: its
+    repeats get 409 ``result-not-replayable`` for as long as the record lives."""
+    logger.warning(
+        "idempotency key %r of caller %r: the request ran, but its response is not kept "
+        "for replay: %s; repeats of the key get 409 result-not-replayable for %g s (ttl)",
+        key,
+        caller,
+        why,
+        ttl,
+    )

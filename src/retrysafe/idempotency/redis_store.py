@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +20,8 @@ from retrysafe.idempotency.records import (
 )
 from retrysafe.idempotency.store import StoreUnavailable, new_token
 from retrysafe.redact import redact_url_text
+
+logger = logging.getLogger("retrysafe.idempotency")
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -162,6 +165,8 @@ class RedisStore:
         self._per_loop: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
         self._per_loop_lock = threading.Lock()
         self._closed = False
+        #: Whether Redis was asked if it keeps its data across a restart (once a store).
+        self._persistence_checked = False
 
     async def claim(
         self, scope: str, key: str, fingerprint: str, *, now: float, lease: float
@@ -249,7 +254,11 @@ class RedisStore:
                 "RedisStore runs on asyncio (redis-py's asyncio client does not run on "
                 "trio): use SQLiteStore or MemoryStore there"
             ) from None
-        script: AsyncScript = getattr(self._client_for(loop), script_name)
+        client = self._client_for(loop)
+        if not self._persistence_checked:
+            self._persistence_checked = True
+            await _warn_if_volatile(client.client, self._timeout)
+        script: AsyncScript = getattr(client, script_name)
 
         redis_key = f"{self._prefix}{quote(scope, safe='')}:{quote(key, safe='')}"
         try:
@@ -261,6 +270,32 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self._prefix!r})"
+
+
+async def _warn_if_volatile(client: Redis, seconds: float) -> None:
+    """Log a warning if Redis keeps nothing across a restart (no append-only file, no
+    snapshots): every record would go with it, and the repeats of its keys run their
+    requests again. Said once a store; nothing if Redis will not say (``CONFIG`` is
+    refused on many managed services, which persist or replicate on their own)."""
+    try:
+        with anyio.fail_after(seconds):
+            appendonly = (await client.config_get("appendonly")).get("appendonly")
+            save = (await client.config_get("save")).get("save")
+    except Exception:  # (refused, or no answer: the first operation reports the store down)
+        return
+    if appendonly is None or save is None:
+        return  # (this Redis does not say)
+    if _text(appendonly) == "no" and not _text(save).strip():
+        logger.warning(
+            "RedisStore: this Redis keeps nothing across a restart (appendonly no, no "
+            "snapshots): a restart forgets every idempotency record, and the repeats of "
+            "their keys run their requests again; turn on its append-only file (appendonly "
+            "yes) or use a replicated Redis (see retrysafe's docs/stores.md)"
+        )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 def _milliseconds(seconds: float) -> str:
