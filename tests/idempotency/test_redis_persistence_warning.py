@@ -27,12 +27,6 @@ def anyio_backend() -> str:
     return "asyncio"  # (redis-py's asyncio client)
 
 
-def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage() for r in caplog.records if "keeps nothing across a restart" in r.getMessage()
-    ]
-
-
 @pytest.fixture
 def snapshots_on(redis_url: str) -> Iterator[None]:
     """The session's Redis with RDB snapshots on for the test (nothing is written before
@@ -46,17 +40,24 @@ def snapshots_on(redis_url: str) -> Iterator[None]:
         admin.close()
 
 
-async def test_a_redis_that_forgets_on_restart_is_warned_of_once(
-    redis_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def warnings_after_claims(
+    redis_url: str, caplog: pytest.LogCaptureFixture, *keys: str
+) -> list[str]:
+    """The store's warnings about persistence, after claiming ``keys`` on a new store."""
     caplog.set_level(logging.WARNING, logger="retrysafe.idempotency")
     store = RedisStore(redis_url, prefix=f"{new_namespace()}:")
     try:
-        for key in ("k1", "k2", "k3"):
+        for key in keys:
             await store.claim("alice", key, "fp", now=NOW, lease=5)
     finally:
         await store.close()
-    warned = warnings_of(caplog)
+    return [r.getMessage() for r in caplog.records if "keeps nothing across" in r.getMessage()]
+
+
+async def test_a_redis_that_forgets_on_restart_is_warned_of_once(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    warned = await warnings_after_claims(redis_url, caplog, "k1", "k2", "k3")
     assert len(warned) == 1
     assert "appendonly yes" in warned[0]
     assert redis_url.rsplit(":", 1)[-1].split("/")[0] not in warned[0]  # (no address)
@@ -66,10 +67,4 @@ async def test_a_redis_that_forgets_on_restart_is_warned_of_once(
 async def test_a_redis_that_persists_is_not_warned_of(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="retrysafe.idempotency")
-    store = RedisStore(redis_url, prefix=f"{new_namespace()}:")
-    try:
-        await store.claim("alice", "k1", "fp", now=NOW, lease=5)
-    finally:
-        await store.close()
-    assert warnings_of(caplog) == []
+    assert await warnings_after_claims(redis_url, caplog, "k1") == []
