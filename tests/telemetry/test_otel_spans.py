@@ -335,3 +335,21 @@ def test_a_hedged_call_span_counts_its_copies_and_names_the_winner(chaos: Any, o
 def test_a_provider_of_the_wrong_kind_is_refused_naming_the_right_one(argument: str) -> None:
     with pytest.raises(TypeError, match=rf"{argument} must be an OpenTelemetry"):
         OpenTelemetry(**{argument: "x"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "userinfo", ["svc:pa55-word-77@", "sk_live_TOKEN77@"], ids=["user and password", "token"]
+)
+def test_credentials_in_the_url_are_redacted_as_the_conventions_ask(
+    otel: Otel, chaos: Any, userinfo: str
+) -> None:
+    # The HTTP conventions: url.full "MUST NOT contain credentials"; both user and
+    # password become REDACTED (retrysafe's own logs keep a user beside a password).
+    url = chaos.url("/status/200").replace("http://", f"http://{userinfo}")
+    with retrysafe.Client(hooks=[otel.hook]) as client:
+        assert client.get(url).status_code == 200
+    call, attempts = split(otel.spans())
+    for span in (call, *attempts):
+        full = str((span.attributes or {})["url.full"])
+        assert full.startswith("http://REDACTED:REDACTED@127.0.0.1:")
+        assert userinfo.split(":")[0].rstrip("@") not in full

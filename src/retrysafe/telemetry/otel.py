@@ -4,16 +4,16 @@ Pass one :class:`OpenTelemetry` in a client's or transport's ``hooks``::
 
     client = retrysafe.Client(hooks=[OpenTelemetry()])
 
-Each call gets a span (``retrysafe GET``, kind INTERNAL) and each attempt a child
-span (``GET``, kind CLIENT) with the HTTP client conventions:
-``http.request.method``, ``server.address``, ``server.port``, ``url.full`` (secrets
-redacted), ``http.response.status_code``, ``error.type`` and, on a resend,
-``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``,
-and on a failed attempt that is retried a ``retrysafe.retry`` event and the
-``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent
-with each attempt is that attempt's span; each hedged copy is an attempt of its
-own (its own span and ``traceparent``; a copy that lost ends with
-``retrysafe.outcome = hedge_lost``).
+Each call gets a span (``retrysafe GET``, kind INTERNAL) and each attempt a child span
+(``GET``, kind CLIENT) with the HTTP client conventions: ``http.request.method``,
+``server.address``, ``server.port``, ``url.full`` (secrets redacted, and credentials as
+``REDACTED:REDACTED``), ``http.response.status_code``, ``error.type`` and, on a resend,
+``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``, and on
+a failed attempt that is retried a ``retrysafe.retry`` event and the
+``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent with
+each attempt is that attempt's span; each hedged copy is an attempt of its own (its own
+span and ``traceparent``; a copy that lost ends with ``retrysafe.outcome =
+hedge_lost``).
 
 Beside ``opentelemetry-instrumentation-httpx`` nothing is counted twice: while an
 attempt is sent, retrysafe marks the context with OpenTelemetry's standard
@@ -240,7 +240,7 @@ class OpenTelemetry:
             "http.request.method": method,
             "server.address": url_parts.host,
             "server.port": url_parts.port or (443 if url_parts.scheme == "https" else 80),
-            "url.full": url,
+            "url.full": _without_credentials(url),
         }
         span = self._tracer.start_span(
             f"retrysafe {method}",
@@ -253,6 +253,20 @@ class OpenTelemetry:
 
     def __repr__(self) -> str:
         return f"OpenTelemetry(propagate={self.propagate})"
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` (its secrets already redacted) as the HTTP conventions ask ``url.full`` to
+    be: credentials in it, a username included, each replaced by ``REDACTED``."""
+    if "@" not in url:
+        return url
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return url
+    if not parsed.userinfo:
+        return url
+    return str(parsed.copy_with(username="REDACTED", password="REDACTED"))
 
 
 def _now() -> int:
