@@ -271,10 +271,16 @@ def test_headers_and_a_data_file_reach_the_server(
         (["--idempotency-key", " "], "--idempotency-key needs a key"),
         (["--idempotency-key", "commande-é-42"], "--idempotency-key must be printable ASCII"),
         (["--idempotency-key", " order-1"], "--idempotency-key must be printable ASCII"),
-        # a misspelt option: told by the command it was given to, with that command's help
+        # a misspelt option: told by the command it was given to, with that command's help,
+        # and by name only (its value may be a secret: a misspelt --header's token)
         (
             ["--atempts", "3"],
-            "retrysafe get: unrecognized arguments: --atempts 3 (see retrysafe get --help)",
+            "retrysafe get: unrecognized arguments: --atempts and a value (not shown, in case "
+            "of a secret) (see retrysafe get --help)",
+        ),
+        (
+            ["--hedaer", "Authorization: Bearer sk_live_MISSPELT_77"],
+            "unrecognized arguments: --hedaer and a value (not shown",
         ),
     ],
 )
@@ -285,7 +291,25 @@ def test_bad_input_is_one_clear_line_exit_2_and_sends_nothing(
     assert (code, out) == (EXIT_USAGE, "")
     assert len(err.strip().splitlines()) == 1
     assert message in err
+    assert "MISSPELT_77" not in err
     assert chaos.log() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "told"),
+    [
+        (["--bogus", "get", "http://api.test/"], "retrysafe: unrecognized arguments: --bogus"),
+        (["simulate", "--bogus", "outage"], "retrysafe simulate: unrecognized arguments"),
+        (["simulate", "outage", "--bogus"], "retrysafe simulate outage: unrecognized"),
+        (["demo", "extra"], "retrysafe demo: unrecognized arguments: an argument (not shown"),
+    ],
+)
+def test_an_unknown_argument_is_told_by_the_command_it_was_given_to(
+    capsys: pytest.CaptureFixture[str], argv: list[str], told: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (EXIT_USAGE, "")
+    assert told in err
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ import logging
 import re
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Iterable
 
 import httpx
@@ -432,11 +433,14 @@ class Redactor:
         self._pattern = _scrub_pattern(tuple(self._secrets)) if self._secrets else None
 
     @classmethod
-    def for_request(cls, request: httpx.Request, *, card_numbers: bool = True) -> Redactor:
+    def for_request(
+        cls, request: httpx.Request, *, card_numbers: bool = True, body: bool = True
+    ) -> Redactor:
         """Collect every secret value the request carries: headers, query, userinfo, body
         fields named like secrets and, unless ``card_numbers`` is False, any number in
         its body that reads as a payment card's (one in ten 16-digit ids does too: fine
-        to hide in a message, not to overlook when telling two requests apart)."""
+        to hide in a message, not to overlook when telling two requests apart). With
+        ``body`` False, not the body's (reading a large one takes milliseconds)."""
         secrets: list[str] = []
         # The names as written: httpx's own view lower-cases them, losing camelCase.
         encoding = request.headers.encoding
@@ -464,8 +468,9 @@ class Redactor:
             secrets.append(request.url.password)
         elif request.url.username:
             secrets.append(request.url.username)
-        body = _body_secrets(request)
-        secrets.extend(body if card_numbers else (s for s in body if not is_card_number(s)))
+        if body:
+            found = _body_secrets(request)
+            secrets.extend(found if card_numbers else (s for s in found if not is_card_number(s)))
         # A control character in a value (which httpx and h11 refuse, quoting the value
         # with it escaped: b'Bearer sk_...\\x00') leaves the secret only in pieces.
         controlled = [secret for secret in secrets if re.search(_CONTROL, secret)]
@@ -695,10 +700,10 @@ class TraceRedactingFilter(logging.Filter):
     refusal of a header value, which quotes it whole (``Illegal header value b'Bearer
     sk_...\\n'``: a token read from a file with its newline). A pair whose name is a
     secret's, and every refused value, is replaced; a URL in another header's value
-    (``Location``) is shown redacted. Within a retrysafe attempt, the secret values its
-    request carries are scrubbed from the whole trace too, as from an error's body: a
-    server that echoes the caller's token in a header of an ordinary name
-    (``X-Debug-Echo``) must not get it into the log.
+    (``Location``) is shown redacted. Within a retrysafe attempt, the secret values of its
+    request's headers, query and userinfo are scrubbed from the header pairs too, as from
+    an error's body: a server that echoes the caller's token in a header of an ordinary
+    name (``X-Debug-Echo``) must not get it into the log.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -707,19 +712,33 @@ class TraceRedactingFilter(logging.Filter):
             pair, refused = _trace_parts()
             message = pair.sub(_redacted_header_pair, message)
             message = refused.sub(r"\g<start>" + REDACTED + r"\g<quote>", message)
-            request = _attempts_request()
-            if request is not None:
-                message = Redactor.for_request(request).scrub(message)
+            if "(b'" in message or '(b"' in message:  # (header pairs; not a request's repr)
+                redactor = _attempts_redactor()
+                if redactor is not None:
+                    message = redactor.scrub(message)
             record.msg = message
         return True
 
 
-def _attempts_request() -> httpx.Request | None:
-    """The request of the retrysafe attempt running in this context, if any."""
+#: The redactor of each request a trace scrubbed (read once per request, not per record:
+#: a large body takes milliseconds to read, and a trace logs several records an attempt).
+_trace_redactors: weakref.WeakKeyDictionary[httpx.Request, Redactor] = weakref.WeakKeyDictionary()
+
+
+def _attempts_redactor() -> Redactor | None:
+    """The redactor of the request of the retrysafe attempt running in this context, if
+    any (made on its first trace record, then kept while the request lives)."""
     from retrysafe.attempt_deadline import current_call  # (loaded by any attempt)
 
     request = getattr(current_call.get(), "request", None)
-    return request if isinstance(request, httpx.Request) else None
+    if not isinstance(request, httpx.Request):
+        return None
+    redactor = _trace_redactors.get(request)
+    if redactor is None:
+        # (the credentials a server echoes in a header: the request's headers, query and
+        # userinfo; not its body's fields, whose reading is no price for a log line)
+        redactor = _trace_redactors[request] = Redactor.for_request(request, body=False)
+    return redactor
 
 
 @functools.cache

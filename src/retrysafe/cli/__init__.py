@@ -190,15 +190,39 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
-def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
-    """The parser of the (sub)command ``args`` were parsed for: ``retrysafe get``'s for
-    ``retrysafe get ...``, ``retrysafe simulate outage``'s for a scenario's."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(getattr(args, action.dest, None) or "")
-            if chosen is not None:
-                return _command_parser(chosen, args)
-    return parser
+def _told_by(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, given: list[str], unknown: str
+) -> Any:
+    """The parser of the (sub)command the ``unknown`` argument was given to: the deepest
+    one whose name comes before it in ``given`` (``retrysafe get``'s for ``retrysafe get
+    URL --atempts 3``, the top one's for ``retrysafe --bogus get URL``)."""
+    where = given.index(unknown) if unknown in given else len(given)
+    start = 0
+    while True:
+        chosen = None
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                name = getattr(args, action.dest, None)
+                if isinstance(name, str) and name in given[start:where]:
+                    chosen = action.choices.get(name)
+                    start = given.index(name, start) + 1
+        if chosen is None:
+            return parser
+        parser = chosen
+
+
+def _unknown_shown(unknown: list[str]) -> str:
+    """The unrecognized arguments as the error shows them: options by name only, since a
+    misspelt option's value may be a secret (``--hedaer 'Authorization: Bearer ...'``)."""
+    names = [token.split("=", 1)[0] for token in unknown if token.startswith("-")]
+    hidden = len(unknown) - len(names)
+    if not hidden:
+        return " ".join(names)
+    if hidden == 1:
+        values = "a value" if names else "an argument"
+    else:
+        values = f"{hidden} values" if names else f"{hidden} arguments"
+    return " ".join([*names, f"{'and ' if names else ''}{values} (not shown, in case of a secret)"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # (told by the command they were given to, with its own --help)
-            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+            given = list(sys.argv[1:] if argv is None else argv)
+            told = _told_by(parser, args, given, unknown[0])
+            told.error(f"unrecognized arguments: {_unknown_shown(unknown)}")
     except SystemExit as exit_request:  # --help, --version, or a bad argument
         code = exit_request.code
         return code if isinstance(code, int) else EXIT_USAGE if code else EXIT_OK

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -209,10 +210,14 @@ def build_policy(args: argparse.Namespace) -> RetryPolicy:
             # (RetryPolicy's own advice names its fields; here they are flags)
             if "deadline" not in values:  # (the default deadline: the flag raised past it)
                 deadline = RetryPolicy().deadline
+                example = (
+                    f", e.g. --deadline {2 * least:g} --min-attempt-time {least:g}"
+                    if math.isfinite(2 * least)
+                    else ""
+                )
                 raise UsageError(
                     f"--min-attempt-time {least:g} is longer than the deadline ({deadline:g} "
-                    "s by default: --deadline): give a longer --deadline too, e.g. "
-                    f"--deadline {2 * least:g} --min-attempt-time {least:g}"
+                    f"s by default: --deadline): give a longer --deadline too{example}"
                 ) from None
             deadline = values["deadline"]
             raise UsageError(

@@ -118,8 +118,9 @@ class HeldClaim:
         self._finished = True
         self._renewal.cancel()
 
-    async def finish(self, finish: Finish, response: StoredResponse | None) -> None:
-        """Release the key or keep the outcome (``response``; ``None`` for not replayable).
+    async def finish(self, finish: Finish, response: StoredResponse | None) -> bool:
+        """Release the key or keep the outcome (``response``; ``None`` for not replayable);
+        whether it was recorded.
 
         Tries again after each of :data:`FINISH_RETRY_DELAYS` while the store is
         unavailable, renewing the lease meanwhile; logs an error if the outcome could not
@@ -143,7 +144,7 @@ class HeldClaim:
                         len(FINISH_RETRY_DELAYS) + 1,
                         exc,
                     )
-                    return
+                    return False
                 if not done:
                     logger.warning(
                         "the lease on idempotency key %r of caller %r ran out and another"
@@ -153,7 +154,8 @@ class HeldClaim:
                         self.caller,
                         finish,
                     )
-                return
+                return done
+            return False  # pragma: no cover - (the last try returns)
         finally:
             self.stop()
 

@@ -277,7 +277,8 @@ class IdempotencyMiddleware:
                 oversized=capture.oversized,
                 settings=self.settings,
             )
-            if finish == "not_replayable":
+            recorded = await held.finish(finish, _kept_response(finish, capture))
+            if recorded and finish == "not_replayable":
                 _warn_not_replayable(
                     held.key,
                     held.caller,
@@ -285,7 +286,6 @@ class IdempotencyMiddleware:
                     f"({self.settings.max_response_size} bytes)",
                     self.settings.ttl,
                 )
-            await held.finish(finish, _kept_response(finish, capture))
 
         capture = ResponseCapture(
             send,
@@ -324,7 +324,9 @@ class IdempotencyMiddleware:
                         oversized=capture.status is not None,
                         settings=self.settings,
                     )
-                    if finish == "not_replayable":
+                    with anyio.CancelScope(shield=True):
+                        recorded = await held.finish(finish, None)
+                    if recorded and finish == "not_replayable":
                         _warn_not_replayable(
                             held.key,
                             held.caller,
@@ -334,8 +336,6 @@ class IdempotencyMiddleware:
                             else "its response's body broke off after its status was sent",
                             self.settings.ttl,
                         )
-                    with anyio.CancelScope(shield=True):
-                        await held.finish(finish, None)
                 held.stop()
         if failure is not None:
             try:

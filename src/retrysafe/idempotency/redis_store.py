@@ -7,7 +7,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import quote
 
 import anyio
@@ -255,36 +255,49 @@ class RedisStore:
                 "trio): use SQLiteStore or MemoryStore there"
             ) from None
         client = self._client_for(loop)
-        if not self._persistence_checked:
-            self._persistence_checked = True
-            await _warn_if_volatile(client.client, self._timeout)
         script: AsyncScript = getattr(client, script_name)
 
         redis_key = f"{self._prefix}{quote(scope, safe='')}:{quote(key, safe='')}"
         try:
             with anyio.fail_after(self._timeout):
-                return await script(keys=[redis_key], args=list(args))
+                reply = await script(keys=[redis_key], args=list(args))
         except (RedisError, OSError, TimeoutError) as exc:
             reason = str(exc).strip() or "no answer in time"
             raise StoreUnavailable("RedisStore", f"{type(exc).__name__}: {reason}") from exc
+        if not self._persistence_checked:
+            # (after an operation Redis answered: asking costs the request a round trip or
+            # two, never a wait on a Redis that does not answer; asked again next time if
+            # Redis could not be asked now)
+            self._persistence_checked = True
+            self._persistence_checked = await _warn_if_volatile(client.client)
+        return reply
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self._prefix!r})"
 
 
-async def _warn_if_volatile(client: Redis, seconds: float) -> None:
+#: How long the store waits for Redis to say whether it persists (it has just answered).
+_PERSISTENCE_QUESTION_TIMEOUT: Final = 0.25
+
+
+async def _warn_if_volatile(client: Redis) -> bool:
     """Log a warning if Redis keeps nothing across a restart (no append-only file, no
     snapshots): every record would go with it, and the repeats of its keys run their
-    requests again. Said once a store; nothing if Redis will not say (``CONFIG`` is
-    refused on many managed services, which persist or replicate on their own)."""
+    requests again. Nothing if Redis will not say (``CONFIG`` is refused on many managed
+    services, which persist or replicate on their own). Whether Redis was asked: False
+    if it could not be (no answer in time), to ask again later."""
+    from redis.exceptions import ResponseError
+
     try:
-        with anyio.fail_after(seconds):
+        with anyio.fail_after(_PERSISTENCE_QUESTION_TIMEOUT):
             appendonly = (await client.config_get("appendonly")).get("appendonly")
             save = (await client.config_get("save")).get("save")
-    except Exception:  # (refused, or no answer: the first operation reports the store down)
-        return
+    except ResponseError:  # (CONFIG refused: an ACL, a managed service)
+        return True
+    except Exception:  # (no answer, or a connection lost: asked again later)
+        return False
     if appendonly is None or save is None:
-        return  # (this Redis does not say)
+        return True  # (this Redis does not say)
     if _text(appendonly) == "no" and not _text(save).strip():
         logger.warning(
             "RedisStore: this Redis keeps nothing across a restart (appendonly no, no "
@@ -292,6 +305,7 @@ async def _warn_if_volatile(client: Redis, seconds: float) -> None:
             "their keys run their requests again; turn on its append-only file (appendonly "
             "yes) or use a replicated Redis (see retrysafe's docs/stores.md)"
         )
+    return True
 
 
 def _text(value: object) -> str:
