@@ -112,7 +112,7 @@ def test_a_keyed_write_out_of_attempts_on_5xx_says_the_key_gets_its_result(keyed
     with pytest.raises(retrysafe.ServerError) as caught:
         client.post("http://api.test/payments", json={"amount": 1}, idempotency_key=keyed)
     error = caught.value
-    said = f"send it again under the same idempotency key ({error.idempotency_key})"
+    said = f"resend it under the same idempotency key ({error.idempotency_key})"
     assert (said in str(error)) is keyed  # (unkeyed, it was never repeated: unsafe_to_repeat)
 
 

@@ -305,15 +305,13 @@ class ServerError(ApiError):
         self.retry_after = retry_after
         super().__init__(**fields)
 
-    def _advice(self) -> str:
-        advice = super()._advice()
-        if self.idempotency_key is not None and self.method not in _SAFE_METHODS:
-            # A gateway's 5xx may come after the server acted: the key gets its result.
-            advice += (
-                f"; send it again under the same idempotency key ({self.idempotency_key}) "
-                "to get its result if it ran"
-            )
-        return advice
+    def _message(self, body_excerpt: str) -> str:
+        if self.idempotency_key is None:
+            return super()._message(body_excerpt)
+        # A gateway's 5xx may come after the server acted: as for a lost answer, whether
+        # it may have, and the key that gets its result (unkeyed, a write was not repeated,
+        # and its own advice says so).
+        return super()._message(body_excerpt) + _received_note(self)
 
 
 class TransportError(ApiError):

@@ -268,7 +268,7 @@ class RedisStore:
             # (after an operation Redis answered: asking costs the request a round trip or
             # two, never a wait on a Redis that does not answer; asked again next time if
             # Redis could not be asked now)
-            self._persistence_checked = True
+            self._persistence_checked = True  # (meanwhile: one question at a time)
             self._persistence_checked = await _warn_if_volatile(client.client)
         return reply
 
