@@ -186,7 +186,7 @@ class RetryTransport(_Shell, httpx.BaseTransport):
         self._loop = SendLoop(self.settings, transport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
+        if not isinstance(request, httpx.Request):
             raise _not_an_httpx_request(request, sync=True)  # (an httpx2 client's)
         return self._loop.send(request)
 
@@ -268,7 +268,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         self._loop = AsyncSendLoop(self.settings, transport)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if type(request) is not httpx.Request and not isinstance(request, httpx.Request):
+        if not isinstance(request, httpx.Request):
             raise _not_an_httpx_request(request, sync=False)  # (an httpx2 client's)
         return await self._loop.send(request)
 
