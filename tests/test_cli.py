@@ -134,6 +134,18 @@ def test_a_short_deadline_works_with_a_shorter_least_attempt_time(
     assert json.loads(out)["attempt"] == 2
 
 
+def test_timeout_inf_lifts_the_attempt_limit_and_the_deadline_still_bounds_the_call(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    slow = chaos.url("/delay", ms=300)
+    code, _, err = run(capsys, "get", slow, "--timeout", "0.1", "--attempts", "1", "-q")
+    assert code == code_of(retrysafe.TransportError)
+    assert "timeout" in err
+    code, out, _ = run(capsys, "get", slow, "--timeout", "inf", "--deadline", "5", "-q")
+    assert code == 0
+    assert json.loads(out)["status"] == 200
+
+
 def test_a_503_then_200_shows_one_retry_line(
     capsys: pytest.CaptureFixture[str], chaos: Any
 ) -> None:

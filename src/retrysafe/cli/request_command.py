@@ -57,8 +57,12 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     """The options ``get`` and ``request`` share: policy, headers, body, key, output."""
     policy = parser.add_argument_group("retry policy (defaults: RetryPolicy's)")
     policy.add_argument("--attempts", type=int, metavar="N", help="most attempts, first included")
-    policy.add_argument("--timeout", type=float, metavar="S", help="seconds per attempt")
-    policy.add_argument("--deadline", type=float, metavar="S", help="seconds for the whole call")
+    policy.add_argument(
+        "--timeout", type=float, metavar="S", help="seconds per attempt (inf: no limit)"
+    )
+    policy.add_argument(
+        "--deadline", type=float, metavar="S", help="seconds for the whole call (inf: no limit)"
+    )
     policy.add_argument("--backoff-base", type=float, metavar="S", help="first backoff ceiling")
     policy.add_argument("--backoff-cap", type=float, metavar="S", help="largest backoff ceiling")
     policy.add_argument(
