@@ -66,6 +66,10 @@ CREATE TABLE IF NOT EXISTS retrysafe_operations (
 class Operation(NamedTuple):
     """One logical write as the journal knows it. ``url`` is stored with secrets redacted.
 
+    ``attempts``, ``last_status`` and ``reason`` are written when a run ends and say what
+    that run did; a run that crashed leaves ``state`` at ``sent`` (its request may have gone
+    out) with the counts of the run before it, 0 on the first. Read ``state``.
+
     (A named tuple: ``import retrysafe`` defines it, with the client's journal, and a
     frozen dataclass costs ten times as much to define.)
     """
