@@ -118,6 +118,17 @@ def test_chaos_without_the_cli_extra_names_the_extra(
 # -- get and request -----------------------------------------------------------------------------
 
 
+def test_python_dash_m_runs_the_command_where_its_script_is_not_on_the_path() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "retrysafe", "get", "http://127.0.0.1:9/", "--attempts", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == EXIT_USAGE
+    assert ran.stderr.strip() == "retrysafe get: --attempts must be >= 1, got 0"
+
+
 def test_get_prints_the_body_on_stdout(capsys: pytest.CaptureFixture[str], chaos: Any) -> None:
     code, out, err = run(capsys, "get", chaos.url("/status/200"))
     assert code == 0
