@@ -83,6 +83,8 @@ _MONOTONIC_CLOCK: Final = SystemClock()
 #: attempt finds the outer attempt's bounded timeouts, and they are its caller's.)
 _LEFT_TIMEOUTS_EXTENSION: Final = "retrysafe.left_timeouts"
 _CALLER_TIMEOUTS_EXTENSION: Final = "retrysafe.caller_timeouts"
+#: No attempt of this call was given to a breaker to wait for (see Drive._answer_by).
+_NO_ANSWER_EXPECTED: Final = float("-inf")
 #: Likewise the deadline header a call's last attempt carried, as (name, value), left by a
 #: shell that sends one (``deadline_header``): a call that sends the same request again,
 #: and finds the header unchanged, takes it off, since it tells of a time long gone (its
@@ -249,6 +251,7 @@ class Drive:
     """
 
     __slots__ = (
+        "_answer_by",
         "_call",
         "_deadline",
         "_elapsed_before",
@@ -318,6 +321,9 @@ class Drive:
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.
         self._first: _FirstAttempt | None = None
+        #: When the attempt in flight stops waiting for its answer (monotonic seconds), as
+        #: its breaker was told (see CircuitBreaker.expect_answer).
+        self._answer_by = _NO_ANSWER_EXPECTED
         self._trace: CallTrace | None = None
         self._retries_before = 0
         #: The time a redirect chain's earlier hops took (0 for a call of its own).
@@ -492,9 +498,14 @@ class Drive:
             now = monotonic_of(self.settings.clock)
             remaining = self._started + self.policy.deadline - now
             if remaining > 0:  # (with no time left, the engine says how the call ends)
-                admission = OPEN_ADMISSION if guard is None else guard.admit_at_once()
+                plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
+                if guard is None:
+                    admission: Admission | None = OPEN_ADMISSION
+                else:
+                    patience = self._patience(plan.timeout)
+                    self._answer_by = now + patience
+                    admission = guard.admit_at_once(self._answer_by, patience)
                 if admission is not None:
-                    plan = first_plan(self.policy, stream=self._stream, remaining=remaining)
                     stream = self.request.stream  # (bytes, the usual body, asked inline)
                     replayable = isinstance(stream, httpx.ByteStream) or replayable_body(stream)
                     self._first = _FirstAttempt(plan, admission.permit, replayable, now)
@@ -514,12 +525,24 @@ class Drive:
             ):
                 admission = admission._replace(detail=self._explain(guard, admission))
             step = call.start_attempt(admission)
+            if type(step) is AttemptPlan:
+                patience = self._patience(step.timeout)
+                self._answer_by = monotonic_of(self.settings.clock) + patience
+                guard.expect_answer(self._answer_by, patience)
         self._apply_effects()
         if self._trace is not None and type(step) is AttemptPlan:
             self._trace.attempt_starting(step.number, self.request)
         elif type(step) is Wait and testing_mode.active is not None:
             return self._skipped(step)
         return step
+
+    def _patience(self, attempt_time: float) -> float:
+        """How long an attempt given ``attempt_time`` seconds waits for an answer: that,
+        or the caller's read timeout when shorter (httpx's, over each read, the first one
+        the wait for the response's headers), for the breaker to weigh a short timeout
+        against (see ``CircuitBreaker.expect_answer``)."""
+        read = self.caller_timeouts.get("read")
+        return read if read is not None and read < attempt_time else attempt_time
 
     def returned(self, plan: AttemptPlan, response: httpx.Response) -> Step:
         """The attempt got a response (body read as the plan asked)."""
@@ -539,7 +562,7 @@ class Drive:
                 took = now - first.started
                 if self.attempt_sent_at is not None:
                     took = max(0.0, took - self._time_queued())
-                guard.healthy_call(took)
+                guard.healthy_call(took, self._answer_by)
             return first_success(
                 self.request,
                 response,
@@ -549,6 +572,8 @@ class Drive:
                 attempt_started=first.started,
                 now=now,
             )
+        if self._guard is not None:
+            self._guard.answer_ended(self._answer_by)
         if self.gave_up_inside:
             self._note_nested_give_up()
         if response._request is None:
@@ -580,6 +605,8 @@ class Drive:
 
     def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
         """The attempt failed with ``exc``."""
+        if self._guard is not None:
+            self._guard.answer_ended(self._answer_by)
         if self.gave_up_inside:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
@@ -701,8 +728,8 @@ class Drive:
                     guard.healthy_call(self.call.last_attempt_seconds)
             elif guard is not None:
                 if type(effect) is RecordHealth:
-                    transition, counted = guard.record_health(effect)
-                    if not counted and not effect.repeat:
+                    transition, evidence = guard.record_health(effect)
+                    if evidence == "callers_limit" and not effect.repeat:
                         self.call.failure_not_counted()  # (the caller's own limit)
                 else:
                     transition = guard.apply(effect)

@@ -5,7 +5,8 @@ with nothing sent) and ``half_open`` (exactly one probe at a time decides
 whether to close again or re-open).
 
 What counts as evidence is the call, not the attempt (see :class:`CircuitBreaker`); and a
-timeout counts only if its attempt had as long as the dependency's healthy answers take.
+timeout counts only if its attempt had as long as the dependency's healthy answers take,
+or, before any is known, once no far more patient attempt is still waiting for an answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "WINDOW_BUCKETS",
     "BreakerState",
     "CircuitBreaker",
+    "Evidence",
     "Health",
     "Permit",
     "Transition",
@@ -33,6 +35,11 @@ BreakerState = Literal["closed", "open", "half_open"]
 #: What an outcome says about the dependency: 5xx, timeouts, transport errors and
 #: unreadable bodies are unhealthy; 4xx and 429 are neutral (the server answered).
 Health = Literal["healthy", "unhealthy", "neutral"]
+#: What the breaker made of an unhealthy outcome: ``counted`` against the dependency;
+#: ``held`` (a timeout far shorter than an attempt still waiting: that attempt's answer
+#: decides it, see :meth:`CircuitBreaker.expect_answer`); or ``callers_limit`` (a timeout
+#: shorter than the dependency's common healthy answers: no evidence either way).
+Evidence = Literal["counted", "held", "callers_limit"]
 
 
 class Transition(NamedTuple):
@@ -87,7 +94,9 @@ SLOWER_ANSWERS_NEEDED: Final = 2
 #: Half-open, a caller gets the probe if it gives an attempt at least this share of the
 #: longest time a caller asked for lately: the probe is kept from a call site whose
 #: limit is far shorter (0.1 s against 10 s), not from one whose deadline has a little
-#: less left (2.9 s against 3 s) than an earlier caller's had.
+#: less left (2.9 s against 3 s) than an earlier caller's had. Closed, a timeout under
+#: this share of the time an attempt still waiting was given is held for that attempt's
+#: answer (see CircuitBreaker.expect_answer).
 AS_PATIENT: Final = 0.5
 
 
@@ -166,6 +175,15 @@ class CircuitBreaker:
         #: attempt run), and when it asked. Half-open, the probe is that caller's.
         self._patience = 0.0
         self._patience_at = 0.0
+        #: Of the attempts admitted, the one whose time runs out last: when (monotonic
+        #: seconds), and how long it waits for an answer (see expect_answer).
+        self._waiting_until = -math.inf
+        self._waiting_patience = 0.0
+        #: Timeouts held for a more patient attempt's answer: (when, permit). The next
+        #: failure not held counts them; a healthy outcome forgets them.
+        self._held: collections.deque[tuple[float, Permit]] = collections.deque(
+            maxlen=DEFERRED_KEPT
+        )
         #: The permit of the current closed period (a new one each time it closes).
         self.closed_permit = CLOSED_PERMIT
 
@@ -261,22 +279,68 @@ class CircuitBreaker:
         open_for: float | None = None,
         repeat: bool = False,
         seconds: float | None = None,
-    ) -> tuple[Transition | None, bool]:
-        """:meth:`record`, and whether an unhealthy outcome is evidence: False for a
-        timeout taken for the caller's own limit (decided here once, under the lock, so
-        the caller's call can be told it does not count as failing)."""
+    ) -> tuple[Transition | None, Evidence]:
+        """:meth:`record`, and what an unhealthy outcome was taken for (decided here once,
+        under the lock, so the caller's call can be told whether it counts as failing):
+        ``callers_limit`` for a timeout shorter than the dependency's common healthy
+        answers; ``held`` for a timeout far shorter than an attempt still waiting (see
+        :meth:`expect_answer`); else ``counted`` (as every other outcome is)."""
         with self._lock:
             now = monotonic_of(self._clock)
             if seconds is not None:
                 if health == "healthy":
                     self._answers.append((now, seconds))
-                elif health == "unhealthy" and self._cut_short(now, seconds):
-                    # The caller's limit, not the dependency: no evidence either way (a
-                    # probe's slot goes to the next caller, as if it never went).
-                    if permit.probe and permit.probe_token == self._probe_token:
-                        self._probe_expires = None
-                    return None, False
-            return self._record(permit, health, now, open_for, repeat), True
+                elif health == "unhealthy":
+                    if self._cut_short(now, seconds):
+                        # The caller's limit, not the dependency: no evidence either way
+                        # (a probe's slot goes to the next caller, as if it never went).
+                        if permit.probe and permit.probe_token == self._probe_token:
+                            self._probe_expires = None
+                        return None, "callers_limit"
+                    if (
+                        not permit.probe
+                        and self._state == "closed"
+                        and now < self._waiting_until
+                        and seconds < self._waiting_patience * AS_PATIENT
+                    ):
+                        # A far more patient attempt still waits: its answer decides
+                        # (one of this call's own retries adds nothing, as counted).
+                        if not repeat:
+                            self._held.append((now, permit))
+                        return None, "held"
+            return self._record(permit, health, now, open_for, repeat), "counted"
+
+    def expect_answer(self, until: float, patience: float) -> None:
+        """An attempt admitted now waits ``patience`` seconds at most for its answer, until
+        ``until`` (monotonic seconds, on the breaker's clock).
+
+        Before any healthy answer says how long the dependency takes (see
+        :meth:`_cut_short`), a call site giving its attempts 0.1 s, beside one giving
+        them 5 s, against a server answering in 0.3 s, times out at once on every call:
+        counted, its timeouts opened the circuit, cold, for the patient site too. So the
+        breaker keeps the attempt whose time runs out last, and while it waits, a timeout
+        shorter than :data:`AS_PATIENT` of its time is held for its answer: a healthy
+        outcome forgets the held timeouts (the dependency answers, slowly), the next
+        failure that is not held counts them before itself (the patient attempt's own
+        timeout, a 5xx, a refused connection; or a short timeout once no patient attempt
+        waits). So a hung dependency still opens it, at most the patient attempt's time
+        later; where every caller gives the same time, nothing is held.
+
+        On every attempt's path, so without the lock: two threads racing here may leave
+        one's time with the other's patience, which only changes which patient attempt a
+        short timeout is held for.
+        """
+        if until > self._waiting_until:
+            self._waiting_until = until
+            self._waiting_patience = patience
+
+    def answer_ended(self, until: float) -> None:
+        """The attempt told to :meth:`expect_answer` with ``until`` ended: if it was the
+        one kept, no attempt is known to wait any more (one admitted after it will say
+        so; older ones still waiting go unseen, and a short timeout then counts, as it
+        did before any was kept)."""
+        if until == self._waiting_until:
+            self._waiting_until = -math.inf
 
     def _record(
         self,
@@ -313,9 +377,15 @@ class CircuitBreaker:
             self._healthy_at = now
             if self._run:
                 self._run.clear()
+            if self._held:
+                self._held.clear()  # (the dependency answers: they were the callers' limits)
             if not (repeat and self._forgive_one_failure(bucket)):
                 cell[1] += 1
             return None  # only a failure can open the circuit
+        if self._held:
+            transition = self._count_held(now)
+            if transition is not None:
+                return transition
         if repeat:
             return None  # this call is counted as failing already
         cell[1] += 1
@@ -325,6 +395,21 @@ class CircuitBreaker:
         if self._should_trip(now, bucket):
             return self._open(now, open_for, before="closed")
         return None
+
+    def _count_held(self, now: float) -> Transition | None:
+        """Count the timeouts held for a patient attempt (under the lock): a failure not
+        held came, so they were the dependency's. Those older than ``failure_window`` are
+        dropped; returns any state change."""
+        oldest = now - self.settings.failure_window
+        taken = list(self._held)
+        self._held.clear()
+        transition: Transition | None = None
+        for at, permit in taken:
+            if at >= oldest and self._state == "closed":
+                changed = self._record(permit, "unhealthy", now, None, False)
+                if changed is not None:
+                    transition = changed
+        return transition
 
     def defer_failure(self, permit: Permit) -> None:
         """A call's first failure (under ``permit``) whose retry will not be sent: the
@@ -371,12 +456,15 @@ class CircuitBreaker:
                         transition = changed
             return transition
 
-    def record_healthy_call(self, seconds: float = 0.0) -> None:
+    def record_healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """Count a call that succeeded at once, admitted while closed, its attempt taking
-        ``seconds``: what ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` does, on
-        the short path every healthy call takes."""
+        ``seconds`` (and told to :meth:`expect_answer` with ``until``): what
+        ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` and :meth:`answer_ended` do,
+        on the short path every healthy call takes."""
         with self._lock:
             now = monotonic_of(self._clock)
+            if until == self._waiting_until:
+                self._waiting_until = -math.inf
             self._answers.append((now, seconds))
             if self._state != "closed":
                 return
@@ -388,6 +476,8 @@ class CircuitBreaker:
             self._healthy_at = now
             if self._run:
                 self._run.clear()
+            if self._held:
+                self._held.clear()
 
     def cut_short(self, seconds: float) -> bool:
         """Whether a timeout after ``seconds`` would be taken for the caller's own limit,
@@ -442,6 +532,8 @@ class CircuitBreaker:
         with self._lock:
             now = monotonic_of(self._clock)
             if self._run and self._run[-1] >= now - self.settings.failure_window:
+                return False
+            if self._held or self._waiting_until > now:
                 return False
             return self._tally(int(now // self._bucket_width))[0] == 0
 
@@ -510,6 +602,7 @@ class CircuitBreaker:
 
     def _forget(self) -> None:
         self._run.clear()
+        self._held.clear()
         for cell in self._window:
             cell[0], cell[1], cell[2] = -1, 0, 0
 

@@ -23,6 +23,7 @@ out among the processes last seen alive.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from retrysafe.decisions import (
     Admission,
@@ -36,7 +37,7 @@ from retrysafe.decisions import (
     RetryEnded,
     StartCooldown,
 )
-from retrysafe.governor.breaker import CircuitBreaker, Permit, Transition
+from retrysafe.governor.breaker import CircuitBreaker, Evidence, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.guard import CallFacts, DependencyGuard, lease_for_probe, queue_full
@@ -125,11 +126,11 @@ class FleetGuard(DependencyGuard):
             return DependencyGuard.admit(self, call)  # the healthy path: no round trip
         return self._admit_with_fleet(call)
 
-    def admit_at_once(self) -> Admission | None:
+    def admit_at_once(self, until: float, patience: float) -> Admission | None:
         """As :meth:`DependencyGuard.admit_at_once` while the fleet is calm and does not
         pace; otherwise None (ask :meth:`admit`, which asks the fleet)."""
         if self.view.calm and self.rate is None:
-            return DependencyGuard.admit_at_once(self)
+            return DependencyGuard.admit_at_once(self, until, patience)
         return None
 
     def _admit_with_fleet(self, call: CallFacts) -> Admission:
@@ -252,10 +253,10 @@ class FleetGuard(DependencyGuard):
 
     # -- the engine's effects ------------------------------------------------------------
 
-    def healthy_call(self, seconds: float = 0.0) -> None:
+    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
         failures (withdrawing this process's vote) as a healthy outcome does."""
-        DependencyGuard.healthy_call(self, seconds)
+        DependencyGuard.healthy_call(self, seconds, until)
         view = self.view
         if view.failing or view.voted:
             recovered(view, self.fleet, self.dependency)
@@ -291,7 +292,7 @@ class FleetGuard(DependencyGuard):
                 return None
         return DependencyGuard.apply(self, effect)
 
-    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, bool]:
+    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, Evidence]:
         """As :meth:`DependencyGuard.record_health`, and tell the fleet: a failure that
         counts may be a vote; the fleet's probe closes or opens the fleet breaker."""
         breaker = self.breaker
@@ -306,16 +307,17 @@ class FleetGuard(DependencyGuard):
             ):
                 # (a timeout the caller's own limit cut: see RecordHealth.seconds)
                 self.fleet.release_probe(self.dependency, permit.lease_token)
-                return None, False
-            return self._probe_ended(effect), True
-        transition, counted = DependencyGuard.record_health(self, effect)
+                return None, "callers_limit"
+            return self._probe_ended(effect), "counted"
+        transition, evidence = DependencyGuard.record_health(self, effect)
         if effect.health == "healthy":
             view = self.view
             if view.failing or view.voted:
                 recovered(view, self.fleet, self.dependency)
-        elif effect.health == "unhealthy" and counted:
+        elif effect.health == "unhealthy" and evidence == "counted":
+            # (a held timeout is no vote: the local breaker counts it later, if at all)
             self._failed(effect, transition)
-        return transition, counted
+        return transition, evidence
 
     def _share_cooldown(self, seconds: float, *, announced: bool) -> None:
         """A cooldown this process learned pauses every process (as the local limiter's

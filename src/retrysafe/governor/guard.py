@@ -28,7 +28,13 @@ from retrysafe.decisions import (
     RetryEnded,
     StartCooldown,
 )
-from retrysafe.governor.breaker import CLOSED_PERMIT, CircuitBreaker, Permit, Transition
+from retrysafe.governor.breaker import (
+    CLOSED_PERMIT,
+    CircuitBreaker,
+    Evidence,
+    Permit,
+    Transition,
+)
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.explain import explain_full_queue
 from retrysafe.governor.limiter import QUEUE_FULL, Limiter
@@ -139,11 +145,13 @@ class DependencyGuard:
             return OPEN_ADMISSION
         return self._admission_for(permit)
 
-    def admit_at_once(self) -> Admission | None:
+    def admit_at_once(self, until: float, patience: float) -> Admission | None:
         """The admission :meth:`admit` gives a call's first attempt when nothing holds it
         back (no cooldown, no pacing, the breaker closed or off), having earned the retry
-        budget its share as :meth:`admit` does; None, with nothing done, otherwise: then
-        ask :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
+        budget its share as :meth:`admit` does, and told the breaker the attempt waits
+        ``patience`` seconds for its answer, until ``until`` (:meth:`expect_answer`);
+        None, with nothing done, otherwise: then ask :meth:`admit`. The short path of
+        every fresh call (see ``first_attempt``)."""
         limiter = self.limiter
         if limiter is not None and (
             limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
@@ -154,7 +162,10 @@ class DependencyGuard:
             return None
         if self.budget is not None:
             self.budget.record_first_attempt()
-        return OPEN_ADMISSION if breaker is None else self._admission_for(breaker.closed_permit)
+        if breaker is None:
+            return OPEN_ADMISSION
+        breaker.expect_answer(until, patience)
+        return self._admission_for(breaker.closed_permit)
 
     def _admission_for(self, permit: Permit) -> Admission:
         """The admission carrying ``permit``: the closed period's one, kept, when it is
@@ -167,12 +178,13 @@ class DependencyGuard:
             return admitted
         return Admission(permit=permit)
 
-    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, bool]:
-        """Tell the breaker an attempt's health: any state change, and whether an
-        unhealthy outcome counts as evidence (False: a timeout taken for the caller's own
-        limit, so the call it ended is not counted as failing)."""
+    def record_health(self, effect: RecordHealth) -> tuple[Transition | None, Evidence]:
+        """Tell the breaker an attempt's health: any state change, and what an unhealthy
+        outcome was taken for (``callers_limit``: a timeout taken for the caller's own
+        limit, so the call it ended is not counted as failing; ``held`` for a more
+        patient attempt's answer; see :data:`~retrysafe.governor.breaker.Evidence`)."""
         if self.breaker is None:
-            return None, True
+            return None, "counted"
         return self.breaker.record_outcome(
             effect.permit,
             effect.health,
@@ -181,13 +193,24 @@ class DependencyGuard:
             seconds=effect.seconds,
         )
 
-    def healthy_call(self, seconds: float = 0.0) -> None:
-        """Count a call that succeeded at once while the breaker was closed, its attempt
-        taking ``seconds``: the effect :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`,
-        applied on the shells' short path (what :meth:`apply` does with it, without its
-        dispatch)."""
+    def expect_answer(self, until: float, patience: float) -> None:
+        """An attempt admitted now waits ``patience`` seconds at most for its answer, until
+        ``until`` (monotonic seconds): see :meth:`CircuitBreaker.expect_answer`."""
         if self.breaker is not None:
-            self.breaker.record_healthy_call(seconds)
+            self.breaker.expect_answer(until, patience)
+
+    def answer_ended(self, until: float) -> None:
+        """The attempt told to :meth:`expect_answer` with ``until`` ended."""
+        if self.breaker is not None:
+            self.breaker.answer_ended(until)
+
+    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
+        """Count a call that succeeded at once while the breaker was closed, its attempt
+        taking ``seconds`` (and told to :meth:`expect_answer` with ``until``): the effect
+        :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
+        (what :meth:`apply` does with it, without its dispatch)."""
+        if self.breaker is not None:
+            self.breaker.record_healthy_call(seconds, until)
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
