@@ -46,6 +46,7 @@ __all__ = [
     "RedirectTrail",
     "TraceHeaders",
     "adopt_error",
+    "body_bytes",
     "request_view",
     "response_view",
     "view_headers",
@@ -109,12 +110,16 @@ def request_view(
     replayable: bool,
     stream: bool,
     chain: object | None = None,
+    content: bytes | None = None,
 ) -> httpx.Request:
     """An ``httpx.Request`` standing for another client's request, for the engine.
 
     ``replayable``: the real body can be sent again byte for byte (bytes, or none);
     ``stream``: the caller reads the body itself, so retries end at the headers;
-    ``chain``: the redirect chain this request continues (from :class:`RedirectTrail`).
+    ``chain``: the redirect chain this request continues (from :class:`RedirectTrail`);
+    ``content``: the real body, when the client holds it as bytes: the stand-in holds it
+    too, so that its secret fields are scrubbed from an error's body and message as on
+    httpx (a server may echo the request it refused).
     """
     extensions: dict[str, Any] = {OPTIONS_EXTENSION: _STREAMED_OPTIONS if stream else _READ_OPTIONS}
     if chain is not None:
@@ -126,8 +131,22 @@ def request_view(
     view.url = view_url(url)
     view.headers = view_headers(headers.items() if isinstance(headers, Mapping) else headers)
     view.extensions = extensions
-    view.stream = _REPLAYABLE if replayable else _ONE_SHOT
+    if content:
+        view.stream = httpx.ByteStream(content)
+        view._content = content  # (read, as httpx's Request(content=...) is)
+    else:
+        view.stream = _REPLAYABLE if replayable else _ONE_SHOT
     return view
+
+
+def body_bytes(body: object) -> bytes | None:
+    """``body`` as bytes when it is bytes-like (bytes, bytearray, memoryview); else None
+    (a file, a generator: a body the client streams, which the stand-in does not hold)."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    return None
 
 
 class TraceHeaders:

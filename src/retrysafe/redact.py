@@ -559,7 +559,8 @@ def _body_secrets(request: httpx.Request) -> list[str]:
     a server may echo back in its error ("invalid card: {...}"): values of 8 characters or
     more of fields named like secrets (but for a bare ``key``: in a body it is as often a
     sort key or a file name), and payment card numbers wherever they are. Only a body
-    retrysafe holds as bytes is read (not the requests and aiohttp shells' stand-ins)."""
+    retrysafe holds as bytes is read (the requests and aiohttp shells' stand-ins hold
+    their client's body when it is bytes: see ``foreign_shell.request_view``)."""
     if not isinstance(request.stream, httpx.ByteStream):
         return []
     try:
@@ -570,9 +571,10 @@ def _body_secrets(request: httpx.Request) -> list[str]:
         return []
     kind = request.headers.get("content-type", "").lower()
     text = content.decode("utf-8", errors="replace")
-    if not kind:
-        # Sent with no type (httpx's ``content=``, the CLI's ``--data``): read as what it
-        # looks like, JSON or a form, since a server may echo it all the same.
+    if not kind or kind.startswith("application/octet-stream"):
+        # Sent with no type (httpx's ``content=``, the CLI's ``--data``), or as bytes of
+        # no particular kind (aiohttp's ``data=b"..."``): read as what it looks like, JSON
+        # or a form, since a server may echo it all the same.
         kind = "json" if text.lstrip()[:1] in ("{", "[") else "x-www-form-urlencoded"
     secrets: list[str] = []
     if "x-www-form-urlencoded" in kind:

@@ -40,6 +40,7 @@ from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
     TraceHeaders,
+    body_bytes,
     idempotency_mode,
     one_copy_at_a_time,
     request_view,
@@ -168,6 +169,7 @@ class RetryMiddleware:
             replayable=body == b"" or isinstance(body, BytesPayload),
             stream=self.stream,
             chain=chain,
+            content=body_bytes(body._value) if isinstance(body, BytesPayload) else None,
         )
         attempt = _Attempt(self.settings, request, handler)
         drive = Drive(self.settings, view)

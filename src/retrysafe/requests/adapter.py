@@ -42,6 +42,7 @@ from retrysafe.errors import ApiError
 from retrysafe.foreign_shell import (
     RedirectTrail,
     TraceHeaders,
+    body_bytes,
     idempotency_mode,
     one_copy_at_a_time,
     request_view,
@@ -189,6 +190,7 @@ class RetryAdapter(HTTPAdapter):
             replayable=body is None or isinstance(body, (bytes, str)),
             stream=stream,
             chain=chain,
+            content=body.encode("utf-8") if isinstance(body, str) else body_bytes(body),
         )
         attempt = _Attempt(self, request, stream, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
