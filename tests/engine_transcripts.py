@@ -1748,7 +1748,6 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     outcome_health == "unhealthy"
                     and not failed_before
                     and not in_flight.probe
-                    and rec.verdict.reason not in _TIMEOUTS
                     and rec.verdict.reason != "connect_timeout"
                     and rec.verdict.after is None
                 )

@@ -629,9 +629,12 @@ class Call:
         (:meth:`_report_held_failure`); a retry's success takes it back; the budget
         refusing the retry, or the caller cancelling the call before the retry is sent,
         leaves it to another call's retry (:class:`~retrysafe.decisions.DeferFailure`).
-        Told at once all the same: a probe's
-        outcome (the half-open breaker waits for it); a timeout, whose retry would take a
-        whole attempt to confirm it; and a failure with the server's wait (a 503's
+        A timeout is held as well: a burst of attempts stalled at once (21 of 50 calls
+        in flight, each fixed by one retry) otherwise made "20 failing calls in a row"
+        and opened the circuit before any retry went, so a hung dependency opens it one
+        attempt later, when the retries time out too. Told at once all the same: a
+        probe's outcome (the half-open breaker waits for it); a connect timeout (nothing
+        reached the server); and a failure with the server's wait (a 503's
         ``Retry-After``), which asks every caller to back off now.
         """
         open_for = verdict.after if status == 503 else None
@@ -649,7 +652,6 @@ class Call:
             elif not (
                 self._failed_before
                 or permit.probe
-                or timed_out
                 or verdict.reason == "connect_timeout"
                 or verdict.after is not None
             ):
