@@ -96,9 +96,29 @@ def test_a_retry_after_in_decimal_seconds_is_waited_out_as_given(
     assert retry_after_hint(response(429, {"Retry-After": value}), NOW) == seconds
 
 
-@pytest.mark.parametrize("value", ["-1.5", "+1.5", "1e3", "1.5s", "nan", "inf", "1,5"])
+@pytest.mark.parametrize(
+    "value", ["-1.5", "+1.5", "1e3", "1.5s", "nan", "inf", "2, x", " , 2", "2,,3", "1, -1"]
+)
 def test_a_retry_after_no_reading_makes_a_wait_of_is_still_no_hint(value: str) -> None:
     assert retry_after_hint(response(429, {"Retry-After": value}), NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("2, 3", 3.0),
+        ("3,2", 3.0),
+        ("1.5, 2", 2.0),
+        # (a decimal comma reads as two waits: the longer, never an early retry)
+        ("1,5", 5.0),
+    ],
+)
+def test_two_retry_after_headers_joined_wait_out_the_longer(value: str, seconds: float) -> None:
+    """A proxy's ``Retry-After`` and the application's reach the caller joined, as httpx
+    joins a repeated header: read as no hint, the retry went out before either asked."""
+    assert retry_after_hint(response(429, {"Retry-After": value}), NOW) == seconds
+    joined = httpx.Response(429, headers=[("Retry-After", "2"), ("Retry-After", "3")])
+    assert retry_after_hint(joined, NOW) == 3.0
 
 
 def test_a_huge_decimal_retry_after_is_capped() -> None:

@@ -228,3 +228,26 @@ def test_every_local_refusal_is_caught_as_refused() -> None:
         assert issubclass(kind, retrysafe.Refused)
         assert issubclass(kind, retrysafe.ApiError)
     assert not issubclass(retrysafe.ServerError, retrysafe.Refused)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [(2.04, "2.0 s"), (0.05, "0.1 s"), (0.049, "under 0.1 s"), (0.0, "under 0.1 s")],
+)
+def test_a_wait_under_a_tenth_of_a_second_is_written_so_not_as_zero(
+    seconds: float, written: str
+) -> None:
+    """A refusal's "open for 0.0 s more ... try again in 0.0 s" read as nonsense."""
+    from retrysafe.errors import seconds_text
+
+    assert seconds_text(seconds) == written
+    error = retrysafe.CircuitOpen(
+        reason="circuit_open",
+        outcome="",
+        retryable=True,
+        method="GET",
+        url=URL,
+        attempts=0,
+        retry_after=seconds,
+    )
+    assert str(error).endswith(f"try again in {written}")

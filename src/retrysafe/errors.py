@@ -78,6 +78,12 @@ _UNSAFE_AND_SPENT_ADVICE = (
 )
 
 
+
+def seconds_text(seconds: float) -> str:
+    """A wait or a period as a message writes it: to a tenth of a second, and "under
+    0.1 s" for less (where "0.0 s more" and "try again in 0.0 s" read as nonsense)."""
+    return f"{seconds:.1f} s" if seconds >= 0.05 else "under 0.1 s"
+
 class ApiError(Exception):
     """A call failed for good. Fields say why; ``str()`` is one line with advice.
 
@@ -168,7 +174,7 @@ class ApiError(Exception):
         retry_after = getattr(self, "retry_after", None)
         if retry_after is None:
             return self.advice
-        return f"{self.advice}; try again in {retry_after:.1f} s"
+        return f"{self.advice}; try again in {seconds_text(retry_after)}"
 
     def __repr__(self) -> str:
         return (

@@ -109,6 +109,11 @@ def retry_after_hint(response: httpx.Response, now: float) -> float | None:
     seconds only, and :func:`~retrysafe.timing.parse_retry_after` keeps to it), but
     servers send it and the openai SDK honours it: read as no hint, the call would
     retry on its backoff, before the server's time. So it is waited out as given.
+
+    Two ``Retry-After`` headers (a proxy's and the application's) reach the caller
+    joined, as httpx joins a repeated header: ``2, 3``. Each asks for its wait, so the
+    longest is waited out (read as no hint, the retry went on the backoff, before
+    either). Only numbers are taken apart so: an HTTP-date holds a comma of its own.
     """
     headers = response.headers
     hint = parse_retry_after_ms(headers.get("retry-after-ms"))
@@ -118,6 +123,9 @@ def retry_after_hint(response: httpx.Response, now: float) -> float | None:
     hint = parse_retry_after(value, now=now)
     if hint is None and value is not None:
         seconds = _decimal(value)
+        if seconds is None and "," in value:
+            waits = [_decimal(piece) for piece in value.split(",")]
+            seconds = None if None in waits else max(w for w in waits if w is not None)
         if seconds is not None:
             return min(seconds, MAX_RETRY_AFTER)
     return hint

@@ -7,6 +7,7 @@ back, never on the healthy path.
 
 from __future__ import annotations
 
+from retrysafe.errors import seconds_text
 from retrysafe.governor.breaker import CircuitBreaker
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.limiter import Limiter
@@ -60,7 +61,8 @@ def explain_breaker(breaker: CircuitBreaker, now: float) -> tuple[str, float | N
     if open_until is None:
         return f"its circuit breaker has one probe in flight and waits for it ({trips})", None
     retry_after = max(0.0, open_until - now)
-    return f"its circuit breaker is open for {retry_after:.1f} s more ({trips})", retry_after
+    opened = f"its circuit breaker is open for {seconds_text(retry_after)} more ({trips})"
+    return opened, retry_after
 
 
 def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
@@ -69,12 +71,12 @@ def explain_cooldown(limiter: Limiter, cooldown: float) -> str:
     if limiter.cooldown_announced:
         return (
             "the server announced its rate limit used up (a RateLimit or X-RateLimit-*"
-            f" header): every caller of this dependency waits {cooldown:.1f} s more for its"
+            f" header): every caller of this dependency waits {seconds_text(cooldown)} more for its"
             " reset (LimiterSettings(pace_on_rate_limit_headers=True,"
             f" max_cooldown={settings.max_cooldown:g}))"
         )
     return (
-        f"a 429 asked every caller of this dependency to wait {cooldown:.1f} s more (its "
+        f"a 429 asked every caller of this dependency to wait {seconds_text(cooldown)} more (its "
         f"Retry-After, cut to at most max_cooldown: LimiterSettings(cooldown_on_429=True, "
         f"max_cooldown={settings.max_cooldown:g}))"
     )

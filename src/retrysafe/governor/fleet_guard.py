@@ -37,6 +37,7 @@ from retrysafe.decisions import (
     RetryEnded,
     StartCooldown,
 )
+from retrysafe.errors import seconds_text
 from retrysafe.governor.breaker import CircuitBreaker, Evidence, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
@@ -467,14 +468,14 @@ def explain_fleet_cooldown(seconds: float) -> str:
     """A cooldown in force (learned here or by another process of the fleet)."""
     return (
         f"a 429 or 503 asked every caller of this dependency, across the fleet, to wait "
-        f"{seconds:.1f} s more (LimiterSettings.cooldown_on_429, shared by RedisFleet)"
+        f"{seconds_text(seconds)} more (LimiterSettings.cooldown_on_429, shared by RedisFleet)"
     )
 
 
 def explain_fleet_open(seconds: float, rule: str) -> str:
     """The fleet breaker is open (``rule``: the fleet's quorum settings, with values)."""
     return (
-        f"the fleet's circuit breaker is open for {seconds:.1f} s more (a quorum of "
+        f"the fleet's circuit breaker is open for {seconds_text(seconds)} more (a quorum of "
         f"processes saw this dependency fail: {rule})"
     )
 
