@@ -1801,14 +1801,16 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 spent_unsent = False
                 expected_refunds.append(RefundBudget(1.0))
             if held_failure is not None:
-                if rec.during_attempt:
+                # (a timeout counts however the call ends; another failure is left to
+                # another call's retry when the retry was never sent)
+                if rec.during_attempt or held_failure.seconds is not None:
                     expected_health.append(held_failure)
                     failed_before = True
                 else:
                     expected_defers.append(DeferFailure(held_failure))
                 held_failure = None
         if type(rec.result) is Fail and held_failure is not None:
-            if isinstance(rec.result.error, BudgetExhausted):
+            if isinstance(rec.result.error, BudgetExhausted) and held_failure.seconds is None:
                 expected_defers.append(DeferFailure(held_failure))  # for another retry
                 held_failure = None
             elif isinstance(rec.result.error, CircuitOpen):

@@ -33,6 +33,7 @@ from retrysafe.governor import (
     GovernorSettings,
     Permit,
 )
+from retrysafe.governor.breaker import HELD_AT_MOST
 from retrysafe.request_facts import default_dependency
 from retrysafe.testing import FakeClock
 
@@ -170,6 +171,60 @@ def test_held_timeouts_older_than_the_failure_window_are_dropped() -> None:
     clock.advance(SETTINGS.failure_window + 1)
     breaker.record(CLOSED, "unhealthy")
     assert breaker.state == "closed"
+
+
+def test_once_two_healthy_answers_are_known_nothing_is_held() -> None:
+    """Warm, the answers' times judge a timeout (test_breaker_own_timeouts.py): a hold
+    would let a healthy answer throw away a brownout's timeouts, which the failure ratio
+    must see."""
+    breaker, clock = _breaker()
+    breaker.record_healthy_call(0.02)
+    breaker.record_healthy_call(0.02)
+    _patient_attempt(breaker, clock)
+    assert _time_out(breaker, 0.5, 5) == ["counted"] * 5
+    assert breaker.state == "open"
+
+
+def test_one_healthy_answer_known_still_leaves_it_cold() -> None:
+    breaker, clock = _breaker()
+    breaker.record_healthy_call(0.02)
+    _patient_attempt(breaker, clock)
+    assert _time_out(breaker, 0.1, 2) == ["held"] * 2
+
+
+def test_a_held_timeout_counts_after_held_at_most_whatever_still_waits() -> None:
+    """An attempt with no time limit at all (a long poll) waits for ever: the timeouts it
+    holds count once HELD_AT_MOST has gone by."""
+    breaker, clock = _breaker()
+    _patient_attempt(breaker, clock, patience=float("inf"))
+    assert _time_out(breaker, 0.1, 4) == ["held"] * 4
+    clock.advance(HELD_AT_MOST - 0.5)
+    assert _time_out(breaker, 0.1, 1) == ["held"]
+    assert breaker.state == "closed"
+    clock.advance(0.5)
+    _time_out(breaker, 0.1, 1)
+    assert breaker.state == "open"
+
+
+def test_a_patient_attempt_its_caller_gave_up_on_counts_the_held_timeouts() -> None:
+    """The patient caller cancelled (its own asyncio.timeout, shorter than its attempt
+    time): its attempt will never vouch for the short ones."""
+    breaker, clock = _breaker()
+    until = _patient_attempt(breaker, clock)
+    _patient_attempt(breaker, clock, patience=6.0)  # (another, still waiting)
+    _time_out(breaker, 0.1, 5)
+    assert breaker.state == "closed"
+    transition = breaker.answer_abandoned(until)
+    assert transition == ("closed", "open")
+
+
+def test_a_held_calls_retry_success_takes_back_no_other_calls_failure() -> None:
+    breaker, clock = _breaker()
+    breaker.record(CLOSED, "unhealthy")  # another call's 500: counted
+    _patient_attempt(breaker, clock)
+    assert breaker.record_outcome(CLOSED, "unhealthy", seconds=0.1)[1] == "held"
+    breaker.record(CLOSED, "healthy", repeat=True, seconds=0.08)  # its retry's success
+    assert breaker._tally(int(clock.monotonic() // breaker._bucket_width)) == (1, 1)
 
 
 def test_a_breaker_holding_timeouts_is_not_at_rest() -> None:

@@ -223,6 +223,52 @@ def test_a_call_cancelled_in_its_backoff_leaves_its_held_failure_to_another_retr
     assert not [e for e in effects if isinstance(e, RecordHealth)]
 
 
+def _first_timeout_held(clock: FakeClock) -> tuple[Call, AskRetry]:
+    """A call whose first attempt timed out: its failure is held back for the retry, as a
+    503's is (a blip of timeouts one retry fixes must not open the circuit)."""
+    call = _call(clock)
+    plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    ask = call.attempt_raised(plan, httpx.ReadTimeout("stalled"), during_body=False)
+    assert isinstance(ask, AskRetry)
+    assert not [e for e in call.take_effects() if isinstance(e, RecordHealth)]  # (held)
+    return call, ask
+
+
+def test_a_first_timeout_is_held_and_taken_back_when_its_retry_succeeds() -> None:
+    call, ask = _first_timeout_held(FakeClock())
+    assert isinstance(call.retry_answered(ask, RetryAnswer()), Wait)
+    plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    call.take_effects()
+    request = httpx.Request("GET", "https://api.test/items")
+    call.attempt_returned(plan, httpx.Response(200, request=request))
+    told = [e for e in call.take_effects() if isinstance(e, RecordHealth)]
+    assert [e.health for e in told] == ["healthy"]
+
+
+def test_a_held_timeout_counts_when_the_caller_gives_up_in_the_backoff() -> None:
+    """Unlike a 503, which is left to another call's retry: callers that all give up in
+    the backoff of a hung dependency would otherwise never open the circuit."""
+    call, ask = _first_timeout_held(FakeClock())
+    assert isinstance(call.retry_answered(ask, RetryAnswer()), Wait)
+    call.take_effects()
+    call.attempt_abandoned()
+    effects = call.take_effects()
+    told = [e for e in effects if isinstance(e, RecordHealth)]
+    assert [(e.health, e.repeat, e.seconds is not None) for e in told] == [
+        ("unhealthy", False, True)
+    ]
+    assert not [e for e in effects if isinstance(e, DeferFailure)]
+
+
+def test_a_held_timeout_counts_when_the_budget_refuses_its_retry() -> None:
+    call, ask = _first_timeout_held(FakeClock())
+    call.retry_answered(ask, RetryAnswer("budget_exhausted"))
+    effects = call.take_effects()
+    told = [e for e in effects if isinstance(e, RecordHealth)]
+    assert [(e.health, e.repeat) for e in told] == [("unhealthy", False)]
+    assert not [e for e in effects if isinstance(e, DeferFailure)]
+
+
 def test_a_call_cancelled_while_its_retry_is_in_flight_counts_its_held_failure() -> None:
     """The retry went unanswered for as long as the caller waited: the failure counts."""
     call = _first_failure_held(FakeClock())

@@ -563,6 +563,7 @@ class Drive:
                 if self.attempt_sent_at is not None:
                     took = max(0.0, took - self._time_queued())
                 guard.healthy_call(took, self._answer_by)
+                self._answer_by = _NO_ANSWER_EXPECTED
             return first_success(
                 self.request,
                 response,
@@ -574,6 +575,7 @@ class Drive:
             )
         if self._guard is not None:
             self._guard.answer_ended(self._answer_by)
+            self._answer_by = _NO_ANSWER_EXPECTED
         if self.gave_up_inside:
             self._note_nested_give_up()
         if response._request is None:
@@ -607,6 +609,7 @@ class Drive:
         """The attempt failed with ``exc``."""
         if self._guard is not None:
             self._guard.answer_ended(self._answer_by)
+            self._answer_by = _NO_ANSWER_EXPECTED
         if self.gave_up_inside:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
@@ -630,6 +633,13 @@ class Drive:
 
     def abandoned(self) -> None:
         """The attempt ended with no outcome (cancelled): free what it held."""
+        if self._guard is not None and self._answer_by != _NO_ANSWER_EXPECTED:
+            # (an attempt given up in flight, unanswered: it must not hold short timeouts
+            # back; a call ending on its error, or cancelled in a wait, has none)
+            transition = self._guard.answer_abandoned(self._answer_by)
+            self._answer_by = _NO_ANSWER_EXPECTED
+            if transition is not None and self._call is not None:
+                self._emit_transition(transition)
         if self._call is None:
             # A fresh call's first attempt holds nothing to give back (no probe, no paced
             # slot); and a call that ended on it has nothing left to free.

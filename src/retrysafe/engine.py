@@ -448,10 +448,10 @@ class Call:
         retry_unsent = self.state != "attempting"
         self.state = "done"
         held = self._unreported_failure
-        if held is not None and retry_unsent:
+        if held is not None and retry_unsent and held.seconds is None:
             self._unreported_failure = None
             self.effects.append(DeferFailure(held))
-        self._report_held_failure()
+        self._report_held_failure()  # (a held timeout counts: see _tell_breaker)
         if self._permit is not None:
             self.effects.append(ReleaseProbe(self._permit))
             self._permit = None
@@ -632,7 +632,10 @@ class Call:
         A timeout is held as well: a burst of attempts stalled at once (21 of 50 calls
         in flight, each fixed by one retry) otherwise made "20 failing calls in a row"
         and opened the circuit before any retry went, so a hung dependency opens it one
-        attempt later, when the retries time out too. Told at once all the same: a
+        attempt later, when the retries time out too. A held timeout whose retry is never
+        sent (the budget refused it, the caller gave up in the backoff) counts then, not
+        left to another call's retry: callers that all give up in the backoff of a hung
+        dependency would otherwise never open it. Told at once all the same: a
         probe's outcome (the half-open breaker waits for it); a connect timeout (nothing
         reached the server); and a failure with the server's wait (a 503's
         ``Retry-After``), which asks every caller to back off now.
@@ -714,8 +717,10 @@ class Call:
             # the circuit, which would then refuse the retries the budget granted. The
             # budget's refusal leaves it to another call's retry (DeferFailure); the
             # circuit's needs nothing (the breaker is not closed).
-            self._unreported_failure = None
-            if stop == "budget":
+            if stop == "circuit":
+                self._unreported_failure = None
+            elif held.seconds is None:  # (a held timeout counts: see _tell_breaker)
+                self._unreported_failure = None
                 self.effects.append(DeferFailure(held))
         self._report_held_failure()
         self._refund_unsent_retry()

@@ -78,11 +78,11 @@ _UNSAFE_AND_SPENT_ADVICE = (
 )
 
 
-
 def seconds_text(seconds: float) -> str:
     """A wait or a period as a message writes it: to a tenth of a second, and "under
     0.1 s" for less (where "0.0 s more" and "try again in 0.0 s" read as nonsense)."""
     return f"{seconds:.1f} s" if seconds >= 0.05 else "under 0.1 s"
+
 
 class ApiError(Exception):
     """A call failed for good. Fields say why; ``str()`` is one line with advice.
@@ -415,7 +415,11 @@ class CircuitOpen(Refused):
     """
 
     protection = "circuit breaker"
-    advice = "the dependency has been failing; wait for it to recover (BreakerSettings tunes this)"
+    advice = (
+        "the dependency has been failing; wait for it to recover (BreakerSettings tunes "
+        "this; if only some of its endpoints fail, a narrower dependency=, such as "
+        "dependency_by_path(1), keeps the others apart)"
+    )
 
 
 class BudgetExhausted(Refused):
@@ -433,7 +437,7 @@ class CooldownActive(Refused):
     protection = "cooldown"
     advice = (
         "the server asked every caller of this dependency to pause; if its limit is per "
-        "endpoint, call with a narrower dependency="
+        "endpoint, call with a narrower dependency=, such as dependency_by_path(1)"
     )
 
 

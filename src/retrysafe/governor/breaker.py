@@ -91,6 +91,10 @@ ANSWERS_KEPT: Final = 64
 DEFERRED_KEPT: Final = 1000
 #: How many of them must be slower than a timeout for it to count as the caller's limit.
 SLOWER_ANSWERS_NEEDED: Final = 2
+#: The longest a timeout is held for a patient attempt's answer (see
+#: CircuitBreaker.expect_answer), whatever that attempt's own time (a long poll's has
+#: none): then it counts. The default attempt timeout.
+HELD_AT_MOST: Final = 10.0
 #: Half-open, a caller gets the probe if it gives an attempt at least this share of the
 #: longest time a caller asked for lately: the probe is kept from a call site whose
 #: limit is far shorter (0.1 s against 10 s), not from one whose deadline has a little
@@ -181,7 +185,8 @@ class CircuitBreaker:
         self._waiting_patience = 0.0
         #: Timeouts held for a more patient attempt's answer: (when, permit). The next
         #: failure not held counts them; a healthy outcome forgets them.
-        self._held: collections.deque[tuple[float, Permit]] = collections.deque(
+        #: (when held, the permit, when it counts at the latest: see HELD_AT_MOST)
+        self._held: collections.deque[tuple[float, Permit, float]] = collections.deque(
             maxlen=DEFERRED_KEPT
         )
         #: The permit of the current closed period (a new one each time it closes).
@@ -297,18 +302,35 @@ class CircuitBreaker:
                         if permit.probe and permit.probe_token == self._probe_token:
                             self._probe_expires = None
                         return None, "callers_limit"
+                    if self._held and self._state == "closed":
+                        overdue = self._count_held(now, overdue_only=True)
+                        if overdue is not None:
+                            return overdue, "counted"  # (it opened: this one is moot)
                     if (
                         not permit.probe
                         and self._state == "closed"
                         and now < self._waiting_until
                         and seconds < self._waiting_patience * AS_PATIENT
+                        and self._cold(now)
                     ):
                         # A far more patient attempt still waits: its answer decides
                         # (one of this call's own retries adds nothing, as counted).
                         if not repeat:
-                            self._held.append((now, permit))
+                            due = min(self._waiting_until, now + HELD_AT_MOST)
+                            self._held.append((now, permit, due))
                         return None, "held"
             return self._record(permit, health, now, open_for, repeat), "counted"
+
+    def _cold(self, now: float) -> bool:
+        """Whether too few healthy answers are known (within ``ratio_window``) to tell
+        how long the dependency takes: :meth:`_cut_short` cannot judge a timeout yet."""
+        oldest = now - self.settings.ratio_window
+        for known, (at, _) in enumerate(reversed(self._answers), start=1):
+            if at < oldest:
+                break
+            if known >= SLOWER_ANSWERS_NEEDED:
+                return False
+        return True
 
     def expect_answer(self, until: float, patience: float) -> None:
         """An attempt admitted now waits ``patience`` seconds at most for its answer, until
@@ -324,7 +346,10 @@ class CircuitBreaker:
         failure that is not held counts them before itself (the patient attempt's own
         timeout, a 5xx, a refused connection; or a short timeout once no patient attempt
         waits). So a hung dependency still opens it, at most the patient attempt's time
-        later; where every caller gives the same time, nothing is held.
+        later (and a held timeout counts :data:`HELD_AT_MOST` after it came, whatever
+        waits: a long poll); where every caller gives the same time, nothing is held.
+        Once :data:`SLOWER_ANSWERS_NEEDED` healthy answers are known, nothing is held
+        either: their times judge a timeout (see :meth:`_cut_short`).
 
         On every attempt's path, so without the lock: two threads racing here may leave
         one's time with the other's patience, which only changes which patient attempt a
@@ -341,6 +366,21 @@ class CircuitBreaker:
         did before any was kept)."""
         if until == self._waiting_until:
             self._waiting_until = -math.inf
+
+    def answer_abandoned(self, until: float) -> Transition | None:
+        """The attempt told to :meth:`expect_answer` with ``until`` was given up with no
+        answer (its caller cancelled it): as :meth:`answer_ended`, and the timeouts held
+        count now. A patient attempt whose own caller gives up sooner (an
+        ``asyncio.timeout`` around a call with a long ``attempt_timeout``) will never
+        vouch for them, and callers doing so one after another would otherwise keep
+        them held for :data:`HELD_AT_MOST`. Returns any state change."""
+        self.answer_ended(until)
+        if not self._held:
+            return None
+        with self._lock:
+            if self._state != "closed":
+                return None
+            return self._count_held(monotonic_of(self._clock))
 
     def _record(
         self,
@@ -377,9 +417,12 @@ class CircuitBreaker:
             self._healthy_at = now
             if self._run:
                 self._run.clear()
-            if self._held:
+            held = bool(self._held)
+            if held:
                 self._held.clear()  # (the dependency answers: they were the callers' limits)
-            if not (repeat and self._forgive_one_failure(bucket)):
+            # A retry's success takes back its call's failure: a held one, if any were
+            # held (cleared just now), else one counted in the window.
+            if not (repeat and (held or self._forgive_one_failure(bucket))):
                 cell[1] += 1
             return None  # only a failure can open the circuit
         if self._held:
@@ -396,15 +439,25 @@ class CircuitBreaker:
             return self._open(now, open_for, before="closed")
         return None
 
-    def _count_held(self, now: float) -> Transition | None:
+    def _count_held(self, now: float, *, overdue_only: bool = False) -> Transition | None:
         """Count the timeouts held for a patient attempt (under the lock): a failure not
-        held came, so they were the dependency's. Those older than ``failure_window`` are
+        held came, so they were the dependency's; or, ``overdue_only``, those whose hold
+        ran out (no answer came in time). Those older than ``failure_window`` are
         dropped; returns any state change."""
         oldest = now - self.settings.failure_window
-        taken = list(self._held)
-        self._held.clear()
+        held = self._held
+        if overdue_only:
+            taken = [entry for entry in held if entry[2] <= now]
+            if not taken:
+                return None
+            kept = [entry for entry in held if entry[2] > now]
+            held.clear()
+            held.extend(kept)
+        else:
+            taken = list(held)
+            held.clear()
         transition: Transition | None = None
-        for at, permit in taken:
+        for at, permit, _ in taken:
             if at >= oldest and self._state == "closed":
                 changed = self._record(permit, "unhealthy", now, None, False)
                 if changed is not None:
