@@ -40,6 +40,7 @@ from httpx._urlparse import (
 from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.errors import ApiError
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import BODY_SCAN_LIMIT
 from retrysafe.request_facts import idempotency_key_of
 
 __all__ = [
@@ -140,12 +141,14 @@ def request_view(
 
 
 def body_bytes(body: object) -> bytes | None:
-    """``body`` as bytes when it is bytes-like (bytes, bytearray, memoryview); else None
-    (a file, a generator: a body the client streams, which the stand-in does not hold)."""
+    """``body`` for the stand-in to hold (see :func:`request_view`): bytes as they are;
+    text, as requests holds a form, encoded when short enough to be read for secrets at
+    all (:data:`~retrysafe.redact.BODY_SCAN_LIMIT`); else None (a file, a generator, a
+    buffer: nothing is copied for it, and the stand-in keeps its one-shot marker)."""
     if isinstance(body, bytes):
         return body
-    if isinstance(body, (bytearray, memoryview)):
-        return bytes(body)
+    if isinstance(body, str) and len(body) <= BODY_SCAN_LIMIT:
+        return body.encode("utf-8")
     return None
 
 

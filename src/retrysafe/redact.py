@@ -543,7 +543,7 @@ _CHAIN_LIMIT = 32
 
 
 #: A request body larger than this is not searched for secret fields.
-_BODY_SCAN_LIMIT = 64 * 1024
+BODY_SCAN_LIMIT = 64 * 1024
 #: At most this many values are taken from one body (each one is a branch of the scrub).
 _BODY_SECRETS_KEPT = 32
 #: How deep a JSON body is searched.
@@ -567,7 +567,7 @@ def _body_secrets(request: httpx.Request) -> list[str]:
         content = request.content
     except httpx.RequestNotRead:  # (a stand-in for another client's request holds none)
         return []
-    if not content or len(content) > _BODY_SCAN_LIMIT:
+    if not content or len(content) > BODY_SCAN_LIMIT:
         return []
     kind = request.headers.get("content-type", "").lower()
     text = content.decode("utf-8", errors="replace")

@@ -190,7 +190,7 @@ class RetryAdapter(HTTPAdapter):
             replayable=body is None or isinstance(body, (bytes, str)),
             stream=stream,
             chain=chain,
-            content=body.encode("utf-8") if isinstance(body, str) else body_bytes(body),
+            content=body_bytes(body),
         )
         attempt = _Attempt(self, request, stream, timeout, verify, cert, proxies)
         drive = Drive(self.settings, view)
