@@ -249,7 +249,9 @@ class Outcome:
     plan's timeout; ``headers_share``: of that, the share before the headers (the rest
     is the body, read when the engine asks). ``body_error``: reading the body (when the
     engine asks for it in a streamed call) raises this. ``nested_gave_up``: a retrying
-    call nested in this attempt retried and gave up.
+    call nested in this attempt retried and gave up. ``answered_meanwhile``: the
+    dependency answered other calls while this attempt waited (the shell's fact: a
+    timeout is then held for the retry, else told at once).
     """
 
     kind: Literal["response", "raise"] = "response"
@@ -265,6 +267,7 @@ class Outcome:
     headers_share: float = 0.5
     body_error: str = ""
     nested_gave_up: bool = False
+    answered_meanwhile: bool = False
 
     def describe(self) -> str:
         if self.kind == "raise":
@@ -436,6 +439,7 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
             during_body=during_body,
             duration=duration,
             nested_gave_up=_chance(rng, 0.02),
+            answered_meanwhile=_chance(rng, 0.5),
         )
     if profile == "persistent":
         status = rng.choices(_FLAKY_STATUSES, _PERSISTENT_STATUS_WEIGHTS)[0]
@@ -479,6 +483,7 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
         headers_share=rng.random(),
         body_error=body_error,
         nested_gave_up=_chance(rng, 0.02),
+        answered_meanwhile=bool(body_error) and _chance(rng, 0.5),
     )
 
 
@@ -869,6 +874,8 @@ def _attempt(
         clock.advance(total)
         exc = _exception(spec.exception, request)
         verdict = classify_exception(exc, during_body=spec.during_body)
+        if spec.answered_meanwhile:
+            call.answered_during_attempt()
         result = call.attempt_raised(plan, exc, during_body=spec.during_body)
         run.records.append(
             OutcomeRec(
@@ -905,6 +912,8 @@ def _attempt(
             exc = _exception(spec.body_error, request)
             verdict = classify_exception(exc, during_body=True)
             response.close()
+            if spec.answered_meanwhile:
+                call.answered_during_attempt()
             result = call.attempt_raised(plan, exc, during_body=True)
             run.records.append(
                 OutcomeRec(
@@ -1748,6 +1757,8 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     outcome_health == "unhealthy"
                     and not failed_before
                     and not in_flight.probe
+                    # (a timeout, only when others were answered as it waited)
+                    and (rec.verdict.reason not in _TIMEOUTS or rec.spec.answered_meanwhile)
                     and rec.verdict.reason != "connect_timeout"
                     and rec.verdict.after is None
                 )
@@ -2229,6 +2240,7 @@ def _candidates(scenario: Scenario) -> Iterator[Scenario]:
         "headers_share": 0.5,
         "body_error": "",
         "nested_gave_up": False,
+        "answered_meanwhile": False,
     }
     for i, outcome in enumerate(scenario.outcomes):
         for name, value in simple_outcome.items():

@@ -224,14 +224,38 @@ def test_a_call_cancelled_in_its_backoff_leaves_its_held_failure_to_another_retr
 
 
 def _first_timeout_held(clock: FakeClock) -> tuple[Call, AskRetry]:
-    """A call whose first attempt timed out: its failure is held back for the retry, as a
-    503's is (a blip of timeouts one retry fixes must not open the circuit)."""
+    """A call whose first attempt timed out while the dependency answered others: its
+    failure is held back for the retry, as a 503's is (a blip of timeouts one retry fixes
+    must not open the circuit)."""
     call = _call(clock)
     plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    call.answered_during_attempt()
     ask = call.attempt_raised(plan, httpx.ReadTimeout("stalled"), during_body=False)
     assert isinstance(ask, AskRetry)
     assert not [e for e in call.take_effects() if isinstance(e, RecordHealth)]  # (held)
     return call, ask
+
+
+def test_a_first_timeout_with_no_answer_to_anyone_meanwhile_is_told_at_once() -> None:
+    """A hung dependency answers no one: its retry would take another whole attempt to
+    confirm the timeout, so the breaker hears of it now."""
+    call = _call(FakeClock())
+    plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    ask = call.attempt_raised(plan, httpx.ReadTimeout("stalled"), during_body=False)
+    assert isinstance(ask, AskRetry)
+    told = [e for e in call.take_effects() if isinstance(e, RecordHealth)]
+    assert [(e.health, e.repeat) for e in told] == [("unhealthy", False)]
+
+
+def test_the_fact_of_answers_meanwhile_is_the_attempts_own() -> None:
+    """Given for one attempt, it does not carry over to the retry."""
+    call, ask = _first_timeout_held(FakeClock())
+    assert isinstance(call.retry_answered(ask, RetryAnswer()), Wait)
+    plan = _plan(call.start_attempt(Admission(permit=CLOSED_PERMIT)))
+    call.take_effects()
+    call.attempt_raised(plan, httpx.ReadTimeout("stalled"), during_body=False)
+    told = [e for e in call.take_effects() if isinstance(e, RecordHealth)]
+    assert [(e.health, e.repeat) for e in told] == [("unhealthy", False), ("unhealthy", True)]
 
 
 def test_a_first_timeout_is_held_and_taken_back_when_its_retry_succeeds() -> None:

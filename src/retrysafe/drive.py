@@ -607,9 +607,12 @@ class Drive:
 
     def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
         """The attempt failed with ``exc``."""
-        if self._guard is not None:
-            self._guard.answer_ended(self._answer_by)
+        guard = self._guard
+        if guard is not None:
+            guard.answer_ended(self._answer_by)
             self._answer_by = _NO_ANSWER_EXPECTED
+            if guard.answered_since(self.call.attempt_started):
+                self.call.answered_during_attempt()  # (a timeout is then held: see Call)
         if self.gave_up_inside:
             self._note_nested_give_up()
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)

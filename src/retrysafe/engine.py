@@ -123,6 +123,9 @@ class Call:
     #: The paced slot held (Admission.slot), to name it if it is given back.
     _pacing_slot = 0.0
     _attempt_started = 0.0
+    #: The dependency answered other calls while the attempt in flight waited (a fact
+    #: the shell gives: see answered_during_attempt).
+    _answered_meanwhile = False
     _body_read = False
     #: A wait was granted for the next attempt: it may start with less than
     #: min_attempt_time left (a sleep can overshoot by a little).
@@ -293,6 +296,7 @@ class Call:
         self._plan = plan
         self._body_read = plan.read_body
         self._attempt_started = self._clock.monotonic()
+        self._answered_meanwhile = False
         self.state = "attempting"
         return plan
 
@@ -306,6 +310,7 @@ class Call:
         self._plan = plan
         self._body_read = plan.read_body
         self._attempt_started = started
+        self._answered_meanwhile = False
         self._promised = False
         self.state = "attempting"
 
@@ -553,6 +558,20 @@ class Call:
         remaining = self.deadline.remaining()
         return remaining <= 0 or remaining < self.policy.min_attempt_time
 
+    @property
+    def attempt_started(self) -> float:
+        """When the attempt in flight (or the last one) started, on the clock's
+        monotonic seconds."""
+        return self._attempt_started
+
+    def answered_during_attempt(self) -> None:
+        """Fact: the dependency gave another call a healthy answer after the attempt in
+        flight started. A timeout of that attempt is then held for its retry, as a first
+        503 is (the dependency answers: one stalled request, or a burst of them, is
+        what a retry fixes); without one, the timeout is told at once (a hung dependency
+        answers no one, and its retry would take another whole attempt to confirm it)."""
+        self._answered_meanwhile = True
+
     def failure_not_counted(self) -> None:
         """Fact: the breaker did not count this call's failure (a timeout it took for the
         caller's own limit), so the call is not counted as failing: a later outcome of it
@@ -629,16 +648,17 @@ class Call:
         (:meth:`_report_held_failure`); a retry's success takes it back; the budget
         refusing the retry, or the caller cancelling the call before the retry is sent,
         leaves it to another call's retry (:class:`~retrysafe.decisions.DeferFailure`).
-        A timeout is held as well: a burst of attempts stalled at once (21 of 50 calls
-        in flight, each fixed by one retry) otherwise made "20 failing calls in a row"
-        and opened the circuit before any retry went, so a hung dependency opens it one
-        attempt later, when the retries time out too. A held timeout whose retry is never
-        sent (the budget refused it, the caller gave up in the backoff) counts then, not
-        left to another call's retry: callers that all give up in the backoff of a hung
-        dependency would otherwise never open it. Told at once all the same: a
-        probe's outcome (the half-open breaker waits for it); a connect timeout (nothing
-        reached the server); and a failure with the server's wait (a 503's
-        ``Retry-After``), which asks every caller to back off now.
+        A timeout is held as well when the dependency answered other calls while its
+        attempt waited (:meth:`answered_during_attempt`): a burst of attempts stalled at
+        once (21 of 50 calls in flight, each fixed by one retry) otherwise made "20
+        failing calls in a row" and opened the circuit before any retry went. A held
+        timeout whose retry is never sent (the budget refused it, the caller gave up in
+        the backoff) counts then, not left to another call's retry. Told at once all the
+        same: a timeout with no answer to anyone meanwhile (a hung dependency, whose
+        retry would take another whole attempt to confirm it); a probe's outcome (the
+        half-open breaker waits for it); a connect timeout (nothing reached the server);
+        and a failure with the server's wait (a 503's ``Retry-After``), which asks
+        every caller to back off now.
         """
         open_for = verdict.after if status == 503 else None
         outcome_health = health(verdict, status)
@@ -655,6 +675,7 @@ class Call:
             elif not (
                 self._failed_before
                 or permit.probe
+                or (timed_out and not self._answered_meanwhile)
                 or verdict.reason == "connect_timeout"
                 or verdict.after is not None
             ):

@@ -359,6 +359,12 @@ class CircuitBreaker:
             self._waiting_until = until
             self._waiting_patience = patience
 
+    def answered_since(self, moment: float) -> bool:
+        """Whether a healthy answer was counted at ``moment`` (monotonic seconds) or
+        later. Without the lock: a moment's race only moves which side of it an answer
+        falls."""
+        return self._healthy_at >= moment
+
     def answer_ended(self, until: float) -> None:
         """The attempt told to :meth:`expect_answer` with ``until`` ended: if it was the
         one kept, no attempt is known to wait any more (one admitted after it will say

@@ -199,6 +199,11 @@ class DependencyGuard:
         if self.breaker is not None:
             self.breaker.expect_answer(until, patience)
 
+    def answered_since(self, moment: float) -> bool:
+        """Whether the dependency gave a healthy answer at ``moment`` or later (see
+        :meth:`CircuitBreaker.answered_since`; False with no breaker)."""
+        return self.breaker is not None and self.breaker.answered_since(moment)
+
     def answer_ended(self, until: float) -> None:
         """The attempt told to :meth:`expect_answer` with ``until`` ended."""
         if self.breaker is not None:
