@@ -214,8 +214,21 @@ def test_a_patient_attempt_its_caller_gave_up_on_counts_the_held_timeouts() -> N
     _patient_attempt(breaker, clock, patience=6.0)  # (another, still waiting)
     _time_out(breaker, 0.1, 5)
     assert breaker.state == "closed"
-    transition = breaker.answer_abandoned(until)
+    transition = breaker.answer_abandoned(until, 0.5)  # (it waited 0.5 s, unanswered)
     assert transition == ("closed", "open")
+
+
+def test_an_attempt_given_up_sooner_than_the_held_timeouts_came_says_nothing_of_them() -> None:
+    """A call cancelled after 0.05 s waited less than the held timeouts (0.1 s): they
+    stay held for the patient attempt still waiting."""
+    breaker, clock = _breaker()
+    _patient_attempt(breaker, clock)
+    _time_out(breaker, 0.1, 5)
+    short = clock.monotonic() + 0.2
+    breaker.expect_answer(short, 0.2)
+    assert breaker.answer_abandoned(short, 0.05) is None
+    assert breaker.state == "closed"
+    assert _time_out(breaker, 0.1, 1) == ["held"]
 
 
 def test_a_held_calls_retry_success_takes_back_no_other_calls_failure() -> None:
@@ -343,3 +356,40 @@ def test_a_hung_server_still_opens_it_once_the_patient_attempt_times_out(
         assert "circuit_open" not in outcomes  # (held while the patient attempt waited)
         with pytest.raises(retrysafe.CircuitOpen):
             client.get(hang, policy=short)
+
+
+def test_a_held_timeout_taken_for_the_callers_limit_leaves_its_retrys_failure_counted() -> None:
+    """The engine tells a held first timeout and its retry's failure together, the second
+    as a repeat: when the breaker takes the first for the caller's own limit (its answers
+    are slower), the retry's 503 is the call's first evidence, and counts."""
+    clock = FakeClock(seed=1)
+    governor = Governor(FIVE_IN_A_ROW, clock=clock)
+    breaker = governor.guard("api").breaker
+    assert breaker is not None
+    for _ in range(3):
+        breaker.record_healthy_call(0.3)  # (warm: answers take 0.3 s)
+    attempts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append(request)
+        if len(attempts) == 1:
+            clock.advance(0.1)
+            breaker.record_healthy_call(0.3)  # (another call answered meanwhile)
+            raise httpx.ReadTimeout("stalled", request=request)
+        return httpx.Response(503)
+
+    policy = RetryPolicy(attempts=2, backoff_base=0.0, backoff_cap=0.0)
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(handler),
+            governor=governor,
+            clock=clock,
+            dependency="api",
+            policy=policy,
+        ) as client,
+        pytest.raises(retrysafe.ServerError),
+    ):
+        client.get("https://api.test/")
+    assert len(attempts) == 2
+    _calls, failed = breaker._tally(int(clock.monotonic() // breaker._bucket_width))
+    assert failed == 1

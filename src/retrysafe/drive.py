@@ -503,8 +503,9 @@ class Drive:
                     admission: Admission | None = OPEN_ADMISSION
                 else:
                     patience = self._patience(plan.timeout)
-                    self._answer_by = now + patience
-                    admission = guard.admit_at_once(self._answer_by, patience)
+                    admission = guard.admit_at_once(now + patience, patience)
+                    if admission is not None:
+                        self._answer_by = now + patience  # (what the breaker was told)
                 if admission is not None:
                     stream = self.request.stream  # (bytes, the usual body, asked inline)
                     replayable = isinstance(stream, httpx.ByteStream) or replayable_body(stream)
@@ -638,8 +639,15 @@ class Drive:
         """The attempt ended with no outcome (cancelled): free what it held."""
         if self._guard is not None and self._answer_by != _NO_ANSWER_EXPECTED:
             # (an attempt given up in flight, unanswered: it must not hold short timeouts
-            # back; a call ending on its error, or cancelled in a wait, has none)
-            transition = self._guard.answer_abandoned(self._answer_by)
+            # back, and confirms those shorter than its wait; a call ending on its error,
+            # or cancelled in a wait, has none in flight)
+            now = monotonic_of(self.settings.clock)
+            first, call = self._first, self._call
+            started = first.started if first is not None else now
+            if call is not None and first is None:
+                started = call.attempt_started
+            waited = now - started
+            transition = self._guard.answer_abandoned(self._answer_by, waited)
             self._answer_by = _NO_ANSWER_EXPECTED
             if transition is not None and self._call is not None:
                 self._emit_transition(transition)
@@ -728,6 +736,10 @@ class Drive:
             return
         effects = call.take_effects()
         guard = self._guard
+        # A held first failure and its retry's are told together (the retry's built as a
+        # repeat): if the breaker takes the first for the caller's own limit, the second
+        # is the call's first evidence after all.
+        uncounted = False
         for effect in effects:
             if type(effect) is EmitEvent:
                 self.settings.observer.emit(effect.event, body_excerpt=effect.body_excerpt)
@@ -741,9 +753,13 @@ class Drive:
                     guard.healthy_call(self.call.last_attempt_seconds)
             elif guard is not None:
                 if type(effect) is RecordHealth:
+                    if effect.repeat and uncounted:
+                        # (the failure it repeats was the caller's limit: it counts anew)
+                        effect = effect._replace(repeat=False)
                     transition, evidence = guard.record_health(effect)
                     if evidence == "callers_limit" and not effect.repeat:
                         self.call.failure_not_counted()  # (the caller's own limit)
+                        uncounted = True
                 else:
                     transition = guard.apply(effect)
                 if transition is not None:

@@ -185,8 +185,9 @@ class CircuitBreaker:
         self._waiting_patience = 0.0
         #: Timeouts held for a more patient attempt's answer: (when, permit). The next
         #: failure not held counts them; a healthy outcome forgets them.
-        #: (when held, the permit, when it counts at the latest: see HELD_AT_MOST)
-        self._held: collections.deque[tuple[float, Permit, float]] = collections.deque(
+        #: (when held, the permit, when it counts at the latest: see HELD_AT_MOST, and
+        #: after how long it timed out)
+        self._held: collections.deque[tuple[float, Permit, float, float]] = collections.deque(
             maxlen=DEFERRED_KEPT
         )
         #: The permit of the current closed period (a new one each time it closes).
@@ -317,7 +318,7 @@ class CircuitBreaker:
                         # (one of this call's own retries adds nothing, as counted).
                         if not repeat:
                             due = min(self._waiting_until, now + HELD_AT_MOST)
-                            self._held.append((now, permit, due))
+                            self._held.append((now, permit, due, seconds))
                         return None, "held"
             return self._record(permit, health, now, open_for, repeat), "counted"
 
@@ -373,20 +374,23 @@ class CircuitBreaker:
         if until == self._waiting_until:
             self._waiting_until = -math.inf
 
-    def answer_abandoned(self, until: float) -> Transition | None:
+    def answer_abandoned(self, until: float, waited: float) -> Transition | None:
         """The attempt told to :meth:`expect_answer` with ``until`` was given up with no
-        answer (its caller cancelled it): as :meth:`answer_ended`, and the timeouts held
-        count now. A patient attempt whose own caller gives up sooner (an
-        ``asyncio.timeout`` around a call with a long ``attempt_timeout``) will never
-        vouch for them, and callers doing so one after another would otherwise keep
-        them held for :data:`HELD_AT_MOST`. Returns any state change."""
+        answer after ``waited`` seconds (its caller cancelled it): as
+        :meth:`answer_ended`, and the held timeouts shorter than that wait count now:
+        it waited longer than they did and no answer came. A patient attempt whose own
+        caller gives up sooner (an ``asyncio.timeout`` around a call with a long
+        ``attempt_timeout``) will never vouch for them, and callers doing so one after
+        another would otherwise keep them held for :data:`HELD_AT_MOST`; a call
+        cancelled sooner than they timed out says nothing of them. Returns any state
+        change."""
         self.answer_ended(until)
         if not self._held:
             return None
         with self._lock:
             if self._state != "closed":
                 return None
-            return self._count_held(monotonic_of(self._clock))
+            return self._count_held(monotonic_of(self._clock), shorter_than=waited)
 
     def _record(
         self,
@@ -445,25 +449,28 @@ class CircuitBreaker:
             return self._open(now, open_for, before="closed")
         return None
 
-    def _count_held(self, now: float, *, overdue_only: bool = False) -> Transition | None:
+    def _count_held(
+        self, now: float, *, overdue_only: bool = False, shorter_than: float = math.inf
+    ) -> Transition | None:
         """Count the timeouts held for a patient attempt (under the lock): a failure not
         held came, so they were the dependency's; or, ``overdue_only``, those whose hold
-        ran out (no answer came in time). Those older than ``failure_window`` are
-        dropped; returns any state change."""
+        ran out (no answer came in time); or those that timed out sooner than
+        ``shorter_than`` seconds. Those older than ``failure_window`` are dropped;
+        returns any state change."""
         oldest = now - self.settings.failure_window
         held = self._held
-        if overdue_only:
-            taken = [entry for entry in held if entry[2] <= now]
+        if overdue_only or shorter_than != math.inf:
+            taken = [e for e in held if (e[2] <= now if overdue_only else e[3] < shorter_than)]
             if not taken:
                 return None
-            kept = [entry for entry in held if entry[2] > now]
+            kept = [e for e in held if e not in taken]
             held.clear()
             held.extend(kept)
         else:
             taken = list(held)
             held.clear()
         transition: Transition | None = None
-        for at, permit, _ in taken:
+        for at, permit, _, _ in taken:
             if at >= oldest and self._state == "closed":
                 changed = self._record(permit, "unhealthy", now, None, False)
                 if changed is not None:

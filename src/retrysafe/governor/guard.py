@@ -209,12 +209,13 @@ class DependencyGuard:
         if self.breaker is not None:
             self.breaker.answer_ended(until)
 
-    def answer_abandoned(self, until: float) -> Transition | None:
+    def answer_abandoned(self, until: float, waited: float) -> Transition | None:
         """The attempt told to :meth:`expect_answer` with ``until`` was given up with no
-        answer (see :meth:`CircuitBreaker.answer_abandoned`); any state change."""
+        answer after ``waited`` seconds (see :meth:`CircuitBreaker.answer_abandoned`);
+        any state change."""
         if self.breaker is None:
             return None
-        return self.breaker.answer_abandoned(until)
+        return self.breaker.answer_abandoned(until, waited)
 
     def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """Count a call that succeeded at once while the breaker was closed, its attempt
