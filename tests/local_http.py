@@ -40,10 +40,21 @@ class AnswersOk(QuietHandler):
         self.wfile.write(b"ok")
 
 
+class _ManyAtOnce(http.server.ThreadingHTTPServer):
+    # (socketserver's listen backlog is 5: dozens of connections at once would wait in
+    # SYN retries and time out connecting; and a handler still sleeping is not waited for)
+    request_queue_size = 128
+    daemon_threads = True
+
+
 @contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """``handler`` answering on a threaded server for the block: its base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(
+    handler: type[http.server.BaseHTTPRequestHandler], *, many_at_once: bool = False
+) -> Iterator[str]:
+    """``handler`` answering on a threaded server for the block: its base URL.
+    ``many_at_once``: for dozens of connections made at once."""
+    server_type = _ManyAtOnce if many_at_once else http.server.ThreadingHTTPServer
+    server = server_type(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

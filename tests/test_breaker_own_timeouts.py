@@ -21,6 +21,8 @@ import httpx
 import pytest
 
 import retrysafe
+from breaker_on_fake_clock import CLOSED, SETTINGS
+from breaker_on_fake_clock import breaker_on_fake_clock as _breaker
 from fresh_drive import fresh_drive
 from retrysafe import RetryPolicy
 from retrysafe.attempt_plan import AttemptPlan
@@ -35,21 +37,10 @@ from retrysafe.governor import (
     CircuitBreaker,
     Governor,
     GovernorSettings,
-    Permit,
     Transition,
 )
 from retrysafe.request_facts import default_dependency
 from retrysafe.testing import FakeClock
-
-CLOSED = Permit(allowed=True)
-SETTINGS = BreakerSettings(
-    consecutive_failures=5, open_for=5.0, first_open_for=5.0, ratio_window=30.0
-)
-
-
-def _breaker() -> tuple[CircuitBreaker, FakeClock]:
-    clock = FakeClock(seed=1)
-    return CircuitBreaker(SETTINGS, clock), clock
 
 
 def _time_out(breaker: CircuitBreaker, seconds: float, times: int) -> None:

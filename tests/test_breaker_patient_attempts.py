@@ -24,6 +24,8 @@ import httpx
 import pytest
 
 import retrysafe
+from breaker_on_fake_clock import CLOSED, SETTINGS
+from breaker_on_fake_clock import breaker_on_fake_clock as _breaker
 from retrysafe import RetryPolicy
 from retrysafe.chaos import KeyedChaos
 from retrysafe.governor import (
@@ -31,21 +33,10 @@ from retrysafe.governor import (
     CircuitBreaker,
     Governor,
     GovernorSettings,
-    Permit,
 )
 from retrysafe.governor.breaker import HELD_AT_MOST
 from retrysafe.request_facts import default_dependency
 from retrysafe.testing import FakeClock
-
-CLOSED = Permit(allowed=True)
-SETTINGS = BreakerSettings(
-    consecutive_failures=5, open_for=5.0, first_open_for=5.0, ratio_window=30.0
-)
-
-
-def _breaker() -> tuple[CircuitBreaker, FakeClock]:
-    clock = FakeClock(seed=1)
-    return CircuitBreaker(SETTINGS, clock), clock
 
 
 def _patient_attempt(breaker: CircuitBreaker, clock: FakeClock, patience: float = 5.0) -> float:

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 import retrysafe
+from local_http import serving
 from retrysafe import RetryPolicy
 from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.request_facts import default_dependency
@@ -62,23 +63,10 @@ def _stalling_the_first(count: int) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    # (socketserver's listen backlog is 5: fifty connections at once would wait in SYN
-    # retries and time out connecting, which is another test)
-    request_queue_size = 128
-    daemon_threads = True
-
-
 @pytest.fixture
 def blip() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _stalling_the_first(STALLED))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/items"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_stalling_the_first(STALLED), many_at_once=True) as base:
+        yield f"{base}/items"
 
 
 def test_async_client_a_blip_of_timeouts_one_retry_fixes_leaves_it_closed(blip: str) -> None:
