@@ -643,9 +643,10 @@ class Drive:
             # or cancelled in a wait, has none in flight)
             now = monotonic_of(self.settings.clock)
             first, call = self._first, self._call
-            started = first.started if first is not None else now
-            if call is not None and first is None:
-                started = call.attempt_started
+            if first is not None:
+                started = first.started
+            else:
+                started = call.attempt_started if call is not None else now
             waited = now - started
             transition = self._guard.answer_abandoned(self._answer_by, waited)
             self._answer_by = _NO_ANSWER_EXPECTED

@@ -183,10 +183,10 @@ class CircuitBreaker:
         #: seconds), and how long it waits for an answer (see expect_answer).
         self._waiting_until = -math.inf
         self._waiting_patience = 0.0
-        #: Timeouts held for a more patient attempt's answer: (when, permit). The next
-        #: failure not held counts them; a healthy outcome forgets them.
-        #: (when held, the permit, when it counts at the latest: see HELD_AT_MOST, and
-        #: after how long it timed out)
+        #: Timeouts held for a more patient attempt's answer (see expect_answer): when
+        #: held, the permit, when it counts at the latest (HELD_AT_MOST), and after how
+        #: long it timed out. The next failure not held counts them; a healthy outcome
+        #: forgets them.
         self._held: collections.deque[tuple[float, Permit, float, float]] = collections.deque(
             maxlen=DEFERRED_KEPT
         )
@@ -458,17 +458,16 @@ class CircuitBreaker:
         ``shorter_than`` seconds. Those older than ``failure_window`` are dropped;
         returns any state change."""
         oldest = now - self.settings.failure_window
-        held = self._held
-        if overdue_only or shorter_than != math.inf:
-            taken = [e for e in held if (e[2] <= now if overdue_only else e[3] < shorter_than)]
-            if not taken:
-                return None
-            kept = [e for e in held if e not in taken]
-            held.clear()
-            held.extend(kept)
-        else:
-            taken = list(held)
-            held.clear()
+        taken: list[tuple[float, Permit, float, float]] = []
+        kept: list[tuple[float, Permit, float, float]] = []
+        for entry in self._held:
+            _, _, due, seconds = entry
+            counts = due <= now if overdue_only else seconds < shorter_than
+            (taken if counts else kept).append(entry)
+        if not taken:
+            return None
+        self._held.clear()
+        self._held.extend(kept)
         transition: Transition | None = None
         for at, permit, _, _ in taken:
             if at >= oldest and self._state == "closed":
