@@ -164,6 +164,7 @@ class FakeCall:
     def __init__(self, lease: float) -> None:
         self.attempts = 0
         self.pacing_held = False
+        self.cooldown_waited = False
         self._lease = lease
 
     def probe_lease(self) -> float:

@@ -120,6 +120,8 @@ class Call:
     _plan: AttemptPlan | None = None
     _permit: Permit | None = None
     _pacing_held = False
+    #: The next attempt already waited out a cooldown (see cooldown_waited).
+    _cooldown_waited = False
     #: The paced slot held (Admission.slot), to name it if it is given back.
     _pacing_slot = 0.0
     _attempt_started = 0.0
@@ -224,6 +226,12 @@ class Call:
         """A paced slot is reserved for the next attempt: the governor must not reserve another."""
         return self._pacing_held
 
+    @property
+    def cooldown_waited(self) -> bool:
+        """The next attempt already waited out a cooldown: the governor lets it go, even
+        if another 429 started a new cooldown meanwhile (each attempt waits one out)."""
+        return self._cooldown_waited
+
     def take_effects(self) -> list[Effect]:
         """What the shell must do on the side since the last call: apply in order.
 
@@ -256,6 +264,7 @@ class Call:
                     "cooldown", "cooldown", retry_after=admission.cooldown, detail=admission.detail
                 )
             self._promised = True
+            self._cooldown_waited = True
             return Wait(wait)
         if admission.pacing > 0:
             if admission.queue_full:  # no slot reserved: none to wait for, none to give back
@@ -281,6 +290,7 @@ class Call:
                 "circuit", "circuit_open", retry_after=retry_after, detail=admission.detail
             )
         self._pacing_held = False
+        self._cooldown_waited = False
         self._permit = permit
         self._promised = False
         self._spent_unsent = False

@@ -101,6 +101,7 @@ class RecordingFleet:
 class FirstAttempt:
     attempts = 0
     pacing_held = False
+    cooldown_waited = False
 
     def probe_lease(self) -> float:
         return 2.0
@@ -139,6 +140,20 @@ def test_a_fleet_cooldown_holds_the_call_for_what_is_left_of_it() -> None:
     admission = guard.admit(FirstAttempt())
     assert admission.cooldown == 1.5
     assert "across the fleet" in admission.detail
+
+
+class WaitedOneOut(FirstAttempt):
+    cooldown_waited = True
+
+
+def test_an_attempt_that_waited_one_cooldown_out_is_not_held_by_a_new_one() -> None:
+    """As a local cooldown (tests/test_cooldown_once.py): each attempt waits one out."""
+    guard, fleet, clock = guard_with()
+    fleet.view("api").learn(clock.monotonic() + 2.0, 0.0)  # another process's 429, anew
+    admission = guard.admit(WaitedOneOut())
+    assert admission.cooldown == 0
+    assert admission.permit is not None
+    assert admission.permit.allowed
 
 
 def test_an_open_fleet_breaker_refuses_until_its_end_and_refuses_a_longer_retry() -> None:

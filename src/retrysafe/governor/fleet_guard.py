@@ -41,7 +41,13 @@ from retrysafe.errors import seconds_text
 from retrysafe.governor.breaker import CircuitBreaker, Evidence, Permit, Transition
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
-from retrysafe.governor.guard import CallFacts, DependencyGuard, lease_for_probe, queue_full
+from retrysafe.governor.guard import (
+    CallFacts,
+    DependencyGuard,
+    lease_for_probe,
+    queue_full,
+    waits_out,
+)
 from retrysafe.governor.limiter import QUEUE_FULL, Limiter
 
 __all__ = ["FleetGuard", "FleetPermit"]
@@ -68,6 +74,10 @@ class _HoldingSlot:
     @property
     def pacing_held(self) -> bool:
         return True
+
+    @property
+    def cooldown_waited(self) -> bool:
+        return self._call.cooldown_waited
 
     def probe_lease(self) -> float:
         return self._call.probe_lease()
@@ -143,7 +153,7 @@ class FleetGuard(DependencyGuard):
         cooldown = view.cooldown_until - now
         if self.limiter is not None:
             cooldown = max(cooldown, self.limiter.cooldown_remaining())
-        if cooldown > 0:
+        if cooldown > 0 and waits_out(call):
             return Admission(cooldown=cooldown, detail=explain_fleet_cooldown(cooldown))
         open_until = view.open_until
         half_open = False

@@ -47,6 +47,7 @@ __all__ = [
     "DependencyGuard",
     "lease_for_probe",
     "queue_full",
+    "waits_out",
 ]
 
 
@@ -59,7 +60,21 @@ class CallFacts(Protocol):
     @property
     def pacing_held(self) -> bool: ...
 
+    @property
+    def cooldown_waited(self) -> bool: ...
+
     def probe_lease(self) -> float: ...
+
+
+def waits_out(call: CallFacts) -> bool:
+    """Whether ``call``'s next attempt waits for a cooldown running now: unless it already
+    waited one out. Every 429 (or limit announced used up) starts a cooldown for the whole
+    dependency; were a call to wait each one out, then, while some of its callers keep
+    getting 429s (one path limited, or a server turning a share of requests away), it would
+    wait one cooldown after another and give up at its deadline, never sent. So each
+    attempt waits one out, at most, and then goes: it obeys its own answer after that. New
+    callers still wait, and the load stays one attempt per caller per cooldown."""
+    return not call.cooldown_waited
 
 
 # (The fleet's guard subclasses it in plain Python, which a compiled class must allow.)
@@ -113,15 +128,16 @@ class DependencyGuard:
 
     def admit(self, call: CallFacts) -> Admission:
         """May the call's next attempt start now? A cooldown is only reported (nothing
-        reserved); otherwise a paced slot is reserved (unless the call holds one), then
-        the breaker is asked. A first attempt earns the retry budget its share."""
+        reserved), unless the attempt already waited one out (see :func:`waits_out`);
+        otherwise a paced slot is reserved (unless the call holds one), then the breaker
+        is asked. A first attempt earns the retry budget its share."""
         limiter = self.limiter
         reserved = False
         slot = 0.0
         if limiter is not None:
             # (cooldown_remaining() would answer the same; one float read says "none")
             cooldown = limiter.cooldown_remaining() if limiter._cooldown_until else 0.0
-            if cooldown > 0:
+            if cooldown > 0 and waits_out(call):
                 return Admission(cooldown=cooldown)
             if limiter.paced and not call.pacing_held:
                 pacing, slot = limiter.reserve_slot()
