@@ -48,6 +48,7 @@ __all__ = [
     "hidden_values",
     "is_card_number",
     "is_secret_field",
+    "is_added_secret_name",
     "is_secret_name",
     "multipart_fields",
     "name_segments",
@@ -92,6 +93,8 @@ _registry_lock = threading.Lock()
 #: The secret and public names' segments (see name_segments), worked out on first use.
 _secret_patterns: frozenset[tuple[str, ...]] | None = None
 _public_patterns: frozenset[tuple[str, ...]] = frozenset()
+#: The segments of the names add_secret_names added.
+_added_patterns: frozenset[tuple[str, ...]] = frozenset()
 
 
 def name_segments(name: str) -> tuple[str, ...]:
@@ -130,19 +133,31 @@ def add_secret_names(*names: str) -> None:
     ``X-Acme-Ticket`` and ``ticket_id`` secret but not ``tickets``; ``"acme-seal"`` makes
     ``X-Acme-Seal`` and ``acmeSeal`` secret but not ``seal``. Process-wide, thread-safe.
     """
-    global _secret_patterns, _judged
+    global _secret_patterns, _added_patterns, _judged
     added = _patterns(names)
     with _registry_lock:
         _secret_patterns = _with_built_in() | added
+        _added_patterns = _added_patterns | added
         _judged = {}
 
 
 def _reset_secret_names() -> None:
     """Back to the built-in names only (for tests)."""
-    global _secret_patterns, _judged
+    global _secret_patterns, _added_patterns, _judged
     with _registry_lock:
         _secret_patterns = None
+        _added_patterns = frozenset()
         _judged = {}
+
+
+def is_added_secret_name(name: str) -> bool:
+    """Whether ``name`` is named like one of the names :func:`add_secret_names` added (the
+    built-in ones left out)."""
+    added = _added_patterns
+    if not added:
+        return False
+    segments = name_segments(name)
+    return any(_contains(segments, pattern) for pattern in added)
 
 
 def _contains(segments: tuple[str, ...], pattern: tuple[str, ...]) -> list[int]:

@@ -116,6 +116,28 @@ async def test_a_different_body_is_422_and_the_original_still_replays(
     assert app.state.shop.runs["/orders"] == 1
 
 
+@pytest.mark.parametrize(
+    ("first", "other"),
+    [
+        ({"auth_amount": 100, "currency": "usd"}, {"auth_amount": 99999, "currency": "usd"}),
+        ({"payment_token": "tok_visa_AAAA"}, {"payment_token": "tok_mc_BBBB"}),
+    ],
+)
+async def test_another_sum_or_card_token_under_the_same_key_is_422_not_a_replay(
+    store: IdempotencyStore, first: dict[str, object], other: dict[str, object]
+) -> None:
+    """Fields named like credentials (``auth``, ``token``) count by their value: the first
+    charge's 201 must not answer a request for another sum or another card (trial62)."""
+    app = build_app(store)
+    async with client_for(app) as client:
+        await client.post("/orders", json=first, headers=headers("k1"))
+        reused = await client.post("/orders", json=other, headers=headers("k1"))
+
+    assert reused.status_code == 422
+    assert_problem(422, reused.json(), "key-reused")
+    assert app.state.shop.runs["/orders"] == 1
+
+
 async def test_the_same_key_on_another_path_is_422(store: IdempotencyStore) -> None:
     app = build_app(store)
     async with client_for(app) as client:

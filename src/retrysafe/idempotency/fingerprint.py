@@ -1,17 +1,24 @@
 """The fingerprint of a request: what must match for a repeat to count as the same request.
 
 A store keeps the fingerprint of every keyed request, and whoever reads the store could
-test guesses against it offline: a password under four guesses, a card number among a
-million candidates in seconds. So no guessable secret goes into it. A field named like a
-secret (``password``, ``cvc``, ``pin``...: :func:`retrysafe.redact.is_secret_field`, names
-added with :func:`retrysafe.add_secret_names` too, but for one secret only by a ``key`` in
-its name: see :func:`_hidden_field`) counts by its name alone, and a
-payment card number by its first six and last four digits and its length, the part a
-receipt may print. Two requests that differ only there are the same request: a key sent
-again with another password or another card replays the first answer, where it would
-otherwise be refused as a reused key. A request holding no secret, nor any number that
-reads as a card's (13 to 19 digits that pass the Luhn check, as one long id in ten does),
-is fingerprinted as it always was.
+test guesses against it offline: a password under four guesses, a card's security code
+among a thousand, a card number among a million candidates in seconds. So no guessable
+secret goes into it. A field named for a secret a person chooses or a short code holds
+(``password``, ``pin``, ``cvc``, ``otp``...: :data:`GUESSABLE_SECRETS`, and the names
+added with :func:`retrysafe.redact.add_secret_names`) counts by its name alone, and a payment
+card number by its first six and last four digits and its length, the part a receipt may
+print. Two requests that differ only there are the same request: a key sent again with
+another password or another card replays the first answer, where it would otherwise be
+refused as a reused key.
+
+Every other field counts by its value, those named like the credentials a machine makes
+(tokens, keys, signatures, session ids) too: such a value is too long and random to guess
+from a hash, and many such names name what a request acts on (``payment_token``, the card
+to charge; ``auth_amount``, the sum to authorize). Counted by name, a key sent again for
+another card or another sum would replay the first charge's answer as this one's.
+
+A request holding no secret, nor any number that reads as a card's (13 to 19 digits that
+pass the Luhn check, as one long id in ten does), is fingerprinted as it always was.
 """
 
 from __future__ import annotations
@@ -21,9 +28,14 @@ import json
 import re
 from urllib.parse import parse_qsl, urlencode
 
-from retrysafe.redact import is_card_number, is_secret_field, multipart_fields, name_segments
+from retrysafe.redact import (
+    is_added_secret_name,
+    is_card_number,
+    multipart_fields,
+    name_segments,
+)
 
-__all__ = ["canonical_body", "canonical_query", "request_fingerprint"]
+__all__ = ["GUESSABLE_SECRETS", "canonical_body", "canonical_query", "request_fingerprint"]
 
 #: What a secret field's value is fingerprinted as (the NUL keeps it apart from any text
 #: a client would send).
@@ -33,20 +45,23 @@ _SECRET = "\x00secret"
 _CARD_RUN = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
 
 
-def _hidden_field(name: str) -> bool:
-    """Whether a field named ``name`` counts by its name alone: named like a secret
-    (:func:`~retrysafe.redact.is_secret_field`) for more than a ``key`` in its name.
+#: The segments of a field's name that make it count by its name alone: secrets a person
+#: chooses, and short codes, which a few thousand guesses find from a hash.
+GUESSABLE_SECRETS: frozenset[str] = frozenset(
+    {
+        "password", "passwd", "passphrase", "pass", "pwd", "secret", "credential",
+        "credentials", "pin", "cvc", "cvv", "csc", "ssn", "otp", "totp",
+    }
+)  # fmt: skip
 
-    A name whose only secret part is ``key`` (``partition_key``, ``object_key``,
-    ``api_key``) names an id as often as a credential, and a credential so named is a
-    long random string, which no one guesses from a hash: it counts by its value, so two
-    requests that differ there are two."""
-    if not is_secret_field(name):
-        return False
+
+def _hidden_field(name: str) -> bool:
+    """Whether a field named ``name`` counts by its name alone: one of its segments is a
+    guessable secret's (:data:`GUESSABLE_SECRETS`: ``card_cvc``, ``pin_code``,
+    ``password_confirmation``), or it is named like a name added with
+    :func:`retrysafe.redact.add_secret_names`."""
     segments = name_segments(name)
-    if "key" not in segments:
-        return True
-    return is_secret_field("-".join(segment for segment in segments if segment != "key"))
+    return any(segment in GUESSABLE_SECRETS for segment in segments) or (is_added_secret_name(name))
 
 
 def request_fingerprint(
