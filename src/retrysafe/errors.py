@@ -277,7 +277,8 @@ class ClientError(ApiError):
         if self.status == 409 and self.idempotency_key is not None:
             return (
                 "another request under the same idempotency key is still running on the "
-                "server; try again later under the same key for its result"
+                "server (or the server running it stopped, and its claim has not lapsed yet); "
+                "try again later under the same key for its result"
             )
         return "the server may take it later; try again later"
 

@@ -119,8 +119,9 @@ def in_flight(header: str, retry_after: int) -> Problem:
         409,
         "request-in-flight",
         "Request in progress",
-        f"A request with this {header} is still being processed. Retry after"
-        f" {retry_after} s to get its response.",
+        f"A request with this {header} is still being processed, or the server"
+        " processing it stopped before it finished (its claim then lapses when its lease"
+        f" ends). Retry after {retry_after} s to get its response.",
         (("retry-after", str(retry_after)),),
     )
 
