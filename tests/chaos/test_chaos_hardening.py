@@ -274,3 +274,30 @@ def test_the_body_limit_is_a_setting_of_the_server() -> None:
 def test_a_negative_body_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="max_body_bytes"):
         ChaosServer(max_body_bytes=-1)
+
+
+# -- a URL written by hand (trial61) -----------------------------------------------------
+
+
+def test_a_query_written_into_the_path_is_refused_with_the_way_to_write_it(
+    chaos: KeyedChaos,
+) -> None:
+    """``key=`` would be glued onto the query's last value (``status=503?key=...``)."""
+    with pytest.raises(ValueError, match=r"keyword arguments.*url\('/fail/\{key\}', times=2"):
+        chaos.url("/fail/{key}?times=2&status=503")
+
+
+def test_a_path_key_that_is_not_the_views_is_400_not_a_key_shared_by_every_test(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """``/fail/key`` for ``/fail/{key}``: the literal path segment would win over the
+    view's ``key=`` and share its state with every test that made the same slip."""
+    refused = client.get(chaos.url("/fail/key", times=1))
+    assert refused.status_code == 400
+    assert refused.json()["parameter"] == "key"
+    assert "write {key} in the path" in refused.json()["error"]
+    assert chaos.log() == []  # nothing counted under either key
+    # The path's key alone, or both the same, are as before.
+    assert client.get(chaos.url("/fail/{key}", times=1)).status_code == 503
+    assert client.get(f"{chaos.base_url}/fail/{chaos.key}").status_code == 200
+    assert len(chaos.log()) == 2

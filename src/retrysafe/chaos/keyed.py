@@ -49,8 +49,15 @@ class KeyedChaos:
         ``key=`` is added unless given, and ``{key}`` in ``path`` becomes the key (the
         given one, if any). ``None`` values are left out, booleans become
         ``true``/``false`` and lists are joined with commas, so
-        ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally.
+        ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally. A query
+        written into ``path`` is refused (``ValueError``): ``key=`` would be glued onto
+        its last value.
         """
+        if "?" in path:
+            raise ValueError(
+                f"give the query's values as keyword arguments, not in the path: "
+                f"url({path.split('?', 1)[0]!r}, times=2, ...), not url({path!r})"
+            )
         key = self.key if params.get("key") is None else str(params["key"])
         _check_key(key)  # (another key's URL answers 404 just the same)
         params["key"] = key
