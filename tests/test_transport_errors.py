@@ -117,3 +117,39 @@ def test_with_raise_errors_and_through_the_client_it_stays_retrysafes_own() -> N
     ):
         retrysafe_client.get("http://api.test/")
     assert not isinstance(again.value, httpx.TransportError)
+
+
+def _timing_out(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("timed out reading", request=request)
+
+
+def test_an_attempts_error_raised_after_a_refused_retry_says_no_retry_was_sent() -> None:
+    """The drop-in transport re-raises the last attempt's own httpx exception. When load
+    protection held the retry back, its message says so, for code that reads only
+    ``str()`` (a log line, an SDK's wrapper): it read as a plain timeout (trial59)."""
+    clock = FakeClock()
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(_timing_out),
+        clock=clock,
+        governor=Governor(OPENS_AT_ONCE, clock=clock),
+        policy=RetryPolicy(attempts=3),
+    )
+    with httpx.Client(transport=transport) as client, pytest.raises(httpx.ReadTimeout) as caught:
+        client.get("http://api.test/orders", headers={"Authorization": SECRET})
+    message = str(caught.value)
+    assert message.startswith("timed out reading; no retry was sent: the dependency's circuit")
+    assert "breaker held it back" in message
+    assert SECRET not in message
+    notes = caught.value.__notes__
+    assert len(notes) == 1
+    assert notes[0].startswith("retrysafe: GET http://api.test/orders")
+    assert "refused a retry (circuit breaker)" in notes[0]
+
+
+def test_an_attempts_error_after_the_attempts_ran_out_keeps_its_own_message() -> None:
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(_timing_out), clock=FakeClock(), policy=RetryPolicy(attempts=2)
+    )
+    with httpx.Client(transport=transport) as client, pytest.raises(httpx.ReadTimeout) as caught:
+        client.get("http://api.test/orders")
+    assert str(caught.value) == "timed out reading"

@@ -48,6 +48,7 @@ from retrysafe.decisions import (
     Wait,
 )
 from retrysafe.engine import HEALTHY_WHILE_CLOSED, Call
+from retrysafe.errors import Refused
 from retrysafe.first_attempt import first_plan, first_success, settled_at_once
 from retrysafe.governor.breaker import Permit, Transition
 from retrysafe.governor.explain import (
@@ -206,6 +207,18 @@ _kept_answers = getattr(_log, "_cache", None)
 _LOG_LEVEL_ANSWERS: Final[dict[int, bool]] = (
     _kept_answers if isinstance(_kept_answers, dict) else {}
 )
+
+
+def _say_no_retry_was_sent(cause: BaseException, refusal: Refused) -> None:
+    """Add to ``cause``'s message (an attempt's httpx exception, which the drop-in transport
+    raises) that load protection held the retry back: where only ``str()`` is read (a log
+    line, an SDK's wrapper), the error read as a plain timeout or reset, with nothing to
+    say why it was not retried. (The whole account stays in its note.)"""
+    if len(cause.args) == 1 and isinstance(cause.args[0], str):
+        cause.args = (
+            f"{cause.args[0]}; no retry was sent: the dependency's {refusal.protection} held "
+            "it back (retrysafe's note on this exception says more)",
+        )
 
 
 def _listening(observer: Observer) -> bool:
@@ -816,6 +829,8 @@ class Drive:
             add_note = getattr(step.cause, "add_note", None)
             if add_note is not None:
                 add_note(f"retrysafe: {step.error}")
+            if isinstance(step.error, Refused):
+                _say_no_retry_was_sent(step.cause, step.error)
             raise step.cause
         error = step.error
         if step.cause is None and not self.settings.raise_errors:
