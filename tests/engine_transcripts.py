@@ -78,6 +78,7 @@ from retrysafe.errors import (
     TransportError,
 )
 from retrysafe.governor.breaker import Permit
+from retrysafe.governor.guard import waits_out
 from retrysafe.policy import RetryPolicy
 from retrysafe.testing import FakeClock
 from retrysafe.timing import Deadline
@@ -586,6 +587,8 @@ class StartRec:
     after_wait: bool
     result: AttemptPlan | Wait | Fail
     effects: list[Any]
+    #: ``call.cooldown_waited`` just after: the cooldown the next attempt waited out.
+    cooldown_waited: float = 0.0
 
 
 @dataclasses.dataclass
@@ -778,8 +781,10 @@ def drive(scenario: Scenario) -> Run:
 def _admission(
     spec: AdmissionSpec, call: Call, clock: FakeClock, scripts: _Scripts, breaker: bool
 ) -> Admission:
-    """What a governor would answer: it never reserves a second paced slot."""
-    if spec.kind == "cooldown":
+    """What a governor would answer: it never reserves a second paced slot, and lets an
+    attempt that waited out a cooldown go through a new one up to twice as long (the
+    guard's own rule, ``waits_out``)."""
+    if spec.kind == "cooldown" and waits_out(call, spec.seconds):
         return Admission(cooldown=spec.seconds)
     if spec.kind == "pacing" and not call.pacing_held:
         return Admission(pacing=spec.seconds, slot=float(next(scripts.tokens)))
@@ -820,7 +825,15 @@ def _play(
         at = clock.monotonic()
         started = call.start_attempt(admission)
         run.records.append(
-            StartRec(at, remaining, admission, after_wait, started, call.take_effects())
+            StartRec(
+                at,
+                remaining,
+                admission,
+                after_wait,
+                started,
+                call.take_effects(),
+                call.cooldown_waited,
+            )
         )
         if type(started) is Wait:
             if scripts.cancels_now():
@@ -1982,6 +1995,28 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
             )
 
 
+def check_cooldown_waited_per_attempt(run: Run, expect: Expect) -> None:
+    """What an attempt waited out of cooldowns (``Call.cooldown_waited``, which lets it
+    through a new one up to twice as long) is the longest cooldown it waited for since the
+    last attempt started, and nothing once an attempt starts: a retry waits like any new
+    caller."""
+    waited = 0.0
+    for rec in run.records:
+        if not isinstance(rec, StartRec):
+            continue
+        if type(rec.result) is AttemptPlan:
+            waited = 0.0
+        elif type(rec.result) is Wait and rec.admission.cooldown > 0:
+            waited = max(waited, rec.admission.cooldown)
+        expect(
+            rec.cooldown_waited == waited,
+            "after start_attempt (%s) the call says it waited out %r s of cooldown, not %r",
+            type(rec.result).__name__,
+            rec.cooldown_waited,
+            waited,
+        )
+
+
 #: Every invariant, by name, in the order they are reported.
 INVARIANTS: dict[str, Callable[[Run, Expect], None]] = {
     "no_unsafe_repeat": check_no_unsafe_repeat,
@@ -1993,6 +2028,7 @@ INVARIANTS: dict[str, Callable[[Run, Expect], None]] = {
     "no_retry_after_nested_give_up": check_no_retry_after_nested_give_up,
     "effects_sane": check_effects_sane,
     "classification_matches_spec": check_classification_matches_spec,
+    "cooldown_waited_per_attempt": check_cooldown_waited_per_attempt,
 }
 
 
@@ -2068,6 +2104,8 @@ def coverage(run: Run) -> collections.Counter[str]:
             admission = rec.admission
             if admission.cooldown > 0:
                 seen["governor cooldown"] += 1
+            if rec.cooldown_waited > 0 and rec.admission.cooldown == 0:
+                seen["new cooldown let through (one waited out)"] += 1
             if admission.pacing > 0:
                 seen["paced slot"] += 1
             if admission.permit is not None:

@@ -57,7 +57,7 @@ def client_on(clock: FakeClock, governor: Governor, seen: list[str]) -> retrysaf
 
 
 def test_an_attempt_that_waited_a_cooldown_out_goes_though_a_new_one_started() -> None:
-    clock = AnotherCallerIs429d({1: 4.0})
+    clock = AnotherCallerIs429d({1: 6.0})  # (up to twice the one waited: let through)
     governor = Governor(clock=clock)
     guard = clock.guard = governor.guard(DEPENDENCY)
     assert guard.limiter is not None
@@ -69,7 +69,7 @@ def test_an_attempt_that_waited_a_cooldown_out_goes_though_a_new_one_started() -
         assert seen == ["/orders"]
         # A caller arriving now, during the new cooldown, still waits it out.
         assert client.get("http://api.test/orders").status_code == 200
-    assert clock.sleeps == [3.0, 4.0]
+    assert clock.sleeps == [3.0, 6.0]
     assert seen == ["/orders", "/orders"]
 
 
@@ -92,6 +92,51 @@ def test_a_retry_waits_out_one_cooldown_too() -> None:
     assert response.status_code == 200
     assert clock.sleeps == [0.0, 3.0]  # the backoff, then one cooldown: not the second
     assert retrysafe.report_of(response).attempts == 2
+
+
+def test_a_new_cooldown_longer_than_the_one_waited_holds_the_attempt_again() -> None:
+    """Waited out 1 s, the server now asks every caller for 120 s: the attempt is not sent
+    two minutes early. (Its deadline is shorter: refused, nothing sent.)"""
+    clock = AnotherCallerIs429d({1: 120.0})
+    governor = Governor(clock=clock)
+    guard = clock.guard = governor.guard(DEPENDENCY)
+    assert guard.limiter is not None
+    guard.limiter.start_cooldown(1)
+    seen: list[str] = []
+    with (
+        client_on(clock, governor, seen) as client,
+        pytest.raises(retrysafe.CooldownActive) as refused,
+    ):
+        client.get("http://api.test/orders", policy=RetryPolicy(deadline=30))
+    assert refused.value.attempts == 0
+    assert clock.sleeps == [1.0]
+    assert seen == []
+
+
+def test_what_an_attempt_waited_is_forgotten_when_the_next_attempt_starts() -> None:
+    """The allowance is per attempt: the attempt that waited goes, fails with a 503, and
+    its retry waits out the next cooldown like any new caller."""
+    clock = AnotherCallerIs429d({1: 2.0})  # (the cooldown waited ends; a new one starts)
+    governor = Governor(clock=clock)
+    guard = clock.guard = governor.guard(DEPENDENCY)
+    assert guard.limiter is not None
+    guard.limiter.start_cooldown(2)
+    answers = iter([httpx.Response(503), httpx.Response(200)])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if len(clock.sleeps) == 1:  # the first attempt's answer starts one more, of 3 s
+            guard.limiter.start_cooldown(3)  # type: ignore[union-attr]
+        return next(answers)
+
+    with retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+        response = client.get("http://api.test/orders")
+    assert response.status_code == 200
+    # 2 s waited by the first attempt (and a new 2 s let through); the retry then waits
+    # the 3 s cooldown out in full (the backoff, 0 here, first).
+    assert clock.sleeps[0] == 2.0
+    assert clock.sleeps[-1] == 3.0
 
 
 def test_a_cooldown_longer_than_the_deadline_still_refuses_at_once() -> None:

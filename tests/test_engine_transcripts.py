@@ -25,7 +25,7 @@ import retrysafe.classify
 import retrysafe.engine
 from retrysafe.classify import Verdict
 from retrysafe.compiled import COMPILED_MODULES, is_compiled
-from retrysafe.decisions import RecordHealth
+from retrysafe.decisions import OPEN_ADMISSION, Admission, AttemptPlan, RecordHealth
 from retrysafe.engine import Call
 from retrysafe.timing import backoff_delay
 
@@ -178,6 +178,24 @@ def test_a_misread_not_replayable_409_is_caught(monkeypatch: pytest.MonkeyPatch)
     found = _violations()
     assert found.get("classification_matches_spec", 0) > 0
     assert found.get("no_retry_of_permanent", 0) > 0
+
+
+def test_a_cooldown_allowance_kept_across_attempts_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine that never forgets what an attempt waited out would let every later
+    attempt through cooldowns a new caller waits for."""
+    real = Call.start_attempt
+
+    def forgetful(self: Call, admission: Admission = OPEN_ADMISSION) -> Any:
+        waited = self._cooldown_waited
+        result = real(self, admission)
+        if type(result) is AttemptPlan:
+            self._cooldown_waited = waited
+        return result
+
+    monkeypatch.setattr(Call, "start_attempt", forgetful)
+    assert _violations().get("cooldown_waited_per_attempt", 0) > 0
 
 
 def test_an_attempt_over_the_policy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -467,7 +467,7 @@ def test_a_paced_slot_goes_back_when_the_breaker_refuses_the_attempt() -> None:
     clock = FakeClock()
     guard = open_guard(clock, limiter=LimiterSettings(requests_per_second=1.0, burst=1))
     first_attempt = SimpleNamespace(
-        attempts=0, pacing_held=False, cooldown_waited=False, probe_lease=lambda: 1.0
+        attempts=0, pacing_held=False, cooldown_waited=0.0, probe_lease=lambda: 1.0
     )
     admission = guard.admit(first_attempt)
     assert admission.permit is not None

@@ -164,7 +164,7 @@ class FakeCall:
     def __init__(self, lease: float) -> None:
         self.attempts = 0
         self.pacing_held = False
-        self.cooldown_waited = False
+        self.cooldown_waited = 0.0
         self._lease = lease
 
     def probe_lease(self) -> float:

@@ -40,7 +40,7 @@ class _Facts:
 
     attempts = 0
     pacing_held = False
-    cooldown_waited = False
+    cooldown_waited = 0.0
 
     def probe_lease(self) -> float:
         return 1.0

@@ -120,8 +120,8 @@ class Call:
     _plan: AttemptPlan | None = None
     _permit: Permit | None = None
     _pacing_held = False
-    #: The next attempt already waited out a cooldown (see cooldown_waited).
-    _cooldown_waited = False
+    #: The longest cooldown the next attempt waited out (seconds; see cooldown_waited).
+    _cooldown_waited = 0.0
     #: The paced slot held (Admission.slot), to name it if it is given back.
     _pacing_slot = 0.0
     _attempt_started = 0.0
@@ -227,9 +227,10 @@ class Call:
         return self._pacing_held
 
     @property
-    def cooldown_waited(self) -> bool:
-        """The next attempt already waited out a cooldown: the governor lets it go, even
-        if another 429 started a new cooldown meanwhile (each attempt waits one out)."""
+    def cooldown_waited(self) -> float:
+        """The longest cooldown (seconds) the next attempt already waited out (0: none):
+        the governor lets it go through a new cooldown up to twice as long, which another
+        429 started meanwhile (see ``governor.guard.waits_out``)."""
         return self._cooldown_waited
 
     def take_effects(self) -> list[Effect]:
@@ -264,7 +265,8 @@ class Call:
                     "cooldown", "cooldown", retry_after=admission.cooldown, detail=admission.detail
                 )
             self._promised = True
-            self._cooldown_waited = True
+            if admission.cooldown > self._cooldown_waited:
+                self._cooldown_waited = admission.cooldown
             return Wait(wait)
         if admission.pacing > 0:
             if admission.queue_full:  # no slot reserved: none to wait for, none to give back
@@ -290,7 +292,7 @@ class Call:
                 "circuit", "circuit_open", retry_after=retry_after, detail=admission.detail
             )
         self._pacing_held = False
-        self._cooldown_waited = False
+        self._cooldown_waited = 0.0
         self._permit = permit
         self._promised = False
         self._spent_unsent = False

@@ -101,7 +101,7 @@ class RecordingFleet:
 class FirstAttempt:
     attempts = 0
     pacing_held = False
-    cooldown_waited = False
+    cooldown_waited = 0.0
 
     def probe_lease(self) -> float:
         return 2.0
@@ -142,18 +142,21 @@ def test_a_fleet_cooldown_holds_the_call_for_what_is_left_of_it() -> None:
     assert "across the fleet" in admission.detail
 
 
-class WaitedOneOut(FirstAttempt):
-    cooldown_waited = True
+class WaitedTwoSeconds(FirstAttempt):
+    cooldown_waited = 2.0
 
 
-def test_an_attempt_that_waited_one_cooldown_out_is_not_held_by_a_new_one() -> None:
-    """As a local cooldown (tests/test_cooldown_once.py): each attempt waits one out."""
+def test_an_attempt_that_waited_a_cooldown_out_goes_through_a_new_one_as_long() -> None:
+    """As a local cooldown (tests/test_cooldown_once.py): a new one up to twice as long as
+    the one waited lets the attempt go; a longer one holds it."""
     guard, fleet, clock = guard_with()
-    fleet.view("api").learn(clock.monotonic() + 2.0, 0.0)  # another process's 429, anew
-    admission = guard.admit(WaitedOneOut())
+    fleet.view("api").learn(clock.monotonic() + 4.0, 0.0)  # another process's 429, anew
+    admission = guard.admit(WaitedTwoSeconds())
     assert admission.cooldown == 0
     assert admission.permit is not None
     assert admission.permit.allowed
+    fleet.view("api").learn(clock.monotonic() + 4.5, 0.0)
+    assert guard.admit(WaitedTwoSeconds()).cooldown == 4.5
 
 
 def test_an_open_fleet_breaker_refuses_until_its_end_and_refuses_a_longer_retry() -> None:

@@ -76,7 +76,7 @@ class _HoldingSlot:
         return True
 
     @property
-    def cooldown_waited(self) -> bool:
+    def cooldown_waited(self) -> float:
         return self._call.cooldown_waited
 
     def probe_lease(self) -> float:
@@ -153,7 +153,7 @@ class FleetGuard(DependencyGuard):
         cooldown = view.cooldown_until - now
         if self.limiter is not None:
             cooldown = max(cooldown, self.limiter.cooldown_remaining())
-        if cooldown > 0 and waits_out(call):
+        if cooldown > 0 and waits_out(call, cooldown):
             return Admission(cooldown=cooldown, detail=explain_fleet_cooldown(cooldown))
         open_until = view.open_until
         half_open = False

@@ -61,20 +61,25 @@ class CallFacts(Protocol):
     def pacing_held(self) -> bool: ...
 
     @property
-    def cooldown_waited(self) -> bool: ...
+    def cooldown_waited(self) -> float: ...
 
     def probe_lease(self) -> float: ...
 
 
-def waits_out(call: CallFacts) -> bool:
-    """Whether ``call``'s next attempt waits for a cooldown running now: unless it already
-    waited one out. Every 429 (or limit announced used up) starts a cooldown for the whole
-    dependency; were a call to wait each one out, then, while some of its callers keep
-    getting 429s (one path limited, or a server turning a share of requests away), it would
-    wait one cooldown after another and give up at its deadline, never sent. So each
-    attempt waits one out, at most, and then goes: it obeys its own answer after that. New
-    callers still wait, and the load stays one attempt per caller per cooldown."""
-    return not call.cooldown_waited
+def waits_out(call: CallFacts, cooldown: float) -> bool:
+    """Whether ``call``'s next attempt waits for a cooldown with ``cooldown`` seconds left:
+    unless it already waited out one at least half as long.
+
+    Every 429 (or limit announced used up) starts a cooldown for the whole dependency.
+    Were a call to wait each one out, then, while some of its callers keep getting 429s
+    (one path limited, or a server turning a share of its requests away), it would wait
+    one cooldown after another and give up at its deadline, never sent. So an attempt that
+    waited one out goes through a new one up to twice as long (what is left of a cooldown
+    when a call arrives is less than its length, and the next one's is a little more), and
+    obeys its own answer: the load stays one attempt per caller per cooldown, and new
+    callers still wait. A much longer one (the server now asks for two minutes, not one
+    second) holds it again."""
+    return cooldown > 2.0 * call.cooldown_waited
 
 
 # (The fleet's guard subclasses it in plain Python, which a compiled class must allow.)
@@ -128,7 +133,7 @@ class DependencyGuard:
 
     def admit(self, call: CallFacts) -> Admission:
         """May the call's next attempt start now? A cooldown is only reported (nothing
-        reserved), unless the attempt already waited one out (see :func:`waits_out`);
+        reserved), unless the attempt already waited out one as long (see :func:`waits_out`);
         otherwise a paced slot is reserved (unless the call holds one), then the breaker
         is asked. A first attempt earns the retry budget its share."""
         limiter = self.limiter
@@ -137,7 +142,7 @@ class DependencyGuard:
         if limiter is not None:
             # (cooldown_remaining() would answer the same; one float read says "none")
             cooldown = limiter.cooldown_remaining() if limiter._cooldown_until else 0.0
-            if cooldown > 0 and waits_out(call):
+            if cooldown > 0 and waits_out(call, cooldown):
                 return Admission(cooldown=cooldown)
             if limiter.paced and not call.pacing_held:
                 pacing, slot = limiter.reserve_slot()
