@@ -11,6 +11,7 @@ import json
 import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -301,3 +302,55 @@ def test_a_path_key_that_is_not_the_views_is_400_not_a_key_shared_by_every_test(
     assert client.get(chaos.url("/fail/{key}", times=1)).status_code == 503
     assert client.get(f"{chaos.base_url}/fail/{chaos.key}").status_code == 200
     assert len(chaos.log()) == 2
+
+
+@pytest.mark.parametrize("misspelled", ["time", "Times", "tims", "retry-after"])
+def test_a_near_miss_of_a_parameter_the_endpoint_takes_is_400_naming_it(
+    chaos: KeyedChaos, client: httpx.Client, misspelled: str
+) -> None:
+    """Ignored, ``time=3`` left ``/fail`` failing once (its default) while the test meant
+    three times: a test checking the wrong thing, and passing (trial61)."""
+    refused = client.get(chaos.url("/fail/{key}", **{misspelled: 3}))
+    assert refused.status_code == 400
+    meant = "retry_after" if misspelled == "retry-after" else "times"
+    assert refused.json() == {
+        "error": f"/fail/{{key}} takes no parameter {misspelled!r}: {meant!r}? (it takes "
+        "key, retry_after, status, times)",
+        "parameter": misspelled,
+    }
+    assert chaos.log() == []  # not counted
+
+
+@pytest.mark.parametrize("own", ["api_key", "version", "bogus"])
+def test_a_parameter_of_the_clients_own_is_left_alone(
+    chaos: KeyedChaos, client: httpx.Client, own: str
+) -> None:
+    """The chaos server stands in for an API: a client may add its own parameters to
+    every call (an api_key), which no endpoint reads."""
+    assert client.get(chaos.url("/fail/{key}", times=0, **{own: "x"})).status_code == 200
+
+
+def test_echo_takes_any_parameter_and_sends_it_back(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    echoed = client.get(chaos.url("/echo", anything="goes"))
+    assert echoed.status_code == 200
+    assert echoed.json()["query"]["anything"] == "goes"
+
+
+def test_every_parameter_an_endpoint_reads_is_declared() -> None:
+    """A parameter read by name in an endpoint module but declared for no endpoint would
+    be refused with 400 before the endpoint could read it."""
+    import inspect
+
+    import retrysafe.chaos as chaos_package
+    from retrysafe.chaos.app import PARAMETERS
+
+    declared = set().union(*(names for names in PARAMETERS.values() if names is not None))
+    read: set[str] = set()
+    for module_path in Path(inspect.getfile(chaos_package)).parent.glob("*.py"):
+        source = module_path.read_text()
+        read |= set(re.findall(r'_param\(\s*request,\s*"([a-z_]+)"', source))
+        read |= set(re.findall(r'query_params\.get\("([a-z_]+)"', source))
+    assert read  # (the patterns still find the reads)
+    assert read - {"key", "require"} <= declared, read - declared

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from retrysafe.chaos import (
     content_endpoints,
@@ -27,7 +31,81 @@ from retrysafe.chaos.arrival import (
 from retrysafe.chaos.params import InvalidParameter, invalid_parameter_response
 from retrysafe.chaos.state import ChaosState
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "PARAMETERS", "create_app"]
+
+#: The query parameters each endpoint takes, besides ``key`` (which every one does); None:
+#: any (``/echo`` sends back whatever it got, ``/validate`` checks the names ``require``
+#: lists). A near miss of one of them is a test author's slip (``time=3`` for ``times=3``,
+#: ``Times``, ``retry-after``): answered 400 naming what the endpoint takes, before anything
+#: is counted, rather than ignored while the endpoint answers with its default. Any other
+#: name is left alone: the chaos server stands in for an API, and a client may add its own
+#: (an ``api_key``, a ``version``) to every call.
+PARAMETERS: dict[str, frozenset[str] | None] = {
+    "/_chaos/reset": frozenset(),
+    "/_chaos/log": frozenset(),
+    "/_chaos/ledger/{resource}": frozenset(),
+    "/status/{code}": frozenset({"retry_after", "seed"}),
+    "/fail/{key}": frozenset({"times", "status", "retry_after"}),
+    "/sequence/{key}": frozenset({"steps", "retry_after"}),
+    "/flaky": frozenset({"rate", "status", "seed"}),
+    "/retry-after": frozenset({"mode", "seconds", "status"}),
+    "/delay": frozenset({"ms"}),
+    "/hang": frozenset(),
+    "/drip": frozenset({"chunks", "interval_ms", "chunk_bytes"}),
+    "/truncate": frozenset({"promised", "sent"}),
+    "/quota": frozenset({"header", "remaining"}),
+    "/auth": frozenset({"header"}),
+    "/validate": None,
+    "/refused-site": frozenset(),
+    "/ok-error": frozenset(),
+    "/echo": None,
+    "/malformed": frozenset({"kind", "status"}),
+    "/rate-limit/{bucket}": frozenset({"rps", "burst"}),
+    "/outage/{key}": frozenset({"down_ms", "retry_after"}),
+    "/capacity/{pool}": frozenset({"concurrency", "service_ms"}),
+    "/idempotent/{resource}": frozenset({"fail_times", "fail_after_commit"}),
+    "/redirect-chain/{key}": frozenset(
+        {"hops", "hop", "delay_ms", "redirect", "fail_times", "fail_status"}
+    ),
+    "/sse": frozenset({"events", "interval_ms", "fail_times", "fail_status", "format"}),
+    "/openai/{key}/v1/chat/completions": frozenset(
+        {"events", "interval_ms", "fail_times", "fail_status"}
+    ),
+    "/stripe/{key}/{fail_times}/{fail_status}/v1/customers": frozenset(),
+    "/tail/{key}": frozenset({"slow_fraction", "slow_ms", "fast_ms", "seed"}),
+}
+
+
+def _near_miss(name: str, names: frozenset[str]) -> str | None:
+    """The name in ``names`` that ``name`` looks like a slip for (another letter case, a
+    dash for an underscore, a letter off), or None."""
+    folded = name.lower().replace("-", "_")
+    if folded in names:
+        return folded
+    close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _taking_only(route: Route, taken: frozenset[str]) -> Route:
+    """``route`` answering 400 to a near miss of a parameter it takes (see PARAMETERS)."""
+    endpoint = route.endpoint
+    known = taken | {"key"}
+    named = ", ".join(sorted(known))
+
+    async def checked(request: Request) -> Response:
+        for name in request.query_params:
+            if name in known:
+                continue
+            meant = _near_miss(name, known)
+            if meant is not None:
+                raise InvalidParameter(
+                    name,
+                    f"{route.path} takes no parameter {name!r}: {meant!r}? (it takes {named})",
+                )
+        response: Response = await endpoint(request)
+        return response
+
+    return Route(route.path, checked, methods=route.methods, name=route.name)
 
 
 def create_app(
@@ -61,7 +139,10 @@ def create_app(
         tail_endpoints,
         stripe_endpoints,
     ):
-        routes.extend(module.routes(chaos_state))
+        for route in module.routes(chaos_state):
+            assert isinstance(route, Route)
+            taken = PARAMETERS[route.path]  # (a new endpoint declares its parameters)
+            routes.append(route if taken is None else _taking_only(route, taken))
     app = Starlette(
         routes=routes,
         exception_handlers={

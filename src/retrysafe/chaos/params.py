@@ -1,9 +1,10 @@
 """Reading query parameters strictly: a bad value is the test author's bug, answered 400.
 
 A chaos endpoint that guessed what ``times=two`` meant would make a test pass or fail for
-the wrong reason, so every parameter is validated and a mistake is named in the reply.
-Unknown parameters are ignored. Numbers are plain ASCII decimals (no ``1_000``, ``inf``,
-``nan`` or non-ASCII digits), bounded on both sides, and a refusal says the range.
+the wrong reason, so every parameter is validated and a mistake is named in the reply
+(a near miss of a parameter the endpoint takes too: ``app.PARAMETERS``). Numbers are
+plain ASCII decimals (no ``1_000``, ``inf``, ``nan`` or non-ASCII digits), bounded on
+both sides, and a refusal says the range.
 """
 
 from __future__ import annotations
