@@ -120,7 +120,10 @@ async def test_a_different_body_is_422_and_the_original_still_replays(
     ("first", "other"),
     [
         ({"auth_amount": 100, "currency": "usd"}, {"auth_amount": 99999, "currency": "usd"}),
-        ({"payment_token": "tok_visa_AAAA"}, {"payment_token": "tok_mc_BBBB"}),
+        (
+            {"payment_token": "tok_1N3T00LkdIwHu7ixAAAA"},
+            {"payment_token": "tok_1N3T00LkdIwHu7ixBBBB"},
+        ),
     ],
 )
 async def test_another_sum_or_card_token_under_the_same_key_is_422_not_a_replay(

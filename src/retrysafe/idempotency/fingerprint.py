@@ -2,23 +2,31 @@
 
 A store keeps the fingerprint of every keyed request, and whoever reads the store could
 test guesses against it offline: a password under four guesses, a card's security code
-among a thousand, a card number among a million candidates in seconds. So no guessable
-secret goes into it. A field named for a secret a person chooses or a short code holds
-(``password``, ``pin``, ``cvc``, ``otp``...: :data:`GUESSABLE_SECRETS`, and the names
-added with :func:`retrysafe.redact.add_secret_names`) counts by its name alone, and a payment
-card number by its first six and last four digits and its length, the part a receipt may
-print. Two requests that differ only there are the same request: a key sent again with
-another password or another card replays the first answer, where it would otherwise be
-refused as a reused key.
+among a thousand, a one-time code among a million, a card number among a million
+candidates in seconds. So no guessable secret goes into it:
 
-Every other field counts by its value, those named like the credentials a machine makes
-(tokens, keys, signatures, session ids) too: such a value is too long and random to guess
-from a hash, and many such names name what a request acts on (``payment_token``, the card
-to charge; ``auth_amount``, the sum to authorize). Counted by name, a key sent again for
-another card or another sum would replay the first charge's answer as this one's.
+- a field named for a secret a person chooses or a short code holds (any segment of its
+  name in :data:`GUESSABLE_SECRETS`, such as ``password``, ``pin``, ``cvc``, ``passcode``;
+  a ``code`` or ``answer`` named for what it verifies, such as ``verification_code``,
+  ``security_code``, ``cardCode``; and names added with
+  :func:`retrysafe.redact.add_secret_names`) counts by its name alone;
+- a field named for a credential by its end (:data:`CREDENTIALS`: ``..._token``,
+  ``signature``, ``session_id``, ``api_key``...) does too in the query, where it
+  authenticates or signs the URL and changes when the URL is signed again; in a body it
+  counts by its value,
+  being as often what the request acts on (``payment_method_token``, the card to charge),
+  unless that value is short enough to guess (at most 12 characters: a code someone
+  types, as some APIs name theirs ``token``);
+- a payment card number counts by its first six and last four digits and its length, the
+  part a receipt may print.
 
-A request holding no secret, nor any number that reads as a card's (13 to 19 digits that
-pass the Luhn check, as one long id in ten does), is fingerprinted as it always was.
+Two requests that differ only there are the same request: a key sent again with another
+password or another card replays the first answer, where it would otherwise be refused as
+a reused key. Any other name counts by its value, whatever secret-like word it holds
+elsewhere than its end: ``auth_amount`` is the sum to authorize, and a key sent again for
+another sum is another request. A request holding no secret, nor any number that reads as
+a card's (13 to 19 digits that pass the Luhn check, as one long id in ten does), is
+fingerprinted as it always was.
 """
 
 from __future__ import annotations
@@ -31,11 +39,18 @@ from urllib.parse import parse_qsl, urlencode
 from retrysafe.redact import (
     is_added_secret_name,
     is_card_number,
+    is_secret_name,
     multipart_fields,
     name_segments,
 )
 
-__all__ = ["GUESSABLE_SECRETS", "canonical_body", "canonical_query", "request_fingerprint"]
+__all__ = [
+    "CREDENTIALS",
+    "GUESSABLE_SECRETS",
+    "canonical_body",
+    "canonical_query",
+    "request_fingerprint",
+]
 
 #: What a secret field's value is fingerprinted as (the NUL keeps it apart from any text
 #: a client would send).
@@ -49,19 +64,67 @@ _CARD_RUN = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
 #: chooses, and short codes, which a few thousand guesses find from a hash.
 GUESSABLE_SECRETS: frozenset[str] = frozenset(
     {
-        "password", "passwd", "passphrase", "pass", "pwd", "secret", "credential",
-        "credentials", "pin", "cvc", "cvv", "csc", "ssn", "otp", "totp",
+        "password", "passwd", "passphrase", "pass", "pwd", "passcode", "pincode", "secret",
+        "credential", "credentials", "pin", "cvc", "cvv", "cvn", "csc", "ssn", "otp",
+        "totp", "hotp",
     }
 )  # fmt: skip
+#: A name ending in one of these counts by its name alone when another of its segments
+#: says what it verifies (:data:`_VERIFYING`): ``verification_code``, ``security_answer``.
+_CODE_WORDS = frozenset({"code", "answer"})
+_VERIFYING = frozenset(
+    {
+        "auth", "authentication", "authorization", "verification", "verify", "sms",
+        "mfa", "factor", "security", "confirmation", "card", "access", "login",
+    }
+)  # fmt: skip
+#: The last segments that name a credential a machine makes (see the module's docstring).
+CREDENTIALS: frozenset[str] = frozenset(
+    {
+        "token", "accesstoken", "authtoken", "idtoken", "refreshtoken", "sessiontoken",
+        "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "bearer",
+        "auth", "authn", "authorization", "authentication", "cookie", "session",
+        "sessionid", "sid", "jsessionid", "phpsessid", "signature", "sig", "hmac",
+        "saml", "assertion", "apikey", "accesskey", "secretkey", "privatekey",
+    }
+)  # fmt: skip
+#: A credential-named body field's value this short counts by its name: a code someone
+#: types (six or eight digits), not a token a machine makes (tens of characters).
+_GUESSABLE_LENGTH = 12
 
 
-def _hidden_field(name: str) -> bool:
-    """Whether a field named ``name`` counts by its name alone: one of its segments is a
-    guessable secret's (:data:`GUESSABLE_SECRETS`: ``card_cvc``, ``pin_code``,
-    ``password_confirmation``), or it is named like a name added with
-    :func:`retrysafe.redact.add_secret_names`."""
+def _guessable_name(name: str) -> bool:
+    """Whether a field named ``name`` holds a guessable secret by its name alone."""
     segments = name_segments(name)
-    return any(segment in GUESSABLE_SECRETS for segment in segments) or (is_added_secret_name(name))
+    if any(segment in GUESSABLE_SECRETS for segment in segments):
+        return True
+    if segments and segments[-1] in _CODE_WORDS and any(s in _VERIFYING for s in segments):
+        return True
+    return is_added_secret_name(name)
+
+
+def _credential_name(name: str) -> bool:
+    """Whether ``name`` names a credential by its end: its last segment, or its last two
+    as one word (``session_id``, ``api_key``); and is no public name the logs leave alone,
+    such as ``page_token``."""
+    segments = name_segments(name)
+    if not segments:
+        return False
+    ending = segments[-1] in CREDENTIALS or "".join(segments[-2:]) in CREDENTIALS
+    return ending and is_secret_name(name)
+
+
+def _hidden_in_query(name: str) -> bool:
+    """Whether a query parameter named ``name`` counts by its name alone."""
+    return _guessable_name(name) or _credential_name(name)
+
+
+def _hidden_in_body(name: str, value: str) -> bool:
+    """Whether a body field named ``name`` holding ``value`` (as text) counts by its name
+    alone."""
+    if _guessable_name(name):
+        return True
+    return len(value) <= _GUESSABLE_LENGTH and _credential_name(name)
 
 
 def request_fingerprint(
@@ -115,10 +178,17 @@ def _card_runs_replaced(text: str) -> str:
     return _CARD_RUN.sub(lambda match: _card_stand_in(match.group(0)) or match.group(0), text)
 
 
-def _without_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Query or form ``pairs`` with each secret's value replaced by what it counts as."""
+def _without_secrets(pairs: list[tuple[str, str]], *, in_query: bool) -> list[tuple[str, str]]:
+    """Query (``in_query``) or form ``pairs`` with each secret's value replaced by what
+    it counts as."""
     return [
-        (name, _SECRET if _hidden_field(name) else _without_cards(value)) for name, value in pairs
+        (
+            name,
+            _SECRET
+            if (_hidden_in_query(name) if in_query else _hidden_in_body(name, value))
+            else _without_cards(value),
+        )
+        for name, value in pairs
     ]
 
 
@@ -130,7 +200,7 @@ def canonical_query(query: bytes) -> bytes:
     """
     pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
     pairs.sort(key=lambda pair: pair[0])
-    pairs = _without_secrets(pairs)
+    pairs = _without_secrets(pairs, in_query=True)
     return json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -162,13 +232,13 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
     if media_type == "application/x-www-form-urlencoded":
         text = body.decode("latin-1")
         pairs = parse_qsl(text, keep_blank_values=True, encoding="latin-1")
-        kept = _without_secrets(pairs)
+        kept = _without_secrets(pairs, in_query=False)
         if kept == pairs:
             return body  # (no secret: the bytes as sent, field order and all)
         return b"\x00form:" + urlencode(kept, encoding="latin-1").encode("latin-1")
     if media_type == "multipart/form-data" and content_type is not None:
         for name, value in multipart_fields(content_type, body):
-            if value and _hidden_field(name):
+            if value and _hidden_in_body(name, value):
                 body = body.replace(value.encode("utf-8", "replace"), _SECRET.encode())
     elif body.lstrip()[:1] in (b"{", b"["):
         # JSON sent as another type (text/plain, or none at all): its secrets too, if it
@@ -222,7 +292,8 @@ def _write_canonical(document: object) -> str:
     Iterative rather than recursive, so any depth the parser accepted is written too.
     """
     out: list[str] = []
-    secret_names: dict[str, bool] = {}  # (a long body repeats its few names many times)
+    # (a long body repeats its few names many times)
+    secret_names: dict[str, object] = {}
     pending: list[object] = [document]
     while pending:
         item = pending.pop()
@@ -244,16 +315,36 @@ def _write_canonical(document: object) -> str:
             for index, name in enumerate(sorted(item)):
                 if index:
                     parts.append(_COMMA)
-                secret = secret_names.get(name)
-                if secret is None:
-                    secret = secret_names[name] = _hidden_field(name)
-                value = _SECRET_VALUE if secret else item[name]
+                value = item[name]
+                judged = secret_names.get(name)
+                if judged is None:
+                    judged = secret_names[name] = _judge_body_name(name)
+                if judged is _HIDDEN or (judged is _IF_SHORT and _short_scalar(value)):
+                    value = _SECRET_VALUE
                 parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, value))
             parts.append(_CLOSE_OBJECT)
             pending.extend(reversed(parts))
         else:
             raise TypeError(f"not a parsed JSON value: {item!r}")
     return "".join(out)
+
+
+#: How a JSON field's name decides (see _hidden_in_body): always hidden, hidden when its
+#: value is short, or counted by its value.
+_HIDDEN, _IF_SHORT, _COUNTED = object(), object(), object()
+
+
+def _judge_body_name(name: str) -> object:
+    if _guessable_name(name):
+        return _HIDDEN
+    return _IF_SHORT if _credential_name(name) else _COUNTED
+
+
+def _short_scalar(value: object) -> bool:
+    """Whether a parsed JSON value is a string or number short enough to guess."""
+    if isinstance(value, str):
+        return len(value) <= _GUESSABLE_LENGTH
+    return isinstance(value, _Literal) and len(value.text) <= _GUESSABLE_LENGTH
 
 
 def _media_type(content_type: str | None) -> str:

@@ -97,22 +97,24 @@ class OperationDone(ValueError):
 
 def request_fingerprint_of(request: httpx.Request) -> str:
     """The request's fingerprint as the idempotency middleware takes it
-    (:func:`~retrysafe.idempotency.request_fingerprint`: its method, body and media type,
-    none of their secrets), over its URL with every secret redacted: what must be
-    identical on a resume.
+    (:func:`~retrysafe.idempotency.request_fingerprint`: its method, path, query, body and
+    media type, none of their guessable secrets), over its URL without its userinfo: what
+    must be identical on a resume.
 
-    A hash of a secret kept on disk would let whoever reads the file test guesses at it
-    offline (a password in the query, a card number in the body); and a token rotated
-    between two runs leaves the operation the same request.
+    A hash of a guessable secret kept on disk would let whoever reads the file test
+    guesses at it offline (a password in the query, a card number in the body). The query
+    is read as the middleware reads it, so the two never disagree on whether two runs are
+    the same request: a credential in it (a signature, an access token) counts by its
+    name, and a URL signed again is the same operation; any other parameter by its value.
     """
     from retrysafe.idempotency.fingerprint import request_fingerprint
 
-    # (the URL with its secrets redacted, as before: a query's api_key is one there, and a
-    # key rotated between two runs leaves the operation the same request)
+    url = request.url
     return request_fingerprint(
         request.method,
-        redact_url(request.url.copy_with(fragment=None)),
-        b"",
+        # (scheme, host and path; userinfo redacted, the query apart)
+        redact_url(url.copy_with(query=None, fragment=None)),
+        url.query,
         request.read(),
         request.headers.get("content-type"),
     )
