@@ -27,6 +27,7 @@ from retrysafe.attempt_deadline import (
     note_headers_sent,
     note_sent,
     nothing_sent_yet,
+    read_timed_out,
     retire,
     retire_if_full,
     time_left,
@@ -121,7 +122,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 raise
             if self.shared:
                 retire(self)
-            raise AttemptDeadlineReached(stalled=not binds) from None
+            raise read_timed_out(binds, bounded) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         # A plain function handing back the write to await: an empty one (nothing is

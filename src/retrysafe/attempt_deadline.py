@@ -48,6 +48,7 @@ __all__ = [
     "note_sent",
     "nothing_sent_yet",
     "notes_first_writes",
+    "read_timed_out",
     "retire",
     "retire_if_full",
     "retire_stream_of",
@@ -200,16 +201,30 @@ def retire_stream_of(call: RunningCall) -> None:
 class AttemptDeadlineReached(BaseException):
     """The attempt in this context ran out of time in the middle of a read.
 
-    ``stalled``: a single read waited out its whole timeout (the server went
-    quiet: a read timeout); otherwise bytes kept coming, too slowly (a trickle).
+    ``stalled``: a single read waited out its whole timeout (the server went quiet: a
+    read timeout); otherwise bytes kept coming, too slowly (a trickle). ``callers``: that
+    timeout was the caller's own (httpx's ``timeout=``), shorter than what the attempt had
+    left, not one the shell lowered to the attempt's time; ``waited``: its seconds.
     """
 
-    def __init__(self, *, stalled: bool) -> None:
+    def __init__(
+        self, *, stalled: bool, callers: bool = False, waited: float | None = None
+    ) -> None:
         super().__init__("the attempt ran out of time while reading the response")
         self.stalled = stalled
+        self.callers = callers
+        self.waited = waited
 
     def as_outcome(self) -> Exception:
-        """The ordinary timeout this stands for, for the engine to classify."""
+        """The ordinary timeout this stands for, for the engine to classify, its message
+        naming the limit that ran out (one naming attempt_timeout for httpx's own sent
+        whoever debugged it to raise a setting that was not the one that ran out)."""
+        if self.stalled and self.callers:
+            waited = f" {self.waited:g} s" if self.waited is not None else ""
+            return httpx.ReadTimeout(
+                f"the server sent nothing for the whole read timeout{waited} (httpx's "
+                "timeout=, the client's or the call's; the attempt still had time left)"
+            )
         if self.stalled:
             return httpx.ReadTimeout(
                 "the server sent nothing before the attempt's time ran out "
@@ -219,6 +234,17 @@ class AttemptDeadlineReached(BaseException):
             "the response did not arrive within the attempt's time "
             "(retrysafe's RetryPolicy attempt_timeout / deadline)"
         )
+
+
+def read_timed_out(binds: bool, waited: float | None) -> AttemptDeadlineReached:
+    """What a read that waited ``waited`` seconds in an attempt and timed out stands for
+    (``binds``: the attempt's end was its limit): see :class:`AttemptDeadlineReached`."""
+    callers = False
+    if not binds:
+        given = getattr(current_call.get(), "caller_timeouts", None)
+        read = given.get("read") if isinstance(given, dict) else None
+        callers = isinstance(read, (int, float)) and waited is not None and waited >= read
+    return AttemptDeadlineReached(stalled=not binds, callers=callers, waited=waited)
 
 
 def time_left(timeout: float | None) -> tuple[float | None, bool, bool]:

@@ -47,6 +47,7 @@ from retrysafe.attempt_deadline import (
     note_headers_sent,
     note_sent,
     nothing_sent_yet,
+    read_timed_out,
     retire,
     retire_if_full,
     time_left,
@@ -102,7 +103,7 @@ class BoundedStream(httpcore.NetworkStream):
             if self.shared:
                 retire(self)
             # (stalled: the read's own timeout ran out; else the attempt's time did)
-            raise AttemptDeadlineReached(stalled=not binds) from None
+            raise read_timed_out(binds, bounded) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:

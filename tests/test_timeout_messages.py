@@ -1,0 +1,64 @@
+"""A timeout's message names the limit that ran out: httpx's read timeout, or the
+attempt's time (trial63: a 2 s httpx timeout read "the attempt's time ran out
+(retrysafe's RetryPolicy attempt_timeout / deadline)", and raising attempt_timeout, as it
+said, changed nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from tests.local_http import QuietHandler, serving
+
+import retrysafe
+from retrysafe import RetryPolicy
+
+ONE_ATTEMPT = RetryPolicy(attempts=1)
+
+
+class Silent(QuietHandler):
+    """Reads the request, then sends nothing for a second."""
+
+    def do_GET(self) -> None:
+        time.sleep(1.0)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_httpx_read_timeout_running_out_first_is_named_as_httpx_s() -> None:
+    transport = retrysafe.RetryTransport(policy=ONE_ATTEMPT)
+    with (
+        serving(Silent) as url,
+        httpx.Client(transport=transport, timeout=0.3) as client,
+        pytest.raises(httpx.ReadTimeout) as caught,
+    ):
+        client.get(url)
+    message = str(caught.value)
+    assert message.startswith("the server sent nothing for the whole read timeout 0.3 s")
+    assert "httpx's timeout=" in message
+    assert "attempt_timeout" not in message
+
+
+def test_the_attempts_time_running_out_first_is_named_as_retrysafe_s() -> None:
+    transport = retrysafe.RetryTransport(policy=RetryPolicy(attempts=1, attempt_timeout=0.3))
+    with (
+        serving(Silent) as url,
+        httpx.Client(transport=transport, timeout=5) as client,
+        pytest.raises(httpx.TimeoutException) as caught,
+    ):
+        client.get(url)
+    assert "RetryPolicy attempt_timeout / deadline" in str(caught.value)
+
+
+def test_the_async_transport_names_httpx_s_read_timeout_alike() -> None:
+    async def call(url: str) -> None:
+        transport = retrysafe.AsyncRetryTransport(policy=ONE_ATTEMPT)
+        async with httpx.AsyncClient(transport=transport, timeout=0.3) as client:
+            await client.get(url)
+
+    with serving(Silent) as url, pytest.raises(httpx.ReadTimeout) as caught:
+        asyncio.run(call(url))
+    assert str(caught.value).startswith("the server sent nothing for the whole read timeout")
