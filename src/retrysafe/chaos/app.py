@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,10 +34,10 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "PARAMETERS", "create_app"]
 #: The query parameters each endpoint takes, besides ``key`` (which every one does); None:
 #: any (``/echo`` sends back whatever it got, ``/validate`` checks the names ``require``
 #: lists). A near miss of one of them is a test author's slip (``time=3`` for ``times=3``,
-#: ``Times``, ``retry-after``): answered 400 naming what the endpoint takes, before anything
-#: is counted, rather than ignored while the endpoint answers with its default. Any other
-#: name is left alone: the chaos server stands in for an API, and a client may add its own
-#: (an ``api_key``, a ``version``) to every call.
+#: ``Times``, ``retry-after``; see _near_miss): answered 400 naming what the endpoint
+#: takes, before anything is counted, rather than ignored while the endpoint answers with
+#: its default. Any other name is left alone: the chaos server stands in for an API, and a
+#: client may add its own (an ``api_key``, a ``version``) to every call.
 PARAMETERS: dict[str, frozenset[str] | None] = {
     "/_chaos/reset": frozenset(),
     "/_chaos/log": frozenset(),
@@ -77,13 +75,27 @@ PARAMETERS: dict[str, frozenset[str] | None] = {
 
 
 def _near_miss(name: str, names: frozenset[str]) -> str | None:
-    """The name in ``names`` that ``name`` looks like a slip for (another letter case, a
-    dash for an underscore, a letter off), or None."""
+    """The name in ``names`` that ``name`` looks like a slip for, or None: the same but for
+    letter case or a dash for an underscore (``Times``, ``retry-after``), or one letter
+    off a name of five letters or more (``time``, ``tims`` for ``times``). Shorter names
+    are too near the words a client sends of its own (``keys``, ``model``, ``shop``)."""
     folded = name.lower().replace("-", "_")
     if folded in names:
         return folded
-    close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8)
-    return close[0] if close else None
+    for candidate in sorted(names):
+        if len(candidate) >= 5 and _one_edit_apart(folded, candidate):
+            return candidate
+    return None
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``a`` becomes ``b`` by one letter inserted, deleted or replaced."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def _taking_only(route: Route, taken: frozenset[str]) -> Route:

@@ -13,7 +13,6 @@ import hashlib
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from retrysafe.chaos.params import InvalidParameter
 from retrysafe.chaos.state import ChaosRecord, ChaosState
 
 __all__ = [
@@ -88,21 +87,11 @@ async def read_body(request: Request) -> bytes:
 def key_of(request: Request) -> str:
     """The request's state key: the ``{key}`` path segment, else the ``key`` query parameter.
 
-    A request with neither shares the key ``""``. One with both, naming two keys, is
-    refused (:exc:`InvalidParameter`, a 400): the path's would win silently, and a path
-    written ``/fail/key`` for ``/fail/{key}`` would share the literal key ``key`` with
-    every test that made the same slip.
+    A request with neither shares the key ``""``. (One with both takes the path's: a test
+    may keep several counters under keys of its own, ``/fail/{key}-a``.)
     """
     path_key = request.path_params.get("key")
     if isinstance(path_key, str):
-        query_key = request.query_params.get("key")
-        if query_key is not None and query_key != path_key:
-            raise InvalidParameter(
-                "key",
-                f"the path names the state key {path_key!r} and the query {query_key!r}: "
-                "write {key} in the path for the view's key (view.url('/fail/{key}')), or "
-                "leave key= out of the query",
-            )
         return path_key
     return request.query_params.get("key", "")
 

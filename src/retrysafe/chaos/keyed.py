@@ -6,6 +6,7 @@ records never leak between tests and nothing has to be reset.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from urllib.parse import quote, urlencode
 
@@ -21,6 +22,12 @@ def _query_value(value: object) -> str:
         items: Iterable[object] = value
         return ",".join(_query_value(item) for item in items)
     return str(value)
+
+
+#: A keyed endpoint's path with the literal segment ``key`` where ``{key}`` was meant.
+_LITERAL_KEY = re.compile(
+    r"^/?(?:fail|sequence|outage|redirect-chain|tail|openai|stripe)/key(?:/|$)"
+)
 
 
 def _check_key(key: str) -> None:
@@ -57,6 +64,11 @@ class KeyedChaos:
             raise ValueError(
                 f"give the query's values as keyword arguments, not in the path: "
                 f"url({path.split('?', 1)[0]!r}, times=2, ...), not url({path!r})"
+            )
+        if _LITERAL_KEY.search(path):
+            raise ValueError(
+                f"{path!r} names the state key 'key' itself, shared by every test that "
+                "writes it: write {key} for this view's key (url('/fail/{key}'))"
             )
         key = self.key if params.get("key") is None else str(params["key"])
         _check_key(key)  # (another key's URL answers 404 just the same)
