@@ -62,3 +62,17 @@ def test_the_async_transport_names_httpx_s_read_timeout_alike() -> None:
     with serving(Silent) as url, pytest.raises(httpx.ReadTimeout) as caught:
         asyncio.run(call(url))
     assert str(caught.value).startswith("the server sent nothing for the whole read timeout")
+
+
+def test_a_hedged_copys_read_timeout_is_named_as_httpx_s_too() -> None:
+    """A hedged copy runs as an object of its own: the caller's timeouts are its call's
+    (review62)."""
+    policy = RetryPolicy(attempts=2, hedge_after=0.05, max_hedges=1)
+    transport = retrysafe.RetryTransport(policy=policy)
+    with (
+        serving(Silent) as url,
+        httpx.Client(transport=transport, timeout=0.3) as client,
+        pytest.raises(httpx.ReadTimeout) as caught,
+    ):
+        client.get(url)
+    assert str(caught.value).startswith("the server sent nothing for the whole read timeout")

@@ -153,3 +153,23 @@ def test_an_attempts_error_after_the_attempts_ran_out_keeps_its_own_message() ->
     with httpx.Client(transport=transport) as client, pytest.raises(httpx.ReadTimeout) as caught:
         client.get("http://api.test/orders")
     assert str(caught.value) == "timed out reading"
+
+
+def test_the_message_says_it_once_when_a_transport_raises_one_exception_for_many_calls() -> None:
+    shared = httpx.ReadTimeout("timed out reading")
+
+    def raising(request: httpx.Request) -> httpx.Response:
+        raise shared
+
+    clock = FakeClock()
+    transport = retrysafe.RetryTransport(
+        httpx.MockTransport(raising),
+        clock=clock,
+        governor=Governor(OPENS_AT_ONCE, clock=clock),
+        policy=RetryPolicy(attempts=3),
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(3):
+            with pytest.raises(httpx.TransportError):
+                client.get("http://api.test/orders")
+    assert str(shared).count("no retry was sent") == 1

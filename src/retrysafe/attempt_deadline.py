@@ -241,7 +241,10 @@ def read_timed_out(binds: bool, waited: float | None) -> AttemptDeadlineReached:
     (``binds``: the attempt's end was its limit): see :class:`AttemptDeadlineReached`."""
     callers = False
     if not binds:
-        given = getattr(current_call.get(), "caller_timeouts", None)
+        call = current_call.get()
+        # (a hedged copy runs as an object of its own: its call's are its drive's)
+        call = getattr(call, "drive", call)
+        given = getattr(call, "caller_timeouts", None)
         read = given.get("read") if isinstance(given, dict) else None
         callers = isinstance(read, (int, float)) and waited is not None and waited >= read
     return AttemptDeadlineReached(stalled=not binds, callers=callers, waited=waited)

@@ -214,9 +214,11 @@ def _say_no_retry_was_sent(cause: BaseException, refusal: Refused) -> None:
     raises) that load protection held the retry back: where only ``str()`` is read (a log
     line, an SDK's wrapper), the error read as a plain timeout or reset, with nothing to
     say why it was not retried. (The whole account stays in its note.)"""
-    if len(cause.args) == 1 and isinstance(cause.args[0], str):
+    said = "; no retry was sent:"
+    if len(cause.args) == 1 and isinstance(cause.args[0], str) and said not in cause.args[0]:
+        # (once: a transport may raise one exception object for many calls)
         cause.args = (
-            f"{cause.args[0]}; no retry was sent: the dependency's {refusal.protection} held "
+            f"{cause.args[0]}{said} the dependency's {refusal.protection} held "
             "it back (retrysafe's note on this exception says more)",
         )
 

@@ -218,11 +218,9 @@ def test_a_body_field_named_for_a_credential_counts_by_its_long_value(
     )
 
 
-@pytest.mark.parametrize("name", ["token", "sms_token", "mfa_token"])
-def test_a_body_field_named_for_a_credential_holding_a_short_code_counts_by_its_name(
-    name: str,
-) -> None:
-    """Some APIs name a one-time code a ``token`` (six or seven digits): a million guesses
+@pytest.mark.parametrize("name", ["sms_token", "mfa_token", "verification_token"])
+def test_a_token_named_for_what_it_verifies_counts_by_its_name(name: str) -> None:
+    """Some APIs name a one-time code a token (six or seven digits): a million guesses
     (review61)."""
     assert fingerprint(f'{{"{name}":"123456"}}'.encode()) == fingerprint(
         f'{{"{name}":"654321"}}'.encode()
@@ -244,13 +242,16 @@ def test_a_query_credential_counts_by_its_name_as_a_url_signed_again_is_the_same
 @pytest.mark.parametrize(
     "name",
     [
-        "auth_code", "passcode", "pincode", "verification_code", "sms_code", "mfa_code",
+        "auth_code", "passcode", "verification_code", "sms_code", "mfa_code",
         "two_factor_code", "security_code", "securityCode", "cardCode", "security_answer",
+        "one_time_code", "oneTimeCode", "recovery_code", "backup_code", "2fa_code",
+        "two_fa_code", "tfa_code", "emailCode", "reset_code", "activation_code",
+        "user_pass", "pass",
     ],
 )  # fmt: skip
 def test_a_code_named_for_what_it_verifies_counts_by_its_name(name: str) -> None:
-    """(review61: each of these was counted by its value, a six-digit code among a million
-    guesses.)"""
+    """(review61 and review62: each of these was counted by its value, a six-digit code
+    among a million guesses.)"""
     assert fingerprint(f'{{"{name}":"123456"}}'.encode()) == fingerprint(
         f'{{"{name}":"654321"}}'.encode()
     )
@@ -259,16 +260,58 @@ def test_a_code_named_for_what_it_verifies_counts_by_its_name(name: str) -> None
     )
 
 
-@pytest.mark.parametrize("name", ["auth_amount", "promo_code", "country_code", "status_code"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "auth_amount", "promo_code", "country_code", "status_code", "code", "token",
+        "pincode", "card_currency_code", "card_country_code", "auth_response_code",
+        "confirmation_code", "pass_id", "boarding_pass_number", "session",
+    ],
+)  # fmt: skip
 def test_a_name_that_only_holds_a_secret_word_elsewhere_counts_by_its_value(
     name: str,
 ) -> None:
     """``auth_amount`` is the sum to authorize, whatever ``auth`` means in a header: a key
-    sent again for another sum is another request, body or query (trial62)."""
+    sent again for another sum is another request, body or query (trial62); a pincode is
+    India's postal code, a ``card_currency_code`` a currency, a ``pass_id`` no password
+    (review62). A bare ``code`` or ``token`` is as often a promo code or a card token."""
     assert fingerprint(f'{{"{name}":"100"}}'.encode()) != fingerprint(
         f'{{"{name}":"99999"}}'.encode()
     )
-    assert fingerprint(query=f"{name}=100".encode()) != fingerprint(query=f"{name}=99999".encode())
+    if name not in ("token", "session"):  # (in a query, credentials: see below)
+        assert fingerprint(query=f"{name}=100".encode()) != fingerprint(
+            query=f"{name}=99999".encode()
+        )
+
+
+def test_a_short_card_token_in_a_body_still_counts_by_its_value() -> None:
+    """Stripe's test tokens (``tok_visa``, ``tok_amex``) are short: the card to charge."""
+    for body in (b'{"payment_method_token":"%s"}', b"payment_method_token=%s"):
+        content_type = FORM if body.startswith(b"payment") else JSON
+        assert fingerprint(body % b"tok_visa", content_type=content_type) != fingerprint(
+            body % b"tok_amex", content_type=content_type
+        )
+
+
+def test_a_multipart_secret_is_hidden_in_its_own_part_only() -> None:
+    """The same text in another field still counts (review62: a PIN of 12 hid the 12 of
+    an amount of 1200)."""
+    boundary = "b0undary"
+    content_type = f"multipart/form-data; boundary={boundary}"
+
+    def form(pin: str, amount: str) -> bytes:
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="pin"\r\n\r\n{pin}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="amount"\r\n\r\n'
+            f"{amount}\r\n--{boundary}--\r\n"
+        ).encode()
+
+    assert fingerprint(form("12", "1200"), content_type=content_type) != fingerprint(
+        form("34", "3400"), content_type=content_type
+    )
+    assert fingerprint(form("12", "1200"), content_type=content_type) == fingerprint(
+        form("34", "1200"), content_type=content_type
+    )
 
 
 def test_a_name_added_as_a_secret_counts_by_its_name() -> None:

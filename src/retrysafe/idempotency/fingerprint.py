@@ -5,28 +5,28 @@ test guesses against it offline: a password under four guesses, a card's securit
 among a thousand, a one-time code among a million, a card number among a million
 candidates in seconds. So no guessable secret goes into it:
 
-- a field named for a secret a person chooses or a short code holds (any segment of its
-  name in :data:`GUESSABLE_SECRETS`, such as ``password``, ``pin``, ``cvc``, ``passcode``;
-  a ``code`` or ``answer`` named for what it verifies, such as ``verification_code``,
-  ``security_code``, ``cardCode``; and names added with
-  :func:`retrysafe.redact.add_secret_names`) counts by its name alone;
-- a field named for a credential by its end (:data:`CREDENTIALS`: ``..._token``,
-  ``signature``, ``session_id``, ``api_key``...) does too in the query, where it
-  authenticates or signs the URL and changes when the URL is signed again; in a body it
-  counts by its value,
-  being as often what the request acts on (``payment_method_token``, the card to charge),
-  unless that value is short enough to guess (at most 12 characters: a code someone
-  types, as some APIs name theirs ``token``);
+- a field named for a secret a person chooses or a short code (:func:`_guessable_name`:
+  ``password``, ``pin``, ``cvc``, ``otp`` anywhere in its name; a name ending in ``pass``;
+  a ``code``, ``token`` or ``answer`` named for what it verifies, such as
+  ``verification_code``, ``sms_token``, ``security_code``, ``cardCode``; and the names
+  added with :func:`retrysafe.redact.add_secret_names`) counts by its name alone;
+- a query parameter whose name ends in a credential (:data:`CREDENTIALS`: ``..._token``,
+  ``signature``, ``session_id``, ``api_key``...) does too: it authenticates or signs the
+  URL, and a URL signed again is the same request;
 - a payment card number counts by its first six and last four digits and its length, the
   part a receipt may print.
 
 Two requests that differ only there are the same request: a key sent again with another
 password or another card replays the first answer, where it would otherwise be refused as
-a reused key. Any other name counts by its value, whatever secret-like word it holds
-elsewhere than its end: ``auth_amount`` is the sum to authorize, and a key sent again for
-another sum is another request. A request holding no secret, nor any number that reads as
-a card's (13 to 19 digits that pass the Luhn check, as one long id in ten does), is
-fingerprinted as it always was.
+a reused key. Every other field counts by its value, whatever secret-like word it holds:
+``auth_amount`` is the sum to authorize, and ``payment_method_token`` in a body the card
+to charge, so a key sent again for another sum or another card is another request. A
+request holding no secret, nor any number that reads as a card's (13 to 19 digits that
+pass the Luhn check, as one long id in ten does), is fingerprinted as it always was.
+
+Names are judged alone: a nested ``{"mfa": {"code": ...}}`` counts its code by value
+(name it ``mfa_code``, or add ``code`` with ``add_secret_names``), and a bare ``code`` or
+``token`` does too, being as often a promo code or a card token as a one-time code.
 """
 
 from __future__ import annotations
@@ -60,25 +60,35 @@ _SECRET = "\x00secret"
 _CARD_RUN = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
 
 
-#: The segments of a field's name that make it count by its name alone: secrets a person
-#: chooses, and short codes, which a few thousand guesses find from a hash.
+#: The segments of a field's name that make it count by its name alone, wherever they
+#: stand: secrets a person chooses, and short codes, which a few thousand guesses find
+#: from a hash.
 GUESSABLE_SECRETS: frozenset[str] = frozenset(
     {
-        "password", "passwd", "passphrase", "pass", "pwd", "passcode", "pincode", "secret",
-        "credential", "credentials", "pin", "cvc", "cvv", "cvn", "csc", "ssn", "otp",
-        "totp", "hotp",
+        "password", "passwd", "passphrase", "pwd", "passcode", "secret", "credential",
+        "credentials", "pin", "cvc", "cvv", "cvn", "csc", "ssn", "otp", "totp", "hotp",
     }
 )  # fmt: skip
-#: A name ending in one of these counts by its name alone when another of its segments
-#: says what it verifies (:data:`_VERIFYING`): ``verification_code``, ``security_answer``.
-_CODE_WORDS = frozenset({"code", "answer"})
-_VERIFYING = frozenset(
-    {
-        "auth", "authentication", "authorization", "verification", "verify", "sms",
-        "mfa", "factor", "security", "confirmation", "card", "access", "login",
-    }
-)  # fmt: skip
-#: The last segments that name a credential a machine makes (see the module's docstring).
+#: A name ending in one of these counts by its name alone when the segment before says
+#: what it verifies: ``verification_code``, ``sms_token``, ``security_answer``.
+_VERIFIED_BY: dict[str, frozenset[str]] = {
+    "code": frozenset(
+        {
+            "verification", "verify", "confirm", "sms", "mfa", "fa", "tfa", "factor",
+            "time", "auth", "authentication", "security", "card", "recovery", "backup",
+            "reset", "activation", "login", "email", "access",
+        }
+    ),
+    "token": frozenset(
+        {
+            "verification", "verify", "sms", "mfa", "fa", "tfa", "factor", "time",
+            "recovery", "backup", "reset", "activation", "login", "email",
+        }
+    ),
+    "answer": frozenset({"security", "challenge"}),
+}  # fmt: skip
+#: The endings that name a credential a machine makes: its last segment, or its last two
+#: as one word (``session_id``, ``api_key``).
 CREDENTIALS: frozenset[str] = frozenset(
     {
         "token", "accesstoken", "authtoken", "idtoken", "refreshtoken", "sessiontoken",
@@ -88,25 +98,25 @@ CREDENTIALS: frozenset[str] = frozenset(
         "saml", "assertion", "apikey", "accesskey", "secretkey", "privatekey",
     }
 )  # fmt: skip
-#: A credential-named body field's value this short counts by its name: a code someone
-#: types (six or eight digits), not a token a machine makes (tens of characters).
-_GUESSABLE_LENGTH = 12
 
 
 def _guessable_name(name: str) -> bool:
-    """Whether a field named ``name`` holds a guessable secret by its name alone."""
+    """Whether a field named ``name`` holds a guessable secret by its name alone (see the
+    module's docstring)."""
     segments = name_segments(name)
     if any(segment in GUESSABLE_SECRETS for segment in segments):
         return True
-    if segments and segments[-1] in _CODE_WORDS and any(s in _VERIFYING for s in segments):
+    if segments and segments[-1] == "pass":  # (a password; not boarding_pass_number)
+        return True
+    verifying = _VERIFIED_BY.get(segments[-1]) if len(segments) > 1 else None
+    if verifying is not None and segments[-2] in verifying:
         return True
     return is_added_secret_name(name)
 
 
 def _credential_name(name: str) -> bool:
-    """Whether ``name`` names a credential by its end: its last segment, or its last two
-    as one word (``session_id``, ``api_key``); and is no public name the logs leave alone,
-    such as ``page_token``."""
+    """Whether ``name`` ends in a credential's name (see :data:`CREDENTIALS`), and is no
+    public name the logs leave alone, such as ``page_token``."""
     segments = name_segments(name)
     if not segments:
         return False
@@ -117,14 +127,6 @@ def _credential_name(name: str) -> bool:
 def _hidden_in_query(name: str) -> bool:
     """Whether a query parameter named ``name`` counts by its name alone."""
     return _guessable_name(name) or _credential_name(name)
-
-
-def _hidden_in_body(name: str, value: str) -> bool:
-    """Whether a body field named ``name`` holding ``value`` (as text) counts by its name
-    alone."""
-    if _guessable_name(name):
-        return True
-    return len(value) <= _GUESSABLE_LENGTH and _credential_name(name)
 
 
 def request_fingerprint(
@@ -181,15 +183,8 @@ def _card_runs_replaced(text: str) -> str:
 def _without_secrets(pairs: list[tuple[str, str]], *, in_query: bool) -> list[tuple[str, str]]:
     """Query (``in_query``) or form ``pairs`` with each secret's value replaced by what
     it counts as."""
-    return [
-        (
-            name,
-            _SECRET
-            if (_hidden_in_query(name) if in_query else _hidden_in_body(name, value))
-            else _without_cards(value),
-        )
-        for name, value in pairs
-    ]
+    hidden = _hidden_in_query if in_query else _guessable_name
+    return [(name, _SECRET if hidden(name) else _without_cards(value)) for name, value in pairs]
 
 
 def canonical_query(query: bytes) -> bytes:
@@ -238,8 +233,8 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
         return b"\x00form:" + urlencode(kept, encoding="latin-1").encode("latin-1")
     if media_type == "multipart/form-data" and content_type is not None:
         for name, value in multipart_fields(content_type, body):
-            if value and _hidden_in_body(name, value):
-                body = body.replace(value.encode("utf-8", "replace"), _SECRET.encode())
+            if value and _guessable_name(name):
+                body = _part_value_replaced(body, name, value.encode("utf-8", "replace"))
     elif body.lstrip()[:1] in (b"{", b"["):
         # JSON sent as another type (text/plain, or none at all): its secrets too, if it
         # parses and has any (a body without keeps its bytes as sent).
@@ -247,6 +242,26 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
         if scrubbed is not None:
             return scrubbed
     return _without_card_runs(body)
+
+
+def _part_value_replaced(body: bytes, name: str, value: bytes) -> bytes:
+    """``body`` (multipart) with ``value`` replaced by the secret's stand-in in the part
+    of the field ``name`` only: the same text in another field (a PIN of 12, an amount of
+    1200) still counts."""
+    marker = b'name="' + name.encode("utf-8", "replace") + b'"'
+    start = body.find(marker)
+    while start != -1:
+        payload = body.find(b"\r\n\r\n", start)
+        if payload == -1:
+            break
+        payload += 4
+        end = body.find(b"\r\n--", payload)
+        end = len(body) if end == -1 else end
+        at = body.find(value, payload, end)
+        if at != -1:
+            return body[:at] + _SECRET.encode() + body[at + len(value) :]
+        start = body.find(marker, end)
+    return body
 
 
 def _json_without_secrets(body: bytes) -> bytes | None:
@@ -293,7 +308,7 @@ def _write_canonical(document: object) -> str:
     """
     out: list[str] = []
     # (a long body repeats its few names many times)
-    secret_names: dict[str, object] = {}
+    secret_names: dict[str, bool] = {}
     pending: list[object] = [document]
     while pending:
         item = pending.pop()
@@ -315,36 +330,16 @@ def _write_canonical(document: object) -> str:
             for index, name in enumerate(sorted(item)):
                 if index:
                     parts.append(_COMMA)
-                value = item[name]
-                judged = secret_names.get(name)
-                if judged is None:
-                    judged = secret_names[name] = _judge_body_name(name)
-                if judged is _HIDDEN or (judged is _IF_SHORT and _short_scalar(value)):
-                    value = _SECRET_VALUE
+                secret = secret_names.get(name)
+                if secret is None:
+                    secret = secret_names[name] = _guessable_name(name)
+                value = _SECRET_VALUE if secret else item[name]
                 parts.extend((_Literal(json.dumps(name, ensure_ascii=False)), _COLON, value))
             parts.append(_CLOSE_OBJECT)
             pending.extend(reversed(parts))
         else:
             raise TypeError(f"not a parsed JSON value: {item!r}")
     return "".join(out)
-
-
-#: How a JSON field's name decides (see _hidden_in_body): always hidden, hidden when its
-#: value is short, or counted by its value.
-_HIDDEN, _IF_SHORT, _COUNTED = object(), object(), object()
-
-
-def _judge_body_name(name: str) -> object:
-    if _guessable_name(name):
-        return _HIDDEN
-    return _IF_SHORT if _credential_name(name) else _COUNTED
-
-
-def _short_scalar(value: object) -> bool:
-    """Whether a parsed JSON value is a string or number short enough to guess."""
-    if isinstance(value, str):
-        return len(value) <= _GUESSABLE_LENGTH
-    return isinstance(value, _Literal) and len(value.text) <= _GUESSABLE_LENGTH
 
 
 def _media_type(content_type: str | None) -> str:
