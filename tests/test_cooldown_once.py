@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -48,6 +48,23 @@ class AnotherCallerIs429d(FakeClock):
             self.guard.limiter.start_cooldown(cooldown)
 
 
+def cooling(clock: FakeClock, seconds: float) -> tuple[Governor, DependencyGuard]:
+    """A governor on ``clock`` whose dependency cools down for ``seconds`` from now."""
+    governor = Governor(clock=clock)
+    guard = governor.guard(DEPENDENCY)
+    assert guard.limiter is not None
+    guard.limiter.start_cooldown(seconds)
+    return governor, guard
+
+
+def get_orders(clock: FakeClock, governor: Governor, handler: Any) -> httpx.Response:
+    """One GET of /orders, answered by ``handler``, on ``clock`` under ``governor``."""
+    with retrysafe.Client(
+        transport=httpx.MockTransport(handler), clock=clock, governor=governor
+    ) as client:
+        return client.get("http://api.test/orders")
+
+
 def client_on(clock: FakeClock, governor: Governor, seen: list[str]) -> retrysafe.Client:
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.path)
@@ -58,10 +75,8 @@ def client_on(clock: FakeClock, governor: Governor, seen: list[str]) -> retrysaf
 
 def test_an_attempt_that_waited_a_cooldown_out_goes_though_a_new_one_started() -> None:
     clock = AnotherCallerIs429d({1: 6.0})  # (up to twice the one waited: let through)
-    governor = Governor(clock=clock)
-    guard = clock.guard = governor.guard(DEPENDENCY)
-    assert guard.limiter is not None
-    guard.limiter.start_cooldown(3)
+    governor, guard = cooling(clock, 3)
+    clock.guard = guard
     seen: list[str] = []
     with client_on(clock, governor, seen) as client:
         assert client.get("http://api.test/orders").status_code == 200
@@ -85,10 +100,7 @@ def test_a_retry_waits_out_one_cooldown_too() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return next(answers)
 
-    with retrysafe.Client(
-        transport=httpx.MockTransport(handler), clock=clock, governor=governor
-    ) as client:
-        response = client.get("http://api.test/orders")
+    response = get_orders(clock, governor, handler)
     assert response.status_code == 200
     assert clock.sleeps == [0.0, 3.0]  # the backoff, then one cooldown: not the second
     assert retrysafe.report_of(response).attempts == 2
@@ -98,10 +110,8 @@ def test_a_new_cooldown_longer_than_the_one_waited_holds_the_attempt_again() -> 
     """Waited out 1 s, the server now asks every caller for 120 s: the attempt is not sent
     two minutes early. (Its deadline is shorter: refused, nothing sent.)"""
     clock = AnotherCallerIs429d({1: 120.0})
-    governor = Governor(clock=clock)
-    guard = clock.guard = governor.guard(DEPENDENCY)
-    assert guard.limiter is not None
-    guard.limiter.start_cooldown(1)
+    governor, guard = cooling(clock, 1)
+    clock.guard = guard
     seen: list[str] = []
     with (
         client_on(clock, governor, seen) as client,
@@ -117,10 +127,8 @@ def test_what_an_attempt_waited_is_forgotten_when_the_next_attempt_starts() -> N
     """The allowance is per attempt: the attempt that waited goes, fails with a 503, and
     its retry waits out the next cooldown like any new caller."""
     clock = AnotherCallerIs429d({1: 2.0})  # (the cooldown waited ends; a new one starts)
-    governor = Governor(clock=clock)
-    guard = clock.guard = governor.guard(DEPENDENCY)
-    assert guard.limiter is not None
-    guard.limiter.start_cooldown(2)
+    governor, guard = cooling(clock, 2)
+    clock.guard = guard
     answers = iter([httpx.Response(503), httpx.Response(200)])
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -128,10 +136,7 @@ def test_what_an_attempt_waited_is_forgotten_when_the_next_attempt_starts() -> N
             guard.limiter.start_cooldown(3)  # type: ignore[union-attr]
         return next(answers)
 
-    with retrysafe.Client(
-        transport=httpx.MockTransport(handler), clock=clock, governor=governor
-    ) as client:
-        response = client.get("http://api.test/orders")
+    response = get_orders(clock, governor, handler)
     assert response.status_code == 200
     # 2 s waited by the first attempt (and a new 2 s let through); the retry then waits
     # the 3 s cooldown out in full (the backoff, 0 here, first).
@@ -141,10 +146,7 @@ def test_what_an_attempt_waited_is_forgotten_when_the_next_attempt_starts() -> N
 
 def test_a_cooldown_longer_than_the_deadline_still_refuses_at_once() -> None:
     clock = FakeClock()
-    governor = Governor(clock=clock)
-    guard = governor.guard(DEPENDENCY)
-    assert guard.limiter is not None
-    guard.limiter.start_cooldown(60)
+    governor, _ = cooling(clock, 60)
     seen: list[str] = []
     with (
         client_on(clock, governor, seen) as client,

@@ -28,15 +28,20 @@ class Silent(QuietHandler):
         self.end_headers()
 
 
-def test_httpx_read_timeout_running_out_first_is_named_as_httpx_s() -> None:
-    transport = retrysafe.RetryTransport(policy=ONE_ATTEMPT)
+def read_timeout_of(transport: httpx.BaseTransport, timeout: float) -> str:
+    """The message of the ``ReadTimeout`` a silent server gives a client over ``transport``
+    with httpx's ``timeout``."""
     with (
         serving(Silent) as url,
-        httpx.Client(transport=transport, timeout=0.3) as client,
+        httpx.Client(transport=transport, timeout=timeout) as client,
         pytest.raises(httpx.ReadTimeout) as caught,
     ):
         client.get(url)
-    message = str(caught.value)
+    return str(caught.value)
+
+
+def test_httpx_read_timeout_running_out_first_is_named_as_httpx_s() -> None:
+    message = read_timeout_of(retrysafe.RetryTransport(policy=ONE_ATTEMPT), 0.3)
     assert message.startswith("the server sent nothing for the whole read timeout 0.3 s")
     assert "httpx's timeout=" in message
     assert "attempt_timeout" not in message
@@ -68,11 +73,5 @@ def test_a_hedged_copys_read_timeout_is_named_as_httpx_s_too() -> None:
     """A hedged copy runs as an object of its own: the caller's timeouts are its call's
     (review62)."""
     policy = RetryPolicy(attempts=2, hedge_after=0.05, max_hedges=1)
-    transport = retrysafe.RetryTransport(policy=policy)
-    with (
-        serving(Silent) as url,
-        httpx.Client(transport=transport, timeout=0.3) as client,
-        pytest.raises(httpx.ReadTimeout) as caught,
-    ):
-        client.get(url)
-    assert str(caught.value).startswith("the server sent nothing for the whole read timeout")
+    message = read_timeout_of(retrysafe.RetryTransport(policy=policy), 0.3)
+    assert message.startswith("the server sent nothing for the whole read timeout")

@@ -119,6 +119,18 @@ def test_with_raise_errors_and_through_the_client_it_stays_retrysafes_own() -> N
     assert not isinstance(again.value, httpx.TransportError)
 
 
+def _opening_at_once_over(handler: Any) -> retrysafe.RetryTransport:
+    """A drop-in transport over ``handler``, three attempts a call, whose breaker opens on
+    its first failing call (so a retry is refused)."""
+    clock = FakeClock()
+    return retrysafe.RetryTransport(
+        httpx.MockTransport(handler),
+        clock=clock,
+        governor=Governor(OPENS_AT_ONCE, clock=clock),
+        policy=RetryPolicy(attempts=3),
+    )
+
+
 def _timing_out(request: httpx.Request) -> httpx.Response:
     raise httpx.ReadTimeout("timed out reading", request=request)
 
@@ -127,13 +139,7 @@ def test_an_attempts_error_raised_after_a_refused_retry_says_no_retry_was_sent()
     """The drop-in transport re-raises the last attempt's own httpx exception. When load
     protection held the retry back, its message says so, for code that reads only
     ``str()`` (a log line, an SDK's wrapper): it read as a plain timeout (trial59)."""
-    clock = FakeClock()
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(_timing_out),
-        clock=clock,
-        governor=Governor(OPENS_AT_ONCE, clock=clock),
-        policy=RetryPolicy(attempts=3),
-    )
+    transport = _opening_at_once_over(_timing_out)
     with httpx.Client(transport=transport) as client, pytest.raises(httpx.ReadTimeout) as caught:
         client.get("http://api.test/orders", headers={"Authorization": SECRET})
     message = str(caught.value)
@@ -161,13 +167,7 @@ def test_the_message_says_it_once_when_a_transport_raises_one_exception_for_many
     def raising(request: httpx.Request) -> httpx.Response:
         raise shared
 
-    clock = FakeClock()
-    transport = retrysafe.RetryTransport(
-        httpx.MockTransport(raising),
-        clock=clock,
-        governor=Governor(OPENS_AT_ONCE, clock=clock),
-        policy=RetryPolicy(attempts=3),
-    )
+    transport = _opening_at_once_over(raising)
     with httpx.Client(transport=transport) as client:
         for _ in range(3):
             with pytest.raises(httpx.TransportError):
