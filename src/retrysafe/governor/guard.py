@@ -133,9 +133,9 @@ class DependencyGuard:
 
     def admit(self, call: CallFacts) -> Admission:
         """May the call's next attempt start now? A cooldown is only reported (nothing
-        reserved), unless the attempt already waited out one as long (see :func:`waits_out`);
-        otherwise a paced slot is reserved (unless the call holds one), then the breaker
-        is asked. A first attempt earns the retry budget its share."""
+        reserved), unless the attempt already waited out one at least half as long (see
+        :func:`waits_out`); otherwise a paced slot is reserved (unless the call holds
+        one), then the breaker is asked. A first attempt earns the retry budget its share."""
         limiter = self.limiter
         reserved = False
         slot = 0.0
