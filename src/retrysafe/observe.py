@@ -222,10 +222,20 @@ class _Traces:
 class Observer:
     """Sends each event to the log and to every hook; a failing hook never fails the call."""
 
-    __slots__ = ("_always", "_hooks", "_instruments", "_sometimes", "hooked", "instrumented")
+    __slots__ = (
+        "_always",
+        "_failed",
+        "_hooks",
+        "_instruments",
+        "_sometimes",
+        "hooked",
+        "instrumented",
+    )
 
     def __init__(self, hooks: Sequence[EventHook] = ()) -> None:
         self._hooks = tuple(hooks)
+        #: The hooks (by id: they are held in ``_hooks``) that have raised once already.
+        self._failed: set[int] = set()
         self._instruments = tuple(hook for hook in self._hooks if isinstance(hook, CallInstrument))
         #: Whether some hook follows every call (a :class:`CallInstrument`): a plain
         #: attribute, read once per call.
@@ -264,13 +274,24 @@ class Observer:
         return _Traces(traces) if traces else None
 
     def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
-        """Log ``event`` and hand it to the hooks."""
+        """Log ``event`` and hand it to the hooks. A hook that raises is logged at ERROR
+        with its traceback the first time, and at DEBUG after that: every event of every
+        call would otherwise log one (four for a call retried once), a storm at
+        production rates."""
         _log(event, body_excerpt)
         for hook in self._hooks:
             try:
                 hook(event)
             except Exception:
-                logger.exception("retrysafe event hook %r failed; the call goes on", hook)
+                if id(hook) in self._failed:
+                    logger.debug("retrysafe event hook %r failed again", hook, exc_info=True)
+                else:
+                    self._failed.add(id(hook))
+                    logger.exception(
+                        "retrysafe event hook %r failed; the call goes on (later failures "
+                        "of this hook are logged at DEBUG)",
+                        hook,
+                    )
 
     def __repr__(self) -> str:
         return f"Observer({len(self._hooks)} hooks)"

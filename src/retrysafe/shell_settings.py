@@ -26,6 +26,14 @@ __all__ = ["ShellSettings"]
 _HEADER_NAME = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # (compiled on first use, by re's cache)
 
 
+def _is_coroutine_function(hook: object) -> bool:
+    """Whether ``hook`` (or the ``__call__`` of an object) is an ``async def``."""
+    import inspect
+
+    call = getattr(hook, "__call__", None)  # noqa: B004 - (an object with an async __call__)
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(call)
+
+
 class ShellSettings(NamedTuple):
     """Everything a shell is configured with, as one frozen value for every layer.
 
@@ -89,6 +97,14 @@ class ShellSettings(NamedTuple):
                 "hooks must be a sequence of callables, each taking a retrysafe.RetryEvent, "
                 f"e.g. hooks=[print]; got {given!r}{one}"
             )
+        for hook in hooks:
+            if _is_coroutine_function(hook):
+                # (called, it would make a coroutine nobody awaits: never run, silently)
+                raise TypeError(
+                    f"hooks are called as plain functions, so an async one ({hook!r}) would "
+                    "never run; give a plain function, which may hand the event to your "
+                    "loop (loop.call_soon_threadsafe, or asyncio.create_task from a task)"
+                )
         if deadline_header is not None and (
             not isinstance(deadline_header, str)
             or re.fullmatch(_HEADER_NAME, deadline_header) is None

@@ -184,8 +184,9 @@ def test_a_failing_hook_is_logged_and_the_hooks_after_it_still_hear_every_event(
     with retrysafe.Client(transport=transport, hooks=[broken, lambda e: heard.append(e.kind)]) as c:
         assert c.get("https://api.test/").status_code == 200
     assert heard == ["attempt", "success"]
+    # (its first failure at ERROR; later ones at DEBUG, not a storm: test_hooks_misuse.py)
     failures = [r for r in caplog.records if r.name == "retrysafe" and r.levelno == logging.ERROR]
-    assert len(failures) == 2
+    assert len(failures) == 1
     assert all(r.exc_info is not None and r.exc_info[0] is KeyError for r in failures)
 
 

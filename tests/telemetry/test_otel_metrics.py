@@ -71,7 +71,9 @@ def test_the_retry_wait_histogram_records_each_wait_before_a_retry(otel: Otel) -
 
 def test_a_non_standard_method_is_folded_in_the_duration_label(otel: Otel) -> None:
     """A label never takes arbitrary values: any method but the standard ones is
-    ``_OTHER``, as the HTTP conventions spell it (and as the call span is named)."""
+    ``_OTHER``, as the HTTP conventions spell it. Its spans are named ``HTTP`` and keep
+    the method as sent in ``http.request.method_original``, as the conventions ask
+    (trial64)."""
     transport = httpx.MockTransport(lambda request: httpx.Response(200))
     with retrysafe.Client(transport=transport, hooks=[otel.hook], dependency="cdn") as client:
         client.request("PURGE", "https://cdn.test/assets/app.js")
@@ -79,10 +81,39 @@ def test_a_non_standard_method_is_folded_in_the_duration_label(otel: Otel) -> No
     durations = otel.metric_points()["retrysafe.call.duration"]
     methods = sorted(str(attributes["http.request.method"]) for attributes, _ in durations)
     assert methods == ["GET", "_OTHER"]
-    assert sorted(span.name for span in otel.spans() if span.name.startswith("retrysafe")) == [
+    spans = {span.name: span for span in otel.spans()}
+    assert sorted(name for name in spans if name.startswith("retrysafe")) == [
         "retrysafe GET",
-        "retrysafe _OTHER",
+        "retrysafe HTTP",
     ]
+    for name in ("retrysafe HTTP", "HTTP"):
+        attributes = dict(spans[name].attributes or {})
+        assert attributes["http.request.method"] == "_OTHER"
+        assert attributes["http.request.method_original"] == "PURGE"
+
+
+def test_the_duration_histograms_have_buckets_in_seconds(otel: Otel) -> None:
+    """The SDK's default boundaries are for milliseconds (0, 5, 10, 25...): every call
+    landed in the first bucket (trial64)."""
+    from opentelemetry.sdk.metrics.export import HistogramDataPoint
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[otel.hook]) as client:
+        client.get("https://api.test/")
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    bounds = [
+        point.explicit_bounds
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        if metric.name == "retrysafe.call.duration"
+        for point in metric.data.data_points
+        if isinstance(point, HistogramDataPoint)
+    ]
+    assert bounds
+    assert bounds[0][:3] == (0.005, 0.01, 0.025)
+    assert 30.0 in bounds[0]
 
 
 def test_a_pacing_refusal_is_counted_as_a_refusal(otel: Otel) -> None:

@@ -49,13 +49,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from retrysafe.observe import CallTrace, RetryEvent, logger
+from retrysafe.redact import REDACTED
 from retrysafe.telemetry.vocabulary import (
     LOCAL_REFUSAL_REASONS,
     breaker_state_after,
     known_method,
 )
 
-__all__ = ["OpenTelemetry"]
+__all__ = ["SECONDS_BUCKETS", "OpenTelemetry"]
 
 _VERSION = "0.1.0"
 #: The key every OpenTelemetry HTTP client instrumentation checks before making a span.
@@ -64,6 +65,12 @@ _SUPPRESS_HTTP: Any = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY"
 _SUPPRESS_ALL: Any = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
 #: The outcome of a hedged copy cancelled because another copy answered first.
 _HEDGE_LOST = "hedge_lost"
+#: The duration histograms' bucket boundaries (seconds): the HTTP conventions' advice for
+#: request durations, then on to a call's 30 s deadline and past it.
+SECONDS_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    15.0, 20.0, 30.0, 60.0,
+)  # fmt: skip
 
 
 def _globals_unset() -> bool:
@@ -153,11 +160,20 @@ class OpenTelemetry:
             unit="{refusal}",
             description="Calls retrysafe's own load protection stopped, by reason.",
         )
+        # (bucket boundaries in seconds, as the HTTP conventions advise for their durations,
+        # out to a whole call's 30 s deadline: the SDK's default ones are for milliseconds,
+        # and put every call in the first)
         self._waits = meter.create_histogram(
-            "retrysafe.retry.wait", unit="s", description="Waits before a retry."
+            "retrysafe.retry.wait",
+            unit="s",
+            description="Waits before a retry.",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
         self._durations = meter.create_histogram(
-            "retrysafe.call.duration", unit="s", description="Whole calls, retries included."
+            "retrysafe.call.duration",
+            unit="s",
+            description="Whole calls, retries included.",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
         #: The last known breaker state of each dependency (gauge value).
         self._breakers: dict[str, int] = {}
@@ -242,6 +258,10 @@ class OpenTelemetry:
             "server.port": url_parts.port or (443 if url_parts.scheme == "https" else 80),
             "url.full": _without_credentials(url),
         }
+        if method == "_OTHER":
+            # (the conventions: the method as sent kept apart, and the span named HTTP)
+            attributes["http.request.method_original"] = request.method
+            method = "HTTP"
         span = self._tracer.start_span(
             f"retrysafe {method}",
             kind=trace.SpanKind.INTERNAL,
@@ -257,7 +277,9 @@ class OpenTelemetry:
 
 def _without_credentials(url: str) -> str:
     """``url`` (its secrets already redacted) as the HTTP conventions ask ``url.full`` to
-    be: credentials in it, a username included, each replaced by ``REDACTED``."""
+    be: credentials in it, a username included, and a secret query value, each replaced
+    by ``REDACTED`` (the logs' ``[REDACTED]``, as the conventions spell it)."""
+    url = url.replace(f"={REDACTED}", "=REDACTED")
     if "@" not in url:
         return url
     try:
