@@ -218,3 +218,20 @@ def test_over_sockets_one_limited_path_does_not_starve_its_neighbours() -> None:
     # The load stays bounded: at most one attempt per call per cooldown.
     assert SearchLimited.seen["/search 429"] + SearchLimited.seen["/search 200"] <= 60
     assert time.monotonic() - started < 10
+
+
+def test_a_wait_for_a_cooldown_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """The call takes that much longer with no retry of its own to show for it: without a
+    line, 1.9 s of latency had no cause anywhere (trial64)."""
+    import logging
+
+    clock = FakeClock(randoms=[0.0] * 4)  # (no jitter on top of the 2 s)
+    governor, _ = cooling(clock, 2)
+    caplog.set_level(logging.INFO, logger="retrysafe")
+    response = get_orders(clock, governor, lambda request: httpx.Response(200))
+    assert response.status_code == 200
+    lines = [record.getMessage() for record in caplog.records if "waits" in record.getMessage()]
+    assert lines == [
+        "GET http://api.test/orders [http://api.test:80] waits 2.00 s for the dependency's "
+        "cooldown (a 429 or a used-up limit asked every caller) before attempt 1"
+    ]

@@ -62,6 +62,7 @@ from retrysafe.kept_body import RawKeepingStream, unread
 from retrysafe.observe import CallTrace, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import redact_url
 from retrysafe.request_facts import default_dependency, replayable_body
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
@@ -545,12 +546,35 @@ class Drive:
                 patience = self._patience(step.timeout)
                 self._answer_by = monotonic_of(self.settings.clock) + patience
                 guard.expect_answer(self._answer_by, patience)
+            elif type(step) is Wait:
+                self._say_held(step, admission)
         self._apply_effects()
         if self._trace is not None and type(step) is AttemptPlan:
             self._trace.attempt_starting(step.number, self.request)
         elif type(step) is Wait and testing_mode.active is not None:
             return self._skipped(step)
         return step
+
+    def _say_held(self, wait: Wait, admission: Admission) -> None:
+        """Log that load protection holds the next attempt back for ``wait`` (a cooldown,
+        a paced slot): at INFO, as a retry's wait is, since the call takes that much
+        longer with no retry of its own to show for it."""
+        if admission.cooldown > 0:
+            why = "the dependency's cooldown (a 429 or a used-up limit asked every caller)"
+        elif admission.pacing > 0:
+            why = "a paced slot of the dependency"
+        else:
+            return
+        if _log.isEnabledFor(logging.INFO):
+            _log.info(
+                "%s %s [%s] waits %.2f s for %s before attempt %d",
+                self.request.method,
+                redact_url(self.request.url),
+                self.dependency,
+                wait.seconds,
+                why,
+                self.call.attempts + 1,
+            )
 
     def _patience(self, attempt_time: float) -> float:
         """How long an attempt given ``attempt_time`` seconds waits for an answer: that,
