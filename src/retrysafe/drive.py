@@ -556,17 +556,21 @@ class Drive:
         return step
 
     def _say_held(self, wait: Wait, admission: Admission) -> None:
-        """Log that load protection holds the next attempt back for ``wait`` (a cooldown,
-        a paced slot): at INFO, as a retry's wait is, since the call takes that much
-        longer with no retry of its own to show for it."""
+        """Log that load protection holds the next attempt back for ``wait``: a cooldown
+        at INFO, as a retry's wait is (the call takes that much longer for another call's
+        429, with no retry of its own to show for it); a paced slot at DEBUG (under
+        pacing, waiting for a slot is how every call goes)."""
         if admission.cooldown > 0:
+            level = logging.INFO
             why = "the dependency's cooldown (a 429 or a used-up limit asked every caller)"
         elif admission.pacing > 0:
+            level = logging.DEBUG
             why = "a paced slot of the dependency"
         else:
             return
-        if _log.isEnabledFor(logging.INFO):
-            _log.info(
+        if _log.isEnabledFor(level):
+            _log.log(
+                level,
                 "%s %s [%s] waits %.2f s for %s before attempt %d",
                 self.request.method,
                 redact_url(self.request.url),
