@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from telemetry_support import (
     SCRIPTED_ENDINGS,
     Otel,
@@ -14,6 +15,7 @@ from telemetry_support import (
 )
 
 import retrysafe
+from retrysafe.telemetry.otel import OpenTelemetry
 from retrysafe.testing import FakeClock
 
 
@@ -121,3 +123,49 @@ def test_a_pacing_refusal_is_counted_as_a_refusal(otel: Otel) -> None:
     assert otel.metric_points()["retrysafe.refusals"] == [
         ({"retrysafe.dependency": "search", "retrysafe.reason": "pacing"}, 1)
     ]
+
+
+def test_with_the_governor_the_breaker_gauge_reads_its_state_now() -> None:
+    """Without it the gauge holds the last state a call saw: a breaker nobody calls any
+    more stayed "open" after its open period ended (trial64)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from retrysafe.governor import BreakerSettings, Governor, GovernorSettings
+
+    clock = FakeClock()
+    settings = GovernorSettings(breaker=BreakerSettings(consecutive_failures=1, open_for=1))
+    governor = Governor(settings, clock=clock)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+
+    def gauge() -> object:
+        data = reader.get_metrics_data()
+        assert data is not None
+        return [
+            point.value  # type: ignore[union-attr]
+            for resource_metrics in data.resource_metrics
+            for scope_metrics in resource_metrics.scope_metrics
+            for metric in scope_metrics.metrics
+            if metric.name == "retrysafe.circuit.state"
+            for point in metric.data.data_points
+        ]
+
+    hook = OpenTelemetry(meter_provider=provider, governor=governor)
+    transport = httpx.MockTransport(lambda request: httpx.Response(503))
+    with (
+        retrysafe.Client(
+            transport=transport, governor=governor, hooks=[hook], clock=clock, dependency="pay"
+        ) as client,
+        pytest.raises(retrysafe.ServerError),
+    ):
+        client.get("https://pay.test/", policy=retrysafe.RetryPolicy(attempts=1))
+    assert gauge() == [2]  # open
+    clock.advance(5)  # its open period over, and nobody calls
+    assert gauge() == [1]  # half open, as the next call would find it
+    provider.shutdown()
+
+
+def test_the_governor_must_be_a_governor() -> None:
+    with pytest.raises(TypeError, match=r"governor must be a retrysafe\.Governor"):
+        OpenTelemetry(governor="x")  # type: ignore[arg-type]

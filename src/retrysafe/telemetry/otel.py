@@ -48,9 +48,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "retrysafe.telemetry.otel needs OpenTelemetry's API: pip install 'retrysafe[otel]'"
     ) from exc
 
+from retrysafe.governor import Governor
 from retrysafe.observe import CallTrace, RetryEvent, logger
 from retrysafe.redact import REDACTED
 from retrysafe.telemetry.vocabulary import (
+    BREAKER_STATE_VALUES,
     LOCAL_REFUSAL_REASONS,
     breaker_state_after,
     known_method,
@@ -108,6 +110,10 @@ class OpenTelemetry:
         suppress_http_instrumentation: while an attempt is sent, tell other HTTP
             client instrumentations (``opentelemetry-instrumentation-httpx``) not to
             make a span of their own for it: retrysafe's attempt span is that span.
+        governor: the load protection whose breakers ``retrysafe.circuit.state`` reads at
+            each collection, for every dependency. Without it the gauge holds the last
+            state a call saw, and a breaker nobody calls stays "open" there after it has
+            gone half open.
     """
 
     def __init__(
@@ -117,7 +123,12 @@ class OpenTelemetry:
         meter_provider: metrics.MeterProvider | None = None,
         propagate: bool = True,
         suppress_http_instrumentation: bool = True,
+        governor: Governor | None = None,
     ) -> None:
+        if governor is not None and not isinstance(governor, Governor):
+            raise TypeError(f"governor must be a retrysafe.Governor, got {type(governor).__name__}")
+        #: The governor whose breakers the state gauge reads (see the class docstring).
+        self.governor = governor
         if tracer_provider is not None and not callable(
             getattr(tracer_provider, "get_tracer", None)
         ):
@@ -234,6 +245,19 @@ class OpenTelemetry:
             )
 
     def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        if self.governor is not None:
+            # A snapshot of the guards, read without making any: observing never changes
+            # what the governor holds. (An open period that ended reads as half open, as
+            # the next call would find it.)
+            guards = dict(self.governor._guards)
+            return [
+                metrics.Observation(
+                    BREAKER_STATE_VALUES[guard.breaker.state],
+                    {"retrysafe.dependency": dependency},
+                )
+                for dependency, guard in sorted(guards.items())
+                if guard.breaker is not None
+            ]
         return [
             metrics.Observation(state, {"retrysafe.dependency": dependency})
             for dependency, state in list(self._breakers.items())
