@@ -235,3 +235,26 @@ def test_a_wait_for_a_cooldown_is_logged_at_info(caplog: pytest.LogCaptureFixtur
         "GET http://api.test/orders [http://api.test:80] waits 2.00 s for the dependency's "
         "cooldown (a 429 or a used-up limit asked every caller) before attempt 1"
     ]
+
+
+def test_the_wait_line_escapes_what_a_dependency_name_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A dependency named from the request must not forge a second log line (review63)."""
+    import logging
+
+    clock = FakeClock(randoms=[0.0] * 4)
+    governor = Governor(clock=clock)
+    forged = "pay\nINFO forged line"
+    guard = governor.guard(forged)
+    assert guard.limiter is not None
+    guard.limiter.start_cooldown(1)
+    caplog.set_level(logging.INFO, logger="retrysafe")
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(
+        transport=transport, clock=clock, governor=governor, dependency=forged
+    ) as client:
+        assert client.get("http://api.test/orders").status_code == 200
+    (line,) = [r.getMessage() for r in caplog.records if "waits" in r.getMessage()]
+    assert "\n" not in line
+    assert "[pay\\x0aINFO forged line]" in line

@@ -62,7 +62,7 @@ from retrysafe.kept_body import RawKeepingStream, unread
 from retrysafe.observe import CallTrace, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
-from retrysafe.redact import redact_url
+from retrysafe.redact import printable, redact_url
 from retrysafe.request_facts import default_dependency, replayable_body
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
@@ -569,12 +569,14 @@ class Drive:
         else:
             return
         if _log.isEnabledFor(level):
+            # (one line whatever the texts hold: control characters escaped, as in the
+            # events' lines; a dependency name may come from the request)
             _log.log(
                 level,
                 "%s %s [%s] waits %.2f s for %s before attempt %d",
-                self.request.method,
-                redact_url(self.request.url),
-                self.dependency,
+                printable(self.request.method),
+                printable(redact_url(self.request.url)),
+                printable(self.dependency),
                 wait.seconds,
                 why,
                 self.call.attempts + 1,

@@ -17,6 +17,7 @@ Every URL here is already redacted, and control characters in a message are esca
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -281,7 +282,17 @@ class Observer:
         _log(event, body_excerpt)
         for hook in self._hooks:
             try:
-                hook(event)
+                result: object = hook(event)  # type: ignore[func-returns-value]
+                if result is not None and inspect.isawaitable(result):
+                    # (an async hook the shell could not tell, a lambda around one: its
+                    # coroutine is never awaited, so it never runs; said, not hidden)
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
+                    raise TypeError(
+                        "the hook returned an awaitable, which retrysafe does not await: "
+                        "it never ran; give a plain function"
+                    )
             except Exception:
                 if id(hook) in self._failed:
                     logger.debug("retrysafe event hook %r failed again", hook, exc_info=True)

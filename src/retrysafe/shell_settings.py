@@ -30,8 +30,12 @@ def _is_coroutine_function(hook: object) -> bool:
     """Whether ``hook`` (or the ``__call__`` of an object) is an ``async def``."""
     import inspect
 
+    if inspect.iscoroutinefunction(hook):
+        return True
+    if isinstance(hook, type):  # (calling a class makes an instance: no coroutine)
+        return False
     call = getattr(hook, "__call__", None)  # noqa: B004 - (an object with an async __call__)
-    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(call)
+    return inspect.iscoroutinefunction(call)
 
 
 class ShellSettings(NamedTuple):

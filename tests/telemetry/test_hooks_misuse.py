@@ -53,3 +53,28 @@ def test_a_hook_that_keeps_raising_is_logged_at_error_once(
     assert [record.levelno for record in failures].count(logging.ERROR) == 1
     assert len(failures) >= 4  # (the later ones kept, at DEBUG)
     assert failures[0].exc_info is not None
+
+
+def test_a_hook_that_returns_a_coroutine_is_reported_not_silently_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A lambda around an async function passes for a plain hook: what it returns is
+    never awaited, so it never ran (review63)."""
+    ran: list[str] = []
+
+    async def record(event: RetryEvent) -> None:
+        ran.append(event.kind)
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport, hooks=[lambda event: record(event)]) as client:
+        assert client.get("https://api.test/").status_code == 200
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None
+    assert "returned an awaitable" in str(errors[0].exc_info[1])
+    assert ran == []
+
+
+def test_a_class_whose_instances_are_async_is_a_plain_hook() -> None:
+    """Calling the class makes an instance, no coroutine (review63: refused before)."""
+    retrysafe.Client(hooks=[AsyncCallable]).close()  # type: ignore[list-item]

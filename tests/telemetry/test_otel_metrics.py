@@ -169,3 +169,22 @@ def test_with_the_governor_the_breaker_gauge_reads_its_state_now() -> None:
 def test_the_governor_must_be_a_governor() -> None:
     with pytest.raises(TypeError, match=r"governor must be a retrysafe\.Governor"):
         OpenTelemetry(governor="x")  # type: ignore[arg-type]
+
+
+def test_an_api_that_takes_no_bucket_advice_still_gets_its_histograms() -> None:
+    """opentelemetry-api before 1.30 (the extra allows 1.25) has no
+    ``explicit_bucket_boundaries_advisory``: the instrument is made without it (review63:
+    it raised TypeError and no OpenTelemetry() could be made)."""
+    from retrysafe.telemetry.otel import _seconds_histogram
+
+    made: list[dict[str, object]] = []
+
+    class OldMeter:
+        def create_histogram(self, name: str, unit: str = "", description: str = "") -> str:
+            made.append({"name": name, "unit": unit})
+            return name
+
+    assert _seconds_histogram(OldMeter(), "retrysafe.call.duration", "d") == (  # type: ignore[arg-type]
+        "retrysafe.call.duration"
+    )
+    assert made == [{"name": "retrysafe.call.duration", "unit": "s"}]

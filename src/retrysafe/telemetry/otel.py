@@ -75,6 +75,21 @@ SECONDS_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
+def _seconds_histogram(meter: metrics.Meter, name: str, description: str) -> Any:
+    """A histogram of seconds, with :data:`SECONDS_BUCKETS` advised where the API takes
+    advice (opentelemetry-api 1.30 and later; an older one, or a meter of another make,
+    gets the SDK's own boundaries)."""
+    try:
+        return meter.create_histogram(
+            name,
+            unit="s",
+            description=description,
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit="s", description=description)
+
+
 def _globals_unset() -> bool:
     """Whether neither a global tracer provider nor a global meter provider is set.
 
@@ -174,17 +189,9 @@ class OpenTelemetry:
         # (bucket boundaries in seconds, as the HTTP conventions advise for their durations,
         # out to a whole call's 30 s deadline: the SDK's default ones are for milliseconds,
         # and put every call in the first)
-        self._waits = meter.create_histogram(
-            "retrysafe.retry.wait",
-            unit="s",
-            description="Waits before a retry.",
-            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
-        )
-        self._durations = meter.create_histogram(
-            "retrysafe.call.duration",
-            unit="s",
-            description="Whole calls, retries included.",
-            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        self._waits = _seconds_histogram(meter, "retrysafe.retry.wait", "Waits before a retry.")
+        self._durations = _seconds_histogram(
+            meter, "retrysafe.call.duration", "Whole calls, retries included."
         )
         #: The last known breaker state of each dependency (gauge value).
         self._breakers: dict[str, int] = {}
