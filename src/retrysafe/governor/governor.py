@@ -135,6 +135,12 @@ class Governor:
         )
         return guard if self.fleet is None else self._join_fleet(guard, self.fleet)
 
+    def guards(self) -> list[tuple[str, DependencyGuard]]:
+        """A snapshot of every dependency's guard, by dependency name, read without making
+        any (``guard()`` would make one for a dependency swept since): what a metrics
+        collector reads, never changing what the governor holds."""
+        return sorted(dict(self._guards).items())
+
     def dependencies(self) -> list[str]:
         """Every dependency seen so far."""
         with self._lock:

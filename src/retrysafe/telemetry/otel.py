@@ -253,16 +253,13 @@ class OpenTelemetry:
 
     def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         if self.governor is not None:
-            # A snapshot of the guards, read without making any: observing never changes
-            # what the governor holds. (An open period that ended reads as half open, as
-            # the next call would find it.)
-            guards = dict(self.governor._guards)
+            # (an open period that ended reads as half open, as the next call finds it)
             return [
                 metrics.Observation(
                     BREAKER_STATE_VALUES[guard.breaker.state],
                     {"retrysafe.dependency": dependency},
                 )
-                for dependency, guard in sorted(guards.items())
+                for dependency, guard in self.governor.guards()
                 if guard.breaker is not None
             ]
         return [

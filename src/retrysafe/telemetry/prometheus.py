@@ -242,11 +242,7 @@ class _GovernorCollector(Collector):
             "Retry budget tokens left per dependency (a retry spends one).",
             labels=("dependency",),
         )
-        # A snapshot of the guards, read without making any (guard() would make one for
-        # a dependency swept since): a scrape never changes what the governor holds.
-        guards = dict(self._governor._guards)
-        for dependency in sorted(guards):
-            guard = guards[dependency]
+        for dependency, guard in self._governor.guards():
             if guard.breaker is not None:
                 circuits.add_metric((dependency,), BREAKER_STATE_VALUES[guard.breaker.state])
             if guard.budget is not None:
