@@ -6,10 +6,10 @@ records never leak between tests and nothing has to be reset.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from urllib.parse import quote, urlencode
 
+from retrysafe.chaos.app import PARAMETERS
 from retrysafe.chaos.state import ChaosRecord
 
 __all__ = ["KeyedChaos"]
@@ -24,10 +24,17 @@ def _query_value(value: object) -> str:
     return str(value)
 
 
-#: A keyed endpoint's path with the literal segment ``key`` where ``{key}`` was meant.
-_LITERAL_KEY = re.compile(
-    r"^/?(?:fail|sequence|outage|redirect-chain|tail|openai|stripe)/key(?:/|$)"
+#: The endpoints whose second path segment is the state key (``/fail/{key}``...).
+_KEYED_ENDPOINTS = frozenset(
+    route.split("/")[1] for route in PARAMETERS if route.split("/")[2:3] == ["{key}"]
 )
+
+
+def _names_literal_key(path: str) -> bool:
+    """Whether ``path`` is a keyed endpoint's with the literal segment ``key`` where
+    ``{key}`` was meant (``/fail/key``)."""
+    segments = path.lstrip("/").split("/")
+    return len(segments) >= 2 and segments[1] == "key" and segments[0] in _KEYED_ENDPOINTS
 
 
 def _check_key(key: str) -> None:
@@ -65,7 +72,7 @@ class KeyedChaos:
                 f"give the query's values as keyword arguments, not in the path: "
                 f"url({path.split('?', 1)[0]!r}, times=2, ...), not url({path!r})"
             )
-        if _LITERAL_KEY.search(path):
+        if _names_literal_key(path):
             raise ValueError(
                 f"{path!r} names the state key 'key' itself, shared by every test that "
                 "writes it: write {key} for this view's key (url('/fail/{key}'))"
