@@ -69,6 +69,9 @@ class RunningCall(Protocol):
     #: The HTTP/2 stream its attempts last wrote to (set by the network stream), to
     #: retire its connection when an attempt is cut from outside (retire_stream_of).
     shared_stream: SharedStream | None
+    #: The per-phase timeouts the caller gave (httpx's ``timeout=``), before the shell
+    #: bounded them by the attempt: a read that timed out names whose limit it was.
+    caller_timeouts: dict[str, Any]
 
 
 #: The retrysafe call running in this context. One variable serves two needs: a call
@@ -240,12 +243,9 @@ def read_timed_out(binds: bool, waited: float | None) -> AttemptDeadlineReached:
     """What a read that waited ``waited`` seconds in an attempt and timed out stands for
     (``binds``: the attempt's end was its limit): see :class:`AttemptDeadlineReached`."""
     callers = False
-    if not binds:
-        call = current_call.get()
-        # (a hedged copy runs as an object of its own: its call's are its drive's)
-        call = getattr(call, "drive", call)
-        given = getattr(call, "caller_timeouts", None)
-        read = given.get("read") if isinstance(given, dict) else None
+    call = current_call.get()
+    if not binds and call is not None:
+        read = call.caller_timeouts.get("read")
         callers = isinstance(read, (int, float)) and waited is not None and waited >= read
     return AttemptDeadlineReached(stalled=not binds, callers=callers, waited=waited)
 

@@ -100,6 +100,8 @@ class _Copy:
         self.drive = drive
         #: When it started (``time.monotonic()``), for the time it waited for a connection.
         self.started_at = time.monotonic()
+        #: The RunningCall field a timed-out read reads: its call's.
+        self.caller_timeouts = drive.caller_timeouts
         #: The RunningCall field the network backend ends reads by.
         self.attempt_ends_at = _ends_at(plan)
         #: The RunningCall field noting when the copy first wrote its request (its start,
