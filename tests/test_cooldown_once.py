@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -223,8 +224,6 @@ def test_over_sockets_one_limited_path_does_not_starve_its_neighbours() -> None:
 def test_a_wait_for_a_cooldown_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     """The call takes that much longer with no retry of its own to show for it: without a
     line, 1.9 s of latency had no cause anywhere (trial64)."""
-    import logging
-
     clock = FakeClock(randoms=[0.0] * 4)  # (no jitter on top of the 2 s)
     governor, _ = cooling(clock, 2)
     caplog.set_level(logging.INFO, logger="retrysafe")
@@ -241,8 +240,6 @@ def test_the_wait_line_escapes_what_a_dependency_name_holds(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A dependency named from the request must not forge a second log line (review63)."""
-    import logging
-
     clock = FakeClock(randoms=[0.0] * 4)
     governor = Governor(clock=clock)
     forged = "pay\nINFO forged line"
