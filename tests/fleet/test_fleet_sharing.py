@@ -339,8 +339,13 @@ def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_togethe
         assert isinstance(error, retrysafe.PacingDelayed), error
         assert error.attempts == 0
         assert "fleet's pacing queue is full" in str(error)
-    sent.sort()
-    assert min(later - earlier for earlier, later in itertools.pairwise(sent)) >= 0.15
+    # Measured where they arrive, not where their replies came back: a busy machine can
+    # hold a reply back long enough that two paced calls finish together. Slots are
+    # 0.2 s apart; calls sent together would arrive within a few milliseconds.
+    arrivals = [record.time for record in chaos.log()[2:]]  # after the two warm-ups
+    assert len(arrivals) == 3, arrivals
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(arrivals))]
+    assert min(gaps) >= 0.1, gaps
 
 
 def test_processes_sharing_a_pace_stay_under_the_servers_limit(
