@@ -119,7 +119,9 @@ def _check(sent: list[float], errors: list[Exception]) -> None:
         assert "pacing queue is full" in str(error)
     sent.sort()
     gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
-    assert min(gaps) >= 0.15, gaps  # spaced by the pacing, never together
+    # Slots are 0.2 s apart; calls sent together would be milliseconds apart. Half the
+    # spacing leaves room for a busy machine waking a thread late.
+    assert min(gaps) >= 0.1, gaps
 
 
 def test_callers_beyond_the_queue_fail_at_once_instead_of_sending_together() -> None:
