@@ -38,7 +38,13 @@ from retrysafe.decisions import (
     StartCooldown,
 )
 from retrysafe.errors import seconds_text
-from retrysafe.governor.breaker import CircuitBreaker, Evidence, Permit, Transition
+from retrysafe.governor.breaker import (
+    BreakerState,
+    CircuitBreaker,
+    Evidence,
+    Permit,
+    Transition,
+)
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.guard import (
@@ -221,6 +227,17 @@ class FleetGuard(DependencyGuard):
             transition=Transition("open", "half_open"),
         )
         return Admission(permit=permit)
+
+    def breaker_state(self) -> BreakerState | None:
+        """As :meth:`DependencyGuard.breaker_state`, the fleet's breaker first: open
+        across the fleet (as this process last heard), this process's calls are refused
+        whatever its own breaker says, and half-open once that period is over."""
+        if self.breaker is None:
+            return None
+        open_until = self.view.open_until
+        if open_until is None:
+            return self.breaker.state
+        return "open" if self.fleet.clock.monotonic() < open_until else "half_open"
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """As :meth:`DependencyGuard.answer_retry`; not while the fleet breaker stays

@@ -30,6 +30,7 @@ from retrysafe.decisions import (
 )
 from retrysafe.governor.breaker import (
     CLOSED_PERMIT,
+    BreakerState,
     CircuitBreaker,
     Evidence,
     Permit,
@@ -304,6 +305,11 @@ class DependencyGuard:
         elif isinstance(effect, RetryEnded) and self.breaker is not None:
             return self.breaker.retry_ended(effect.failed)
         return None
+
+    def breaker_state(self) -> BreakerState | None:
+        """The breaker's state as this process's calls find it (None: no breaker): what a
+        metrics collector reports (an open period that ended reads as half-open)."""
+        return None if self.breaker is None else self.breaker.state
 
     def at_rest(self) -> bool:
         """Whether a fresh guard would be the same: the breaker closed with an empty

@@ -253,15 +253,18 @@ class OpenTelemetry:
 
     def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         if self.governor is not None:
-            # (an open period that ended reads as half open, as the next call finds it)
-            return [
-                metrics.Observation(
-                    BREAKER_STATE_VALUES[guard.breaker.state],
-                    {"retrysafe.dependency": dependency},
-                )
-                for dependency, guard in self.governor.guards()
-                if guard.breaker is not None
-            ]
+            # (as the next call finds it: an open period that ended reads as half open,
+            # and a fleet's open breaker as open, whatever this process's own says)
+            observed = []
+            for dependency, guard in self.governor.guards():
+                state = guard.breaker_state()
+                if state is not None:
+                    observed.append(
+                        metrics.Observation(
+                            BREAKER_STATE_VALUES[state], {"retrysafe.dependency": dependency}
+                        )
+                    )
+            return observed
         return [
             metrics.Observation(state, {"retrysafe.dependency": dependency})
             for dependency, state in list(self._breakers.items())

@@ -243,8 +243,10 @@ class _GovernorCollector(Collector):
             labels=("dependency",),
         )
         for dependency, guard in self._governor.guards():
-            if guard.breaker is not None:
-                circuits.add_metric((dependency,), BREAKER_STATE_VALUES[guard.breaker.state])
+            # (a fleet's open breaker reads as open, whatever this process's own says)
+            state = guard.breaker_state()
+            if state is not None:
+                circuits.add_metric((dependency,), BREAKER_STATE_VALUES[state])
             if guard.budget is not None:
                 budgets.add_metric((dependency,), guard.budget.tokens)
         yield circuits
