@@ -62,7 +62,6 @@ from retrysafe.kept_body import RawKeepingStream, unread
 from retrysafe.observe import CallTrace, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
-from retrysafe.redact import printable, redact_url
 from retrysafe.request_facts import default_dependency, replayable_body
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
@@ -556,31 +555,35 @@ class Drive:
         return step
 
     def _say_held(self, wait: Wait, admission: Admission) -> None:
-        """Log that load protection holds the next attempt back for ``wait``: a cooldown
-        at INFO, as a retry's wait is (the call takes that much longer for another call's
-        429, with no retry of its own to show for it); a paced slot at DEBUG (under
-        pacing, waiting for a slot is how every call goes)."""
+        """Tell (a ``held`` event) that load protection holds the next attempt back for
+        ``wait``: a cooldown is logged at INFO, as a retry's wait is; a paced slot at
+        DEBUG (see ``observe.event_level``). Built only when someone listens: a hook, a
+        trace, or the log at that level."""
         if admission.cooldown > 0:
+            reason = "cooldown"
             level = logging.INFO
-            why = "the dependency's cooldown (a 429 or a used-up limit asked every caller)"
         elif admission.pacing > 0:
+            reason = "pacing"
             level = logging.DEBUG
-            why = "a paced slot of the dependency"
         else:
             return
-        if _log.isEnabledFor(level):
-            # (one line whatever the texts hold: control characters escaped, as in the
-            # events' lines; a dependency name may come from the request)
-            _log.log(
-                level,
-                "%s %s [%s] waits %.2f s for %s before attempt %d",
-                printable(self.request.method),
-                printable(redact_url(self.request.url)),
-                printable(self.dependency),
-                wait.seconds,
-                why,
-                self.call.attempts + 1,
-            )
+        observer = self.settings.observer
+        if not (observer.hooked or self._trace is not None or _log.isEnabledFor(level)):
+            return
+        call = self.call
+        event = RetryEvent(
+            kind="held",
+            dependency=call.dependency,
+            method=call.method,
+            url=call.url,
+            attempt=call.attempts + 1,
+            reason=reason,
+            wait=wait.seconds,
+            elapsed=call.elapsed(),
+        )
+        observer.emit(event)
+        if self._trace is not None:
+            self._trace.event(event)
 
     def _patience(self, attempt_time: float) -> float:
         """How long an attempt given ``attempt_time`` seconds waits for an answer: that,

@@ -221,6 +221,11 @@ class Call:
         """Attempts made so far."""
         return len(self._history)
 
+    def elapsed(self) -> float:
+        """Seconds since the call started, as its events and report count them (a redirect
+        chain's from its first hop)."""
+        return self._clock.monotonic() - self._reported_from
+
     @property
     def pacing_held(self) -> bool:
         """A paced slot is reserved for the next attempt: the governor must not reserve another."""

@@ -52,7 +52,7 @@ logger = logging.getLogger("retrysafe")
 logger.addHandler(logging.NullHandler())
 
 #: What a :class:`RetryEvent` is about.
-EventKind = Literal["attempt", "retry", "success", "failure", "circuit", "hedge"]
+EventKind = Literal["attempt", "retry", "held", "success", "failure", "circuit", "hedge"]
 
 
 @frozen_value
@@ -64,6 +64,10 @@ class RetryEvent:
     - ``"attempt"``: attempt number ``attempt`` ended (for tracing; built only when
       someone listens: a hook, or the log at DEBUG);
     - ``"retry"``: that attempt failed and another follows after ``wait`` seconds;
+    - ``"held"``: the dependency's load protection holds attempt number ``attempt``
+      back for ``wait`` seconds, on top of any wait of the call's own: ``reason`` is
+      ``"cooldown"`` (a 429, or a rate limit announced used up, paused every caller) or
+      ``"pacing"`` (the attempt waits for its paced slot);
     - ``"success"`` / ``"failure"``: the call is over;
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
     - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
@@ -80,8 +84,8 @@ class RetryEvent:
       made (a call refused before sending) and for ``circuit``.
     - ``reason``: why the call stopped (``failure``: ``"attempts_exhausted"``,
       ``"circuit_open"``, ``"unsafe_to_repeat"``...), or why a hedged copy was
-      refused; ``""`` for every other kind.
-    - ``wait``: seconds until the next attempt (``retry`` only, else 0).
+      refused, or what holds an attempt back (``held``); ``""`` for every other kind.
+    - ``wait``: seconds until the next attempt (``retry`` and ``held``, else 0).
     - ``elapsed``: seconds since the call started.
     - ``error``: the class name of the error a ``failure`` raises (``"ServerError"``).
     - ``exception``: the class name of the exception that attempt ended with
@@ -324,9 +328,21 @@ def event_level(event: RetryEvent) -> int:
         return logging.WARNING
     if kind == "retry":
         return logging.INFO
+    if kind == "held":
+        # (a cooldown makes the call that much longer for another call's 429, with no
+        # retry of its own to show for it; under pacing, waiting for a slot is how every
+        # call goes)
+        return logging.INFO if event.reason == "cooldown" else logging.DEBUG
     if kind == "circuit":
         return logging.WARNING if event.transition.endswith("->open") else logging.INFO
     return logging.DEBUG
+
+
+#: What holds an attempt back, by a ``held`` event's reason, as its log line says it.
+_HELD_FOR = {
+    "cooldown": "the dependency's cooldown (a 429 or a used-up limit asked every caller)",
+    "pacing": "a paced slot of the dependency",
+}
 
 
 def _log(event: RetryEvent, body_excerpt: str) -> None:
@@ -355,6 +371,18 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             status,
             outcome,
             event.wait,
+            extra=fields,
+        )
+    elif kind == "held":
+        logger.log(
+            level,
+            "%s %s [%s] waits %.2f s for %s before attempt %d",
+            method,
+            url,
+            dependency,
+            event.wait,
+            _HELD_FOR.get(event.reason) or printable(event.reason),
+            event.attempt,
             extra=fields,
         )
     elif kind == "failure":

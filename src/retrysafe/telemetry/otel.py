@@ -190,6 +190,11 @@ class OpenTelemetry:
         # out to a whole call's 30 s deadline: the SDK's default ones are for milliseconds,
         # and put every call in the first)
         self._waits = _seconds_histogram(meter, "retrysafe.retry.wait", "Waits before a retry.")
+        self._held = _seconds_histogram(
+            meter,
+            "retrysafe.held.wait",
+            "Waits load protection added before an attempt: cooldown, pacing.",
+        )
         self._durations = _seconds_histogram(
             meter, "retrysafe.call.duration", "Whole calls, retries included."
         )
@@ -228,6 +233,10 @@ class OpenTelemetry:
             labels = {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
             self._retries.add(1, labels)
             self._waits.record(event.wait, {"retrysafe.dependency": dependency})
+        elif kind == "held":
+            self._held.record(
+                event.wait, {"retrysafe.dependency": dependency, "retrysafe.reason": event.reason}
+            )
         elif kind == "success" or kind == "failure":
             self._durations.record(
                 event.elapsed,
@@ -407,6 +416,15 @@ class _CallSpans:
                     {"retrysafe.outcome": event.outcome, "retrysafe.retry.wait": event.wait},
                 )
                 self._end_attempts()
+            elif kind == "held":
+                self._call.add_event(
+                    "retrysafe.held",
+                    {
+                        "retrysafe.reason": event.reason,
+                        "retrysafe.held.wait": event.wait,
+                        "retrysafe.attempt": event.attempt,
+                    },
+                )
             elif kind == "success" or kind == "failure":
                 self._end_attempts()
                 self._call_ended(event)

@@ -21,6 +21,9 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
 - ``retrysafe_retries_total{dependency, outcome}``: retries, by what the retried
   attempt got;
 - ``retrysafe_retry_wait_seconds{dependency}``: histogram of waits before a retry;
+- ``retrysafe_held_wait_seconds{dependency, reason}``: histogram of the waits the
+  dependency's load protection added before an attempt: ``cooldown`` (a 429 paused every
+  caller) or ``pacing`` (a paced slot);
 - ``retrysafe_refusals_total{dependency, reason}``: calls retrysafe's own load
   protection stopped (``circuit_open``, ``budget_exhausted``, ``cooldown``, ``pacing``);
 - ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open (with
@@ -120,6 +123,14 @@ class PrometheusMetrics:
             registry=None,
             buckets=DURATION_BUCKETS,
         )
+        self.held_wait = Histogram(
+            "held_wait_seconds",
+            "Waits load protection added before an attempt: cooldown, pacing.",
+            ("dependency", "reason"),
+            namespace=namespace,
+            registry=None,
+            buckets=DURATION_BUCKETS,
+        )
         self.hedges = Counter(
             "hedges",
             "Hedged copies, by what became of each: sent, won, lost, refused.",
@@ -147,6 +158,7 @@ class PrometheusMetrics:
             self.attempts,
             self.retries,
             self.retry_wait,
+            self.held_wait,
             self.hedges,
             self.refusals,
         ]
@@ -173,6 +185,8 @@ class PrometheusMetrics:
         elif kind == "retry":
             self._child(self.retries, dependency, event.outcome).inc()
             self._child(self.retry_wait, dependency).observe(event.wait)
+        elif kind == "held":
+            self._child(self.held_wait, dependency, event.reason).observe(event.wait)
         elif kind == "success" or kind == "failure":
             method = known_method(event.method)
             self._child(self.calls, dependency, method, kind, event.reason).inc()
