@@ -413,6 +413,16 @@ def test_report_of_reads_the_calls_report() -> None:
     assert report_of(httpx.Response(200)) is None
 
 
+def test_report_of_takes_a_response_typed_as_an_httpx_forks() -> None:
+    # openai 3.x annotates its responses as httpx2's: one that never came through
+    # retrysafe (the SDK's own httpx2 client) has no report, and is no error.
+    import httpx2
+
+    assert report_of(httpx2.Response(200)) is None
+    with pytest.raises(TypeError, match=r"for requests use retrysafe\.requests\.report_of"):
+        report_of(object())  # type: ignore[arg-type]
+
+
 _RETRYSAFE_KEYWORDS = {
     *("policy", "clock", "hooks", "dependency", "governor", "deadline_header", "idempotency"),
     *("journal", "idempotency_key", "operation"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import warnings
 import weakref
-from collections.abc import Callable
-from typing import Any, Final, Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import httpx
 from httpx._types import HeaderTypes, RequestExtensions
@@ -51,6 +51,7 @@ __all__ = [
     "jar_of",
     "mark_stream",
     "report_of",
+    "ResponseWithExtensions",
     "warn_per_request_cookies",
     "with_call_options",
     "wrap_transports",
@@ -192,13 +193,25 @@ STREAMED_OPTIONS = CallOptions(stream=True)
 READ_OPTIONS = CallOptions()
 
 
-def report_of(response: httpx.Response) -> CallReport | None:
+class ResponseWithExtensions(Protocol):
+    """A response that carries httpx's ``extensions``: an ``httpx.Response``, or the
+    same response as an SDK built on an httpx fork annotates it (openai 3.x types its
+    responses as ``httpx2.Response``, though the one an ``httpx.Client`` it was given
+    returns is httpx's)."""
+
+    @property
+    def extensions(self) -> Mapping[str, Any]: ...
+
+
+def report_of(response: httpx.Response | ResponseWithExtensions) -> CallReport | None:
     """What the call behind ``response`` did (attempts, waits, error), or None.
 
     None when the response did not come through retrysafe. The report is kept in
     ``response.extensions["retrysafe"]``; this reads it with its type.
     """
-    if not isinstance(response, httpx.Response):
+    if not isinstance(response, httpx.Response) and not isinstance(
+        getattr(response, "extensions", None), Mapping
+    ):
         raise TypeError(
             f"report_of takes an httpx.Response, got {type(response).__module__}."
             f"{type(response).__name__}; for requests use retrysafe.requests.report_of, "

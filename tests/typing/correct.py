@@ -9,6 +9,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
+import httpx2
 
 import retrysafe
 from retrysafe import ApiError, CallReport, RetryEvent, RetryPolicy, Verdict
@@ -138,3 +139,10 @@ def middleware_takes_any_collection(app: ASGIApp) -> None:
 def simulation_settings_take_any_collection() -> None:
     ContentionSettings(clients=[10, 50], strategies=["none", "full"])
     ContentionSettings(clients=range(10, 30, 10), strategies={"equal"})
+
+
+def reports_behind_an_sdk_on_an_httpx_fork(sdk_response: httpx2.Response) -> int:
+    """openai 3.x types its responses as httpx2's; the one an ``httpx.Client`` it was given
+    returns is httpx's, and its report is read the same way."""
+    report = retrysafe.report_of(sdk_response)
+    return 0 if report is None else report.attempts
