@@ -292,7 +292,7 @@ def test_the_fleets_half_open_probe_is_paced_like_any_attempt(make_fleet: FleetM
     for _ in range(3):
         assert clients[0].get("http://api.test/").status_code == 200
     gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
-    assert min(gaps) >= 0.08, gaps
+    assert min(gaps) >= 0.05, gaps  # slots 0.1 s apart: half that, for a busy machine
     for each in clients:
         each.close()
 
