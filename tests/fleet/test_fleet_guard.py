@@ -392,3 +392,27 @@ def test_a_paced_hedged_copy_takes_a_free_fleet_slot_or_none() -> None:
     fleet.pacing_wait = 0.3
     assert guard.answer_hedge().refusal == "pacing"
     assert fleet.told[-1] == ("release", 50, 1000.3)  # the slot it would have waited for
+
+
+def test_the_breaker_state_a_gauge_reads_is_the_one_calls_find() -> None:
+    guard, fleet, clock = guard_with(GovernorSettings(breaker=BreakerSettings(open_for=5)))
+    assert guard.breaker is not None
+    assert guard.breaker_state() == "closed"
+    fleet.view("api").learn(0.0, clock.monotonic() + 2.0)  # the fleet opened it
+    assert guard.breaker.state == "closed"  # this process's own never saw a failure
+    assert guard.breaker_state() == "open"
+    assert guard.admit(FirstAttempt()).permit.allowed is False  # type: ignore[union-attr]
+    clock.advance(2.0)  # the fleet's period is over: its one probe is next
+    assert guard.breaker_state() == "half_open"
+    fleet.view("api").forget_breaker()  # the fleet away: the local breaker decides
+    assert guard.breaker_state() == "closed"
+    for _ in range(guard.breaker.settings.consecutive_failures):
+        guard.record_health(failed())
+    assert guard.breaker.state == "open"
+    assert guard.breaker_state() == "open"  # its own open breaker, with nothing from the fleet
+
+
+def test_without_a_breaker_there_is_no_state_to_report() -> None:
+    guard, fleet, clock = guard_with(GovernorSettings(breaker=None))
+    fleet.view("api").learn(0.0, clock.monotonic() + 2.0)
+    assert guard.breaker_state() is None
