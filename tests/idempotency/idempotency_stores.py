@@ -115,7 +115,7 @@ class InterposedStore:
         self._renewals_held: anyio.Event | None = None
         self._renewal_seen: anyio.Event | None = None
 
-    def hold_renewals(self) -> None:
+    def hold_first_claims_renewals(self) -> None:
         """Make the first claim's renewals wait, as if the store were slow for it, until
         :meth:`release_renewals`. (Only the first claim's: a claim made later renews as
         usual, so a real store that lets an unrenewed key lapse in real time, as Redis

@@ -181,7 +181,7 @@ async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without
 ) -> None:
     clock = FakeClock()
     slow_store = InterposedStore(store)
-    slow_store.hold_renewals()  # the store stalls for the first claim: its lease runs out
+    slow_store.hold_first_claims_renewals()  # the store stalls: the first lease runs out
     # (the lease is on the fake clock, which jumps past it; Redis also lets an unrenewed
     # key lapse after the lease in real time, which only the first claim's is meant to:
     # the takeover's renewals go through, or on a busy machine it lost its key as well and
