@@ -232,7 +232,8 @@ def test_a_wait_for_a_cooldown_is_logged_at_info(caplog: pytest.LogCaptureFixtur
     lines = [record.getMessage() for record in caplog.records if "waits" in record.getMessage()]
     assert lines == [
         "GET http://api.test/orders [http://api.test:80] waits 2.00 s for the dependency's "
-        "cooldown (a 429 or a used-up limit asked every caller) before attempt 1"
+        "cooldown (another call's answer paused every caller: a 429, a used-up rate limit, "
+        "or a shared 503's Retry-After) before attempt 1"
     ]
 
 

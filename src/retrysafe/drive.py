@@ -557,8 +557,8 @@ class Drive:
     def _say_held(self, wait: Wait, admission: Admission) -> None:
         """Tell (a ``held`` event) that load protection holds the next attempt back for
         ``wait``: a cooldown is logged at INFO, as a retry's wait is; a paced slot at
-        DEBUG (see ``observe.event_level``). Built only when someone listens: a hook, a
-        trace, or the log at that level."""
+        DEBUG (see ``observe.event_level``). Built only when someone hears it: a hook that
+        listens, a trace, or the log at that level (under pacing, every call has one)."""
         if admission.cooldown > 0:
             reason = "cooldown"
             level = logging.INFO
@@ -568,7 +568,7 @@ class Drive:
         else:
             return
         observer = self.settings.observer
-        if not (observer.hooked or self._trace is not None or _log.isEnabledFor(level)):
+        if self._trace is None and not observer.hears(level):
             return
         call = self.call
         event = RetryEvent(
@@ -579,7 +579,7 @@ class Drive:
             attempt=call.attempts + 1,
             reason=reason,
             wait=wait.seconds,
-            elapsed=call.elapsed(),
+            elapsed=call.elapsed_so_far(),
         )
         observer.emit(event)
         if self._trace is not None:

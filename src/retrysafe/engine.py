@@ -221,7 +221,7 @@ class Call:
         """Attempts made so far."""
         return len(self._history)
 
-    def elapsed(self) -> float:
+    def elapsed_so_far(self) -> float:
         """Seconds since the call started, as its events and report count them (a redirect
         chain's from its first hop)."""
         return self._clock.monotonic() - self._reported_from

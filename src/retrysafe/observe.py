@@ -9,7 +9,8 @@ per attempt and puts the attempt's trace context on the request it sends.
 
 Logger ``retrysafe`` gets one record per event, each carrying the event's fields
 as ``record.retrysafe`` (:func:`event_fields`, one documented shape): an attempt
-and a success at DEBUG, a retry at INFO, a final failure at WARNING (a 4xx the
+and a success at DEBUG, a retry at INFO, a wait load protection adds (``held``) at
+INFO for a cooldown and DEBUG for a paced slot, a final failure at WARNING (a 4xx the
 caller must fix at :attr:`LogSettings.client_error_level`, a ``CircuitOpen``
 at DEBUG, since the breaker opening was already a WARNING).
 Every URL here is already redacted, and control characters in a message are escaped.
@@ -66,7 +67,8 @@ class RetryEvent:
     - ``"retry"``: that attempt failed and another follows after ``wait`` seconds;
     - ``"held"``: the dependency's load protection holds attempt number ``attempt``
       back for ``wait`` seconds, on top of any wait of the call's own: ``reason`` is
-      ``"cooldown"`` (a 429, or a rate limit announced used up, paused every caller) or
+      ``"cooldown"`` (another call's answer paused every caller: a 429, a rate limit
+      announced used up, or, in a fleet sharing them, a 503's Retry-After) or
       ``"pacing"`` (the attempt waits for its paced slot);
     - ``"success"`` / ``"failure"``: the call is over;
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
@@ -256,7 +258,12 @@ class Observer:
     def listening(self) -> bool:  # (drive.py asks the same, in short, when not hooked)
         """Whether anyone hears routine events (a hook, or the log at DEBUG): if not,
         a successful call need not build its event at all."""
-        if self._always or logger.isEnabledFor(logging.DEBUG):
+        return self.hears(logging.DEBUG)
+
+    def hears(self, level: int) -> bool:
+        """Whether anyone hears an event logged at ``level``: a hook that listens, or the
+        log at that level (an event nobody hears need not be built)."""
+        if self._always or logger.isEnabledFor(level):
             return True
         for hook in self._sometimes:  # noqa: SIM110 - a loop, not any(): no generator per call
             if hook.listening:
@@ -340,7 +347,10 @@ def event_level(event: RetryEvent) -> int:
 
 #: What holds an attempt back, by a ``held`` event's reason, as its log line says it.
 _HELD_FOR = {
-    "cooldown": "the dependency's cooldown (a 429 or a used-up limit asked every caller)",
+    "cooldown": (
+        "the dependency's cooldown (another call's answer paused every caller: a 429, a "
+        "used-up rate limit, or a shared 503's Retry-After)"
+    ),
     "pacing": "a paced slot of the dependency",
 }
 

@@ -99,6 +99,32 @@ def test_the_event_is_built_only_when_someone_listens(
     assert ("held" in built) is described
 
 
+class SometimesListening:
+    """A hook that says whether it listens (as OpenTelemetry() does without an SDK)."""
+
+    def __init__(self, listening: bool) -> None:
+        self.listening = listening
+        self.events: list[RetryEvent] = []
+
+    def __call__(self, event: RetryEvent) -> None:
+        self.events.append(event)
+
+
+@pytest.mark.parametrize("listening", [True, False])
+def test_paced_attempts_are_told_only_to_a_hook_that_listens(listening: bool) -> None:
+    # Under pacing nearly every call waits for its slot: a routine event, like "attempt".
+    clock = FakeClock()
+    paced = Governor(GovernorSettings(limiter=LimiterSettings(requests_per_second=2)), clock=clock)
+    hook = SometimesListening(listening)
+    with retrysafe.Client(
+        transport=httpx.MockTransport(ok), clock=clock, governor=paced, hooks=[hook]
+    ) as client:
+        for _ in range(3):
+            assert client.get(URL).status_code == 200
+    held = [event.reason for event in hook.events if event.kind == "held"]
+    assert held == (["pacing", "pacing"] if listening else [])
+
+
 def test_prometheus_counts_held_waits_by_reason() -> None:
     clock = FakeClock(randoms=[0.0] * 4)
     registry = CollectorRegistry()

@@ -10,7 +10,8 @@ Each call gets a span (``retrysafe GET``, kind INTERNAL) and each attempt a chil
 ``REDACTED:REDACTED``), ``http.response.status_code``, ``error.type`` and, on a resend,
 ``http.request.resend_count``; plus ``retrysafe.attempt``, ``retrysafe.outcome``, and on
 a failed attempt that is retried a ``retrysafe.retry`` event and the
-``retrysafe.retry.wait`` attribute. The trace context (``traceparent``...) sent with
+``retrysafe.retry.wait`` attribute; on the call span, a wait load protection added
+before an attempt is a ``retrysafe.held`` event. The trace context (``traceparent``...) sent with
 each attempt is that attempt's span; each hedged copy is an attempt of its own (its own
 span and ``traceparent``; a copy that lost ends with ``retrysafe.outcome =
 hedge_lost``).
@@ -27,7 +28,8 @@ costs a check per call. Metrics (through the same API): ``retrysafe.attempts``
 (every attempt, a hedged copy too: one that lost has outcome ``hedge_lost``; one that never
 left, such as a ``connect_error``, counts under its outcome),
 ``retrysafe.retries``, ``retrysafe.refusals``, ``retrysafe.hedges`` (counters),
-``retrysafe.retry.wait`` and ``retrysafe.call.duration`` (histograms),
+``retrysafe.retry.wait``, ``retrysafe.held.wait`` and ``retrysafe.call.duration``
+(histograms),
 ``retrysafe.circuit.state`` (a gauge: 0 closed, 1 half open, 2 open).
 """
 
