@@ -193,3 +193,11 @@ def test_every_spelling_of_a_header_flag_marks_its_value_and_each_word_secret(
 
     assert SECRET not in redactor.scrub(f"Bearer {SECRET}")
     assert SECRET not in redactor.scrub(f"unknown token {SECRET}.")
+
+
+def test_a_secret_path_parameter_of_the_url_is_scrubbed_from_what_is_printed() -> None:
+    """The URL shows ``;jsessionid=[REDACTED]``; a reply echoing the path must not show it
+    either (trial66)."""
+    redactor = argv_secrets(["get", f"https://api.test/cart;jsessionid={SECRET}/items"])
+
+    assert SECRET not in redactor.scrub(f"no route /cart;jsessionid={SECRET}/items")

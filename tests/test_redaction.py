@@ -651,3 +651,34 @@ def test_fuzzed_secrets_never_survive_any_encoding_and_ordinary_names_stay_reada
     assert tally.cases == 2_000
     assert tally.leaks == []
     assert tally.wrong_names == []
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("https://api.test/cart;jsessionid=PATHSECRET1234/items", "PATHSECRET1234"),
+        ("https://api.test/v1?page=2;api_key=PAIRSECRET5678", "PAIRSECRET5678"),
+    ],
+    ids=["path_parameter", "semicolon_query_pair"],
+)
+def test_a_secret_the_url_redaction_hides_is_scrubbed_from_an_echo_of_the_path(
+    url: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that echoes the path it got ("no route /cart;jsessionid=...") must not get
+    into a message what the URL's own redaction hides (trial66: the CLI printed it)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, text=f"no route {request.url.raw_path.decode()}")
+
+    caplog.set_level(logging.DEBUG, logger="retrysafe")
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(handler), policy=RetryPolicy(attempts=1)
+        ) as client,
+        pytest.raises(retrysafe.ClientError) as caught,
+    ):
+        client.get(url)
+    assert "no route" in str(caught.value)
+    assert "[REDACTED]" in str(caught.value)
+    produced = [str(caught.value), json.dumps(caught.value.body), caplog.text]
+    assert [text for text in produced if secret in text] == []

@@ -389,7 +389,8 @@ def typed_userinfo(text: str) -> tuple[int, int] | None:
 
 
 def url_text_secrets(text: str) -> list[str]:
-    """The userinfo and secret query values of a URL as typed (parseable or not)."""
+    """The userinfo, secret path parameters and secret query values of a URL as typed
+    (parseable or not)."""
     secrets: list[str] = []
     span = typed_userinfo(text)
     if span is not None:
@@ -403,7 +404,22 @@ def url_text_secrets(text: str) -> list[str]:
         # httpx parses a password holding "/", "?" or "#" as other parts of the URL and
         # quotes a piece of it in its error ("Invalid port: 'SECRET'"): each piece too.
         secrets += re.split(r"[/?#:@]", secret)
-    query = text.partition("?")[2].partition("#")[0]
+    secrets += _path_and_query_secrets(text)
+    return [secret for secret in secrets if secret]
+
+
+def _path_and_query_secrets(text: str) -> list[str]:
+    """The values of the secret path parameters (``/x;jsessionid=...``) and query
+    parameters in ``text`` (a URL, or its path and query), as written and decoded: the
+    values a URL's redaction hides (see :func:`_redacted_path_and_query`), for a
+    :class:`Redactor` to scrub wherever else they appear (a body that echoes the path)."""
+    secrets: list[str] = []
+    path, _, rest = text.partition("?")
+    for match in _path_parameter().finditer(path.partition("#")[0]):
+        if is_secret_name(urllib.parse.unquote(match.group("name"))):
+            value = match.group("value")
+            secrets += [value, urllib.parse.unquote(value)]
+    query = rest.partition("#")[0]
     # A secret's value runs to the next "&", ";" and all (as httpx reads it), and each
     # ";"-separated piece may be a pair of its own (as some servers read it): see
     # _redacted_pair.
@@ -479,6 +495,9 @@ class Redactor:
         for name, value in request.url.params.multi_items():
             if is_secret_name(name):
                 secrets.append(value)
+        # (and those httpx's reading of the query leaves inside another value, "?page=1;
+        # api_key=...", and the path's: what the URL's redaction hides, the echo too)
+        secrets.extend(_path_and_query_secrets(request.url.raw_path.decode("ascii", "replace")))
         if request.url.password:
             secrets.append(request.url.password)
         elif request.url.username:
