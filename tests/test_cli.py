@@ -485,6 +485,65 @@ def test_a_given_idempotency_key_is_sent_as_typed(
     assert [record.idempotency_key for record in chaos.log()] == ["ord-42"]
 
 
+@pytest.mark.parametrize("given", ["other-key", "auto"])
+def test_a_key_given_both_as_a_flag_and_as_a_header_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], chaos: Any, given: str
+) -> None:
+    """One would silently replace the other: an operator resending a write under the key
+    they know would send it under another, and the server would do it twice (trial66)."""
+    url = chaos.url("/idempotent/orders")
+    code, _, err = run(
+        capsys, "request", "POST", url, "--json", "{}",
+        "-H", "Idempotency-Key: ord-42", "--idempotency-key", given,
+    )  # fmt: skip
+
+    assert code == EXIT_USAGE
+    assert "give the idempotency key once" in err
+    assert chaos.log() == []  # nothing sent
+
+
+def test_the_same_key_as_a_flag_and_as_a_header_is_one_key(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    url = chaos.url("/idempotent/orders")
+    code, _, _ = run(
+        capsys, "request", "POST", url, "--json", "{}",
+        "-H", "Idempotency-Key: ord-42", "--idempotency-key", "ord-42",
+    )  # fmt: skip
+
+    assert code == 0
+    assert [record.idempotency_key for record in chaos.log()] == ["ord-42"]
+
+
+def test_an_interrupted_keyed_write_names_the_key_to_resend_it_under(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the write is out: no error carries the key, and with ``auto`` only the
+    command knew it (trial66: the write was applied, and nothing said under which key)."""
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers["idempotency-key"])
+        raise KeyboardInterrupt
+
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    code, _, err = run(
+        capsys, "request", "POST", "https://api.test/orders", "--json", "{}",
+        "--idempotency-key", "auto",
+    )  # fmt: skip
+
+    assert code == 130
+    [key] = sent
+    assert f"--idempotency-key {key}" in err
+    assert err.rstrip().endswith("interrupted")
+
+
 def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys)
 

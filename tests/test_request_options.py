@@ -159,3 +159,32 @@ def test_a_key_header_set_on_a_built_request_reads_back_as_httpx_reads_it() -> N
     report = retrysafe.report_of(response)
     assert report is not None
     assert report.idempotency_key == "commande-é-42"
+
+
+@pytest.mark.parametrize("given", ["other-key", True], ids=["another_key", "make_one"])
+def test_a_key_in_the_headers_and_another_in_idempotency_key_is_refused(given: object) -> None:
+    """One would silently replace the other: a write resent under the key its caller knows
+    would go out under another, and be done twice."""
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
+    with (
+        retrysafe.Client(transport=transport) as client,
+        pytest.raises(ValueError, match="give the key once"),
+    ):
+        client.post(
+            "https://api.test/pay",
+            headers={"Idempotency-Key": "order-7"},
+            idempotency_key=given,  # type: ignore[arg-type]
+        )
+    assert sent == []
+
+
+@pytest.mark.parametrize("header", ["order-7", "  "], ids=["the_same_key", "a_blank_header"])
+def test_the_same_key_twice_or_a_blank_header_is_one_key(header: str) -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
+    with retrysafe.Client(transport=transport) as client:
+        client.post(
+            "https://api.test/pay", headers={"Idempotency-Key": header}, idempotency_key="order-7"
+        )
+    assert [request.headers["idempotency-key"] for request in sent] == ["order-7"]

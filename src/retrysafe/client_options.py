@@ -124,6 +124,8 @@ def with_call_options(
         else CallOptions(policy=policy, dependency=dependency)
     )
     options = dict(extensions or {})
+    if idempotency_key is not None and idempotency_key is not False and headers:
+        _check_one_key(httpx.Headers(headers), idempotency_key)
     if idempotency_key is True:
         # One key for the whole call: built once here, so every attempt sends the same one.
         idempotency_key = new_idempotency_key()
@@ -146,6 +148,19 @@ def with_call_options(
     if call_options is not None:
         options[OPTIONS_EXTENSION] = call_options
     return headers, options
+
+
+def _check_one_key(headers: httpx.Headers, idempotency_key: str | bool) -> None:
+    """Refuse a call given two keys: ``idempotency_key=`` and a different, non-blank
+    ``Idempotency-Key`` in its headers. One would silently replace the other, and a write
+    resent under a key its caller knows would go out under another, and be done twice."""
+    in_headers = headers.get(IDEMPOTENCY_HEADER, "").strip()
+    if in_headers and in_headers != idempotency_key:
+        made = "True (make one)" if idempotency_key is True else "another key"
+        raise ValueError(
+            f"the call's headers carry an {IDEMPOTENCY_HEADER} and idempotency_key= is "
+            f"{made}: give the key once, as idempotency_key= or as the header"
+        )
 
 
 def key_fits_a_header(key: str) -> bool:

@@ -24,6 +24,7 @@ from retrysafe.cli.exit_codes import EXIT_OK, UsageError, exit_code_for
 from retrysafe.cli.terminal import Style, safe_line, wants_color
 from retrysafe.client_options import key_fits_a_header
 from retrysafe.redact import redact_url_text
+from retrysafe.request_facts import new_idempotency_key
 
 __all__ = [
     "RequestSpec",
@@ -117,7 +118,9 @@ class RequestSpec:
     content: bytes | None
     json: Any
     has_json: bool
-    idempotency_key: str | bool | None
+    #: The key sent with every attempt (``auto``'s made here, so the command can name it
+    #: whatever ends the call), or None.
+    idempotency_key: str | None
     policy: RetryPolicy
     follow_redirects: bool
 
@@ -238,7 +241,7 @@ def build_policy(args: argparse.Namespace) -> RetryPolicy:
         raise UsageError(message) from None
 
 
-def _idempotency_key(text: str | None) -> str | bool | None:
+def _idempotency_key(text: str | None) -> str | None:
     if text is None:
         return None
     if not text.strip():
@@ -248,7 +251,7 @@ def _idempotency_key(text: str | None) -> str | bool | None:
             f"--idempotency-key must be printable ASCII with no space at either end (it is "
             f"sent as a header), got {text!r}; or 'auto' to make one"
         )
-    return True if text == "auto" else text
+    return new_idempotency_key() if text == "auto" else text
 
 
 def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
@@ -257,6 +260,16 @@ def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
     url = parse_url(args.url)
     headers = tuple(parse_header(header) for header in args.header)
     policy = build_policy(args)
+    idempotency_key = _idempotency_key(args.idempotency_key)
+    if idempotency_key is not None:
+        in_headers = [value for name, value in headers if name.lower() == "idempotency-key"]
+        if any(value and value != idempotency_key for value in in_headers):
+            # (one would replace the other: a write resent under the key its operator
+            # typed would go out under another, and be done twice)
+            raise UsageError(
+                "give the idempotency key once: --idempotency-key or -H 'Idempotency-Key: "
+                "...', not both"
+            )
     return RequestSpec(
         method=method,
         url=url,
@@ -264,7 +277,7 @@ def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
         content=None if args.data is None else read_data(args.data, stdin),
         json=None if args.json is None else parse_json_body(args.json),
         has_json=args.json is not None,
-        idempotency_key=_idempotency_key(args.idempotency_key),
+        idempotency_key=idempotency_key,
         policy=policy,
         follow_redirects=args.location,
     )
@@ -352,6 +365,17 @@ def run_request(args: argparse.Namespace) -> int:
     hooks = [] if args.quiet else [_retry_printer(stderr, style)]
     try:
         response = _send(spec, hooks)
+    except KeyboardInterrupt:
+        if spec.idempotency_key is not None:
+            # (no error to carry the hint the other endings give: the write may be done)
+            stderr.write(
+                safe_line(
+                    "retrysafe: the request may have gone out; to finish it safely, resend "
+                    f"it under the same key: --idempotency-key {spec.idempotency_key}"
+                )
+                + "\n"
+            )
+        raise
     except ApiError as error:
         stderr.write(style.paint(safe_line(f"retrysafe: {_error_line(error)}"), "red") + "\n")
         return exit_code_for(error)
