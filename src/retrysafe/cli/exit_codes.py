@@ -70,7 +70,8 @@ def describe_exit_codes() -> str:
     lines = [
         "exit codes:",
         f"  {EXIT_OK:>3}  success",
-        f"  {EXIT_FAILED:>3}  failed (demo: a case did not behave as expected)",
+        f"  {EXIT_FAILED:>3}  failed (demo: a case did not behave as expected; chaos: could "
+        "not serve)",
         f"  {EXIT_USAGE:>3}  usage error: bad argument, URL, header or policy value; extra missing",
     ]
     lines += [
