@@ -8,6 +8,7 @@ in the client's journal around its one send.
 from __future__ import annotations
 
 import hashlib
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -218,15 +219,20 @@ class ResponseWithExtensions(Protocol):
     def extensions(self) -> Mapping[str, Any]: ...
 
 
+def _an_httpx2_response(response: object) -> bool:
+    """Whether ``response`` is an ``httpx2.Response`` (one the openai SDK's own client
+    returned: no report). Read only if httpx2 is loaded: otherwise none can exist."""
+    httpx2 = sys.modules.get("httpx2")
+    return httpx2 is not None and isinstance(response, httpx2.Response)
+
+
 def report_of(response: httpx.Response | ResponseWithExtensions) -> CallReport | None:
     """What the call behind ``response`` did (attempts, waits, error), or None.
 
     None when the response did not come through retrysafe. The report is kept in
     ``response.extensions["retrysafe"]``; this reads it with its type.
     """
-    if not isinstance(response, httpx.Response) and not isinstance(
-        getattr(response, "extensions", None), Mapping
-    ):
+    if not isinstance(response, httpx.Response) and not _an_httpx2_response(response):
         raise TypeError(
             f"report_of takes an httpx.Response, got {type(response).__module__}."
             f"{type(response).__name__}; for requests use retrysafe.requests.report_of, "
