@@ -311,10 +311,13 @@ def test_a_failing_parallel_job_stops_the_rest_at_once() -> None:
 
     from retrysafe.simulate.parallel import run_jobs
 
+    # Waiting for even one running job would take 20 s; the bound leaves room for starting
+    # the workers, which a busy machine took 3 s for (with "forkserver": a fresh interpreter
+    # each, where this process already runs a thread and cannot fork safely).
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="this job fails"):
-        run_jobs(_job, [-1.0, 3.0, 3.0, 3.0, 3.0], workers=2)
-    assert time.monotonic() - started < 2.5
+        run_jobs(_job, [-1.0, 20.0, 20.0, 20.0, 20.0], workers=2)
+    assert time.monotonic() - started < 10
 
 
 def _dies(job: int) -> int:
