@@ -571,19 +571,16 @@ class Drive:
         if self._trace is None and not observer.hears(level):
             return
         call = self.call
-        event = RetryEvent(
-            kind="held",
-            dependency=call.dependency,
-            method=call.method,
-            url=call.url,
-            attempt=call.attempts + 1,
-            reason=reason,
-            wait=wait.seconds,
-            elapsed=call.elapsed_so_far(),
+        self._tell(
+            RetryEvent(
+                "held",
+                *call.names(),
+                attempt=call.attempts + 1,
+                reason=reason,
+                wait=wait.seconds,
+                elapsed=call.elapsed_so_far(),
+            )
         )
-        observer.emit(event)
-        if self._trace is not None:
-            self._trace.event(event)
 
     def _patience(self, attempt_time: float) -> float:
         """How long an attempt given ``attempt_time`` seconds waits for an answer: that,
@@ -816,14 +813,17 @@ class Drive:
 
     def _emit_transition(self, transition: Transition) -> None:
         call = self.call
-        event = RetryEvent(
-            kind="circuit",
-            dependency=call.dependency,
-            method=call.method,
-            url=call.url,
-            attempt=call.attempts,
-            transition=f"{transition.before}->{transition.after}",
+        self._tell(
+            RetryEvent(
+                "circuit",
+                *call.names(),
+                attempt=call.attempts,
+                transition=f"{transition.before}->{transition.after}",
+            )
         )
+
+    def _tell(self, event: RetryEvent) -> None:
+        """Hand ``event`` to the log and the hooks, and to the call's trace if followed."""
         self.settings.observer.emit(event)
         if self._trace is not None:
             self._trace.event(event)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "idempotency"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "telemetry"))
 
 from fleet_servers import FleetMaker
 from store_servers import ServerNotInstalled, redis_server

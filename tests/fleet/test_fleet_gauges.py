@@ -11,9 +11,11 @@ from fleet_servers import FleetMaker, wait_for
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
+from telemetry_support import metric_points
 
 import retrysafe
 from retrysafe.chaos import KeyedChaos
+from retrysafe.fleet import RedisFleet
 from retrysafe.governor import BreakerSettings, Governor, GovernorSettings
 from retrysafe.telemetry.otel import OpenTelemetry
 from retrysafe.telemetry.prometheus import PrometheusMetrics
@@ -24,17 +26,23 @@ ONE_ATTEMPT = retrysafe.RetryPolicy(attempts=1, deadline=2.0)
 OPEN = 2
 
 
-def _otel_states(reader: InMemoryMetricReader) -> list[object]:
-    data = reader.get_metrics_data()
-    assert data is not None
-    return [
-        point.value  # type: ignore[union-attr]
-        for resource_metrics in data.resource_metrics
-        for scope_metrics in resource_metrics.scope_metrics
-        for metric in scope_metrics.metrics
-        if metric.name == "retrysafe.circuit.state"
-        for point in metric.data.data_points
-    ]
+def open_by_votes(
+    voters: list[RedisFleet], settings: GovernorSettings, chaos: KeyedChaos, failures: int
+) -> None:
+    """Each of ``voters`` (a fleet member of its own) fails ``failures`` calls in a row and
+    votes: enough of them open the fleet's breaker."""
+    for member in voters:
+        with retrysafe.Client(
+            governor=Governor(settings, fleet=member), dependency="api", policy=ONE_ATTEMPT
+        ) as voter:
+            for _ in range(failures):
+                with pytest.raises(retrysafe.ServerError):
+                    voter.get(chaos.url("/status/500"))
+        assert member.flush()
+
+
+def otel_states(reader: InMemoryMetricReader) -> list[object]:
+    return [value for _, value in metric_points(reader)["retrysafe.circuit.state"]]
 
 
 def test_a_process_whose_fleet_opened_the_breaker_reports_it_open(
@@ -53,14 +61,7 @@ def test_a_process_whose_fleet_opened_the_breaker_reports_it_open(
         gauge = {"dependency": "api"}
         assert registry.get_sample_value("retrysafe_circuit_state", gauge) == 0  # closed
 
-        for member in voters:  # two of three members vote: the fleet opens the breaker
-            with retrysafe.Client(
-                governor=Governor(VOTING, fleet=member), dependency="api", policy=ONE_ATTEMPT
-            ) as voter:
-                for _ in range(5):
-                    with pytest.raises(retrysafe.ServerError):
-                        voter.get(chaos.url("/status/500"))
-            assert member.flush()
+        open_by_votes(voters, VOTING, chaos, 5)  # two of three members: the fleet opens it
         wait_for(lambda: bystander_fleet.view("api").open_until is not None)
 
         # The bystander's own breaker saw only a success; its calls are refused all the same.
@@ -70,7 +71,7 @@ def test_a_process_whose_fleet_opened_the_breaker_reports_it_open(
         with pytest.raises(retrysafe.CircuitOpen):
             bystander.get(chaos.url("/status/200"))
         assert registry.get_sample_value("retrysafe_circuit_state", gauge) == OPEN
-        assert _otel_states(reader) == [OPEN]
+        assert otel_states(reader) == [OPEN]
     provider.shutdown()
 
 
@@ -87,14 +88,7 @@ def test_once_the_fleets_open_period_is_over_the_gauge_reads_half_open(
     PrometheusMetrics(registry=registry, governor=governor)
     with retrysafe.Client(governor=governor, dependency="api", policy=ONE_ATTEMPT) as bystander:
         assert bystander.get(chaos.url("/status/200")).status_code == 200
-        for member in voters:
-            with retrysafe.Client(
-                governor=Governor(short, fleet=member), dependency="api", policy=ONE_ATTEMPT
-            ) as voter:
-                for _ in range(3):
-                    with pytest.raises(retrysafe.ServerError):
-                        voter.get(chaos.url("/status/500"))
-            assert member.flush()
+        open_by_votes(voters, short, chaos, 3)
         wait_for(lambda: bystander_fleet.view("api").open_until is not None)
         open_until = bystander_fleet.view("api").open_until
         assert open_until is not None

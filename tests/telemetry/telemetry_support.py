@@ -40,22 +40,30 @@ class Otel:
         """Finished spans, in the order they ended."""
         return list(self.exporter.get_finished_spans())
 
-    def metric_points(self) -> dict[str, list[tuple[dict[str, object], object]]]:
-        """Every metric's data points as (attributes, value or sum) pairs, by metric name."""
-        points: dict[str, list[tuple[dict[str, object], object]]] = {}
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        for resource_metrics in data.resource_metrics:
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    for point in metric.data.data_points:
-                        value = getattr(point, "value", None)
-                        if value is None:
-                            value = (point.count, point.sum)  # type: ignore[union-attr]
-                        points.setdefault(metric.name, []).append(
-                            (dict(point.attributes or {}), value)
-                        )
-        return points
+    def metric_points(self) -> MetricPoints:
+        """Every metric's data points (see :func:`metric_points`)."""
+        return metric_points(self.reader)
+
+
+#: Data points by metric name, each as (attributes, value or (count, sum)).
+MetricPoints = dict[str, list[tuple[dict[str, object], object]]]
+
+
+def metric_points(reader: InMemoryMetricReader) -> MetricPoints:
+    """Every metric's data points in ``reader`` as (attributes, value or (count, sum))
+    pairs, by metric name."""
+    points: MetricPoints = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    value = getattr(point, "value", None)
+                    if value is None:
+                        value = (point.count, point.sum)  # type: ignore[union-attr]
+                    points.setdefault(metric.name, []).append((dict(point.attributes or {}), value))
+    return points
 
 
 #: A governor whose budget holds one retry and never refills, and whose breaker opens

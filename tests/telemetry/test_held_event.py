@@ -35,16 +35,21 @@ def ok(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200)
 
 
-def test_a_cooldown_wait_reaches_the_hooks_as_a_held_event() -> None:
+def get_after_a_cooldown(hook: retrysafe.EventHook, seconds: float = 2) -> None:
+    """One successful GET, held back ``seconds`` by a cooldown, on the fake clock."""
     clock = FakeClock(randoms=[0.0] * 4)
-    events: list[RetryEvent] = []
     with retrysafe.Client(
         transport=httpx.MockTransport(ok),
         clock=clock,
-        governor=cooled_down(clock, 2),
-        hooks=[events.append],
+        governor=cooled_down(clock, seconds),
+        hooks=[hook],
     ) as client:
         assert client.get(URL).status_code == 200
+
+
+def test_a_cooldown_wait_reaches_the_hooks_as_a_held_event() -> None:
+    events: list[RetryEvent] = []
+    get_after_a_cooldown(events.append)
     held = [event for event in events if event.kind == "held"]
     assert len(held) == 1
     assert held[0].reason == "cooldown"
@@ -83,8 +88,8 @@ def test_the_event_is_built_only_when_someone_listens(
     original = RetryEvent.__init__
 
     def counting(self: RetryEvent, *args: object, **kwargs: object) -> None:
-        built.append(str(kwargs.get("kind")))
         original(self, *args, **kwargs)  # type: ignore[arg-type]
+        built.append(self.kind)
 
     monkeypatch.setattr(RetryEvent, "__init__", counting)
     logging.getLogger("retrysafe").setLevel(level)
@@ -126,16 +131,8 @@ def test_paced_attempts_are_told_only_to_a_hook_that_listens(listening: bool) ->
 
 
 def test_prometheus_counts_held_waits_by_reason() -> None:
-    clock = FakeClock(randoms=[0.0] * 4)
     registry = CollectorRegistry()
-    metrics = PrometheusMetrics(registry=registry)
-    with retrysafe.Client(
-        transport=httpx.MockTransport(ok),
-        clock=clock,
-        governor=cooled_down(clock, 2),
-        hooks=[metrics],
-    ) as client:
-        assert client.get(URL).status_code == 200
+    get_after_a_cooldown(PrometheusMetrics(registry=registry))
     labels = {"dependency": DEPENDENCY, "reason": "cooldown"}
     assert registry.get_sample_value("retrysafe_held_wait_seconds_count", labels) == 1
     assert registry.get_sample_value("retrysafe_held_wait_seconds_sum", labels) == pytest.approx(
@@ -144,14 +141,7 @@ def test_prometheus_counts_held_waits_by_reason() -> None:
 
 
 def test_opentelemetry_records_the_wait_and_marks_the_call_span(otel: Otel) -> None:
-    clock = FakeClock(randoms=[0.0] * 4)
-    with retrysafe.Client(
-        transport=httpx.MockTransport(ok),
-        clock=clock,
-        governor=cooled_down(clock, 2),
-        hooks=[otel.hook],
-    ) as client:
-        assert client.get(URL).status_code == 200
+    get_after_a_cooldown(otel.hook)
     points = otel.metric_points()["retrysafe.held.wait"]
     assert points == [
         ({"retrysafe.dependency": DEPENDENCY, "retrysafe.reason": "cooldown"}, (1, 2.0))

@@ -9,6 +9,7 @@ import pytest
 from telemetry_support import (
     SCRIPTED_ENDINGS,
     Otel,
+    metric_points,
     refuse_a_call_by_pacing,
     run_scripted_mix,
     scripted_governor,
@@ -140,16 +141,7 @@ def test_with_the_governor_the_breaker_gauge_reads_its_state_now() -> None:
     provider = MeterProvider(metric_readers=[reader])
 
     def gauge() -> object:
-        data = reader.get_metrics_data()
-        assert data is not None
-        return [
-            point.value  # type: ignore[union-attr]
-            for resource_metrics in data.resource_metrics
-            for scope_metrics in resource_metrics.scope_metrics
-            for metric in scope_metrics.metrics
-            if metric.name == "retrysafe.circuit.state"
-            for point in metric.data.data_points
-        ]
+        return [value for _, value in metric_points(reader)["retrysafe.circuit.state"]]
 
     hook = OpenTelemetry(meter_provider=provider, governor=governor)
     transport = httpx.MockTransport(lambda request: httpx.Response(503))
