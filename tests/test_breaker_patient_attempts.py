@@ -264,7 +264,7 @@ SHORT_READS = httpx.Timeout(0.1, connect=5.0)
 
 
 def test_cold_a_short_call_site_does_not_lock_out_a_patient_one(chaos: KeyedChaos) -> None:
-    """Sync, eight threads: twenty calls with httpx's timeout=0.1 (one attempt each, so
+    """Sync, eight threads: twenty calls whose answers time out at 0.1 s (one attempt each, so
     each is a failing call) and four with the defaults, at once, against a server that
     answers in 0.3 s. The patient calls all get their answers and the circuit stays
     closed (before: it opened at the fifth short timeout, and refused them)."""

@@ -502,21 +502,42 @@ def test_a_key_given_both_as_a_flag_and_as_a_header_is_a_usage_error(
     assert chaos.log() == []  # nothing sent
 
 
+def test_two_different_key_headers_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], chaos: Any
+) -> None:
+    """Sent as they are, they would go out joined ("a, b"): a key nobody typed."""
+    url = chaos.url("/idempotent/orders")
+    code, _, err = run(
+        capsys, "request", "POST", url, "--json", "{}",
+        "-H", "Idempotency-Key: ord-42", "-H", "Idempotency-Key: ord-43",
+    )  # fmt: skip
+
+    assert code == EXIT_USAGE
+    assert "give the idempotency key once" in err
+    assert chaos.log() == []
+
+
 def test_the_same_key_as_a_flag_and_as_a_header_is_one_key(
     capsys: pytest.CaptureFixture[str], chaos: Any
 ) -> None:
     url = chaos.url("/idempotent/orders")
     code, _, _ = run(
         capsys, "request", "POST", url, "--json", "{}",
-        "-H", "Idempotency-Key: ord-42", "--idempotency-key", "ord-42",
+        "-H", "Idempotency-Key: ord-42", "-H", "Idempotency-Key: ord-42",
+        "--idempotency-key", "ord-42",
     )  # fmt: skip
 
     assert code == 0
     assert [record.idempotency_key for record in chaos.log()] == ["ord-42"]
 
 
+@pytest.mark.parametrize(
+    "keyed",
+    [["--idempotency-key", "auto"], ["-H", "Idempotency-Key: ord-77"]],
+    ids=["flag", "header"],
+)
 def test_an_interrupted_keyed_write_names_the_key_to_resend_it_under(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, keyed: list[str]
 ) -> None:
     """Ctrl-C while the write is out: no error carries the key, and with ``auto`` only the
     command knew it (trial66: the write was applied, and nothing said under which key)."""
@@ -533,10 +554,7 @@ def test_an_interrupted_keyed_write_names_the_key_to_resend_it_under(
         real_client(self, *args, **kwargs)
 
     monkeypatch.setattr(httpx.Client, "__init__", mock_client)
-    code, _, err = run(
-        capsys, "request", "POST", "https://api.test/orders", "--json", "{}",
-        "--idempotency-key", "auto",
-    )  # fmt: skip
+    code, _, err = run(capsys, "request", "POST", "https://api.test/orders", "--json", "{}", *keyed)
 
     assert code == 130
     [key] = sent

@@ -179,12 +179,30 @@ def test_a_key_in_the_headers_and_another_in_idempotency_key_is_refused(given: o
     assert sent == []
 
 
-@pytest.mark.parametrize("header", ["order-7", "  "], ids=["the_same_key", "a_blank_header"])
-def test_the_same_key_twice_or_a_blank_header_is_one_key(header: str) -> None:
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Idempotency-Key", "order-7")],
+        [("Idempotency-Key", "  ")],
+        [("Idempotency-Key", "order-7"), ("idempotency-key", "order-7")],
+    ],
+    ids=["the_same_key", "a_blank_header", "the_same_key_in_two_headers"],
+)
+def test_the_same_key_again_or_a_blank_header_is_one_key(headers: list[tuple[str, str]]) -> None:
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
     with retrysafe.Client(transport=transport) as client:
+        client.post("https://api.test/pay", headers=headers, idempotency_key="order-7")
+    assert [request.headers.get_list("idempotency-key") for request in sent] == [["order-7"]]
+
+
+def test_a_key_of_the_wrong_kind_beside_a_header_is_told_as_such() -> None:
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client,
+        pytest.raises(ValueError, match=r"must be True \(make one\) or a non-empty string, got 5"),
+    ):
         client.post(
-            "https://api.test/pay", headers={"Idempotency-Key": header}, idempotency_key="order-7"
+            "https://api.test/pay",
+            headers={"Idempotency-Key": "order-7"},
+            idempotency_key=5,  # type: ignore[arg-type]
         )
-    assert [request.headers["idempotency-key"] for request in sent] == ["order-7"]

@@ -125,25 +125,16 @@ def with_call_options(
         else CallOptions(policy=policy, dependency=dependency)
     )
     options = dict(extensions or {})
-    if idempotency_key is not None and idempotency_key is not False and headers:
-        _check_one_key(httpx.Headers(headers), idempotency_key)
-    if idempotency_key is True:
-        # One key for the whole call: built once here, so every attempt sends the same one.
-        idempotency_key = new_idempotency_key()
     if idempotency_key is False:
         options[NO_KEY_EXTENSION] = True  # (not even idempotency="auto"'s: see add_auto_key)
     elif idempotency_key is not None:
-        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-            raise ValueError(
-                "idempotency_key must be True (make one) or a non-empty string, "
-                f"got {idempotency_key!r}"
-            )
-        if not key_fits_a_header(idempotency_key):
-            raise ValueError(
-                f"idempotency_key must be printable ASCII with no space at either end, as an "
-                f"HTTP header value is, got {idempotency_key!r}; pass True for a fresh key, or "
-                "derive one from your own id, e.g. hashlib.sha256(order_id.encode()).hexdigest()"
-            )
+        if idempotency_key is not True:
+            _check_key(idempotency_key)
+        if headers:
+            _check_one_key(httpx.Headers(headers), idempotency_key)
+        if idempotency_key is True:
+            # One key for the whole call: built once here, so every attempt sends it.
+            idempotency_key = new_idempotency_key()
         headers = httpx.Headers(headers)
         headers[IDEMPOTENCY_HEADER] = idempotency_key
     if call_options is not None:
@@ -151,12 +142,29 @@ def with_call_options(
     return headers, options
 
 
+def _check_key(idempotency_key: object) -> None:
+    """Refuse an ``idempotency_key=`` that is no key: not a non-empty string, or not what
+    a header carries as it is."""
+    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+        raise ValueError(
+            "idempotency_key must be True (make one) or a non-empty string, "
+            f"got {idempotency_key!r}"
+        )
+    if not key_fits_a_header(idempotency_key):
+        raise ValueError(
+            f"idempotency_key must be printable ASCII with no space at either end, as an "
+            f"HTTP header value is, got {idempotency_key!r}; pass True for a fresh key, or "
+            "derive one from your own id, e.g. hashlib.sha256(order_id.encode()).hexdigest()"
+        )
+
+
 def _check_one_key(headers: httpx.Headers, idempotency_key: str | bool) -> None:
     """Refuse a call given two keys: ``idempotency_key=`` and a different, non-blank
-    ``Idempotency-Key`` in its headers. One would silently replace the other, and a write
-    resent under a key its caller knows would go out under another, and be done twice."""
-    in_headers = headers.get(IDEMPOTENCY_HEADER, "").strip()
-    if in_headers and in_headers != idempotency_key:
+    ``Idempotency-Key`` in its headers (the same key again is one key). One would silently
+    replace the other, and a write resent under a key its caller knows would go out under
+    another, and be done twice."""
+    given = {value.strip() for value in headers.get_list(IDEMPOTENCY_HEADER)} - {""}
+    if given and given != {idempotency_key}:
         made = "True (make one)" if idempotency_key is True else "another key"
         raise ValueError(
             f"the call's headers carry an {IDEMPOTENCY_HEADER} and idempotency_key= is "
@@ -291,6 +299,14 @@ def begin_operation(
         raise ValueError("operation= needs a journal: Client(journal=Journal('ops.sqlite3'))")
     if key is not None:
         raise ValueError("operation= keeps its own idempotency key; do not pass idempotency_key")
+    if request.headers.get(IDEMPOTENCY_HEADER, "").strip():
+        # (the journal's key would replace it: a write resent by hand under the header's
+        # key would go out under another, and be done twice)
+        raise ValueError(
+            f"operation= keeps its own idempotency key; the request carries an "
+            f"{IDEMPOTENCY_HEADER} header: drop it (the key is the journal's, in "
+            "error.idempotency_key and the call's report)"
+        )
     entry = journal.begin(operation, request)
     request.headers[IDEMPOTENCY_HEADER] = entry.key
     if entry.state in ("sent", "ambiguous"):

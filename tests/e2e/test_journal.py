@@ -97,6 +97,24 @@ def test_reusing_a_name_for_a_different_body_is_refused_before_sending(
     assert len(chaos.log()) == 1
 
 
+def test_an_operation_refuses_a_key_of_the_callers_in_the_headers(
+    chaos: Any, journal: Journal
+) -> None:
+    """The journal's key would replace it: a write the caller resent by hand under the
+    header's key would go out under another, and be done twice (review67)."""
+    with (
+        retrysafe.Client(journal=journal, policy=FAST) as client,
+        pytest.raises(ValueError, match="operation= keeps its own idempotency key"),
+    ):
+        client.post(
+            chaos.url("/echo"),
+            json=PAYMENT,
+            headers={"Idempotency-Key": "order-42"},
+            operation="pay-9",
+        )
+    assert chaos.log() == []
+
+
 def test_the_journal_file_holds_no_hash_to_test_a_secret_against(tmp_path: Path) -> None:
     """The fingerprint leaves the request's secret values out: whoever reads the file cannot
     test guesses at a password in the query or the body against it."""

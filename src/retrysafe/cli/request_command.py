@@ -261,15 +261,17 @@ def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
     headers = tuple(parse_header(header) for header in args.header)
     policy = build_policy(args)
     idempotency_key = _idempotency_key(args.idempotency_key)
+    # One key per request: one would replace the other (or, as two headers, be sent
+    # joined, "a, b"), and a write resent under the key its operator typed would go out
+    # under another, and be done twice. The same key again is one key.
+    keys = {value for name, value in headers if name.lower() == "idempotency-key"} - {""}
     if idempotency_key is not None:
-        in_headers = [value for name, value in headers if name.lower() == "idempotency-key"]
-        if any(value and value != idempotency_key for value in in_headers):
-            # (one would replace the other: a write resent under the key its operator
-            # typed would go out under another, and be done twice)
-            raise UsageError(
-                "give the idempotency key once: --idempotency-key or -H 'Idempotency-Key: "
-                "...', not both"
-            )
+        keys.add(idempotency_key)
+    if len(keys) > 1:
+        raise UsageError(
+            "give the idempotency key once: --idempotency-key or one -H 'Idempotency-Key: "
+            "...', not two different ones"
+        )
     return RequestSpec(
         method=method,
         url=url,
@@ -324,6 +326,16 @@ def _send(spec: RequestSpec, hooks: list[EventHook]) -> httpx.Response:
         )
 
 
+def _key_sent(spec: RequestSpec) -> str | None:
+    """The idempotency key the request went with: the flag's, or its header's."""
+    if spec.idempotency_key is not None:
+        return spec.idempotency_key
+    for name, value in spec.headers:
+        if name.lower() == "idempotency-key" and value:
+            return value
+    return None
+
+
 def _write_body(response: httpx.Response, stdout: TextIO) -> None:
     content = response.content
     stdout.flush()
@@ -366,12 +378,13 @@ def run_request(args: argparse.Namespace) -> int:
     try:
         response = _send(spec, hooks)
     except KeyboardInterrupt:
-        if spec.idempotency_key is not None:
+        key = _key_sent(spec)
+        if key is not None:
             # (no error to carry the hint the other endings give: the write may be done)
             stderr.write(
                 safe_line(
                     "retrysafe: the request may have gone out; to finish it safely, resend "
-                    f"it under the same key: --idempotency-key {spec.idempotency_key}"
+                    f"it under the same key: --idempotency-key {key}"
                 )
                 + "\n"
             )
