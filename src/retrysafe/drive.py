@@ -59,7 +59,7 @@ from retrysafe.governor.explain import (
 )
 from retrysafe.governor.guard import GRANTED, DependencyGuard
 from retrysafe.kept_body import RawKeepingStream, unread
-from retrysafe.observe import CallTrace, Observer, RetryEvent
+from retrysafe.observe import HELD_LEVELS, CallTrace, EventKind, Observer, RetryEvent
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency, replayable_body
@@ -557,24 +557,20 @@ class Drive:
     def _say_held(self, wait: Wait, admission: Admission) -> None:
         """Tell (a ``held`` event) that load protection holds the next attempt back for
         ``wait``: a cooldown is logged at INFO, as a retry's wait is; a paced slot at
-        DEBUG (see ``observe.event_level``). Built only when someone hears it: a hook that
+        DEBUG (``observe.HELD_LEVELS``). Built only when someone hears it: a hook that
         listens, a trace, or the log at that level (under pacing, every call has one)."""
         if admission.cooldown > 0:
             reason = "cooldown"
-            level = logging.INFO
         elif admission.pacing > 0:
             reason = "pacing"
-            level = logging.DEBUG
         else:
             return
-        observer = self.settings.observer
-        if self._trace is None and not observer.hears(level):
+        if self._trace is None and not self.settings.observer.hears(HELD_LEVELS[reason]):
             return
         call = self.call
         self._tell(
-            RetryEvent(
+            self._event(
                 "held",
-                *call.names(),
                 attempt=call.attempts + 1,
                 reason=reason,
                 wait=wait.seconds,
@@ -812,14 +808,20 @@ class Drive:
                     self._emit_transition(transition)
 
     def _emit_transition(self, transition: Transition) -> None:
-        call = self.call
         self._tell(
-            RetryEvent(
+            self._event(
                 "circuit",
-                *call.names(),
-                attempt=call.attempts,
+                attempt=self.call.attempts,
                 transition=f"{transition.before}->{transition.after}",
             )
+        )
+
+    def _event(self, kind: EventKind, **fields: Any) -> RetryEvent:
+        """An event of ``kind`` about this call (its dependency, method and redacted URL),
+        for what the drive learns itself (the governor's answers), not the engine."""
+        call = self.call
+        return RetryEvent(
+            kind=kind, dependency=call.dependency, method=call.method, url=call.url, **fields
         )
 
     def _tell(self, event: RetryEvent) -> None:

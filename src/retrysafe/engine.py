@@ -221,10 +221,6 @@ class Call:
         """Attempts made so far."""
         return len(self._history)
 
-    def names(self) -> tuple[str, str, str]:
-        """What names the call in its events: its dependency, method and redacted URL."""
-        return self.dependency, self.method, self.url
-
     def elapsed_so_far(self) -> float:
         """Seconds since the call started, as its events and report count them (a redirect
         chain's from its first hop)."""

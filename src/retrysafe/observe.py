@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 from retrysafe.frozen_value import frozen_value
 from retrysafe.lazy_names import lazy_module_functions
@@ -37,6 +37,7 @@ __all__ = [
     "CallTrace",
     "EventHook",
     "EventKind",
+    "HELD_LEVELS",
     "LogSettings",
     "Observer",
     "RetryEvent",
@@ -336,15 +337,16 @@ def event_level(event: RetryEvent) -> int:
     if kind == "retry":
         return logging.INFO
     if kind == "held":
-        # (a cooldown makes the call that much longer for another call's 429, with no
-        # retry of its own to show for it; under pacing, waiting for a slot is how every
-        # call goes)
-        return logging.INFO if event.reason == "cooldown" else logging.DEBUG
+        return HELD_LEVELS.get(event.reason, logging.DEBUG)
     if kind == "circuit":
         return logging.WARNING if event.transition.endswith("->open") else logging.INFO
     return logging.DEBUG
 
 
+#: The level of a ``held`` event, by its reason: a cooldown makes the call that much
+#: longer for another call's 429, with no retry of its own to show for it (INFO, as a
+#: retry); under pacing, waiting for a slot is how every call goes (DEBUG).
+HELD_LEVELS: Final[dict[str, int]] = {"cooldown": logging.INFO, "pacing": logging.DEBUG}
 #: What holds an attempt back, by a ``held`` event's reason, as its log line says it.
 _HELD_FOR = {
     "cooldown": (

@@ -22,8 +22,8 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
   attempt got;
 - ``retrysafe_retry_wait_seconds{dependency}``: histogram of waits before a retry;
 - ``retrysafe_held_wait_seconds{dependency, reason}``: histogram of the waits the
-  dependency's load protection added before an attempt: ``cooldown`` (a 429 paused every
-  caller) or ``pacing`` (a paced slot);
+  dependency's load protection added before an attempt: ``cooldown`` (another call's
+  answer paused every caller) or ``pacing`` (a paced slot);
 - ``retrysafe_refusals_total{dependency, reason}``: calls retrysafe's own load
   protection stopped (``circuit_open``, ``budget_exhausted``, ``cooldown``, ``pacing``);
 - ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open (with
