@@ -179,11 +179,11 @@ def _public_names() -> list[Any]:
 
 
 def _hinted_members(cls: type) -> list[tuple[str, object]]:
-    """The class's own public functions, properties and ``__init__``: what a tool that
-    reads hints (pydantic, typer, a DI container) would ask about."""
+    """The class's own public functions, properties, ``__init__`` and ``__new__``: what a
+    tool that reads hints (pydantic, typer, a DI container) would ask about."""
     members: list[tuple[str, object]] = []
     for name, value in vars(cls).items():
-        if name.startswith("_") and name != "__init__":
+        if name.startswith("_") and name not in ("__init__", "__new__"):
             continue
         if isinstance(value, property):
             value = value.fget

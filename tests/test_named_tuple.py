@@ -193,3 +193,23 @@ def test_retrysafe_records_are_made_this_way() -> None:
         assert cls.__mro__ == (cls, tuple, object)
         assert cls.__module__.startswith("retrysafe.")
     assert Wait(1.5).seconds == 1.5
+
+
+class Ahead(NamedTuple):
+    """A record whose field's type is defined further down its module."""
+
+    later: Later
+    others: tuple[Later, ...] = ()
+
+
+class Later:
+    pass
+
+
+def test_new_resolves_hints_on_names_its_module_defines_later() -> None:
+    # (its __new__ once had globals of its own, where no name of the module was found)
+    expected = {"later": Later, "others": tuple[Later, ...]}
+    assert typing.get_type_hints(Ahead.__new__) == expected
+    assert typing.get_type_hints(Ahead) == expected
+    assert typing.get_type_hints(CallReport.__new__)["history"] == tuple[AttemptRecord, ...]
+    assert Ahead(Later()).others == ()

@@ -50,18 +50,25 @@ else:
     #: What typing.NamedTuple refuses as a field name, as it does.
     _RESERVED = frozenset({"_make", "_replace", "_asdict", "_fields", "_field_defaults", "_source"})
 
+    #: The cell ``__new__`` reads ``tuple.__new__`` from: a closure, not a global, so that
+    #: each ``__new__`` can have its class's module as its globals (where
+    #: ``typing.get_type_hints`` looks up the names its annotations use).
+    _TUPLE_NEW_CELL = (types.CellType(_tuple_new),)
+
     def _new_code(count: int) -> types.CodeType:
         """``__new__``'s code for ``count`` fields (compiled once per count)."""
         code = _NEW_CODE.get(count)
         if code is None:
             names = ", ".join(f"_{index}" for index in range(count))
             source = (
-                f"def __new__(_cls, {names}):\n"
-                f"    return _tuple_new(_cls, ({names}{',' if count == 1 else ''}))\n"
+                "def outer(_tuple_new):\n"
+                f"    def __new__(_cls, {names}):\n"
+                f"        return _tuple_new(_cls, ({names}{',' if count == 1 else ''}))\n"
+                "    return __new__\n"
             )
             scope: dict[str, Any] = {}
-            exec(source, {"_tuple_new": _tuple_new}, scope)
-            code = _NEW_CODE[count] = scope["__new__"].__code__
+            exec(source, {}, scope)
+            code = _NEW_CODE[count] = scope["outer"](_tuple_new).__code__
         return code
 
     def _make(cls: type[tuple[Any, ...]], iterable: Iterable[Any]) -> tuple[Any, ...]:
@@ -120,11 +127,13 @@ else:
                         f"Non-default namedtuple field {field} cannot follow default "
                         f"field{'s' if len(defaults) > 1 else ''} {', '.join(defaults)}"
                     )
+            module = sys.modules.get(namespace.get("__module__", ""))
             new = types.FunctionType(
                 _new_code(len(fields)).replace(co_varnames=("_cls", *fields), co_name="__new__"),
-                {"_tuple_new": _tuple_new},
+                vars(module) if module is not None else {},
                 "__new__",
                 tuple(defaults.values()) or None,
+                _TUPLE_NEW_CELL,
             )
             new.__qualname__ = f"{name}.__new__"
             new.__annotations__ = dict(annotations)
