@@ -85,20 +85,6 @@ def test_a_key_alone_keeps_the_headers_and_extensions() -> None:
     assert request.extensions["trace"] == "span-8"
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_foreign_value_under_the_options_key_gives_way_to_the_calls_own(stream: bool) -> None:
-    """``extensions["retrysafe"]`` holding something that is not CallOptions is replaced
-    by the options of a call that says whether it streams, as a request without any."""
-    seen: list[httpx.Request] = []
-    with recording_client(seen) as client:
-        request = client.build_request("GET", "https://api.test/a")
-        request.extensions[OPTIONS_EXTENSION] = {"policy": "mine"}
-        client.send(request, stream=stream).close()
-    options = seen[0].extensions[OPTIONS_EXTENSION]
-    assert isinstance(options, retrysafe.CallOptions)
-    assert (options.stream, options.policy, options.dependency) == (stream, None, None)
-
-
 def test_report_of_a_response_that_holds_no_report_is_none() -> None:
     """Only a CallReport is a report: anything else under the extension is not read as one."""
     assert retrysafe.report_of(httpx.Response(200)) is None

@@ -4,13 +4,17 @@ instead, rather than failing on the first call with an AttributeError."""
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 import retrysafe
-from retrysafe import Governor, GovernorSettings
+from retrysafe import Governor, GovernorSettings, RetryPolicy
+from retrysafe.idempotency import Journal
+from retrysafe.testing import FakeClock
 
 SHELLS = [
     pytest.param(lambda **kw: retrysafe.Client(**kw), id="Client"),
@@ -185,6 +189,89 @@ def test_a_per_call_dependency_must_be_a_name(
         pytest.raises(error, match=message),
     ):
         client.get("http://api.test/", dependency=dependency)
+
+
+@pytest.mark.parametrize("make", SHELLS)
+@pytest.mark.parametrize(
+    ("clock", "named"),
+    [(time.monotonic, "builtin_function_or_method"), (5, "int"), (time, "module")],
+)
+def test_a_clock_that_is_not_one_is_refused_saying_what_a_clock_is(
+    make: Any, clock: Any, named: str
+) -> None:
+    # (a function such as time.monotonic failed later, as an AttributeError about monotonic)
+    with pytest.raises(TypeError, match=rf"^clock must be a retrysafe\.Clock: .*got {named}"):
+        make(clock=clock)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda clock, folder: Governor(clock=clock), id="Governor"),
+        pytest.param(lambda clock, folder: retrysafe.deadline(5, clock=clock), id="deadline"),
+        pytest.param(
+            lambda clock, folder: Journal(folder / "journal.db", clock=clock), id="Journal"
+        ),
+    ],
+)
+def test_every_other_place_that_takes_a_clock_refuses_one_that_is_not(
+    make: Any, tmp_path: Path
+) -> None:
+    with pytest.raises(TypeError, match=r"a function: a clock is an object with those methods"):
+        make(time.monotonic, tmp_path)
+    assert make(FakeClock(), tmp_path) is not None
+
+
+def test_the_testing_clock_and_none_are_clocks() -> None:
+    assert isinstance(retrysafe.Client(clock=FakeClock()), retrysafe.Client)
+    assert isinstance(retrysafe.Client(clock=None), retrysafe.Client)
+
+
+def _answers_503() -> httpx.MockTransport:
+    return httpx.MockTransport(lambda request: httpx.Response(503))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("options", "hint"),
+    [
+        # (a policy put there directly was ignored: the call ran 4 attempts, not 1)
+        (RetryPolicy(attempts=1), r"got RetryPolicy; wrap it: .*CallOptions\(policy=\.\.\.\)"),
+        ("fast", r"got str, e\.g\. extensions="),
+        ({"policy": RetryPolicy(attempts=1)}, r"got dict, e\.g\. extensions="),
+    ],
+)
+def test_per_call_options_of_another_kind_in_the_extensions_are_refused_before_sending(
+    options: object, hint: str, stream: bool
+) -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(503))
+    with retrysafe.Client(transport=transport, clock=FakeClock()) as client:
+        request = client.build_request("GET", "http://api.test/", extensions={"retrysafe": options})
+        with pytest.raises(
+            TypeError,
+            match=r'^request\.extensions\["retrysafe"\] must be a retrysafe\.CallOptions, ' + hint,
+        ):
+            client.send(request, stream=stream)
+    # Through a plain httpx client over the transport alike.
+    shell = retrysafe.RetryTransport(transport, clock=FakeClock())
+    with (
+        httpx.Client(transport=shell) as plain,
+        pytest.raises(TypeError, match=r"must be a retrysafe\.CallOptions"),
+    ):
+        plain.get("http://api.test/", extensions={"retrysafe": options})
+    assert sent == []
+
+
+def test_call_options_in_the_extensions_still_set_the_calls_policy() -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(503))
+    options = retrysafe.CallOptions(policy=RetryPolicy(attempts=1))
+    with retrysafe.Client(transport=transport, clock=FakeClock()) as client:
+        request = client.build_request("GET", "http://api.test/", extensions={"retrysafe": options})
+        with pytest.raises(retrysafe.ServerError):
+            client.send(request)
+    assert len(sent) == 1
 
 
 def test_per_request_cookies_warn_as_httpx_does_and_still_go() -> None:

@@ -10,12 +10,12 @@ They travel in the request's extensions, so a plain ``httpx.Client`` over a
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NoReturn
 
 from retrysafe.frozen_value import frozen_value
 from retrysafe.policy import RetryPolicy
 
-__all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions"]
+__all__ = ["DROP_IN_OPTIONS", "OPTIONS_EXTENSION", "CallOptions", "refuse_options"]
 
 #: Request extension key under which per-call options travel (and, on the response, the report).
 OPTIONS_EXTENSION: Final = "retrysafe"
@@ -57,3 +57,18 @@ class CallOptions:
 #: body only after the transport returns: the transport cannot know whether it will, so it
 #: hands the body over as it arrives (retrysafe.Client always says which it is).
 DROP_IN_OPTIONS: Final = CallOptions(stream=True)
+
+
+def refuse_options(value: object) -> NoReturn:
+    """Refuse ``value`` found under ``request.extensions["retrysafe"]``, where only a
+    :class:`CallOptions` goes: a policy put there directly was silently ignored, and the
+    call ran on the shell's policy, before this was checked."""
+    hint = (
+        "; wrap it: extensions={'retrysafe': retrysafe.CallOptions(policy=...)}"
+        if isinstance(value, RetryPolicy)
+        else ", e.g. extensions={'retrysafe': retrysafe.CallOptions(policy=..., dependency=...)}"
+    )
+    raise TypeError(
+        'request.extensions["retrysafe"] must be a retrysafe.CallOptions, got '
+        f"{type(value).__name__}{hint}"
+    )

@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 import httpx
 from httpx._types import HeaderTypes, RequestExtensions
 
+from retrysafe.call_options import refuse_options
 from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, JournalState, state_after
@@ -205,6 +206,8 @@ def mark_stream(request: httpx.Request, stream: bool) -> None:
     """Tell the transport whether the caller reads the body itself (``stream=True``)."""
     options = request.extensions.get(OPTIONS_EXTENSION)
     if not isinstance(options, CallOptions):
+        if options is not None:
+            refuse_options(options)
         options = STREAMED_OPTIONS if stream else READ_OPTIONS
     elif options.stream != stream:
         options = CallOptions(policy=options.policy, dependency=options.dependency, stream=stream)

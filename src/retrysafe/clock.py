@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock"]
+__all__ = ["Clock", "SystemClock", "checked_clock"]
 
 
 @runtime_checkable
@@ -68,3 +68,26 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+def checked_clock(clock: object) -> Clock:
+    """``clock`` if it is a :class:`Clock`, a new :class:`SystemClock` for None.
+
+    Anything else is refused here, with what a clock is: a function such as
+    ``time.monotonic`` given as one failed only later, far from the argument, with an
+    ``AttributeError`` about a missing ``monotonic``.
+    """
+    if clock is None:
+        return SystemClock()
+    if isinstance(clock, Clock):
+        return clock
+    hint = (
+        " (a function: a clock is an object with those methods, not one of them)"
+        if callable(clock)
+        else ""
+    )
+    raise TypeError(
+        "clock must be a retrysafe.Clock: an object with monotonic(), time(), sleep(), "
+        "async_sleep() and random(), such as retrysafe.testing.FakeClock() in tests; got "
+        f"{type(clock).__name__}{hint}"
+    )

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from types import TracebackType
 
-from retrysafe.clock import Clock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.timing import Deadline
 
 __all__ = ["DeadlineScope", "current_deadline", "deadline"]
@@ -43,7 +43,7 @@ class DeadlineScope:
         if math.isnan(seconds) or seconds < 0:
             raise ValueError(f"a deadline needs seconds >= 0, got {seconds!r}")
         self._seconds = seconds
-        self._clock = clock
+        self._clock = clock if clock is None else checked_clock(clock)
         self._token: contextvars.Token[Deadline | None] | None = None
         self.deadline: Deadline | None = None
 

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx
 
 from retrysafe.attempt_deadline import UNSENT_IN_TIME, RunningCall, SharedStream, current_call
-from retrysafe.call_options import DROP_IN_OPTIONS, OPTIONS_EXTENSION, CallOptions
+from retrysafe.call_options import (
+    DROP_IN_OPTIONS,
+    OPTIONS_EXTENSION,
+    CallOptions,
+    refuse_options,
+)
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.clock import SystemClock
 from retrysafe.clock_read import monotonic_of
@@ -298,6 +303,8 @@ class Drive:
         extensions = request.extensions
         options = extensions.get(OPTIONS_EXTENSION)
         if not isinstance(options, CallOptions):
+            if options is not None:
+                refuse_options(options)  # (before anything is sent)
             options = DROP_IN_OPTIONS
         #: The policy of this call: the call's own, else the shell's.
         self.policy = policy = options.policy or settings.policy

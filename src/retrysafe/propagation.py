@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from retrysafe.clock import Clock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.deadline_scope import deadline
 
 __all__ = ["DeadlineMiddleware"]
@@ -52,7 +52,7 @@ class DeadlineMiddleware:
         self.app = app
         self.header = header.lower().encode("latin-1")
         self.margin = margin
-        self.clock = clock
+        self.clock = clock if clock is None else checked_clock(clock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         seconds = self._inbound_seconds(scope) if scope["type"] == "http" else None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import httpx
 
-from retrysafe.clock import Clock, SystemClock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.named_tuple import NamedTuple
 from retrysafe.observe import EventHook, Observer
@@ -117,7 +117,7 @@ class ShellSettings(NamedTuple):
                 "deadline_header must be a header name (letters, digits and !#$%&'*+-.^_`|~, "
                 f"no spaces), e.g. deadline_header='Request-Timeout'; got {deadline_header!r}"
             )
-        clock = clock if clock is not None else SystemClock()
+        clock = checked_clock(clock)
         return cls(
             policy=policy,
             clock=clock,

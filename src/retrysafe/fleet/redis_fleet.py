@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from retrysafe.clock import Clock, SystemClock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.fleet import scripts
 from retrysafe.fleet.availability import Availability
 from retrysafe.fleet.keys import FleetKeys
@@ -114,7 +114,7 @@ class RedisFleet:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("RedisFleet(namespace=...) must be a non-empty string")
         self.settings = settings if settings is not None else FleetSettings()
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = checked_clock(clock)
         self.namespace = namespace
         try:
             self._where = redact_url(url)

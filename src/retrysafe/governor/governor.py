@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from retrysafe.clock import Clock, SystemClock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.governor.breaker import CircuitBreaker
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink
@@ -66,7 +66,7 @@ class Governor:
                 f"{type(settings).__name__}; e.g. Governor(GovernorSettings.off())"
             )
         self.settings = settings if settings is not None else GovernorSettings()
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = checked_clock(clock)
         self._lock = threading.Lock()
         self._guards: dict[str, DependencyGuard] = {}
         self._swept_at = self.clock.monotonic()

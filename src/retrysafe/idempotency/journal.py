@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 import httpx
 
-from retrysafe.clock import Clock, SystemClock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.errors import ApiError
 from retrysafe.named_tuple import NamedTuple
 from retrysafe.redact import redact_url
@@ -150,7 +150,7 @@ class Journal:
     ) -> None:
         self.path = Path(path)
         self._on_ambiguous = on_ambiguous
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = checked_clock(clock)
         self._lock = threading.Lock()
         # Here, not at the top: `import retrysafe` stays light.
         import sqlite3
