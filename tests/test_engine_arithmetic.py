@@ -107,16 +107,35 @@ def test_jitter_on_a_hint_never_pushes_past_the_deadline() -> None:
     assert clock.sleeps == [pytest.approx(2.1)]
 
 
-def test_no_wait_that_leaves_less_than_a_useful_attempt() -> None:
-    clock = FakeClock(randoms=[1.0])
+def test_a_backoff_is_drawn_within_the_room_a_minimal_attempt_leaves() -> None:
+    # The doubling ceiling is 0.8 s, but only 0.5 s of the deadline can be waited and still
+    # leave a minimal attempt: the draw is scaled into those 0.5 s. (A long draw once ended
+    # the call, where a short one, as likely, would have retried.)
+    clock = FakeClock(randoms=[1.0, 0.5])
+    handler, seen = scripted(httpx.Response(502), httpx.Response(502), httpx.Response(200))
+    response = client_for(handler, clock, deadline=1.0, backoff_base=0.8, min_attempt_time=0.5).get(
+        "http://api.test/"
+    )
+    assert response.status_code == 200
+    # (the second wait: half of what is left of the room after the first, none)
+    assert clock.sleeps == [0.5, 0.0]
+    assert len(seen) == 3
+
+
+def test_no_wait_at_all_when_less_than_a_useful_attempt_is_left() -> None:
+    clock = FakeClock(randoms=[0.0])
     handler, seen = scripted(httpx.Response(502))
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        clock.advance(0.6)  # the attempt leaves 0.4 s of the deadline, under 0.5 s
+        return handler(request)
+
     with pytest.raises(retrysafe.ServerError) as caught:
-        client_for(handler, clock, deadline=1.0, backoff_base=0.8, min_attempt_time=0.5).get(
-            "http://api.test/"
-        )
+        client_for(slow, clock, deadline=1.0, min_attempt_time=0.5).get("http://api.test/")
     assert caught.value.reason == "deadline_insufficient"
     assert caught.value.retryable is True
     assert len(seen) == 1
+    assert clock.sleeps == []
 
 
 def test_a_hint_equal_to_max_retry_after_is_waited() -> None:
