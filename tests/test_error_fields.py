@@ -345,5 +345,53 @@ def test_a_call_without_a_redirect_chain_says_nothing_of_hops() -> None:
         pytest.raises(retrysafe.ServerError) as caught,
     ):
         client.get("http://api.test/items")
-    assert caught.value.earlier_retries == 0
+    assert (caught.value.earlier_retries, caught.value.earlier_hops_elapsed) == (0, 0.0)
     assert "hop" not in str(caught.value)
+
+
+def test_a_later_hop_left_no_time_to_start_says_what_the_earlier_hops_took() -> None:
+    # One deadline serves a whole redirect chain: each hop here takes 0.4 s of the 1.5 s
+    # deadline, so the fourth finds less than min_attempt_time (0.5 s) left and sends
+    # nothing. Its error, with attempts=0 and no history, says the earlier hops took the
+    # time, not only that one of several things "may have used it up".
+    clock = FakeClock(randoms=[0.0] * 8)
+    seen: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        clock.advance(0.4)
+        hop = int(request.url.path.rsplit("/", 1)[1])
+        return httpx.Response(302, headers={"Location": f"/hop/{hop + 1}"})
+
+    with (
+        retrysafe.Client(
+            transport=httpx.MockTransport(server),
+            clock=clock,
+            follow_redirects=True,
+            policy=retrysafe.RetryPolicy(deadline=1.5),
+        ) as client,
+        pytest.raises(retrysafe.DeadlineExceeded) as caught,
+    ):
+        client.get("http://api.test/hop/1")
+    error = caught.value
+    assert seen == ["/hop/1", "/hop/2", "/hop/3"]
+    assert (error.attempts, error.history) == (0, ())
+    assert error.earlier_hops_elapsed == pytest.approx(1.2)
+    assert error.elapsed == pytest.approx(1.2)
+    assert "after 0 attempts on this hop in 1.20s" in str(error)
+    assert "its redirect chain's earlier hops took 1.20s of the deadline" in str(error)
+    assert pickle.loads(pickle.dumps(error)).earlier_hops_elapsed == pytest.approx(1.2)
+
+
+def test_a_call_left_no_time_by_its_scope_does_not_blame_redirects() -> None:
+    clock = FakeClock()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with (
+        retrysafe.Client(transport=transport, clock=clock) as client,
+        retrysafe.deadline(0.2, clock=clock),
+        pytest.raises(retrysafe.DeadlineExceeded) as caught,
+    ):
+        client.get("http://api.test/items")
+    assert (caught.value.attempts, caught.value.earlier_hops_elapsed) == (0, 0.0)
+    assert "hop" not in str(caught.value)
+    assert "an enclosing retrysafe.deadline or a wait" in str(caught.value)

@@ -779,6 +779,7 @@ class Call:
                 processed=self._processed,
                 idempotency_key=self.idempotency_key,
                 earlier_retries=self._earlier_retries,
+                earlier_hops_elapsed=self._started - self._reported_from,
             ),
             verdict=verdict,
             response=response,

@@ -116,6 +116,7 @@ class ApiError(Exception):
         idempotency_key: str | None = None,
         spent_body: bool = False,
         earlier_retries: int = 0,
+        earlier_hops_elapsed: float = 0.0,
     ) -> None:
         self.reason = reason
         self.outcome = outcome
@@ -138,6 +139,9 @@ class ApiError(Exception):
         #: Retries the earlier hops of the call's redirect chain used: one retry allowance
         #: serves the whole chain, and ``attempts`` counts this hop's only.
         self.earlier_retries = earlier_retries
+        #: Seconds the earlier hops of the call's redirect chain took (0.0: none, or no
+        #: chain): one deadline serves the whole chain, and ``elapsed`` counts them too.
+        self.earlier_hops_elapsed = earlier_hops_elapsed
         super().__init__(self._message(body_excerpt))
 
     def _message(self, body_excerpt: str) -> str:
@@ -153,10 +157,11 @@ class ApiError(Exception):
         )
 
     def _earlier_hops(self) -> str:
-        """What the redirect chain's earlier hops used of the call's retries, if any."""
+        """That the attempts counted are this hop's, on a later hop of a redirect chain; and
+        what the earlier hops used of the call's retries, if any."""
         retries = self.earlier_retries
         if not retries:
-            return ""
+            return " on this hop" if self.earlier_hops_elapsed > 0 else ""
         plural = "y" if retries == 1 else "ies"
         return f" on this hop (its redirect chain's earlier hops used {retries} retr{plural})"
 
@@ -457,11 +462,20 @@ class DeadlineExceeded(ApiError):
     advice = "out of time: raise the deadline or make the call cheaper"
 
     def _advice(self) -> str:
+        if self.attempts == 0 and self.earlier_hops_elapsed > 0:
+            # (the redirect hop this error is about sent nothing; the chain's earlier hops,
+            # which did, took the time: attempts and history count this hop's only)
+            return (
+                "no attempt started on this hop: its redirect chain's earlier hops took"
+                f" {self.earlier_hops_elapsed:.2f}s of the deadline and left less than the"
+                " policy's min_attempt_time for it; raise the deadline, or call the final"
+                " URL directly"
+            )
         if self.attempts == 0:  # (nothing was sent: "make the call cheaper" cannot apply)
             return (
                 "no attempt started: the deadline had no room left for one (less than the"
-                " policy's min_attempt_time; an enclosing retrysafe.deadline, a redirect's"
-                " earlier hops or a wait may have used it up); raise the deadline, or lower"
+                " policy's min_attempt_time; an enclosing retrysafe.deadline or a wait may"
+                " have used it up); raise the deadline, or lower"
                 " RetryPolicy(min_attempt_time=...) if it is above 0"
             )
         return super()._advice()

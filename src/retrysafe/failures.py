@@ -71,6 +71,8 @@ class CallSummary:
     idempotency_key: str | None = None
     #: Retries the earlier hops of the call's redirect chain used (0: none, or no chain).
     earlier_retries: int = 0
+    #: Seconds the earlier hops of the call's redirect chain took (0.0: none, or no chain).
+    earlier_hops_elapsed: float = 0.0
 
 
 def give_up_error(
@@ -111,6 +113,7 @@ def give_up_error(
         "idempotency_key": summary.idempotency_key,
         "spent_body": spent_body,
         "earlier_retries": summary.earlier_retries,
+        "earlier_hops_elapsed": summary.earlier_hops_elapsed,
     }
     error: ApiError
     if stop == "deadline":
