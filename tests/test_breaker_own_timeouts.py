@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import sys
 import time
 
 import httpx
@@ -602,6 +603,10 @@ class _BackoffOutlastsTheCaller(FakeClock):
             await asyncio.Event().wait()
 
 
+#: The callers below end their calls with ``asyncio.timeout``, new in Python 3.11.
+_ASYNCIO_TIMEOUT = pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11+")
+
+
 def _client_of(
     server: _FirstFailsThenHangs, clock: FakeClock, governor: Governor
 ) -> retrysafe.AsyncClient:
@@ -632,6 +637,7 @@ def _breaker_after_cut_calls(clock: FakeClock, calls: int) -> tuple[str, _FirstF
     return governor.guard(DEPENDENCY).breaker.state, server  # type: ignore[union-attr]
 
 
+@_ASYNCIO_TIMEOUT
 def test_callers_whose_own_timeout_ends_their_calls_in_the_backoff_do_not_open_it() -> None:
     """Eight calls in a row cut in their backoff, their retries never sent: closed."""
     state, server = _breaker_after_cut_calls(_BackoffOutlastsTheCaller(), calls=8)
@@ -639,6 +645,7 @@ def test_callers_whose_own_timeout_ends_their_calls_in_the_backoff_do_not_open_i
     assert state == "closed"
 
 
+@_ASYNCIO_TIMEOUT
 def test_callers_who_give_up_on_retries_that_hang_open_it() -> None:
     """Five calls in a row whose retries went out and hung until their callers gave up:
     open, as five retries that timed out would."""
@@ -647,6 +654,7 @@ def test_callers_who_give_up_on_retries_that_hang_open_it() -> None:
     assert state == "open"
 
 
+@_ASYNCIO_TIMEOUT
 def test_failures_left_by_cut_calls_count_once_another_calls_retry_fails_too() -> None:
     """Four calls cut in their backoff, then a patient call whose retry fails as well:
     five failing calls in a row, and the circuit opens."""
@@ -675,6 +683,7 @@ def _longest_backoff() -> retrysafe.SystemClock:
     return clock
 
 
+@_ASYNCIO_TIMEOUT
 def test_async_callers_giving_up_in_the_backoff_leave_it_closed_over_a_real_socket(
     chaos: KeyedChaos,
 ) -> None:

@@ -9,6 +9,7 @@ re-typed to be also an ``httpx.TransportError`` (``DeadlineExceeded``: an
 from __future__ import annotations
 
 import pickle
+import sys
 from typing import Any
 
 import httpx
@@ -146,6 +147,8 @@ def test_an_attempts_error_raised_after_a_refused_retry_says_no_retry_was_sent()
     assert message.startswith("timed out reading; no retry was sent: the dependency's circuit")
     assert "breaker held it back" in message
     assert SECRET not in message
+    if sys.version_info < (3, 11):
+        return  # (exceptions take notes from Python 3.11 on: the message says it alone)
     notes = caught.value.__notes__
     assert len(notes) == 1
     assert notes[0].startswith("retrysafe: GET http://api.test/orders")

@@ -189,6 +189,25 @@ def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | N
     return None
 
 
+#: Below this, a wait for a copy's result does not block at all (see _next_result).
+_SHORTEST_WAIT = 0.001
+
+
+def _next_result(results: queue.SimpleQueue[_Result], wait: float | None) -> _Result:
+    """The next result a copy handed back, waiting up to ``wait`` seconds (None: as long
+    as it takes); ``queue.Empty`` if none came.
+
+    A wait under a millisecond takes what is there without blocking. On Python 3.10 a
+    ``SimpleQueue.get`` whose timeout is over by the time it first takes the queue's free
+    lock (a timeout of 0, as a copy already due asks for) waits for an item as if it had
+    none: a hedged copy due while a slow hook ran went out only when the first copy
+    answered, 0.7 s late.
+    """
+    if wait is not None and wait < _SHORTEST_WAIT:
+        return results.get_nowait()
+    return results.get(timeout=wait)
+
+
 def _wait_for(drive: Drive, call: HedgedCall, copies: dict[AttemptPlan, _Copy]) -> float | None:
     """Seconds to wait for an answer: until the next copy is due, or a copy is overdue
     (None: no limit, when neither can happen)."""
@@ -360,7 +379,7 @@ class _SyncRound:
         try:
             while True:
                 try:
-                    result = self.results.get(timeout=_wait_for(drive, call, self.copies))
+                    result = _next_result(self.results, _wait_for(drive, call, self.copies))
                 except queue.Empty:
                     due = _hedge_if_due(drive, call, self.request)
                     if due is not None:
