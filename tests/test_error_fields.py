@@ -395,3 +395,23 @@ def test_a_call_left_no_time_by_its_scope_does_not_blame_redirects() -> None:
     assert (caught.value.attempts, caught.value.earlier_hops_elapsed) == (0, 0.0)
     assert "hop" not in str(caught.value)
     assert "an enclosing retrysafe.deadline or a wait" in str(caught.value)
+
+
+def test_a_keyed_write_the_server_refused_says_it_answered_without_acting() -> None:
+    # A 503 is a refusal before any work: the server got the request. "Never received it"
+    # (what a refused connection gets) misled a caller deciding whether to resend.
+    client = client_for(lambda request: httpx.Response(503))
+    with pytest.raises(retrysafe.ServerError) as caught:
+        client.post("http://api.test/orders", idempotency_key="order-7")
+    assert caught.value.processed == "no"
+    assert str(caught.value).endswith("; the server answered without acting on it")
+
+
+def test_a_keyed_write_that_never_connected_says_the_server_never_received_it() -> None:
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(retrysafe.TransportError) as caught:
+        client_for(refused).post("http://api.test/orders", idempotency_key="order-7")
+    assert caught.value.processed == "no"
+    assert str(caught.value).endswith("; the server never received it")

@@ -250,6 +250,10 @@ def _received_note(error: ApiError) -> str:
     """Whether the server may have acted on the request, for an error that ends with no
     usable answer: before a write is sent again, the caller must know."""
     if error.processed == "no":
+        if any(record.status is not None for record in error.history):
+            # (a 503 or 429 says the server refused before doing the work: it got the
+            # request, and "never received it" would be false; trial69)
+            return "; the server answered without acting on it"
         return "; the server never received it"
     if error.method in _SAFE_METHODS:
         return ""  # (reading it twice changes nothing: nothing to check before sending again)
