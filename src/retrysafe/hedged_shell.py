@@ -189,7 +189,7 @@ def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | N
     return None
 
 
-#: Below this, a wait for a copy's result does not block at all (see _next_result).
+#: The shortest a wait for a copy's result blocks, when it blocks at all (see _next_result).
 _SHORTEST_WAIT = 0.001
 
 
@@ -197,15 +197,19 @@ def _next_result(results: queue.SimpleQueue[_Result], wait: float | None) -> _Re
     """The next result a copy handed back, waiting up to ``wait`` seconds (None: as long
     as it takes); ``queue.Empty`` if none came.
 
-    A wait under a millisecond takes what is there without blocking. On Python 3.10 a
-    ``SimpleQueue.get`` whose timeout is over by the time it first takes the queue's free
-    lock (a timeout of 0, as a copy already due asks for) waits for an item as if it had
-    none: a hedged copy due while a slow hook ran went out only when the first copy
-    answered, 0.7 s late.
+    A wait that is over (0: a copy is due now) takes what is there without blocking; a
+    shorter positive one blocks for a millisecond. On Python 3.10 a ``SimpleQueue.get``
+    whose timeout is over by the time it first takes the queue's free lock waits for an
+    item as if it had no timeout: a hedged copy due while a slow hook ran went out only
+    when the first copy answered, 0.7 s late. (Not blocking at all for every short wait
+    would spin: on a test's fake clock, whose time stands still, a copy due in 0.5 ms
+    stays due in 0.5 ms.)
     """
-    if wait is not None and wait < _SHORTEST_WAIT:
+    if wait is None:
+        return results.get()
+    if wait <= 0:
         return results.get_nowait()
-    return results.get(timeout=wait)
+    return results.get(timeout=max(wait, _SHORTEST_WAIT))
 
 
 def _wait_for(drive: Drive, call: HedgedCall, copies: dict[AttemptPlan, _Copy]) -> float | None:

@@ -9,6 +9,7 @@ from its own log. Wall-clock assertions are loose bounds, never exact timings.
 from __future__ import annotations
 
 import contextvars
+import queue
 import sys
 import threading
 import time
@@ -398,6 +399,23 @@ def test_a_copy_due_while_a_slow_hook_ran_goes_at_once() -> None:
     assert report is not None
     assert (report.hedges, report.winner) == (2, 3)
     assert elapsed < 0.9  # not the 1 s of the first copy
+
+
+def test_waiting_for_a_copys_result_blocks_at_least_a_millisecond_unless_none_is_left() -> None:
+    """A wait that is over takes what is there at once (Python 3.10's timed get could
+    block as if untimed); a shorter positive wait still blocks a little, so that a fake
+    clock's standing time does not make the round spin."""
+    from retrysafe.hedged_shell import _next_result
+
+    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    with pytest.raises(queue.Empty):
+        _next_result(results, 0.0)
+    started = time.monotonic()
+    with pytest.raises(queue.Empty):
+        _next_result(results, 0.0001)
+    assert time.monotonic() - started >= 0.0009
+    results.put("answer")
+    assert _next_result(results, 0.0) == "answer"
 
 
 class _ClosedStream(httpx.SyncByteStream):
