@@ -379,7 +379,10 @@ def test_a_later_hop_left_no_time_to_start_says_what_the_earlier_hops_took() -> 
     assert error.earlier_hops_elapsed == pytest.approx(1.2)
     assert error.elapsed == pytest.approx(1.2)
     assert "after 0 attempts on this hop in 1.20s" in str(error)
-    assert "its redirect chain's earlier hops took 1.20s of the deadline" in str(error)
+    assert (
+        "no attempt started on this hop: less than the policy's min_attempt_time was left of "
+        "the deadline after its redirect chain's earlier hops took 1.20s" in str(error)
+    )
     assert pickle.loads(pickle.dumps(error)).earlier_hops_elapsed == pytest.approx(1.2)
 
 
@@ -397,14 +400,14 @@ def test_a_call_left_no_time_by_its_scope_does_not_blame_redirects() -> None:
     assert "an enclosing retrysafe.deadline or a wait" in str(caught.value)
 
 
-def test_a_keyed_write_the_server_refused_says_it_answered_without_acting() -> None:
+def test_a_keyed_write_the_server_refused_says_it_did_not_act() -> None:
     # A 503 is a refusal before any work: the server got the request. "Never received it"
     # (what a refused connection gets) misled a caller deciding whether to resend.
     client = client_for(lambda request: httpx.Response(503))
     with pytest.raises(retrysafe.ServerError) as caught:
         client.post("http://api.test/orders", idempotency_key="order-7")
     assert caught.value.processed == "no"
-    assert str(caught.value).endswith("; the server answered without acting on it")
+    assert str(caught.value).endswith("; the server did not act on it")
 
 
 def test_a_keyed_write_that_never_connected_says_the_server_never_received_it() -> None:
@@ -415,3 +418,32 @@ def test_a_keyed_write_that_never_connected_says_the_server_never_received_it() 
         client_for(refused).post("http://api.test/orders", idempotency_key="order-7")
     assert caught.value.processed == "no"
     assert str(caught.value).endswith("; the server never received it")
+
+
+def test_a_write_refused_then_not_connected_does_not_say_it_was_never_received() -> None:
+    # A 503, then connections refused: nothing was done, but the server did get the first
+    # attempt. (The note once read "the server answered without acting on it" after "no
+    # usable answer came", contradicting it.)
+    answers = iter([httpx.Response(503)])
+
+    def refused_after_a_503(request: httpx.Request) -> httpx.Response:
+        answer = next(answers, None)
+        if answer is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return answer
+
+    with pytest.raises(retrysafe.TransportError) as caught:
+        client_for(refused_after_a_503).post("http://api.test/orders", idempotency_key="o-8")
+    assert [record.status for record in caught.value.history] == [503, None]
+    assert str(caught.value).endswith("; the server did not act on it")
+
+
+def test_an_error_pickled_before_the_hop_fields_reads_them_as_none_used() -> None:
+    error = retrysafe.ServerError(
+        reason="attempts_exhausted", outcome="bad_gateway", method="GET", url="u", retryable=True
+    )
+    state = dict(error.__dict__)
+    del state["earlier_retries"], state["earlier_hops_elapsed"]
+    old = type(error).__new__(type(error))
+    old.__dict__.update(state)
+    assert (old.earlier_retries, old.earlier_hops_elapsed) == (0, 0.0)

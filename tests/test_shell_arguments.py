@@ -263,6 +263,15 @@ def test_per_call_options_of_another_kind_in_the_extensions_are_refused_before_s
     assert sent == []
 
 
+def test_a_responses_report_copied_into_a_request_is_refused_saying_what_it_is() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    with retrysafe.Client(transport=transport) as client:
+        first = client.get("http://api.test/")
+        request = client.build_request("GET", "http://api.test/", extensions=first.extensions)
+        with pytest.raises(TypeError, match=r"got CallReport \(a response's report"):
+            client.send(request)
+
+
 def test_call_options_in_the_extensions_still_set_the_calls_policy() -> None:
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(503))

@@ -63,11 +63,17 @@ def refuse_options(value: object) -> NoReturn:
     """Refuse ``value`` found under ``request.extensions["retrysafe"]``, where only a
     :class:`CallOptions` goes: a policy put there directly was silently ignored, and the
     call ran on the shell's policy, before this was checked."""
-    hint = (
-        "; wrap it: extensions={'retrysafe': retrysafe.CallOptions(policy=...)}"
-        if isinstance(value, RetryPolicy)
-        else ", e.g. extensions={'retrysafe': retrysafe.CallOptions(policy=..., dependency=...)}"
-    )
+    from retrysafe.decisions import CallReport  # (loaded by now: a drive reads this)
+
+    if isinstance(value, RetryPolicy):
+        hint = "; wrap it: extensions={'retrysafe': retrysafe.CallOptions(policy=...)}"
+    elif isinstance(value, CallReport):
+        hint = (
+            " (a response's report, from its extensions): build the request without the "
+            "response's extensions, or with a CallOptions under this key"
+        )
+    else:
+        hint = ", e.g. extensions={'retrysafe': retrysafe.CallOptions(policy=..., dependency=...)}"
     raise TypeError(
         'request.extensions["retrysafe"] must be a retrysafe.CallOptions, got '
         f"{type(value).__name__}{hint}"

@@ -96,6 +96,9 @@ class ApiError(Exception):
     """
 
     advice: ClassVar[str] = "see .reason and .history"
+    #: (Class-level defaults, for an error pickled before these fields existed.)
+    earlier_retries: int = 0
+    earlier_hops_elapsed: float = 0.0
 
     def __init__(
         self,
@@ -251,9 +254,9 @@ def _received_note(error: ApiError) -> str:
     usable answer: before a write is sent again, the caller must know."""
     if error.processed == "no":
         if any(record.status is not None for record in error.history):
-            # (a 503 or 429 says the server refused before doing the work: it got the
-            # request, and "never received it" would be false; trial69)
-            return "; the server answered without acting on it"
+            # (an attempt answered 503 or 429: the server got the request and refused it
+            # before doing the work, so "never received it" would be false; trial69)
+            return "; the server did not act on it"
         return "; the server never received it"
     if error.method in _SAFE_METHODS:
         return ""  # (reading it twice changes nothing: nothing to check before sending again)
@@ -470,10 +473,10 @@ class DeadlineExceeded(ApiError):
             # (the redirect hop this error is about sent nothing; the chain's earlier hops,
             # which did, took the time: attempts and history count this hop's only)
             return (
-                "no attempt started on this hop: its redirect chain's earlier hops took"
-                f" {self.earlier_hops_elapsed:.2f}s of the deadline and left less than the"
-                " policy's min_attempt_time for it; raise the deadline, or call the final"
-                " URL directly"
+                "no attempt started on this hop: less than the policy's min_attempt_time was"
+                " left of the deadline after its redirect chain's earlier hops took"
+                f" {self.earlier_hops_elapsed:.2f}s; raise the deadline (an enclosing"
+                " retrysafe.deadline's too), or call the final URL directly"
             )
         if self.attempts == 0:  # (nothing was sent: "make the call cheaper" cannot apply)
             return (

@@ -130,7 +130,7 @@ else:
             module = sys.modules.get(namespace.get("__module__", ""))
             new = types.FunctionType(
                 _new_code(len(fields)).replace(co_varnames=("_cls", *fields), co_name="__new__"),
-                vars(module) if module is not None else {},
+                getattr(module, "__dict__", None) or {},
                 "__new__",
                 tuple(defaults.values()) or None,
                 _TUPLE_NEW_CELL,
