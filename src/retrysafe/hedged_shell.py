@@ -198,7 +198,7 @@ def _next_result(results: queue.SimpleQueue[_Result], wait: float | None) -> _Re
     as it takes); ``queue.Empty`` if none came.
 
     A wait that is over (0: a copy is due now) takes what is there without blocking; a
-    shorter positive one blocks for a millisecond. On Python 3.10 a ``SimpleQueue.get``
+    positive one under a millisecond blocks for a millisecond. On Python 3.10 a ``SimpleQueue.get``
     whose timeout is over by the time it first takes the queue's free lock waits for an
     item as if it had no timeout: a hedged copy due while a slow hook ran went out only
     when the first copy answered, 0.7 s late. (Not blocking at all for every short wait
