@@ -17,7 +17,6 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 import httpx
 from httpx._types import HeaderTypes, RequestExtensions
 
-from retrysafe.call_options import refuse_options
 from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, JournalState, state_after
@@ -205,10 +204,10 @@ def add_auto_key(request: httpx.Request) -> None:
 def mark_stream(request: httpx.Request, stream: bool) -> None:
     """Tell the transport whether the caller reads the body itself (``stream=True``)."""
     options = request.extensions.get(OPTIONS_EXTENSION)
-    if not isinstance(options, CallOptions):
-        if options is not None:
-            refuse_options(options)
+    if options is None:
         options = STREAMED_OPTIONS if stream else READ_OPTIONS
+    elif not isinstance(options, CallOptions):
+        return  # (left as it is: the transport's drive refuses it, before anything is sent)
     elif options.stream != stream:
         options = CallOptions(policy=options.policy, dependency=options.dependency, stream=stream)
     request.extensions[OPTIONS_EXTENSION] = options
