@@ -264,7 +264,7 @@ def request_spec(args: argparse.Namespace, stdin: TextIO) -> RequestSpec:
     # One key per request: one would replace the other (or, as two headers, be sent
     # joined, "a, b"), and a write resent under the key its operator typed would go out
     # under another, and be done twice. The same key again is one key.
-    keys = {value for name, value in headers if name.lower() == "idempotency-key"} - {""}
+    keys = set(_header_keys(headers))
     if idempotency_key is not None:
         keys.add(idempotency_key)
     if len(keys) > 1:
@@ -326,14 +326,17 @@ def _send(spec: RequestSpec, hooks: list[EventHook]) -> httpx.Response:
         )
 
 
+def _header_keys(headers: tuple[tuple[str, str], ...]) -> list[str]:
+    """The idempotency keys the ``-H`` headers give (blank ones are none)."""
+    return [value for name, value in headers if name.lower() == "idempotency-key" and value]
+
+
 def _key_sent(spec: RequestSpec) -> str | None:
-    """The idempotency key the request went with: the flag's, or its header's."""
+    """The idempotency key the request went with: the flag's, or its header's (request_spec
+    let through one at most)."""
     if spec.idempotency_key is not None:
         return spec.idempotency_key
-    for name, value in spec.headers:
-        if name.lower() == "idempotency-key" and value:
-            return value
-    return None
+    return next(iter(_header_keys(spec.headers)), None)
 
 
 def _write_body(response: httpx.Response, stdout: TextIO) -> None:
