@@ -325,7 +325,10 @@ class Scenario:
     shared_deadline: float | None = None
     outcomes: tuple[Outcome, ...] = ()
     admissions: tuple[AdmissionSpec, ...] = ()
-    answers: tuple[str | None, ...] = ()
+    #: The governor's answers to the call's retries, in turn: None (granted), a refusal's
+    #: name, or a float: granted with a paced slot held for the retry, that many seconds
+    #: beyond the wait it asked for (a governor holds a slot only further away).
+    answers: tuple[str | float | None, ...] = ()
     overshoots: tuple[float, ...] = ()
     #: The caller cancels the call at its ``cancel_at``-th chance (a wait, or an attempt
     #: in flight, counted from 0); None: never.
@@ -506,6 +509,15 @@ def _gen_admission(rng: random.Random, breaker: bool) -> AdmissionSpec:
 PROFILES = ("mixed", "flaky", "persistent")
 
 
+def _gen_answer(rng: random.Random, refusals: tuple[int, int, int]) -> str | float | None:
+    """The governor's answer to a retry: mostly granted, sometimes refused, and sometimes
+    (pacing on, the next slot further away than the retry's own wait) granted with a slot
+    held for it, up to 3 s beyond that wait."""
+    if _chance(rng, 0.1):
+        return rng.uniform(0.001, 3)
+    return rng.choices((None, "circuit_open", "budget_exhausted"), refusals)[0]
+
+
 def _gen_cancel(rng: random.Random, attempts: int) -> int | None:
     """When the caller cancels, if it does: mostly at one of the first chances (the
     first attempt, the wait after it, the retry), where a first failure is held."""
@@ -563,10 +575,7 @@ def generate(rng: random.Random) -> Scenario:
             _gen_admission(rng, breaker and not (persistent and _chance(rng, 0.8)))
             for _ in range(2 * attempts + 2)
         ),
-        answers=tuple(
-            rng.choices((None, "circuit_open", "budget_exhausted"), refusals)[0]
-            for _ in range(attempts + 1)
-        ),
+        answers=tuple(_gen_answer(rng, refusals) for _ in range(attempts + 1)),
         overshoots=tuple(
             0.0 if _chance(rng, 0.9) else rng.uniform(0, 0.005) for _ in range(2 * attempts + 2)
         ),
@@ -853,10 +862,14 @@ def _play(
             return
         result = _attempt(run, call, clock, request, started, next(scripts.outcomes, OK))
         if type(result) is AskRetry:
-            refusal = next(scripts.answers, None)
-            if refusal == "budget_exhausted" and not result.spends_budget:
-                refusal = None  # a governor spends no budget on a wait the server asked for
-            answer = RetryAnswer(refusal)  # type: ignore[arg-type]
+            answer_spec = next(scripts.answers, None)
+            if answer_spec == "budget_exhausted" and not result.spends_budget:
+                answer_spec = None  # a governor spends no budget on a wait the server asked for
+            if isinstance(answer_spec, float):
+                slot = float(next(scripts.tokens))
+                answer = RetryAnswer(pacing=result.wait + answer_spec, slot=slot)
+            else:
+                answer = RetryAnswer(answer_spec)  # type: ignore[arg-type]
             at = clock.monotonic()
             answered = call.retry_answered(result, answer)
             run.records.append(AnswerRec(at, result, answer, answered, call.take_effects()))
@@ -1200,7 +1213,9 @@ def check_retry_after_respected(run: Run, expect: Expect) -> None:
     ``[hint, hint + retry_after_jitter]``. A governor's cooldown is honoured the same
     way and its pacing wait exactly. A hint (or cooldown) above ``max_retry_after``
     ends the call. With no hint, the wait is full-jitter backoff: at most
-    ``min(backoff_cap, backoff_base * 2^(n-1))`` after attempt n."""
+    ``min(backoff_cap, backoff_base * 2^(n-1))`` after attempt n. A retry granted with
+    a paced slot held for it waits exactly until that slot (further away than its own
+    wait, which keeps the bounds above), and its attempt starts no earlier."""
     policy = run.policy
     jitter = policy.retry_after_jitter
     limit = policy.max_retry_after
@@ -1212,7 +1227,25 @@ def check_retry_after_respected(run: Run, expect: Expect) -> None:
             hint = rec.verdict.after
             following = run.records[index + 1] if index + 1 < len(run.records) else None
             if isinstance(following, AnswerRec) and type(following.result) is Wait:
-                wait = following.result.seconds
+                wait = following.ask.wait  # the engine's own; a held slot's is checked below
+                slot = following.answer.pacing
+                expect(
+                    following.result.seconds == max(wait, slot),
+                    "attempt %d: asked to wait %r s, granted with a slot %r s away, waited %r s",
+                    rec.plan.number,
+                    wait,
+                    slot,
+                    following.result.seconds,
+                )
+                nxt = _later_start(run, index)
+                if slot > 0 and nxt is not None:
+                    expect(
+                        nxt.at >= following.at + slot - eps(following.at, slot),
+                        "attempt %d started at %r, before the slot held for it at %r",
+                        nxt.result.number,
+                        nxt.at,
+                        following.at + slot,
+                    )
                 if hint is None:
                     # Full jitter: a backoff wait lies in [0, min(cap, base * 2^(n-1))].
                     ceiling = min(
@@ -1506,6 +1539,8 @@ def _expected_error(run: Run) -> tuple[type[ApiError], bool, str]:
         return ApiError, True, "start_attempt failed with no reason the scenario knows of"
     outcome = next(r for r in reversed(run.records) if isinstance(r, OutcomeRec))
     by_outcome = _class_by_outcome(outcome)
+    if isinstance(last, AnswerRec) and last.answer.refusal is None:
+        return PacingDelayed, True, "the retry's paced slot beyond the deadline"
     if isinstance(last, AnswerRec):
         refused = CircuitOpen if last.answer.refusal == "circuit_open" else BudgetExhausted
         return refused, True, f"the governor refused the retry ({last.answer.refusal})"
@@ -1666,16 +1701,17 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     retry; handed to the breaker to defer (DeferFailure) when the budget refuses it. A
     retry of a call that had failed (held, or told) tells its end (RetryEnded: failed
     or not) after any health it reports; a probe's does not.
-    Every paced slot granted is used by the attempt that follows its wait or released
-    once. A 429 with a hint starts one cooldown of that hint; nothing else does. A retry
-    granted on a budget token (``spends_budget``) whose attempt is never sent, the call
-    ending first, gives the token back once (RefundBudget); nothing else does. A call its
-    caller cancels (``attempt_abandoned``) releases the permit of an attempt in flight, a
-    paced slot it holds and a budget token spent on a retry never sent; its held first
-    failure is told if its retry was in flight, or handed to the breaker to defer
-    (DeferFailure) if the call was cancelled in a wait. Events:
-    one "retry" per granted retry, one "success" or "failure" at the end, numbered with
-    the attempts so far; one "attempt" as each attempt ends, before the others."""
+    Every paced slot granted (with an attempt's admission or a retry's grant) is used by
+    the attempt that follows its wait or released once. A 429 with a hint starts one
+    cooldown of that hint; nothing else does. A retry granted on a budget token
+    (``spends_budget``) whose attempt is never sent, the call ending first, gives the
+    token back once (RefundBudget); nothing else does. A call its caller cancels
+    (``attempt_abandoned``) releases the permit of an attempt in flight, a paced slot it
+    holds and a budget token spent on a retry never sent; its held first failure is told
+    if its retry was in flight, or handed to the breaker to defer (DeferFailure) if the
+    call was cancelled in a wait. Events: one "retry" per granted retry, one "success"
+    or "failure" at the end, numbered with the attempts so far; one "attempt" as each
+    attempt ends, before the others."""
     in_flight: Permit | None = None
     spent_unsent = False  # a granted retry spent a budget token; its attempt is not sent
     held = 0
@@ -1812,6 +1848,17 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
         elif isinstance(rec, AnswerRec):
             expected_events.append("retry" if type(rec.result) is Wait else "failure")
             spent_unsent = type(rec.result) is Wait and rec.ask.spends_budget
+            if rec.answer.refusal is None and rec.answer.pacing > 0:
+                # A slot held for the retry: kept through the wait, or (too late for the
+                # deadline) given back at once, with the budget token the grant spent.
+                held_slot = rec.answer.slot
+                if type(rec.result) is Wait:
+                    held += 1
+                    expect(held <= 1, "the call holds %d paced slots at once", held)
+                else:
+                    expected_pacing = 1
+                    if rec.ask.spends_budget:
+                        expected_refunds.append(RefundBudget(1.0))
         elif isinstance(rec, AbandonRec):
             # Cancelled: what it held goes back (the permit of an attempt in flight, a
             # paced slot, a budget token spent on a retry never sent), and its held first
@@ -2120,6 +2167,9 @@ def coverage(run: Run) -> collections.Counter[str]:
             ):
                 seen["attempt after a wait with under min_attempt_time left"] += 1
         elif isinstance(rec, AnswerRec):
+            if rec.answer.pacing > 0:
+                held = type(rec.result) is Wait
+                seen["retry waits for its held slot" if held else "retry's slot too late"] += 1
             if rec.answer.refusal is not None:
                 seen[f"retry refused ({rec.answer.refusal})"] += 1
             elif type(rec.result) is Wait and rec.at + rec.result.seconds >= run.deadline_at:
@@ -2422,6 +2472,8 @@ def transcript(run: Run) -> str:
             line = f"attempt_abandoned() (the caller cancelled, {where})"
         else:
             refusal = rec.answer.refusal or "granted"
+            if rec.answer.pacing > 0:
+                refusal += f", paced slot {rec.answer.pacing:.6g} s away"
             line = f"retry_answered({refusal}) -> {_fmt(rec.result)}"
         lines.append(f"  t={rec.at:<12.6g} {line}")
         if rec.effects:

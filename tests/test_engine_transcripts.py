@@ -61,6 +61,8 @@ def test_every_invariant_was_exercised(tally: transcripts.Tally) -> None:
         "ReadBody asked (streamed call)",
         "governor cooldown",
         "paced slot",
+        "retry waits for its held slot",
+        "retry's slot too late",
         "permit refused",
         "probe permit",
         "retry refused (circuit_open)",

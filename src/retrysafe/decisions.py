@@ -179,11 +179,19 @@ class RetryAnswer(NamedTuple):
 
     A refusal says when the governor would grant it (``retry_after``, if known) and
     ``detail``: the setting behind it, with its numbers.
+
+    With pacing on, a grant may come with a paced slot already reserved: ``pacing``
+    seconds away (more than the wait asked for), named ``slot`` as in
+    :class:`Admission`, and ``detail`` saying so. The retry then waits for its slot
+    rather than its own wait, holding it, and keeps its place in the queue: asked for
+    only after the wait, the slot could lie past the deadline by then.
     """
 
     refusal: Literal["circuit_open", "budget_exhausted"] | None = None
     retry_after: float | None = None
     detail: str = ""
+    pacing: float = 0.0
+    slot: float = 0.0
 
 
 class HedgeAnswer(NamedTuple):

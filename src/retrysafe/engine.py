@@ -601,7 +601,9 @@ class Call:
         self._nested_gave_up = True
 
     def retry_answered(self, ask: AskRetry, answer: RetryAnswer) -> Wait | Fail:
-        """The governor's ``answer`` to ``ask``: wait and retry, or give up."""
+        """The governor's ``answer`` to ``ask``: wait and retry, or give up. The wait is
+        the one asked for, or the time until the paced slot the answer holds for the
+        retry, when that is further away."""
         if self.state != "asking":
             self._out_of_order("asking", "retry_answered")
         if answer.refusal is not None:
@@ -609,15 +611,28 @@ class Call:
             return self._stop(
                 stop, answer.refusal, retry_after=answer.retry_after, detail=answer.detail
             )
-        last = self._history[-1] = self._history[-1]._replace(wait=ask.wait)
+        self._spent_unsent = ask.spends_budget
+        wait = ask.wait
+        if answer.pacing > 0:
+            # A paced slot further away than the wait, reserved with the grant: the retry
+            # waits for it, holding it, or gives up now if it comes too late.
+            self._pacing_held = True
+            self._pacing_slot = answer.slot
+            if not self.deadline.allows(answer.pacing, self.policy.min_attempt_time):
+                self._pacing_held = False
+                self.effects.append(ReleasePacing(answer.slot))
+                return self._stop(
+                    "pacing", "pacing", retry_after=answer.pacing, detail=answer.detail
+                )
+            wait = max(wait, answer.pacing)
+        last = self._history[-1] = self._history[-1]._replace(wait=wait)
         verdict = self._verdict
         assert verdict is not None
         status = self._last_response.status_code if self._last_response is not None else None
-        self._emit("retry", verdict.reason, status, wait=ask.wait, exception=last.exception)
+        self._emit("retry", verdict.reason, status, wait=wait, exception=last.exception)
         self._promised = True
-        self._spent_unsent = ask.spends_budget
         self.state = "ready"
-        return Wait(ask.wait)
+        return Wait(wait)
 
     # -- load protection facts out -------------------------------------------------------
 

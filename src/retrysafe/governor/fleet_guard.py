@@ -48,6 +48,7 @@ from retrysafe.governor.breaker import (
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.fleet_link import FleetLink, FleetView
 from retrysafe.governor.guard import (
+    GRANTED,
     CallFacts,
     DependencyGuard,
     lease_for_probe,
@@ -251,6 +252,19 @@ class FleetGuard(DependencyGuard):
                 detail=explain_fleet_open(seconds, self.fleet.quorum_rule),
             )
         return DependencyGuard.answer_retry(self, ask, now)
+
+    def slot_after(self, wait: float) -> RetryAnswer:
+        """As :meth:`DependencyGuard.slot_after`, the slot taken in the fleet's schedule."""
+        rate = self.rate
+        if rate is None:
+            return DependencyGuard.slot_after(self, wait)
+        pacing, slot = self._reserve(rate)
+        if pacing == QUEUE_FULL:
+            return GRANTED  # (nothing reserved: the attempt asks again after its wait)
+        if pacing <= wait:
+            self._release(rate, slot)
+            return GRANTED
+        return RetryAnswer(pacing=pacing, slot=slot, detail=explain_fleet_pacing(rate, pacing))
 
     def answer_hedge(self) -> HedgeAnswer:
         """As :meth:`DependencyGuard.answer_hedge`, and no hedged copy while the fleet

@@ -37,7 +37,7 @@ from retrysafe.governor.breaker import (
     Transition,
 )
 from retrysafe.governor.budget import RetryBudget
-from retrysafe.governor.explain import explain_full_queue
+from retrysafe.governor.explain import explain_full_queue, explain_pacing
 from retrysafe.governor.limiter import QUEUE_FULL, Limiter
 from retrysafe.governor.settings import LimiterSettings
 
@@ -249,7 +249,9 @@ class DependencyGuard:
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
-        open past then, nor without a budget token (rate-limit waits spend none)."""
+        open past then, nor without a budget token (rate-limit waits spend none).
+        Granted with pacing on, the retry holds its paced slot now if that comes later
+        than its wait (see :meth:`slot_after`)."""
         breaker = self.breaker
         if breaker is not None:
             open_until = breaker.open_until()
@@ -257,7 +259,28 @@ class DependencyGuard:
                 return _CIRCUIT_OPEN
         if ask.spends_budget and self.budget is not None and not self.budget.try_spend():
             return _BUDGET_EXHAUSTED
-        return GRANTED
+        limiter = self.limiter
+        if limiter is None or not limiter.paced:
+            return GRANTED
+        return self.slot_after(ask.wait)
+
+    def slot_after(self, wait: float) -> RetryAnswer:
+        """A granted retry's answer with pacing on: its paced slot, reserved now and held
+        through the wait, when the next free slot comes more than ``wait`` seconds from
+        now; plain :data:`GRANTED` otherwise (a slot that comes within the wait is
+        reserved when the wait ends, as for any attempt: held through the wait, it would
+        stand empty while others queue behind it). A full queue reserves nothing: the
+        attempt asks again after its wait."""
+        limiter = self.limiter
+        if limiter is None or not limiter.paced:
+            return GRANTED
+        pacing, slot = limiter.reserve_slot()
+        if pacing == QUEUE_FULL:
+            return GRANTED
+        if pacing <= wait:
+            limiter.release(slot)
+            return GRANTED
+        return RetryAnswer(pacing=pacing, slot=slot, detail=explain_pacing(limiter, pacing))
 
     def answer_hedge(self) -> HedgeAnswer:
         """May a hedged copy go now? Only while the breaker is closed and no cooldown
