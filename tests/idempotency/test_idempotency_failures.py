@@ -7,13 +7,19 @@ import asyncio
 import collections
 import contextlib
 import logging
+import shutil
+import socket
+import subprocess
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import httpx
 import pytest
+import store_servers
 from idempotency_app import Shop, build_app, client_for, headers
 from idempotency_stores import InterposedStore, StoreFactory
 from starlette.requests import ClientDisconnect
@@ -96,20 +102,41 @@ async def test_an_outcome_the_store_fails_to_keep_once_is_kept_by_trying_again(
     assert app.state.shop.runs["/orders"] == 1
 
 
+async def test_an_outcome_is_tried_again_past_a_blip_until_the_store_keeps_it(
+    store: IdempotencyStore,
+) -> None:
+    # Four failed writes take 2.3 s of waiting, past the quick tries for a blip (1.3 s):
+    # given up then, the key would stay in flight with no outcome, and a retry after the
+    # lease would run the handler again (a second charge). Within the lease it is kept.
+    flaky = InterposedStore(store, failing_completes=4)
+    app = build_app(flaky, lease=6.0)
+    async with client_for(app) as client:
+        first = await client.post("/orders", json={}, headers=headers("k1"))
+        retry = await client.post("/orders", json={}, headers=headers("k1"))
+
+    assert first.status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json() == first.json()
+    assert app.state.shop.runs["/orders"] == 1
+
+
 async def test_an_outcome_the_store_never_keeps_is_logged_as_an_error_without_secrets(
     store: IdempotencyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = InterposedStore(store, failing_completes=100)
-    app = build_app(broken)
+    app = build_app(broken, lease=1.5)
+    started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="retrysafe.idempotency"):
         async with client_for(app) as client:
             response = await client.post("/orders", json={}, headers=headers("k1"))
 
     errors = [record for record in caplog.records if record.levelno == logging.ERROR]
     assert response.status_code == 201  # the client still gets its answer
+    assert time.monotonic() - started >= 1.3  # tried until the lease ran out, not just once
     assert len(errors) == 1
     message = errors[0].getMessage()
     assert "could not be stored" in message
+    assert "its lease has run out, so a retry may run the handler again" in message
     assert "'k1'" in message
     assert "'alice'" in message
     assert broken.tokens
@@ -714,3 +741,85 @@ async def test_a_request_cancelled_while_its_outcome_is_written_still_keeps_it(
     assert retry.headers["idempotent-replayed"] == "true"
     assert retry.json()["order"] == 1
     assert app.state.shop.runs["/orders"] == 1
+
+
+class _RestartableRedis:
+    """A private redis-server that keeps its data on disk (append-only file, written on
+    every command), so the test can stop it and start it again on the same port, as an
+    outage of a real store."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed (scripts/servers.sh installs it)")
+        self.port = store_servers.free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._command = [
+            binary,
+            *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(directory)),
+            *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+        ]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while not _redis_answers(self.port):
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+
+
+def _redis_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
+            connection.sendall(b"PING\r\n")
+            return connection.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+async def test_a_real_store_down_for_seconds_as_the_handler_ends_keeps_the_outcome(
+    tmp_path: Path,
+) -> None:
+    # Found in a user trial: Redis went away while a charge ran and came back 5 s later.
+    # The outcome's write was tried for 1.3 s and given up; a retry after the lease ran
+    # the charge a second time. Now the response waits for the store, within the lease.
+    from retrysafe.idempotency import RedisStore
+
+    redis = _RestartableRedis(tmp_path)
+    redis.start()
+    store = RedisStore(redis.url, timeout=0.5)
+    shop = Shop()
+    app = build_app(store, shop=shop, lease=8.0)
+    try:
+        async with client_for(app) as client, anyio.create_task_group() as group:
+            first: list[httpx.Response] = []
+
+            async def charge() -> None:
+                first.append(await client.post("/slow", json={}, headers=headers("k1")))
+
+            group.start_soon(charge)
+            with anyio.fail_after(10):
+                await shop.entered[1].wait()
+            redis.stop()  # down as the handler ends ...
+            shop.gates[1].set()
+            await anyio.sleep(2.5)
+            assert not first  # (the response waits for the store)
+            await anyio.to_thread.run_sync(redis.start)  # ... and back 2.5 s later
+        async with client_for(app) as client:
+            retry = await client.post("/slow", json={}, headers=headers("k1"))
+    finally:
+        await store.close()
+        redis.stop()
+
+    assert first[0].status_code == 201
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert retry.json() == first[0].json() == {"run": 1}
+    assert shop.runs["/slow"] == 1

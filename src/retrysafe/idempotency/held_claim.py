@@ -1,4 +1,5 @@
-"""A claim while its handler runs: renew its lease, then write its outcome, retrying blips."""
+"""A claim while its handler runs: renew its lease, then write its outcome, retrying an
+unavailable store for as long as the claim is surely still its own."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from retrysafe.idempotency.records import StoredResponse
 from retrysafe.idempotency.settings import IdempotencySettings
 from retrysafe.idempotency.store import IdempotencyStore, StoreUnavailable
 
-__all__ = ["FINISH_RETRY_DELAYS", "HeldClaim", "WallClock"]
+__all__ = ["FINISH_RETRY_DELAYS", "OUTCOME_RETRY_INTERVAL", "HeldClaim", "WallClock"]
 
 logger = logging.getLogger("retrysafe.idempotency")
 
 #: Seconds to wait before each further try at writing an outcome the store refused with
 #: :class:`StoreUnavailable`: a blip costs the client a moment, not a second run.
 FINISH_RETRY_DELAYS = (0.05, 0.25, 1.0)
+
+#: Seconds between the further tries at keeping an outcome (the work was done) while the
+#: store stays unavailable, until the claim's lease ends (see :meth:`HeldClaim.finish`).
+OUTCOME_RETRY_INTERVAL = 1.0
 
 
 class WallClock(Protocol):
@@ -32,8 +37,11 @@ class HeldClaim:
 
     :meth:`renew_until_finished` pushes the lease forward every third of its length, so a
     handler that runs longer than the lease keeps the key and never runs twice.
-    :meth:`finish` writes the outcome, retrying a store that is briefly unavailable, and
-    stops the renewal. Log lines name the caller and the key, never the owner token.
+    :meth:`finish` writes the outcome, retrying a store that is unavailable, and stops the
+    renewal. Log lines name the caller and the key, never the owner token.
+
+    ``leased_at``: when the store stamped the claim's lease (wall-clock seconds; now if
+    not given). The claim knows when its lease ends from it and from each renewal.
     """
 
     def __init__(
@@ -45,6 +53,7 @@ class HeldClaim:
         *,
         clock: WallClock,
         settings: IdempotencySettings,
+        leased_at: float | None = None,
     ) -> None:
         self.caller = caller
         self.key = key
@@ -54,15 +63,26 @@ class HeldClaim:
         self._settings = settings
         self._finished = False
         self._renewal = anyio.CancelScope()
+        #: When the lease ends as last stamped (wall-clock seconds): until then no other
+        #: request can take the key over, so the handler cannot run again.
+        self.lease_ends = (clock.time() if leased_at is None else leased_at) + settings.lease
 
     async def renew_now(self) -> bool:
         """Renew the lease once, from the current time; ``False`` if the claim was lost.
 
         Raises :class:`StoreUnavailable` when the store cannot be used.
         """
-        return await self._store.extend(
-            self.caller, self.key, self._token, now=self._clock.time(), lease=self._settings.lease
+        return await self._extend()
+
+    async def _extend(self) -> bool:
+        """One renewal; when it holds, the lease ends a lease from its stamp."""
+        now = self._clock.time()
+        renewed = await self._store.extend(
+            self.caller, self.key, self._token, now=now, lease=self._settings.lease
         )
+        if renewed:
+            self.lease_ends = max(self.lease_ends, now + self._settings.lease)
+        return renewed
 
     async def renew_until_finished(self) -> None:
         """Renew the lease until :meth:`finish` or :meth:`stop`; run it in a task group.
@@ -77,13 +97,7 @@ class HeldClaim:
             while not self._finished:
                 await anyio.sleep(interval)
                 try:
-                    renewed = await self._store.extend(
-                        self.caller,
-                        self.key,
-                        self._token,
-                        now=self._clock.time(),
-                        lease=self._settings.lease,
-                    )
+                    renewed = await self._extend()
                 except StoreUnavailable as exc:
                     logger.warning(
                         "could not renew the lease on idempotency key %r of caller %r;"
@@ -123,25 +137,37 @@ class HeldClaim:
         whether it was recorded.
 
         Tries again after each of :data:`FINISH_RETRY_DELAYS` while the store is
-        unavailable, renewing the lease meanwhile; logs an error if the outcome could not
-        be stored at all. Call it shielded from cancellation.
+        unavailable, renewing the lease meanwhile. An outcome to keep (the work was done)
+        is then tried every :data:`OUTCOME_RETRY_INTERVAL` for as long as the lease holds
+        the key: lost, the key would lapse with no outcome and a retry would run the
+        handler again, so the response waits for the store rather than that. Logs an error
+        if the outcome could not be stored at all. Call it shielded from cancellation.
         """
         try:
-            for delay in (*FINISH_RETRY_DELAYS, None):
+            tries = 0
+            waited = 0.0
+            started = self._clock.time()
+            while True:
+                tries += 1
                 try:
                     done = await self._write(finish, response)
                 except StoreUnavailable as exc:
+                    delay = self._next_delay(finish, tries, started, waited)
                     if delay is not None:
                         await anyio.sleep(delay)
+                        waited += delay
                         continue
                     logger.error(
                         "the outcome (%s) of idempotency key %r of caller %r could not be"
-                        " stored after %d tries; the key stays in flight until its lease"
-                        " ends, and a retry after that runs the handler again: %s",
+                        " stored after %d tries over %.1f s; %s: %s",
                         finish,
                         self.key,
                         self.caller,
-                        len(FINISH_RETRY_DELAYS) + 1,
+                        tries,
+                        max(waited, self._clock.time() - started),
+                        "the key stays in flight until its lease ends"
+                        if finish == "release"
+                        else "its lease has run out, so a retry may run the handler again",
                         exc,
                     )
                     return False
@@ -155,9 +181,28 @@ class HeldClaim:
                         finish,
                     )
                 return done
-            return False  # pragma: no cover - (the last try returns)
         finally:
             self.stop()
+
+    def _next_delay(
+        self, finish: Finish, tries: int, started: float, waited: float
+    ) -> float | None:
+        """How long to wait before try ``tries + 1`` at writing the outcome; None: give up.
+
+        A key to release is tried :data:`FINISH_RETRY_DELAYS` more times (left in flight,
+        it lapses with its lease: nothing runs twice). An outcome to keep is tried until
+        the lease ends, and for one lease's length at most (a store that renews the lease
+        but never takes the outcome must not hold the response for ever): by the clock or,
+        on a clock that stands still (a test's), by the time waited since the first try."""
+        if tries <= len(FINISH_RETRY_DELAYS):
+            return FINISH_RETRY_DELAYS[tries - 1]
+        if finish == "release":
+            return None
+        until = min(self.lease_ends, started + self._settings.lease)
+        left = min(until - self._clock.time(), until - started - waited)
+        if left <= 0:
+            return None
+        return min(OUTCOME_RETRY_INTERVAL, left)
 
     async def _write(self, finish: Finish, response: StoredResponse | None) -> bool:
         if finish == "release":

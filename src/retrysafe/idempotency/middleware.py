@@ -207,6 +207,7 @@ class IdempotencyMiddleware:
             claim.token,
             clock=self._clock,
             settings=settings,
+            leased_at=stamped,
         )
         if held_at - stamped > settings.lease * _LATE_CLAIM_SHARE:
             refused = await self._restart_lease(held)
