@@ -144,3 +144,32 @@ async def test_a_cancelled_work_closes_its_connection(postgres_dsn: str) -> None
         assert await pool.run(select_one) == (1,)
     finally:
         await pool.close()
+
+
+async def test_a_database_in_sql_ascii_replays_like_any_other(
+    postgres_dsn: str,
+) -> None:
+    # Found in a user trial: on a database created without an encoding under the C locale
+    # (SQL_ASCII), psycopg hands text columns back as bytes, and every repeat of a key
+    # failed with a 500 (KeyError: b'in_flight').
+    from idempotency_app import build_app, client_for, headers
+
+    database = f"ascii_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE {database} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"
+            " TEMPLATE template0"
+        )
+    store = PostgresStore(postgres_dsn.rsplit("/", 1)[0] + f"/{database}", purge_every=None)
+    try:
+        app = build_app(store)
+        async with client_for(app) as client:
+            first = await client.post("/orders", json={"note": "café"}, headers=headers("k1"))
+            again = await client.post("/orders", json={"note": "café"}, headers=headers("k1"))
+        assert first.status_code == 201
+        assert again.status_code == 201
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json() == first.json()
+        assert app.state.shop.runs["/orders"] == 1
+    finally:
+        await store.close()

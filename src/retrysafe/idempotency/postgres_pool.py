@@ -95,6 +95,9 @@ class ConnectionPool:
             self._dsn,
             autocommit=True,
             connect_timeout=max(2, round(self._connect_timeout)),
+            # Text comes back as str whatever the database's encoding: on a SQL_ASCII
+            # database psycopg would hand every text column back as bytes.
+            client_encoding="UTF8",
         )
         try:
             await self._prepare(connection)
