@@ -155,6 +155,42 @@ def test_stripes_409_for_a_key_in_progress_is_in_use() -> None:
     assert classify(other, keyed=True).reason == "conflict"
 
 
+@pytest.mark.parametrize(
+    "reused",
+    [
+        response(422, {"Idempotency-Problem": "key-reused"}),
+        httpx.Response(
+            422,
+            headers={"content-type": "application/problem+json"},
+            json={"type": "urn:retrysafe:idempotency:key-reused"},
+        ),
+        httpx.Response(
+            400,
+            json={"error": {"type": "idempotency_error", "message": "Keys for idempotent..."}},
+        ),
+    ],
+    ids=["middleware-header", "problem-type", "stripe-400"],
+)
+def test_a_key_reused_for_another_request_is_final_and_named(reused: httpx.Response) -> None:
+    """Found in a user trial: the middleware's 422 ``key-reused`` ended as
+    ``unprocessable_content``, like any malformed body, and code reading the error could
+    not tell the key was the problem."""
+    verdict = classify(reused, keyed=True)
+    assert (verdict.kind, verdict.reason) == ("permanent", "idempotency_key_reused")
+    assert classify(reused, keyed=False).reason != "idempotency_key_reused"  # (no key)
+    told_to_retry = httpx.Response(
+        reused.status_code,
+        headers={**reused.headers, "x-should-retry": "true"},
+        content=reused.content,
+    )
+    assert classify(told_to_retry, keyed=True).kind == "permanent"
+
+
+def test_a_keyed_422_of_the_apps_own_stays_unprocessable_content() -> None:
+    own = httpx.Response(422, json={"error": {"type": "validation_error"}})
+    assert classify(own, keyed=True).reason == "unprocessable_content"
+
+
 def test_a_replayed_409_is_the_apps_own_answer_not_a_key_in_use() -> None:
     replayed = response(409, {"Idempotent-Replayed": "true", "Retry-After": "1"})
     verdict = classify_response(replayed, POLICY, keyed=True, now=NOW, key_may_be_in_use=True)

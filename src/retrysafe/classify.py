@@ -228,7 +228,7 @@ def classify_response(
 
 #: Verdicts a server's ``x-should-retry: true`` does not reopen: the answer is final
 #: whatever the server's generic retry advice says.
-_FINAL_REASONS = frozenset({"quota_exhausted", "result_not_replayable"})
+_FINAL_REASONS = frozenset({"quota_exhausted", "result_not_replayable", "idempotency_key_reused"})
 
 
 def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verdict:
@@ -269,6 +269,8 @@ def _heed_server(verdict: Verdict, response: httpx.Response, now: float) -> Verd
 #: ran, and its response could not be kept.
 _IN_FLIGHT = "request-in-flight"
 _NOT_REPLAYABLE = "result-not-replayable"
+#: What a keyed 422 (or Stripe's 400) says when the key already names another request.
+_KEY_REUSED = "key-reused"
 _KEY_PROBLEM_HEADER: Final = "idempotency-problem"
 
 
@@ -303,6 +305,29 @@ def _key_problem(response: httpx.Response) -> str | None:
     if isinstance(error, dict) and error.get("type") == "idempotency_error":
         return _IN_FLIGHT  # (Stripe's)
     return None
+
+
+def _key_reused(response: httpx.Response) -> bool:
+    """Whether a keyed 400 or 422 says the key was already used for another request:
+    ``Idempotency-Problem: key-reused`` (or that problem type, ``retrysafe.idempotency``'s
+    422), or Stripe's ``{"error": {"type": "idempotency_error"}}`` (its 400)."""
+    said = response.headers.get(_KEY_PROBLEM_HEADER)
+    if said is not None:
+        return str(said).strip().lower() == _KEY_REUSED
+    content_type = response.headers.get("content-type", "")
+    if "json" not in content_type:
+        return False
+    try:
+        document = response.json()
+    except (ValueError, httpx.ResponseNotRead):
+        return False
+    if not isinstance(document, dict):
+        return False
+    if "problem+json" in content_type:
+        kind = document.get("type")
+        return isinstance(kind, str) and kind.endswith(_KEY_REUSED)
+    error = document.get("error")
+    return isinstance(error, dict) and error.get("type") == "idempotency_error"
 
 
 def _keyed_conflict(response: httpx.Response, now: float, *, key_may_be_in_use: bool) -> Verdict:
@@ -374,6 +399,9 @@ def _default_verdict(
         return Verdict.retry("rate_limited", after, processed="no")
     if status == 409 and keyed:
         return _keyed_conflict(response, now, key_may_be_in_use=key_may_be_in_use)
+    if keyed and (status == 400 or status == 422) and _key_reused(response):
+        # The key already names another request: no attempt under it can succeed.
+        return Verdict.permanent("idempotency_key_reused")
     if status in policy.retry_statuses:
         processed: Processed = "no" if status in _REFUSED_BEFORE_WORK else "maybe"
         return Verdict.retry(

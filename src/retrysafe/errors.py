@@ -284,6 +284,13 @@ class ClientError(ApiError):
                 f"({self.idempotency_key}) but kept no answer to replay: check its outcome "
                 "there before acting on it, and do not send it again under a new key"
             )
+        if self.reason == "idempotency_key_reused":
+            return (
+                f"the server already holds the idempotency key ({self.idempotency_key}) for "
+                "another request (another body, method or path), and did not run this one: "
+                "a different request needs a key of its own; the same one must be sent "
+                "exactly as it was first"
+            )
         if not self.retryable:
             return super()._advice()
         if self.status == 409 and self.idempotency_key is not None:

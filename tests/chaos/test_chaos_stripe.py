@@ -116,3 +116,24 @@ def test_stored_replies_are_scoped_by_the_state_key(
     assert "idempotent-replayed" not in theirs.headers
     assert (mine.json()["email"], theirs.json()["email"]) == ("a@example.com", "b@example.com")
     assert [r.detail for r in other.log()] == ["created"]
+
+
+def test_a_retrysafe_client_names_a_reused_key_and_sends_it_once(chaos: KeyedChaos) -> None:
+    """Found in a user trial: the refusal of a reused key ended as ``bad_request``, like
+    any malformed request. It is final (one attempt) and named for what it is."""
+    import retrysafe
+
+    url = _customers(chaos)
+    with retrysafe.Client(timeout=5) as client:
+        client.post(url, data={"email": "ada@example.com"}, idempotency_key="cus-ada-3")
+        with pytest.raises(retrysafe.ClientError) as caught:
+            client.post(url, data={"email": "grace@example.com"}, idempotency_key="cus-ada-3")
+    error = caught.value
+    assert (error.status, error.reason, error.outcome) == (
+        400,
+        "idempotency_key_reused",
+        "idempotency_key_reused",
+    )
+    assert (error.attempts, error.retryable) == (1, False)
+    assert "a different request needs a key of its own" in str(error)
+    assert [r.detail for r in chaos.log()] == ["created", "key_reused"]
