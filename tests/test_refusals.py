@@ -147,7 +147,33 @@ def test_a_cooldown_longer_than_the_deadline_fails_at_once_with_the_wait_it_need
     assert "LimiterSettings(cooldown_on_429=True, max_cooldown=300)" in message
     assert "nothing was sent" in message
     assert "dependency=" in message
+    assert "30.00 s of the deadline were left, too little for a wait of 120.00 s" in message
     no_attribute_names(message)
+
+
+def test_a_retry_after_that_does_not_fit_says_how_much_time_was_left_and_kept() -> None:
+    """Found in a user trial: a 1 s Retry-After with 1.45 s left ended "the server asked to
+    wait longer than this call may", which reads as a bug until the 0.5 s kept for the
+    attempt after the wait is counted. The message now counts it."""
+    clock = FakeClock()
+    seen: list[httpx.Request] = []
+    client = client_against(
+        lambda _: httpx.Response(503, headers={"Retry-After": "1"}),
+        Governor(GovernorSettings.off(), clock=clock),
+        clock,
+        seen,
+    )
+    with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
+        client.get(URL, policy=RetryPolicy(deadline=1.45))
+    message = str(caught.value)
+    assert "the server asked to wait 1.0 s, longer than this call may" in message
+    assert "1.45 s of the deadline were left, too little for a wait of 1.00 s" in message
+    assert "0.5 s kept for the attempt after it (RetryPolicy(min_attempt_time=0.5))" in message
+    assert caught.value.detail in message
+    no_attribute_names(message)
+    with pytest.raises(retrysafe.RetryAfterTooLong) as capped:
+        client.get(URL, policy=RetryPolicy(max_retry_after=0.5))
+    assert "RetryPolicy(max_retry_after=0.5) caps what a call waits" in str(capped.value)
 
 
 def test_a_cooldown_the_server_announced_is_not_explained_as_a_429() -> None:
@@ -189,6 +215,7 @@ def test_a_paced_slot_beyond_the_deadline_is_a_pacing_refusal() -> None:
     assert error.retry_after == pytest.approx(10.0)
     assert "next paced slot is 10.00 s away" in message
     assert "LimiterSettings(requests_per_second=0.1, burst=1)" in message
+    assert "5.00 s of the deadline were left, too little for a wait of 10.00 s" in message
     no_attribute_names(message)
     # The refused caller gave its slot back: the next caller is not pushed further out.
     clock.advance(10)

@@ -267,7 +267,10 @@ class Call:
             wait = hinted_wait(admission.cooldown, self.policy, self.deadline, self._clock.random())
             if wait is None:
                 return self._stop(
-                    "cooldown", "cooldown", retry_after=admission.cooldown, detail=admission.detail
+                    "cooldown",
+                    "cooldown",
+                    retry_after=admission.cooldown,
+                    detail=self._too_long(admission.cooldown, admission.detail),
                 )
             self._promised = True
             if admission.cooldown > self._cooldown_waited:
@@ -283,7 +286,10 @@ class Call:
             if not self.deadline.allows(admission.pacing, self.policy.min_attempt_time):
                 self._return_admission(admission)
                 return self._stop(
-                    "pacing", "pacing", retry_after=admission.pacing, detail=admission.detail
+                    "pacing",
+                    "pacing",
+                    retry_after=admission.pacing,
+                    detail=self._too_long(admission.pacing, admission.detail, capped=False),
                 )
             self._promised = True
             return Wait(admission.pacing)
@@ -548,7 +554,12 @@ class Call:
         if verdict.after is not None:
             wait = hinted_wait(verdict.after, self.policy, self.deadline, rand)
             if wait is None:
-                return self._stop("retry_after", "retry_after_too_long", retry_after=verdict.after)
+                return self._stop(
+                    "retry_after",
+                    "retry_after_too_long",
+                    retry_after=verdict.after,
+                    detail=self._too_long(verdict.after),
+                )
         else:
             wait = backoff_wait(len(self._history) - 1, self.policy, self.deadline, rand)
             if wait is None:
@@ -622,7 +633,10 @@ class Call:
                 self._pacing_held = False
                 self.effects.append(ReleasePacing(answer.slot))
                 return self._stop(
-                    "pacing", "pacing", retry_after=answer.pacing, detail=answer.detail
+                    "pacing",
+                    "pacing",
+                    retry_after=answer.pacing,
+                    detail=self._too_long(answer.pacing, answer.detail, capped=False),
                 )
             wait = max(wait, answer.pacing)
         last = self._history[-1] = self._history[-1]._replace(wait=wait)
@@ -746,6 +760,15 @@ class Call:
             self.effects.append(StartCooldown(hinted, False))
 
     # -- giving up -----------------------------------------------------------------------
+
+    def _too_long(self, wait: float, detail: str = "", *, capped: bool = True) -> str:
+        """``detail``, and why a wait of ``wait`` seconds is more than this call may take:
+        for the error's message, with the numbers that decided it (``capped``: the
+        policy's ``max_retry_after`` applies to this wait)."""
+        from retrysafe.failures import explain_wait_too_long
+
+        why = explain_wait_too_long(wait, self.deadline.remaining(), self.policy, capped=capped)
+        return f"{detail}; {why}" if detail else why
 
     def _stop(
         self,

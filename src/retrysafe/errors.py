@@ -503,10 +503,24 @@ class DeadlineExceeded(ApiError):
 
 
 class RetryAfterTooLong(ApiError):
-    """The server asked for a wait (``retry_after``) longer than the time or limit left."""
+    """The server asked for a wait (``retry_after``) longer than the time or limit left.
+
+    ``detail`` says which: the policy's ``max_retry_after``, or the time left of the
+    deadline, with the time kept for the attempt after the wait."""
 
     advice = "the server asked to wait longer than this call may"
+    #: (a class default: errors pickled before the field existed read it as "")
+    detail = ""
 
-    def __init__(self, *, retry_after: float, **fields: Any) -> None:
+    def __init__(self, *, retry_after: float, detail: str = "", **fields: Any) -> None:
         self.retry_after = retry_after
+        self.detail = detail
         super().__init__(**fields)
+
+    def _advice(self) -> str:
+        if not self.detail:
+            return super()._advice()
+        return (
+            f"the server asked to wait {seconds_text(self.retry_after)}, longer than this"
+            f" call may: {self.detail}; try again in {seconds_text(self.retry_after)}"
+        )

@@ -34,6 +34,7 @@ from retrysafe.errors import (
     ServerError,
     TransportError,
 )
+from retrysafe.policy import RetryPolicy
 from retrysafe.redact import Redactor, printable
 
 __all__ = ["CallSummary", "StopKind", "describe_body", "give_up_error"]
@@ -119,7 +120,7 @@ def give_up_error(
     if stop == "deadline":
         error = DeadlineExceeded(**fields)
     elif stop == "retry_after":
-        error = RetryAfterTooLong(retry_after=retry_after or 0.0, **fields)
+        error = RetryAfterTooLong(retry_after=retry_after or 0.0, detail=detail, **fields)
     elif stop in _REFUSALS:
         error = _REFUSALS[stop](retry_after=retry_after, detail=detail, **fields)
     elif response is not None:
@@ -139,6 +140,23 @@ def give_up_error(
     else:
         error = TransportError(**fields)
     return error, excerpt
+
+
+def explain_wait_too_long(
+    wait: float, left: float, policy: RetryPolicy, *, capped: bool = True
+) -> str:
+    """Why a wait of ``wait`` seconds is more than a call with ``left`` seconds of its
+    deadline may take: the policy's ``max_retry_after`` (when ``capped``), or the
+    deadline, with the time kept for the attempt after the wait."""
+    limit = policy.max_retry_after
+    if capped and limit is not None and wait > limit:
+        return f"RetryPolicy(max_retry_after={limit:g}) caps what a call waits"
+    kept = policy.min_attempt_time
+    return (
+        f"{max(0.0, left):.2f} s of the deadline were left, too little for a wait of"
+        f" {wait:.2f} s and the {kept:g} s kept for the attempt after it"
+        f" (RetryPolicy(min_attempt_time={kept:g}))"
+    )
 
 
 def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[Any, str]:
