@@ -323,7 +323,7 @@ def test_a_hanging_server_gives_deadline_exceeded_on_time(api: Any, chaos: Any) 
 def test_a_retry_after_far_beyond_the_deadline_fails_at_once(api: Any, chaos: Any) -> None:
     with pytest.raises(retrysafe.RetryAfterTooLong) as caught:
         api.request("GET", chaos.url("/status/503", retry_after=3600), policy=RetryPolicy())
-    assert api.seconds < 0.5
+    assert api.seconds < 2.0  # at once, not the hour asked (loose: a loaded machine read 0.8 s)
     assert (caught.value.retry_after, caught.value.attempts) == (3600.0, 1)
     assert attempts_seen(chaos) == 1
 
