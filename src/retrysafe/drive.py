@@ -40,6 +40,7 @@ from retrysafe.decisions import (
     AskRetry,
     AttemptPlan,
     AwaitOthers,
+    CallReport,
     Decision,
     EmitEvent,
     Fail,
@@ -507,7 +508,9 @@ class Drive:
             call.adopt_attempt(first.plan, first.permit, first.started)
         elif observer.instrumented and observed:
             #: Follows the call for the instruments among the hooks (spans), if any listens.
-            self._trace = observer.start_call(request, dependency=self.dependency, url=call.url)
+            self._trace = observer.start_call(
+                request, dependency=self.dependency, url=call.url, stream=self._stream
+            )
         return call
 
     # -- steps -------------------------------------------------------------------------
@@ -853,6 +856,8 @@ class Drive:
                     _time_read_body(response, step.report.elapsed - self._elapsed_before)
                     unread(response)  # (the caller may stream it: see kept_body)
                 self.hand_over_body(self.request)
+                if self._trace is not None or _listening(self.settings.observer):
+                    self._watch_body(response, step.report)
             return response
         assert isinstance(step, Fail)
         if step.retried:
@@ -886,6 +891,39 @@ class Drive:
         # (`raise error from cause`, spelled out: the compiled build drops a `from` cause)
         error.__cause__ = step.cause
         raise error
+
+    def _watch_body(self, response: httpx.Response, report: CallReport) -> None:
+        """Hand a streamed success's body over through a watch that tells the listeners
+        how it ended (a ``body`` event; see :mod:`retrysafe.body_watch`). The call's
+        trace goes with it, to end when the body does: closed then, not with the call."""
+        from retrysafe.body_watch import BodyEnd, BodyWatch
+
+        observer = self.settings.observer
+        clock = self.settings.clock
+        trace, self._trace = self._trace, None
+        handed_at = monotonic_of(clock)
+        dependency, method, url = self.dependency, self.request.method, self.call.url
+
+        def ended(how: BodyEnd, exc: Exception | None) -> None:
+            event = RetryEvent(
+                kind="body",
+                dependency=dependency,
+                method=method,
+                url=url,
+                attempt=report.attempts,
+                status=response.status_code,
+                outcome=how,
+                elapsed=report.elapsed + (monotonic_of(clock) - handed_at),
+                exception=None if exc is None else type(exc).__name__,
+            )
+            try:
+                observer.emit(event)
+            finally:
+                if trace is not None:
+                    trace.event(event)
+                    trace.close()
+
+        response.stream = BodyWatch(response.stream, ended)
 
     def hand_over_body(self, request: httpx.Request) -> None:
         """The caller reads the body of the answer to ``request`` (the one sent) itself

@@ -54,7 +54,7 @@ logger = logging.getLogger("retrysafe")
 logger.addHandler(logging.NullHandler())
 
 #: What a :class:`RetryEvent` is about.
-EventKind = Literal["attempt", "retry", "held", "success", "failure", "circuit", "hedge"]
+EventKind = Literal["attempt", "retry", "held", "success", "failure", "circuit", "hedge", "body"]
 
 
 @frozen_value
@@ -75,7 +75,11 @@ class RetryEvent:
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
     - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
       ``"won"``, ``"lost"`` (cancelled: another copy won) or ``"refused"`` (then
-      ``reason`` says why: ``"circuit_not_closed"``, ``"budget_exhausted"``...).
+      ``reason`` says why: ``"circuit_not_closed"``, ``"budget_exhausted"``...);
+    - ``"body"``: a streamed call's body, handed to the caller after its ``success``,
+      ended: ``outcome`` ``"complete"`` (read to its end), ``"broken"`` (a read raised:
+      ``exception`` names it) or ``"abandoned"`` (closed before its end); ``elapsed``
+      then runs to the body's end (built only when someone listens).
 
     Fields:
 
@@ -161,6 +165,12 @@ class CallTrace(Protocol):
     its own ``attempt`` event (a copy that lost: outcome ``"hedge_lost"``). Every
     call is made on the thread (and task) that made the HTTP call, and each copy is
     sent in a copy of the context current just after its :meth:`attempt_starting`.
+
+    A streamed call (``client.stream(...)``) whose headers succeed hands its body to the
+    caller: its ``body`` event, then :meth:`close`, come when the caller's reading stops,
+    from the code that reads it. A trace may have a ``body_follows()`` method, called
+    before the call's first attempt when the call streams, to know that a ``success``
+    is not its end.
     """
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None: ...
@@ -218,6 +228,16 @@ class _Traces:
             except Exception:
                 logger.exception("retrysafe call trace %r failed; the call goes on", trace)
 
+    def body_follows(self) -> None:
+        """The call streams (see :class:`CallTrace`): told to the traces that ask."""
+        for trace in self._traces:
+            follows = getattr(trace, "body_follows", None)
+            if follows is not None:
+                try:
+                    follows()
+                except Exception:
+                    logger.exception("retrysafe call trace %r failed; the call goes on", trace)
+
     def close(self) -> None:
         # Closed in reverse: each trace leaves the context it entered, innermost first.
         for trace in reversed(self._traces):
@@ -271,8 +291,11 @@ class Observer:
                 return True
         return False
 
-    def start_call(self, request: httpx.Request, *, dependency: str, url: str) -> CallTrace | None:
-        """Let every call instrument start following this call; None if none would."""
+    def start_call(
+        self, request: httpx.Request, *, dependency: str, url: str, stream: bool = False
+    ) -> CallTrace | None:
+        """Let every call instrument start following this call; None if none would.
+        ``stream``: the caller streams the body (see :class:`CallTrace`)."""
         traces: list[CallTrace] = []
         for instrument in self._instruments:
             if not getattr(instrument, "listening", True):
@@ -284,7 +307,12 @@ class Observer:
                 continue
             if trace is not None:
                 traces.append(trace)
-        return _Traces(traces) if traces else None
+        if not traces:
+            return None
+        followed = _Traces(traces)
+        if stream:
+            followed.body_follows()
+        return followed
 
     def emit(self, event: RetryEvent, *, body_excerpt: str = "") -> None:
         """Log ``event`` and hand it to the hooks. A hook that raises is logged at ERROR
@@ -340,6 +368,8 @@ def event_level(event: RetryEvent) -> int:
         return HELD_LEVELS.get(event.reason, logging.DEBUG)
     if kind == "circuit":
         return logging.WARNING if event.transition.endswith("->open") else logging.INFO
+    if kind == "body" and event.outcome == "broken":
+        return logging.INFO  # (the caller got the exception itself: not a WARNING again)
     return logging.DEBUG
 
 
@@ -354,6 +384,14 @@ _HELD_FOR = {
         "used-up rate limit, or a shared 503's Retry-After)"
     ),
     "pacing": "a paced slot of the dependency",
+}
+
+
+#: How a ``body`` event's outcome reads in its log line.
+_BODY_ENDS = {
+    "complete": "was read to its end",
+    "broken": "broke off",
+    "abandoned": "was closed before its end",
 }
 
 
@@ -438,6 +476,20 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             event.attempt,
             event.outcome,
             f" ({printable(event.reason)})" if event.reason else "",
+            extra=fields,
+        )
+    elif kind == "body":
+        logger.log(
+            level,
+            "%s %s [%s]: the streamed body of attempt %d (%s) %s after %.3fs",
+            method,
+            url,
+            dependency,
+            event.attempt,
+            status.strip(),
+            _BODY_ENDS.get(event.outcome, outcome)
+            + (f" ({printable(event.exception)})" if event.exception else ""),
+            event.elapsed,
             extra=fields,
         )
     else:

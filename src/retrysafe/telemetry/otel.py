@@ -200,6 +200,16 @@ class OpenTelemetry:
         self._durations = _seconds_histogram(
             meter, "retrysafe.call.duration", "Whole calls, retries included."
         )
+        self._bodies = meter.create_counter(
+            "retrysafe.stream.bodies",
+            unit="{body}",
+            description="Streamed calls' bodies, by how each ended: complete, broken, abandoned.",
+        )
+        self._stream_durations = _seconds_histogram(
+            meter,
+            "retrysafe.stream.duration",
+            "Streamed calls, from their start to their body's end.",
+        )
         #: The last known breaker state of each dependency (gauge value).
         self._breakers: dict[str, int] = {}
         meter.create_observable_gauge(
@@ -261,6 +271,10 @@ class OpenTelemetry:
             self._hedge_copies.add(
                 1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
             )
+        elif kind == "body":
+            labels = {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+            self._bodies.add(1, labels)
+            self._stream_durations.record(event.elapsed, labels)
 
     def _observe_breakers(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         if self.governor is not None:
@@ -353,6 +367,7 @@ class _CallSpans:
 
     __slots__ = (
         "_attributes",
+        "_body_follows",
         "_call",
         "_ended_at",
         "_hedges",
@@ -378,6 +393,12 @@ class _CallSpans:
         self._token_thread = 0
         #: Hedged copies sent so far (see RetryPolicy.hedge_after).
         self._hedges = 0
+        #: The call streams: a success's span ends with its body (a ``body`` event).
+        self._body_follows = False
+
+    def body_follows(self) -> None:
+        """The call streams: if it succeeds, its span ends when its body does."""
+        self._body_follows = True
 
     def attempt_starting(self, number: int, request: httpx.Request) -> None:
         try:
@@ -430,6 +451,8 @@ class _CallSpans:
             elif kind == "success" or kind == "failure":
                 self._end_attempts()
                 self._call_ended(event)
+            elif kind == "body":
+                self._body_ended(event)
             elif kind == "circuit":
                 self._call.add_event(
                     "retrysafe.circuit", {"retrysafe.transition": event.transition}
@@ -487,6 +510,20 @@ class _CallSpans:
             span.set_attribute("retrysafe.reason", event.reason)
             span.set_attribute("error.type", event.error or "_OTHER")
             span.set_status(trace.StatusCode.ERROR, f"{event.error}: {event.reason}")
+        elif self._body_follows:
+            return  # (a streamed success: the span goes on to the body's end)
+        span.end()
+
+    def _body_ended(self, event: RetryEvent) -> None:
+        """A streamed success's body ended: so does the call's span, an error if the body
+        broke off (the caller got the exception)."""
+        span = self._call
+        span.set_attribute("retrysafe.body.outcome", event.outcome)
+        if event.outcome == "broken":
+            error_type = event.exception or "_OTHER"
+            span.set_attribute("error.type", error_type)
+            span.add_event("exception", {"exception.type": error_type})
+            span.set_status(trace.StatusCode.ERROR, f"the body broke off: {error_type}")
         span.end()
 
     def _end_attempt(self, number: int) -> None:

@@ -24,6 +24,12 @@ under, by default the URL's origin ``scheme://host:port``, never its path or que
 - ``retrysafe_held_wait_seconds{dependency, reason}``: histogram of the waits the
   dependency's load protection added before an attempt: ``cooldown`` (another call's
   answer paused every caller) or ``pacing`` (a paced slot);
+- ``retrysafe_stream_bodies_total{dependency, outcome}``: streamed calls' bodies, by
+  how each ended: ``complete``, ``broken`` (a read raised) or ``abandoned`` (closed
+  before its end);
+- ``retrysafe_stream_duration_seconds{dependency, outcome}``: histogram of streamed
+  calls from their start to their body's end (``call_duration_seconds`` ends at the
+  headers);
 - ``retrysafe_refusals_total{dependency, reason}``: calls retrysafe's own load
   protection stopped (``circuit_open``, ``budget_exhausted``, ``cooldown``, ``pacing``);
 - ``retrysafe_circuit_state{dependency}``: gauge, 0 closed, 1 half open, 2 open (with
@@ -145,6 +151,21 @@ class PrometheusMetrics:
             namespace=namespace,
             registry=None,
         )
+        self.stream_bodies = Counter(
+            "stream_bodies",
+            "Streamed calls' bodies, by how each ended: complete, broken, abandoned.",
+            ("dependency", "outcome"),
+            namespace=namespace,
+            registry=None,
+        )
+        self.stream_duration = Histogram(
+            "stream_duration_seconds",
+            "Streamed calls, from their start to their body's end.",
+            ("dependency", "outcome"),
+            namespace=namespace,
+            registry=None,
+            buckets=DURATION_BUCKETS,
+        )
         #: The labelled children already made, by (metric, label values): as many as the
         #: label values the calls have shown, a bounded set.
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
@@ -161,6 +182,8 @@ class PrometheusMetrics:
             self.held_wait,
             self.hedges,
             self.refusals,
+            self.stream_bodies,
+            self.stream_duration,
         ]
         if governor is not None:
             collectors.append(_GovernorCollector(governor, namespace))
@@ -195,6 +218,9 @@ class PrometheusMetrics:
                 self._child(self.refusals, dependency, event.reason).inc()
         elif kind == "hedge":
             self._child(self.hedges, dependency, event.outcome).inc()
+        elif kind == "body":
+            self._child(self.stream_bodies, dependency, event.outcome).inc()
+            self._child(self.stream_duration, dependency, event.outcome).observe(event.elapsed)
         elif kind == "circuit" and self.circuit_state is not None:
             state = breaker_state_after(event.transition)
             if state is not None:

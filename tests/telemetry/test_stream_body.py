@@ -1,0 +1,168 @@
+"""A streamed call's body is followed to its end: a ``body`` event says how it ended.
+
+Found in a user trial: a streamed call's telemetry ended at its headers, so an LLM
+stream cut halfway was counted a success like any other, and its duration read as its
+time to the first byte. Over real sockets against the chaos server: a body read to its
+end is ``complete``, one whose server cuts it is ``broken`` (the reader got the
+exception), one closed early is ``abandoned``; the OpenTelemetry call span ends with
+the body, and both metric hooks count the bodies and time the streams to their end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import prometheus_client
+import pytest
+from telemetry_support import SECRET_HEADERS, SECRET_QUERY, SECRET_VALUES, Otel
+
+import retrysafe
+from retrysafe.body_watch import BodyWatch
+from retrysafe.observe import RetryEvent
+from retrysafe.telemetry.prometheus import PrometheusMetrics
+
+#: Five chunks 40 ms apart: a body that takes about 0.16 s after its headers.
+DRIP = {"chunks": 5, "interval_ms": 40, "chunk_bytes": 8}
+
+
+def _kinds(events: list[RetryEvent]) -> list[str]:
+    return [event.kind for event in events if event.kind != "attempt"]
+
+
+def test_a_body_read_to_its_end_is_complete_and_timed_to_its_end(chaos: Any) -> None:
+    events: list[RetryEvent] = []
+    with (
+        retrysafe.Client(hooks=[events.append]) as client,
+        client.stream("GET", chaos.url("/drip", **DRIP)) as response,
+    ):
+        assert _kinds(events) == ["success"]  # the call is over at its headers ...
+        body = b"".join(response.iter_bytes())
+    assert len(body) == 40
+    assert _kinds(events) == ["success", "body"]  # ... and its body ended after
+    success, ended = events[-2], events[-1]
+    assert (ended.outcome, ended.status, ended.attempt, ended.exception) == (
+        "complete",
+        200,
+        1,
+        None,
+    )
+    assert ended.elapsed >= success.elapsed + 0.1  # the drip's time, after the headers
+    assert ended.url == success.url
+
+
+def test_a_body_the_server_cuts_is_broken_and_names_the_exception(
+    chaos: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[RetryEvent] = []
+    with (
+        caplog.at_level(logging.INFO, logger="retrysafe"),
+        retrysafe.Client(hooks=[events.append]) as client,
+        client.stream("GET", chaos.url("/truncate")) as response,
+        pytest.raises(httpx.RemoteProtocolError),
+    ):
+        response.read()
+    ended = events[-1]
+    assert (ended.kind, ended.outcome, ended.exception) == (
+        "body",
+        "broken",
+        "RemoteProtocolError",
+    )
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("streamed body of attempt 1 (HTTP 200) broke off" in line for line in lines)
+
+
+def test_a_body_closed_before_its_end_is_abandoned(chaos: Any) -> None:
+    events: list[RetryEvent] = []
+    with (
+        retrysafe.Client(hooks=[events.append]) as client,
+        client.stream("GET", chaos.url("/drip", **DRIP)) as response,
+    ):
+        next(response.iter_raw())  # one chunk, then the caller stops reading
+    assert _kinds(events) == ["success", "body"]
+    assert events[-1].outcome == "abandoned"
+
+
+def test_the_async_client_follows_a_body_too(chaos: Any) -> None:
+    events: list[RetryEvent] = []
+
+    async def main() -> None:
+        async with retrysafe.AsyncClient(hooks=[events.append]) as client:
+            async with client.stream("GET", chaos.url("/drip", **DRIP)) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+            async with client.stream("GET", chaos.url("/truncate")) as response:
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await response.aread()
+
+    asyncio.run(main())
+    bodies = [(event.outcome, event.exception) for event in events if event.kind == "body"]
+    assert bodies == [("complete", None), ("broken", "RemoteProtocolError")]
+
+
+def test_a_call_nobody_listens_to_hands_its_body_over_unwatched(chaos: Any) -> None:
+    with (
+        retrysafe.Client() as client,
+        client.stream("GET", chaos.url("/drip", **DRIP)) as response,
+    ):
+        assert not isinstance(response.stream, BodyWatch)
+        response.read()
+
+
+def test_the_call_span_ends_with_the_body_and_the_metrics_count_it(chaos: Any, otel: Otel) -> None:
+    url = chaos.url("/drip", **DRIP, **SECRET_QUERY)
+    with retrysafe.Client(hooks=[otel.hook], headers=SECRET_HEADERS) as client:
+        with client.stream("GET", url) as response:
+            response.read()
+        with (
+            client.stream("GET", chaos.url("/truncate")) as cut,
+            pytest.raises(httpx.RemoteProtocolError),
+        ):
+            cut.read()
+    calls = [span for span in otel.spans() if span.name.startswith("retrysafe ")]
+    assert len(calls) == 2
+    whole, broken = calls
+    assert whole.attributes is not None
+    assert broken.attributes is not None
+    assert whole.attributes["retrysafe.body.outcome"] == "complete"
+    assert whole.end_time is not None
+    assert whole.start_time is not None
+    assert (whole.end_time - whole.start_time) / 1e9 >= 0.1  # the body's time included
+    assert whole.status.status_code.name == "UNSET"
+    assert broken.attributes["retrysafe.body.outcome"] == "broken"
+    assert broken.attributes["error.type"] == "RemoteProtocolError"
+    assert broken.status.status_code.name == "ERROR"
+    points = otel.metric_points()
+    bodies = {
+        str(attrs["retrysafe.outcome"]): value for attrs, value in points["retrysafe.stream.bodies"]
+    }
+    assert bodies == {"complete": 1, "broken": 1}
+    durations = points["retrysafe.stream.duration"]
+    complete_count, complete_sum = next(
+        value for attrs, value in durations if attrs["retrysafe.outcome"] == "complete"
+    )  # type: ignore[misc]
+    assert complete_count == 1
+    assert complete_sum >= 0.1
+    for span in otel.spans():
+        text = repr(dict(span.attributes or {}))
+        assert not any(secret in text for secret in SECRET_VALUES)
+
+
+def test_prometheus_counts_the_bodies_by_how_they_ended(chaos: Any) -> None:
+    registry = prometheus_client.CollectorRegistry()
+    metrics = PrometheusMetrics(registry=registry)
+    with retrysafe.Client(hooks=[metrics]) as client:
+        with client.stream("GET", chaos.url("/drip", **DRIP)) as response:
+            response.read()
+        with client.stream("GET", chaos.url("/drip", **DRIP)) as response:
+            next(response.iter_raw())
+    dependency = str(httpx.URL(chaos.base_url).copy_with(path="/"))[:-1]  # scheme://host:port
+
+    def sample(name: str, outcome: str) -> float | None:
+        return registry.get_sample_value(name, {"dependency": dependency, "outcome": outcome})
+
+    assert sample("retrysafe_stream_bodies_total", "complete") == 1
+    assert sample("retrysafe_stream_bodies_total", "abandoned") == 1
+    assert (sample("retrysafe_stream_duration_seconds_sum", "complete") or 0) >= 0.1
