@@ -125,3 +125,28 @@ def test_a_keyed_read_out_of_attempts_needs_no_key_advice() -> None:
     with pytest.raises(retrysafe.ServerError) as caught:
         client.get("http://api.test/things", idempotency_key="k-1")
     assert "idempotency key" not in str(caught.value)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_keyed_write_whose_body_broke_off_names_the_key_to_resend_it_under(
+    keyed: bool, chaos: Any
+) -> None:
+    """Found in a user trial: a keyed POST whose answers were cut mid-body ended as
+    ``BadResponse`` with no word of the key, so ``retrysafe request --idempotency-key auto``
+    lost the key it had made. A body cut off comes after the server took the request."""
+    url = chaos.url("/sequence/{key}", steps=["truncate"])
+    policy = retrysafe.RetryPolicy(attempts=2, backoff_base=0.01)
+    with (
+        retrysafe.Client(policy=policy) as client,
+        pytest.raises(retrysafe.BadResponse) as caught,
+    ):
+        client.post(url, content=b"x", idempotency_key=keyed)
+    error = caught.value
+    assert error.processed == "maybe"
+    if keyed:
+        assert (error.reason, error.attempts) == ("attempts_exhausted", 2)
+        assert "the server may have processed it: check before sending a write again" in str(error)
+        assert f"resend it under the same idempotency key ({error.idempotency_key})" in str(error)
+    else:  # (not repeated; its own advice says how a key makes retries safe)
+        assert (error.reason, error.attempts) == ("unsafe_to_repeat", 1)
+        assert "send it with an idempotency key" in str(error)

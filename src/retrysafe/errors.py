@@ -392,6 +392,13 @@ class BadResponse(ApiError):
 
     advice = "the response could not be used; check the API's status or the rule that rejected it"
 
+    def _message(self, body_excerpt: str) -> str:
+        # A body cut off, or one a rule rejected, came after the server took the request:
+        # a write may have been done, and its key gets the result (trial72).
+        if self.reason == "unsafe_to_repeat":
+            return super()._message(body_excerpt)
+        return super()._message(body_excerpt) + _received_note(self)
+
 
 class Refused(ApiError):
     """retrysafe's own load protection refused to send this call, or its next retry.
