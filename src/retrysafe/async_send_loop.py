@@ -28,6 +28,7 @@ from retrysafe.attempt_deadline import (
     notes_first_writes,
     retire_stream_of,
 )
+from retrysafe.attempt_plan import phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.kept_body import aread_keeping_raw
@@ -124,7 +125,7 @@ class AsyncSendLoop:
                             from retrysafe.attempt_watchdog import AttemptTimer
 
                             timer = self._timer = AttemptTimer()
-                        watch = timer.start(plan.timeout + self._limit_after)
+                        watch = timer.start(phase_limit(plan) + self._limit_after)
                         if watch is None:
                             step = await self._attempt_in_scope(drive, request, plan)
                             continue
@@ -190,7 +191,7 @@ class AsyncSendLoop:
 
         response: httpx.Response | None = None
         try:
-            with anyio.fail_after(plan.timeout + self._limit_after):
+            with anyio.fail_after(phase_limit(plan) + self._limit_after):
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()

@@ -10,7 +10,12 @@ module would have to import at run time.)
 
 from __future__ import annotations
 
-__all__ = ["AttemptPlan"]
+from typing import Final
+
+__all__ = ["HARD_END_GRACE", "AttemptPlan", "phase_limit"]
+
+#: How long after its phases' time limit (:func:`phase_limit`) the shells end an attempt.
+HARD_END_GRACE: Final = 0.05
 
 
 class AttemptPlan:
@@ -32,3 +37,20 @@ class AttemptPlan:
 
     def __repr__(self) -> str:
         return f"AttemptPlan(number={self.number}, timeout={self.timeout!r})"
+
+
+def phase_limit(plan: AttemptPlan) -> float:
+    """How long each phase of ``plan``'s attempt may take: connecting, each read and
+    write, the wait for a pooled connection.
+
+    The shells end the whole attempt :data:`HARD_END_GRACE` later, so that the client
+    library's own timeouts, which know how far the request got (a connect timeout: it
+    was never sent), fire first; that hard end only bounds an attempt whose every single
+    read kept within time, such as a server trickling its headers or body. An attempt
+    the deadline cuts gets its phases that much sooner instead, so that its hard end
+    falls on the deadline, not past it (a trickled body ran 50 ms past a 0.8 s deadline).
+    """
+    timeout = plan.timeout
+    if plan.cut_by_deadline and timeout > 2 * HARD_END_GRACE:
+        return timeout - HARD_END_GRACE
+    return timeout

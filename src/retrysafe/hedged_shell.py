@@ -50,6 +50,7 @@ from retrysafe.attempt_deadline import (
     notes_first_writes,
     retire_stream_of,
 )
+from retrysafe.attempt_plan import phase_limit
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody, Succeed
 from retrysafe.drive import Drive, Step
@@ -77,7 +78,9 @@ def _copy_of(request: httpx.Request) -> httpx.Request:
 
 
 def _ends_at(plan: AttemptPlan) -> float | None:
-    return time.monotonic() + plan.timeout + _GRACE if plan.timeout != math.inf else None
+    if plan.timeout == math.inf:
+        return None
+    return time.monotonic() + phase_limit(plan) + _GRACE
 
 
 class _Copy:
@@ -444,7 +447,8 @@ async def _run_copy_async(
     with copy.scope:
         current_call.set(copy)
         response: httpx.Response | None = None
-        timeout = copy.plan.timeout + _GRACE if copy.plan.timeout != math.inf else None
+        plan = copy.plan
+        timeout = phase_limit(plan) + _GRACE if plan.timeout != math.inf else None
         try:
             with anyio.fail_after(timeout):
                 response = await transport.handle_async_request(copy.request)

@@ -23,6 +23,7 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     notes_first_writes,
 )
+from retrysafe.attempt_plan import HARD_END_GRACE, phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.kept_body import read_keeping_raw
@@ -49,11 +50,9 @@ class AsyncSender(Protocol):
     async def aclose(self) -> None: ...
 
 
-#: An attempt's hard end comes this much after its per-phase timeouts, so httpx's own
-#: timeouts, which know how far the request got (a connect timeout means it was never
-#: sent), fire first; the hard end only bounds an attempt, such as a server trickling
-#: its headers or body, whose every single read kept within time.
-_GRACE: Final = 0.05
+#: An attempt's hard end comes this much after its per-phase timeouts (see
+#: ``attempt_plan.phase_limit``).
+_GRACE: Final = HARD_END_GRACE
 _PHASES: Final = ("connect", "read", "write", "pool")
 _INF: Final = math.inf
 
@@ -76,7 +75,7 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented
     this keeps short.) ``instrumented``: its network streams note when it is sent;
     if not, it is taken as written from its start (see ``Drive._time_queued``)."""
     _prepare(request, drive, plan)
-    limit = plan.timeout
+    limit = phase_limit(plan)
     drive.attempt_started_at = now = time.monotonic()
     drive.attempt_sent_at = None if instrumented else now
     drive.attempt_ends_at = now + limit + _GRACE if limit != _INF else None
@@ -84,7 +83,7 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented
 
 def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     """Bound each phase by the attempt's time and tell the server how long it has."""
-    limit = plan.timeout
+    limit = phase_limit(plan)
     given = drive.caller_timeouts
     if _all_within(given, limit):
         # Every phase already ends within the attempt's time (httpx's default 5 s
@@ -94,8 +93,9 @@ def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
     else:
         request.extensions["timeout"] = _bound(given, limit)
     header = drive.settings.deadline_header
-    if header is not None and math.isfinite(limit):
-        request.headers[header] = f"{limit:.3f}"
+    if header is not None and math.isfinite(plan.timeout):
+        # (the attempt's whole time: the server has until its hard end)
+        request.headers[header] = f"{plan.timeout:.3f}"
 
 
 def _all_within(given: dict[str, Any], limit: float) -> bool:
@@ -159,7 +159,7 @@ class SendLoop:
         _prepare(request, drive, plan)
         drive.attempt_started_at = now = time.monotonic()
         drive.attempt_sent_at = None if self.instrumented else now
-        ends_at = now + plan.timeout + _GRACE
+        ends_at = now + phase_limit(plan) + _GRACE
         drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:

@@ -35,6 +35,7 @@ from requests.utils import requote_uri
 from urllib3.poolmanager import ProxyManager
 from urllib3.util import Timeout as Urllib3Timeout
 
+from retrysafe.attempt_plan import phase_limit
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step
@@ -385,10 +386,11 @@ class _Attempt:
             # A retry: what the drive's view of the request carries of the cookies the
             # answers before it set (carried_cookies) goes on the request sent.
             _carry_cookie_header(drive, self.request)
-        limit = plan.timeout
+        limit = phase_limit(plan)
         header = self.adapter.settings.deadline_header
-        if header is not None and math.isfinite(limit):
-            self.request.headers[header] = f"{limit:.3f}"
+        if header is not None and math.isfinite(plan.timeout):
+            # (the attempt's whole time: the server has until its hard end)
+            self.request.headers[header] = f"{plan.timeout:.3f}"
         watch: Watch | None = None
         token = None
         if math.isfinite(limit):
