@@ -189,6 +189,15 @@ def test_a_key_reused_for_another_request_is_final_and_named(reused: httpx.Respo
 def test_a_keyed_422_of_the_apps_own_stays_unprocessable_content() -> None:
     own = httpx.Response(422, json={"error": {"type": "validation_error"}})
     assert classify(own, keyed=True).reason == "unprocessable_content"
+    # (a problem type that only ends like it, and Stripe's error type on another status)
+    lookalike = httpx.Response(
+        422,
+        headers={"content-type": "application/problem+json"},
+        json={"type": "https://api.test/problems/not-key-reused"},
+    )
+    assert classify(lookalike, keyed=True).reason == "unprocessable_content"
+    other_api = httpx.Response(422, json={"error": {"type": "idempotency_error"}})
+    assert classify(other_api, keyed=True).reason == "unprocessable_content"
 
 
 def test_a_replayed_409_is_the_apps_own_answer_not_a_key_in_use() -> None:

@@ -14,6 +14,7 @@ others queue behind it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -204,7 +205,7 @@ class _CrowdedClock(FakeClock):
 
 
 def _crowded_client(
-    deadline: float,
+    deadline: float, hooks: list[Callable[[retrysafe.RetryEvent], None]] | None = None
 ) -> tuple[retrysafe.Client, _CrowdedClock, list[float], Limiter]:
     """A client whose first attempt gets a 503, the second a 200, with one more caller
     queued for the dependency before the first attempt ends, and another arriving as
@@ -227,6 +228,7 @@ def _crowded_client(
         clock=clock,
         governor=governor,
         policy=RetryPolicy(deadline=deadline, backoff_base=1.0),
+        hooks=hooks or (),
     )
     return client, clock, sent, limiters[0]
 
@@ -240,7 +242,17 @@ def test_a_retry_keeps_its_place_in_the_queue_through_its_backoff() -> None:
     assert sent == [0.0, pytest.approx(2.0)]
     assert clock.sleeps == [pytest.approx(2.0)]  # one wait, for the slot
     report = retrysafe.report_of(response)
-    assert report.history[0].wait == pytest.approx(2.0)
+    assert report.history[0].wait == pytest.approx(0.5)  # the call's own; the rest is pacing's
+
+
+def test_the_slot_beyond_the_backoff_is_told_as_a_held_wait() -> None:
+    # The retry event keeps the call's own wait (its backoff, 0.5 s); the 1.5 s more its
+    # held slot costs is load protection's, told as a held event as at any attempt's start.
+    events: list[retrysafe.RetryEvent] = []
+    client, _, _, _ = _crowded_client(deadline=2.6, hooks=[events.append])
+    client.get("http://api.test/items")
+    told = [(e.kind, e.reason, round(e.wait, 6)) for e in events if e.kind in ("retry", "held")]
+    assert told == [("retry", "", 0.5), ("held", "pacing", 1.5)]
 
 
 def test_a_retry_whose_slot_lies_past_the_deadline_gives_up_without_sleeping() -> None:

@@ -147,7 +147,7 @@ def test_a_cooldown_longer_than_the_deadline_fails_at_once_with_the_wait_it_need
     assert "LimiterSettings(cooldown_on_429=True, max_cooldown=300)" in message
     assert "nothing was sent" in message
     assert "dependency=" in message
-    assert "30.00 s of the deadline were left, too little for a wait of 120.00 s" in message
+    assert "30.000 s of the deadline were left, too little for a wait of 120.000 s" in message
     no_attribute_names(message)
 
 
@@ -167,7 +167,7 @@ def test_a_retry_after_that_does_not_fit_says_how_much_time_was_left_and_kept() 
         client.get(URL, policy=RetryPolicy(deadline=1.45))
     message = str(caught.value)
     assert "the server asked to wait 1.0 s, longer than this call may" in message
-    assert "1.45 s of the deadline were left, too little for a wait of 1.00 s" in message
+    assert "1.450 s of the deadline were left, too little for a wait of 1.000 s" in message
     assert "0.5 s kept for the attempt after it (RetryPolicy(min_attempt_time=0.5))" in message
     assert caught.value.detail in message
     no_attribute_names(message)
@@ -215,7 +215,7 @@ def test_a_paced_slot_beyond_the_deadline_is_a_pacing_refusal() -> None:
     assert error.retry_after == pytest.approx(10.0)
     assert "next paced slot is 10.00 s away" in message
     assert "LimiterSettings(requests_per_second=0.1, burst=1)" in message
-    assert "5.00 s of the deadline were left, too little for a wait of 10.00 s" in message
+    assert "5.000 s of the deadline were left, too little for a wait of 10.000 s" in message
     no_attribute_names(message)
     # The refused caller gave its slot back: the next caller is not pushed further out.
     clock.advance(10)
@@ -278,3 +278,13 @@ def test_a_wait_under_a_tenth_of_a_second_is_written_so_not_as_zero(
         retry_after=seconds,
     )
     assert str(error).endswith(f"try again in {written}")
+
+
+def test_the_time_left_is_rounded_down_and_the_wait_up_so_they_never_seem_to_fit() -> None:
+    # (review: 1.4996 s left read "1.50 s" beside a 1.00 s wait and 0.5 s kept)
+    from retrysafe.failures import explain_wait_too_long
+
+    said = explain_wait_too_long(1.0, 1.4996, RetryPolicy())
+    assert said.startswith("1.499 s of the deadline were left, too little for a wait of 1.000 s")
+    assert "1.0001" not in explain_wait_too_long(1.0001, 3.0, RetryPolicy())
+    assert "a wait of 1.001 s" in explain_wait_too_long(1.0001, 3.0, RetryPolicy())

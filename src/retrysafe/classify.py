@@ -9,6 +9,7 @@ might the server already have acted?"; whether a retry actually happens
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Final, Literal
 
 import httpx
@@ -325,9 +326,14 @@ def _key_reused(response: httpx.Response) -> bool:
         return False
     if "problem+json" in content_type:
         kind = document.get("type")
-        return isinstance(kind, str) and kind.endswith(_KEY_REUSED)
+        # (the type's last segment, whole: "...:key-reused", not "...:not-key-reused")
+        return isinstance(kind, str) and re.split(r"[:/#]", kind)[-1] == _KEY_REUSED
     error = document.get("error")
-    return isinstance(error, dict) and error.get("type") == "idempotency_error"
+    return (
+        response.status_code == 400  # (Stripe's answer to a key reused; its other errors differ)
+        and isinstance(error, dict)
+        and error.get("type") == "idempotency_error"
+    )
 
 
 def _keyed_conflict(response: httpx.Response, now: float, *, key_may_be_in_use: bool) -> Verdict:

@@ -570,11 +570,13 @@ class Drive:
         DEBUG (``observe.HELD_LEVELS``). Built only when someone hears it: a hook that
         listens, a trace, or the log at that level (under pacing, every call has one)."""
         if admission.cooldown > 0:
-            reason = "cooldown"
+            self._say_held_for("cooldown", wait.seconds)
         elif admission.pacing > 0:
-            reason = "pacing"
-        else:
-            return
+            self._say_held_for("pacing", wait.seconds)
+
+    def _say_held_for(self, reason: str, seconds: float) -> None:
+        """Tell (a ``held`` event) that ``reason`` holds the next attempt back ``seconds``
+        beyond any wait of the call's own, if someone hears it (see :meth:`_say_held`)."""
         if self._trace is None and not self.settings.observer.hears(HELD_LEVELS[reason]):
             return
         call = self.call
@@ -583,7 +585,7 @@ class Drive:
                 "held",
                 attempt=call.attempts + 1,
                 reason=reason,
-                wait=wait.seconds,
+                wait=seconds,
                 elapsed=call.elapsed_so_far(),
             )
         )
@@ -743,6 +745,9 @@ class Drive:
                 answer = self._explain_refusal(guard, answer)
             answered = self.call.retry_answered(step, answer)
             self._apply_effects()
+            if type(answered) is Wait and answered.seconds > step.wait:
+                # (a paced slot held with the grant, further away than the call's own wait)
+                self._say_held_for("pacing", answered.seconds - step.wait)
             if type(answered) is Wait and testing_mode.active is not None:
                 return self._skipped(answered)
             return answered

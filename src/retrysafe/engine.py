@@ -614,7 +614,8 @@ class Call:
     def retry_answered(self, ask: AskRetry, answer: RetryAnswer) -> Wait | Fail:
         """The governor's ``answer`` to ``ask``: wait and retry, or give up. The wait is
         the one asked for, or the time until the paced slot the answer holds for the
-        retry, when that is further away."""
+        retry, when that is further away (the record and the ``retry`` event keep the
+        call's own wait: the rest is load protection's)."""
         if self.state != "asking":
             self._out_of_order("asking", "retry_answered")
         if answer.refusal is not None:
@@ -638,7 +639,8 @@ class Call:
                     retry_after=answer.pacing,
                     detail=self._too_long(answer.pacing, answer.detail, capped=False),
                 )
-            wait = max(wait, answer.pacing)
+        # (the record and the event keep the call's own wait; a held slot further away is
+        # load protection's, told by the shell as a held event, as at an attempt's start)
         last = self._history[-1] = self._history[-1]._replace(wait=wait)
         verdict = self._verdict
         assert verdict is not None
@@ -646,7 +648,7 @@ class Call:
         self._emit("retry", verdict.reason, status, wait=wait, exception=last.exception)
         self._promised = True
         self.state = "ready"
-        return Wait(wait)
+        return Wait(max(wait, answer.pacing))
 
     # -- load protection facts out -------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Literal
 
 import httpx
@@ -152,9 +153,13 @@ def explain_wait_too_long(
     if capped and limit is not None and wait > limit:
         return f"RetryPolicy(max_retry_after={limit:g}) caps what a call waits"
     kept = policy.min_attempt_time
+    # (time left rounded down and the wait up: 1.4996 s left must not read "1.50 s" beside
+    # a 1.00 s wait and 0.5 s kept, which would seem to fit)
+    shown_left = math.floor(max(0.0, left) * 1000) / 1000
+    shown_wait = math.ceil(wait * 1000) / 1000
     return (
-        f"{max(0.0, left):.2f} s of the deadline were left, too little for a wait of"
-        f" {wait:.2f} s and the {kept:g} s kept for the attempt after it"
+        f"{shown_left:.3f} s of the deadline were left, too little for a wait of"
+        f" {shown_wait:.3f} s and the {kept:g} s kept for the attempt after it"
         f" (RetryPolicy(min_attempt_time={kept:g}))"
     )
 

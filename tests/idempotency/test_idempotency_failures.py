@@ -136,7 +136,9 @@ async def test_an_outcome_the_store_never_keeps_is_logged_as_an_error_without_se
     assert len(errors) == 1
     message = errors[0].getMessage()
     assert "could not be stored" in message
-    assert "its lease has run out, so a retry may run the handler again" in message
+    # (the store renewed the lease all along: given up after one lease's length of tries,
+    # the key is still held, until the lease it last renewed ends)
+    assert "the key stays in flight until its lease ends, and a retry after that runs" in message
     assert "'k1'" in message
     assert "'alice'" in message
     assert broken.tokens

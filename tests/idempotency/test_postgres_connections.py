@@ -160,7 +160,9 @@ async def test_a_database_in_sql_ascii_replays_like_any_other(
             f"CREATE DATABASE {database} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"
             " TEMPLATE template0"
         )
-    store = PostgresStore(postgres_dsn.rsplit("/", 1)[0] + f"/{database}", purge_every=None)
+    store = PostgresStore(
+        psycopg.conninfo.make_conninfo(postgres_dsn, dbname=database), purge_every=None
+    )
     try:
         app = build_app(store)
         async with client_for(app) as client:
@@ -173,3 +175,5 @@ async def test_a_database_in_sql_ascii_replays_like_any_other(
         assert app.state.shop.runs["/orders"] == 1
     finally:
         await store.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database}")

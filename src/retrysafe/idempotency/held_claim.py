@@ -165,9 +165,7 @@ class HeldClaim:
                         self.caller,
                         tries,
                         max(waited, self._clock.time() - started),
-                        "the key stays in flight until its lease ends"
-                        if finish == "release"
-                        else "its lease has run out, so a retry may run the handler again",
+                        self._given_up_because(finish),
                         exc,
                     )
                     return False
@@ -183,6 +181,17 @@ class HeldClaim:
                 return done
         finally:
             self.stop()
+
+    def _given_up_because(self, finish: Finish) -> str:
+        """What an outcome given up on leaves, for the log line."""
+        if finish == "release":
+            return "the key stays in flight until its lease ends"
+        if self._clock.time() >= self.lease_ends:
+            return "its lease has run out, so a retry may run the handler again"
+        return (
+            "the key stays in flight until its lease ends, and a retry after that runs the"
+            " handler again"
+        )
 
     def _next_delay(
         self, finish: Finish, tries: int, started: float, waited: float
