@@ -77,6 +77,21 @@ def test_a_slot_within_the_wait_is_not_held() -> None:
     assert limiter.queued() == 0.0  # the slot it looked at went back
 
 
+def test_the_limiter_reserves_a_slot_only_beyond_the_wait_under_one_lock() -> None:
+    # (review: reserved and given back, a slot another caller queued behind meanwhile
+    # stayed a gap, pushing that caller one interval further out)
+    clock = FakeClock()
+    limiter = Limiter(LimiterSettings(requests_per_second=1.0, max_cooldown=3.0), clock)
+    limiter.reserve()  # the burst's token
+    assert limiter.reserve_slot_beyond(1.5) is None  # the next slot, at 1 s, is within
+    assert limiter.queued() == 0.0
+    assert limiter.reserve_slot_beyond(0.5) == (pytest.approx(1.0), pytest.approx(1.0))
+    assert limiter.reserve() == pytest.approx(2.0)  # queued right behind it: no gap
+    limiter.reserve()
+    assert limiter.reserve_slot_beyond(0.0) is None  # a full queue reserves nothing
+    assert limiter.queued() == pytest.approx(3.0)
+
+
 def test_a_full_queue_grants_the_retry_without_a_slot() -> None:
     # The queue has no room now; the retry asks again for a slot after its wait.
     settings = GovernorSettings(

@@ -272,14 +272,12 @@ class DependencyGuard:
         stand empty while others queue behind it). A full queue reserves nothing: the
         attempt asks again after its wait."""
         limiter = self.limiter
-        if limiter is None or not limiter.paced:
+        if limiter is None:
             return GRANTED
-        pacing, slot = limiter.reserve_slot()
-        if pacing == QUEUE_FULL:
+        reserved = limiter.reserve_slot_beyond(wait)
+        if reserved is None:
             return GRANTED
-        if pacing <= wait:
-            limiter.release(slot)
-            return GRANTED
+        pacing, slot = reserved
         return RetryAnswer(pacing=pacing, slot=slot, detail=explain_pacing(limiter, pacing))
 
     def answer_hedge(self) -> HedgeAnswer:

@@ -105,6 +105,22 @@ class Limiter:
             wait = 0.0 if tokens >= 0 else -tokens / rate
             return wait, self._refilled_at + wait
 
+    def reserve_slot_beyond(self, wait: float) -> tuple[float, float] | None:
+        """As :meth:`reserve_slot`, but only a slot further than ``wait`` seconds away;
+        None, with nothing reserved, for one sooner (or a full queue). Looked at and
+        reserved under one lock: reserved and given back, a slot another caller queued
+        behind meanwhile would stay a gap (see :meth:`release`)."""
+        rate = self.settings.requests_per_second
+        if rate is None:
+            return None
+        with self._lock:
+            tokens = self._refill(rate) - 1.0
+            if tokens < self._floor or tokens >= 0 or -tokens / rate <= wait:
+                return None
+            self._tokens = tokens
+            slot_wait = -tokens / rate
+            return slot_wait, self._refilled_at + slot_wait
+
     def release(self, slot: float | None = None) -> None:
         """Give back a reserved slot that will not be used (its caller gave up).
 
