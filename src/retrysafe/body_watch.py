@@ -20,12 +20,16 @@ and a body costs what it costs in bare httpx.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import httpx
 
-__all__ = ["BodyEnd", "BodyWatch"]
+if TYPE_CHECKING:
+    from retrysafe.attempt_deadline import SharedStream
+
+__all__ = ["DRAIN_BYTES", "DRAIN_SECONDS", "BodyEnd", "BodyWatch"]
 
 #: How a streamed body ended (see the module).
 BodyEnd = Literal["complete", "broken", "abandoned"]
@@ -39,14 +43,23 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
         self,
         inner: httpx.SyncByteStream | httpx.AsyncByteStream,
         ended: Callable[[BodyEnd, Exception | None], None],
+        *,
+        drains: bool = False,
     ) -> None:
         self._inner = inner
         self._ended: Callable[[BodyEnd, Exception | None], None] | None = ended
+        #: Whether close() may read what little is left (see :meth:`close`).
+        self._drains = drains
+        self._chunks: Iterator[bytes] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         assert isinstance(self._inner, httpx.SyncByteStream)
+        chunks = self._chunks = iter(self._inner)
         try:
-            yield from self._inner
+            # (a loop, not ``yield from``: closing this generator must not close ``chunks``,
+            # which close() may read on from where the reader stopped)
+            for chunk in chunks:  # noqa: UP028
+                yield chunk
         except Exception as exc:  # (a consumer that stops early closes us: not broken)
             self._end("broken", exc)
             raise
@@ -63,8 +76,19 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
         self._end("complete", None)
 
     def close(self) -> None:
+        """Close the body; ``abandoned`` unless it was read to its end.
+
+        With ``drains`` (a sync HTTP/1.1 body over retrysafe's own network streams), what
+        is left is read first if it comes at once: :data:`DRAIN_BYTES` at most, within
+        :data:`DRAIN_SECONDS`. A reader that stops at its protocol's own end marker (the
+        sync openai SDK closes a stream at its ``[DONE]`` event, before the chunked
+        body's last bytes) has read the whole body; one that leaves in the middle of a
+        stream still flowing has not."""
         assert isinstance(self._inner, httpx.SyncByteStream)
         try:
+            chunks = self._chunks
+            if self._drains and self._ended is not None and chunks is not None and _drained(chunks):
+                self._end("complete", None)
             self._inner.close()
         finally:
             self._end("abandoned", None)
@@ -81,3 +105,39 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
         ended, self._ended = self._ended, None
         if ended is not None:
             ended(how, exc)
+
+
+#: How much of a body's rest :meth:`BodyWatch.close` reads, at most, to find its end.
+DRAIN_BYTES: Final = 65536
+#: How long it reads for, at most (a body still flowing is left, as abandoned).
+DRAIN_SECONDS: Final = 0.025
+
+
+class _Draining:
+    """The running call, as the network streams see it, while a closing body's rest is
+    read: every read ends by ``attempt_ends_at`` (see ``attempt_deadline.time_left``)."""
+
+    attempt_sent_at: float | None = None
+    shared_stream: SharedStream | None = None
+
+    def __init__(self, ends_at: float) -> None:
+        self.attempt_ends_at: float | None = ends_at
+        self.caller_timeouts: dict[str, Any] = {}
+
+
+def _drained(chunks: Iterator[bytes]) -> bool:
+    """Whether the rest of ``chunks`` came, to its end, within the drain's bounds."""
+    from retrysafe.attempt_deadline import AttemptDeadlineReached, current_call
+
+    token = current_call.set(_Draining(time.monotonic() + DRAIN_SECONDS))
+    try:
+        read = 0
+        for chunk in chunks:
+            read += len(chunk)
+            if read > DRAIN_BYTES:
+                return False
+        return True
+    except (Exception, AttemptDeadlineReached):  # (timed out, broke off: not known whole)
+        return False
+    finally:
+        current_call.reset(token)

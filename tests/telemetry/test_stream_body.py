@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -166,3 +167,52 @@ def test_prometheus_counts_the_bodies_by_how_they_ended(chaos: Any) -> None:
     assert sample("retrysafe_stream_bodies_total", "complete") == 1
     assert sample("retrysafe_stream_bodies_total", "abandoned") == 1
     assert (sample("retrysafe_stream_duration_seconds_sum", "complete") or 0) >= 0.1
+
+
+def test_the_sync_openai_sdk_reading_a_stream_to_done_is_complete(chaos: Any) -> None:
+    """Found in a user trial: the sync openai SDK stops at its ``[DONE]`` event and closes
+    the response before the chunked body's last bytes, and every full stream read as
+    ``abandoned``. Closing, the watch reads what little is left if it comes at once."""
+    import openai
+
+    events: list[RetryEvent] = []
+    transport = retrysafe.RetryTransport(hooks=[events.append])
+    with openai.OpenAI(
+        api_key="sk-test",
+        base_url=chaos.openai_base_url(),
+        max_retries=0,
+        default_query={"events": 4, "interval_ms": 10},
+        http_client=httpx.Client(transport=transport),
+    ) as sdk:
+        stream = sdk.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        tokens = [chunk.choices[0].delta.content for chunk in stream if chunk.choices]
+    assert "".join(token or "" for token in tokens) == "tok1tok2tok3tok4"
+    bodies = [event for event in events if event.kind == "body"]
+    assert [(event.outcome, event.status) for event in bodies] == [("complete", 200)]
+
+
+def test_a_sync_stream_left_while_still_flowing_is_abandoned_at_once(chaos: Any) -> None:
+    events: list[RetryEvent] = []
+    with retrysafe.Client(hooks=[events.append]) as client:
+        with client.stream("GET", chaos.url("/drip", chunks=50, interval_ms=200)) as response:
+            next(response.iter_raw())
+            closing = time.monotonic()
+        closed_in = time.monotonic() - closing
+    assert events[-1].outcome == "abandoned"
+    assert closed_in < 0.15  # the rest is not waited for (loose: its bound is 25 ms)
+
+
+def test_a_drop_in_transports_plain_call_is_no_stream(chaos: Any) -> None:
+    """Found in a user trial: the drop-in transport cannot tell whether httpx streams a
+    body, and every plain call through it was counted as a streamed body. Only a body
+    sent as it is made (events, JSON lines) is taken for one there."""
+    events: list[RetryEvent] = []
+    transport = retrysafe.RetryTransport(hooks=[events.append])
+    with httpx.Client(transport=transport) as client:
+        client.get(chaos.url("/status/200"))
+        client.head(chaos.url("/status/200"))
+        client.get(chaos.url("/sse", events=2, interval_ms=0))
+    bodies = [(event.kind, event.outcome) for event in events if event.kind == "body"]
+    assert bodies == [("body", "complete")]  # the event stream's only
