@@ -275,17 +275,15 @@ _KEY_REUSED = "key-reused"
 _KEY_PROBLEM_HEADER: Final = "idempotency-problem"
 
 
-def _key_problem(response: httpx.Response) -> str | None:
-    """What a 409 says of the request's key: ``request-in-flight``,
-    ``result-not-replayable``, another problem of the middleware's, or None when it
-    says nothing of the key (it may be the app's own conflict).
-
-    Told by retrysafe's middleware's header or problem document, or by Stripe's error
-    body: ``{"error": {"type": "idempotency_error", ...}}`` on a 409 is another request
-    under the key still in progress (a key reused with other parameters is a 400)."""
+def _key_statement(response: httpx.Response) -> tuple[str, str] | None:
+    """What an error answer to a keyed request says of its key, and where it says so:
+    ``("header", value)`` from an ``Idempotency-Problem`` header (``retrysafe.idempotency``),
+    ``("problem", slug)`` from a problem document's ``type`` (its last segment, whole:
+    servers following the middleware without the header), ``("stripe", "")`` from Stripe's
+    ``{"error": {"type": "idempotency_error", ...}}``; None when it says nothing of it."""
     said = response.headers.get(_KEY_PROBLEM_HEADER)
     if said is not None:
-        return str(said).strip().lower()
+        return "header", str(said).strip().lower()
     content_type = response.headers.get("content-type", "")
     if "json" not in content_type:
         return None
@@ -297,43 +295,45 @@ def _key_problem(response: httpx.Response) -> str | None:
         return None
     if "problem+json" in content_type:
         kind = document.get("type")
-        if isinstance(kind, str):
-            for problem in (_IN_FLIGHT, _NOT_REPLAYABLE):
-                if kind.endswith(problem):
-                    return problem
-        return None
+        # ("...:key-reused" names key-reused; "...:not-key-reused" does not)
+        return ("problem", re.split(r"[:/#]", kind)[-1]) if isinstance(kind, str) else None
     error = document.get("error")
     if isinstance(error, dict) and error.get("type") == "idempotency_error":
-        return _IN_FLIGHT  # (Stripe's)
+        return "stripe", ""
     return None
+
+
+def _key_problem(response: httpx.Response) -> str | None:
+    """What a 409 says of the request's key: ``request-in-flight``,
+    ``result-not-replayable``, another problem the middleware's header names, or None when
+    it says nothing of the key (it may be the app's own conflict).
+
+    Stripe's error body, ``{"error": {"type": "idempotency_error", ...}}``, on a 409 is
+    another request under the key still in progress (a key reused with other parameters is
+    a 400)."""
+    statement = _key_statement(response)
+    if statement is None:
+        return None
+    where, said = statement
+    if where == "stripe":
+        return _IN_FLIGHT
+    if where == "problem" and said not in (_IN_FLIGHT, _NOT_REPLAYABLE):
+        return None
+    return said
 
 
 def _key_reused(response: httpx.Response) -> bool:
     """Whether a keyed 400 or 422 says the key was already used for another request:
-    ``Idempotency-Problem: key-reused`` (or that problem type, ``retrysafe.idempotency``'s
-    422), or Stripe's ``{"error": {"type": "idempotency_error"}}`` (its 400)."""
-    said = response.headers.get(_KEY_PROBLEM_HEADER)
-    if said is not None:
-        return str(said).strip().lower() == _KEY_REUSED
-    content_type = response.headers.get("content-type", "")
-    if "json" not in content_type:
+    ``key-reused`` (``retrysafe.idempotency``'s 422, by header or problem type), or
+    Stripe's ``idempotency_error`` on a 400 (its answer to a key reused; on a 409 the key
+    is in use)."""
+    statement = _key_statement(response)
+    if statement is None:
         return False
-    try:
-        document = response.json()
-    except (ValueError, httpx.ResponseNotRead):
-        return False
-    if not isinstance(document, dict):
-        return False
-    if "problem+json" in content_type:
-        kind = document.get("type")
-        # (the type's last segment, whole: "...:key-reused", not "...:not-key-reused")
-        return isinstance(kind, str) and re.split(r"[:/#]", kind)[-1] == _KEY_REUSED
-    error = document.get("error")
-    return (
-        response.status_code == 400  # (Stripe's answer to a key reused; its other errors differ)
-        and isinstance(error, dict)
-        and error.get("type") == "idempotency_error"
-    )
+    where, said = statement
+    if where == "stripe":
+        return response.status_code == 400
+    return said == _KEY_REUSED
 
 
 def _keyed_conflict(response: httpx.Response, now: float, *, key_may_be_in_use: bool) -> Verdict:
