@@ -28,11 +28,11 @@ from retrysafe.attempt_deadline import (
     notes_first_writes,
     retire_stream_of,
 )
-from retrysafe.attempt_plan import phase_limit
+from retrysafe.attempt_plan import hard_end_after
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.kept_body import aread_keeping_raw
-from retrysafe.send_loop import _GRACE, _INF, AsyncSender, _start
+from retrysafe.send_loop import _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
 if TYPE_CHECKING:  # loaded by the first asyncio attempt that needs a time limit
@@ -74,16 +74,17 @@ class AsyncSendLoop:
         #: Whether the network streams note when each attempt is sent (its first write
         #: over HTTP/1.1, its HEADERS over HTTP/2), so that one not noted was never sent.
         self._noted = notes_first_writes(transport)
-        #: How long after an attempt's time the time limit ends it (asyncio's watchdog;
-        #: anyio's cancel scope on trio). Where the network backend ends its every read
-        #: and write at that time, the limit is a backstop, a little later: for httpcore's
+        #: How long after an attempt's hard end (``attempt_plan.hard_end_after``) the time
+        #: limit ends it (asyncio's watchdog; anyio's cancel scope on trio). Where the
+        #: network backend ends its every read and write at that end, the limit is a
+        #: backstop, a little later: for httpcore's
         #: pool, whose wait for a connection starts over, with the whole pool timeout,
         #: each time the connection it was given turns out taken (100 calls on 100
         #: keep-alive connections ran attempts of 0.5 s for 3 s without it). Over HTTP/2 it
         #: is the limit itself: a request also waits for its turn to read the connection
         #: another request holds (httpcore's lock), for as long as that one's reads.
         bounded = self._noted and not may_speak_http2(transport)
-        self._limit_after = _GRACE + _BACKSTOP if bounded else _GRACE
+        self._backstop = _BACKSTOP if bounded else 0.0
         #: Ends the attempts the network backend cannot (asyncio): made per transport, so
         #: the watchdog it holds lives no longer than the transport keeps it.
         self._timer: AttemptTimer | None = None
@@ -115,7 +116,7 @@ class AsyncSendLoop:
                     response: httpx.Response | None = None
                     # The network backend ends reads at the attempt's end (see
                     # attempt_deadline); a time limit bounds what it cannot reach (other
-                    # transports, the pool's waits; see _limit_after): the loop's
+                    # transports, the pool's waits; see _backstop): the loop's
                     # watchdog on asyncio, anyio's cancel scope elsewhere
                     # (_attempt_in_scope).
                     watch: Watch | None = None
@@ -125,7 +126,7 @@ class AsyncSendLoop:
                             from retrysafe.attempt_watchdog import AttemptTimer
 
                             timer = self._timer = AttemptTimer()
-                        watch = timer.start(phase_limit(plan) + self._limit_after)
+                        watch = timer.start(hard_end_after(plan) + self._backstop)
                         if watch is None:
                             step = await self._attempt_in_scope(drive, request, plan)
                             continue
@@ -191,7 +192,7 @@ class AsyncSendLoop:
 
         response: httpx.Response | None = None
         try:
-            with anyio.fail_after(phase_limit(plan) + self._limit_after):
+            with anyio.fail_after(hard_end_after(plan) + self._backstop):
                 response = await self.transport.handle_async_request(request)
                 if plan.read_body:
                     await response.aread()

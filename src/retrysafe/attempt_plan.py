@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["HARD_END_GRACE", "AttemptPlan", "phase_limit"]
+__all__ = ["HARD_END_GRACE", "AttemptPlan", "hard_end_after", "phase_limit"]
 
 #: How long after its phases' time limit (:func:`phase_limit`) the shells end an attempt.
 HARD_END_GRACE: Final = 0.05
@@ -54,3 +54,10 @@ def phase_limit(plan: AttemptPlan) -> float:
     if plan.cut_by_deadline and timeout > 2 * HARD_END_GRACE:
         return timeout - HARD_END_GRACE
     return timeout
+
+
+def hard_end_after(plan: AttemptPlan) -> float:
+    """Seconds after ``plan``'s attempt starts that the shells end it, whatever its
+    phases do: :data:`HARD_END_GRACE` after :func:`phase_limit` (for an attempt the
+    deadline cuts, its timeout itself)."""
+    return phase_limit(plan) + HARD_END_GRACE

@@ -50,14 +50,14 @@ from retrysafe.attempt_deadline import (
     notes_first_writes,
     retire_stream_of,
 )
-from retrysafe.attempt_plan import phase_limit
+from retrysafe.attempt_plan import hard_end_after
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody, Succeed
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.kept_body import aread_keeping_raw, read_keeping_raw
-from retrysafe.send_loop import _GRACE, AsyncSender, Sender, _prepare
+from retrysafe.send_loop import AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
 
@@ -80,7 +80,7 @@ def _copy_of(request: httpx.Request) -> httpx.Request:
 def _ends_at(plan: AttemptPlan) -> float | None:
     if plan.timeout == math.inf:
         return None
-    return time.monotonic() + phase_limit(plan) + _GRACE
+    return time.monotonic() + hard_end_after(plan)
 
 
 class _Copy:
@@ -447,8 +447,7 @@ async def _run_copy_async(
     with copy.scope:
         current_call.set(copy)
         response: httpx.Response | None = None
-        plan = copy.plan
-        timeout = phase_limit(plan) + _GRACE if plan.timeout != math.inf else None
+        timeout = hard_end_after(copy.plan) if copy.plan.timeout != math.inf else None
         try:
             with anyio.fail_after(timeout):
                 response = await transport.handle_async_request(copy.request)

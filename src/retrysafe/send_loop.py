@@ -23,7 +23,7 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     notes_first_writes,
 )
-from retrysafe.attempt_plan import HARD_END_GRACE, phase_limit
+from retrysafe.attempt_plan import hard_end_after, phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.kept_body import read_keeping_raw
@@ -50,9 +50,6 @@ class AsyncSender(Protocol):
     async def aclose(self) -> None: ...
 
 
-#: An attempt's hard end comes this much after its per-phase timeouts (see
-#: ``attempt_plan.phase_limit``).
-_GRACE: Final = HARD_END_GRACE
 _PHASES: Final = ("connect", "read", "write", "pool")
 _INF: Final = math.inf
 
@@ -75,10 +72,9 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented
     this keeps short.) ``instrumented``: its network streams note when it is sent;
     if not, it is taken as written from its start (see ``Drive._time_queued``)."""
     _prepare(request, drive, plan)
-    limit = phase_limit(plan)
     drive.attempt_started_at = now = time.monotonic()
     drive.attempt_sent_at = None if instrumented else now
-    drive.attempt_ends_at = now + limit + _GRACE if limit != _INF else None
+    drive.attempt_ends_at = now + hard_end_after(plan) if plan.timeout != _INF else None
 
 
 def _prepare(request: httpx.Request, drive: Drive, plan: AttemptPlan) -> None:
@@ -159,8 +155,7 @@ class SendLoop:
         _prepare(request, drive, plan)
         drive.attempt_started_at = now = time.monotonic()
         drive.attempt_sent_at = None if self.instrumented else now
-        ends_at = now + phase_limit(plan) + _GRACE
-        drive.attempt_ends_at = ends_at if plan.timeout != _INF else None
+        drive.attempt_ends_at = now + hard_end_after(plan) if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:
             try:

@@ -223,7 +223,7 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
     Same arguments as :class:`RetryTransport`; the default transport is
     ``httpx.AsyncHTTPTransport()``. Each attempt (headers, and the body when the
     call does not stream) ends at the attempt's timeout (plus a small grace, see
-    ``send_loop._GRACE``): on httpx's own transport its network reads are bounded (over
+    ``attempt_plan.hard_end_after``): on httpx's own transport its network reads are bounded (over
     HTTP/2 only the attempt's own stream ends); any other transport runs under a
     time limit.
     """

@@ -35,7 +35,7 @@ from requests.utils import requote_uri
 from urllib3.poolmanager import ProxyManager
 from urllib3.util import Timeout as Urllib3Timeout
 
-from retrysafe.attempt_plan import phase_limit
+from retrysafe.attempt_plan import hard_end_after, phase_limit
 from retrysafe.clock import Clock
 from retrysafe.decisions import AttemptPlan, CallReport, Fail, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step
@@ -62,9 +62,6 @@ from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryAdapter", "report_of"]
 
-#: The watchdog cuts an attempt this long after its timeout, so that requests' own
-#: per-operation timeouts, which know how far the request got, fire first.
-_GRACE = 0.05
 _AUTO_KEYED_METHODS = frozenset({"POST", "PATCH"})
 _REPORT_ATTRIBUTE = "_retrysafe_report"
 _trail = RedirectTrail("retrysafe_requests_redirect")
@@ -394,7 +391,7 @@ class _Attempt:
         watch: Watch | None = None
         token = None
         if math.isfinite(limit):
-            watch = watchdog.watch(time.monotonic() + limit + _GRACE)
+            watch = watchdog.watch(time.monotonic() + hard_end_after(plan))
             token = current_watch.set(watch)
         response: requests.Response | None = None
         try:
