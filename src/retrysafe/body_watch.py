@@ -29,7 +29,15 @@ import httpx
 if TYPE_CHECKING:
     from retrysafe.attempt_deadline import SharedStream
 
-__all__ = ["DRAIN_BYTES", "DRAIN_SECONDS", "BodyEnd", "BodyWatch"]
+__all__ = [
+    "DRAIN_BYTES",
+    "DRAIN_SECONDS",
+    "STREAMED_TYPES",
+    "BodyEnd",
+    "BodyWatch",
+    "drainable",
+    "sent_as_made",
+]
 
 #: How a streamed body ended (see the module).
 BodyEnd = Literal["complete", "broken", "abandoned"]
@@ -105,6 +113,35 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
         ended, self._ended = self._ended, None
         if ended is not None:
             ended(how, exc)
+
+
+#: The media types of a body sent as it is made (events, JSON lines): through a drop-in
+#: transport, which cannot tell whether httpx will read a body or stream it, only a body
+#: of one of these is followed (see :func:`sent_as_made`).
+STREAMED_TYPES: Final = frozenset(
+    {"text/event-stream", "application/x-ndjson", "application/jsonl", "application/jsonlines"}
+)
+
+
+def sent_as_made(response: httpx.Response) -> bool:
+    """Whether ``response``'s body is one sent as it is made (:data:`STREAMED_TYPES`)."""
+    media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media in STREAMED_TYPES
+
+
+def drainable(response: httpx.Response) -> bool:
+    """Whether ``response``'s body may read its rest as it is closed (see
+    :meth:`BodyWatch.close`): a sync HTTP/1.1 body over retrysafe's own network streams,
+    whose reads the drain can bound."""
+    import sys
+
+    bounded = sys.modules.get("retrysafe.bounded_backend")  # (loaded if such a stream is)
+    stream = response.extensions.get("network_stream")
+    return (
+        bounded is not None
+        and isinstance(stream, bounded.BoundedStream)
+        and response.http_version == "HTTP/1.1"
+    )
 
 
 #: How much of a body's rest :meth:`BodyWatch.close` reads, at most, to find its end.

@@ -229,34 +229,6 @@ def _say_no_retry_was_sent(cause: BaseException, refusal: Refused) -> None:
         )
 
 
-#: The media types of a body sent as it is made (events, JSON lines): a drop-in transport's
-#: call with one is taken for a stream, and its body's end is told (see Drive._watch_body).
-_STREAMED_TYPES: Final = frozenset(
-    {"text/event-stream", "application/x-ndjson", "application/jsonl", "application/jsonlines"}
-)
-
-
-def _streams_as_made(response: httpx.Response) -> bool:
-    """Whether ``response``'s body is one sent as it is made (see :data:`_STREAMED_TYPES`)."""
-    media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return media in _STREAMED_TYPES
-
-
-def _drains(response: httpx.Response) -> bool:
-    """Whether a watched body may read its rest as it is closed: a sync HTTP/1.1 body
-    over retrysafe's own network streams, whose reads a drain can bound (see
-    ``body_watch.BodyWatch.close``)."""
-    import sys
-
-    bounded = sys.modules.get("retrysafe.bounded_backend")
-    stream = response.extensions.get("network_stream")
-    return (
-        bounded is not None
-        and isinstance(stream, bounded.BoundedStream)
-        and response.http_version == "HTTP/1.1"
-    )
-
-
 def _listening(observer: Observer) -> bool:
     """``observer.listening``: with no hook, whether the log takes DEBUG events (asked
     here, on every call, without the property's frame, and, once the log has answered,
@@ -929,11 +901,11 @@ class Drive:
         """Hand a streamed success's body over through a watch that tells the listeners
         how it ended (a ``body`` event; see :mod:`retrysafe.body_watch`). The call's
         trace goes with it, to end when the body does: closed then, not with the call."""
-        from retrysafe.body_watch import BodyEnd, BodyWatch
+        from retrysafe.body_watch import BodyEnd, BodyWatch, drainable, sent_as_made
 
         if not isinstance(
             self.request.extensions.get(OPTIONS_EXTENSION), CallOptions
-        ) and not _streams_as_made(response):
+        ) and not sent_as_made(response):
             # A drop-in transport's call: httpx reads its body or streams it, which the
             # transport cannot tell; only a body sent as it is made is taken for a stream
             # (the trace, kept, ends as the call closes).
@@ -963,7 +935,7 @@ class Drive:
                     trace.event(event)
                     trace.close()
 
-        response.stream = BodyWatch(response.stream, ended, drains=_drains(response))
+        response.stream = BodyWatch(response.stream, ended, drains=drainable(response))
 
     def hand_over_body(self, request: httpx.Request) -> None:
         """The caller reads the body of the answer to ``request`` (the one sent) itself
