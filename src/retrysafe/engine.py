@@ -624,14 +624,10 @@ class Call:
                 stop, answer.refusal, retry_after=answer.retry_after, detail=answer.detail
             )
         self._spent_unsent = ask.spends_budget
-        wait = ask.wait
         if answer.pacing > 0:
             # A paced slot further away than the wait, reserved with the grant: the retry
-            # waits for it, holding it, or gives up now if it comes too late.
-            self._pacing_held = True
-            self._pacing_slot = answer.slot
+            # waits for it, holding it, or gives up now (giving it back) if it comes too late.
             if not self.deadline.allows(answer.pacing, self.policy.min_attempt_time):
-                self._pacing_held = False
                 self.effects.append(ReleasePacing(answer.slot))
                 return self._stop(
                     "pacing",
@@ -639,16 +635,18 @@ class Call:
                     retry_after=answer.pacing,
                     detail=self._too_long(answer.pacing, answer.detail, capped=False),
                 )
+            self._pacing_held = True
+            self._pacing_slot = answer.slot
         # (the record and the event keep the call's own wait; a held slot further away is
         # load protection's, told by the shell as a held event, as at an attempt's start)
-        last = self._history[-1] = self._history[-1]._replace(wait=wait)
+        last = self._history[-1] = self._history[-1]._replace(wait=ask.wait)
         verdict = self._verdict
         assert verdict is not None
         status = self._last_response.status_code if self._last_response is not None else None
-        self._emit("retry", verdict.reason, status, wait=wait, exception=last.exception)
+        self._emit("retry", verdict.reason, status, wait=ask.wait, exception=last.exception)
         self._promised = True
         self.state = "ready"
-        return Wait(max(wait, answer.pacing))
+        return Wait(max(ask.wait, answer.pacing))
 
     # -- load protection facts out -------------------------------------------------------
 

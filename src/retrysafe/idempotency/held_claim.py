@@ -69,13 +69,10 @@ class HeldClaim:
 
     async def renew_now(self) -> bool:
         """Renew the lease once, from the current time; ``False`` if the claim was lost.
+        Renewed, the lease ends a lease from now (:attr:`lease_ends`).
 
         Raises :class:`StoreUnavailable` when the store cannot be used.
         """
-        return await self._extend()
-
-    async def _extend(self) -> bool:
-        """One renewal; when it holds, the lease ends a lease from its stamp."""
         now = self._clock.time()
         renewed = await self._store.extend(
             self.caller, self.key, self._token, now=now, lease=self._settings.lease
@@ -97,7 +94,7 @@ class HeldClaim:
             while not self._finished:
                 await anyio.sleep(interval)
                 try:
-                    renewed = await self._extend()
+                    renewed = await self.renew_now()
                 except StoreUnavailable as exc:
                     logger.warning(
                         "could not renew the lease on idempotency key %r of caller %r;"
