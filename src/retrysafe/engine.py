@@ -285,12 +285,7 @@ class Call:
             self._pacing_slot = admission.slot
             if not self.deadline.allows(admission.pacing, self.policy.min_attempt_time):
                 self._return_admission(admission)
-                return self._stop(
-                    "pacing",
-                    "pacing",
-                    retry_after=admission.pacing,
-                    detail=self._too_long(admission.pacing, admission.detail, capped=False),
-                )
+                return self._slot_too_late(admission.pacing, admission.detail)
             self._promised = True
             return Wait(admission.pacing)
         permit = admission.permit
@@ -629,12 +624,7 @@ class Call:
             # waits for it, holding it, or gives up now (giving it back) if it comes too late.
             if not self.deadline.allows(answer.pacing, self.policy.min_attempt_time):
                 self.effects.append(ReleasePacing(answer.slot))
-                return self._stop(
-                    "pacing",
-                    "pacing",
-                    retry_after=answer.pacing,
-                    detail=self._too_long(answer.pacing, answer.detail, capped=False),
-                )
+                return self._slot_too_late(answer.pacing, answer.detail)
             self._pacing_held = True
             self._pacing_slot = answer.slot
         # (the record and the event keep the call's own wait; a held slot further away is
@@ -760,6 +750,16 @@ class Call:
             self.effects.append(StartCooldown(hinted, False))
 
     # -- giving up -----------------------------------------------------------------------
+
+    def _slot_too_late(self, pacing: float, detail: str) -> Fail:
+        """Give up on a paced slot ``pacing`` seconds away that leaves less than
+        ``min_attempt_time`` before the deadline (the slot given back already)."""
+        return self._stop(
+            "pacing",
+            "pacing",
+            retry_after=pacing,
+            detail=self._too_long(pacing, detail, capped=False),
+        )
 
     def _too_long(self, wait: float, detail: str = "", *, capped: bool = True) -> str:
         """``detail``, and why a wait of ``wait`` seconds is more than this call may take:
