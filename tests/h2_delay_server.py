@@ -2,8 +2,9 @@
 
 A server in the test's own process shares its interpreter with the clients: fifty
 threads taking turns delay its answers, and a request sent and answered late reads as a
-slow server. This one answers ``/delay?ms=N`` with a 200 after ``N`` milliseconds (and
-anything else at once), with at most ``MAX_STREAMS`` streams per connection.
+slow server. This one answers ``/delay?ms=N`` with a 200 after ``N`` milliseconds,
+``/events?count=N`` with N server-sent events and a ``[DONE]`` one (as an LLM API
+streams), and anything else at once, with at most ``MAX_STREAMS`` streams per connection.
 
     python tests/h2_delay_server.py MAX_STREAMS
 
@@ -24,7 +25,8 @@ from hypercorn.config import Config
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """``/delay?ms=N``: 200 after N ms; any other path: 200 at once."""
+    """``/delay?ms=N``: 200 after N ms; ``/events?count=N``: an event stream; any other
+    path: 200 at once."""
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
@@ -32,8 +34,17 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     while (await receive()).get("more_body"):
         pass
+    query = parse_qs(scope["query_string"].decode())
+    if scope["path"] == "/events":  # N server-sent events, then "[DONE]", each sent apart
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for number in range(int(query.get("count", ["3"])[0])):
+            event = f"data: event {number}\n\n".encode()
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
     if scope["path"] == "/delay":
-        query = parse_qs(scope["query_string"].decode())
         await asyncio.sleep(float(query.get("ms", ["0"])[0]) / 1000)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ok"})

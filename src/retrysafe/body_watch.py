@@ -59,6 +59,7 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
         #: Whether close() may read what little is left (see :meth:`close`).
         self._drains = drains
         self._chunks: Iterator[bytes] | None = None
+        self._achunks: AsyncIterator[bytes] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         assert isinstance(self._inner, httpx.SyncByteStream)
@@ -68,18 +69,32 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
             # which close() may read on from where the reader stopped)
             for chunk in chunks:  # noqa: UP028
                 yield chunk
-        except Exception as exc:  # (a consumer that stops early closes us: not broken)
+        except Exception as exc:
             self._end("broken", exc)
+            raise
+        except GeneratorExit:  # (a consumer that stops early closes us: not broken)
+            raise
+        except BaseException:
+            # A read interrupted (KeyboardInterrupt, a green thread's timeout) ended
+            # ``chunks`` with it: there is no rest for close() to drain, and an
+            # empty rest must not read as the body's end.
+            self._chunks = None
             raise
         self._end("complete", None)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         assert isinstance(self._inner, httpx.AsyncByteStream)
+        chunks = self._achunks = self._inner.__aiter__()
         try:
-            async for chunk in self._inner:
+            async for chunk in chunks:  # (as in __iter__: aclose() may read on)
                 yield chunk
         except Exception as exc:
             self._end("broken", exc)
+            raise
+        except GeneratorExit:
+            raise
+        except BaseException:  # (cancelled in a read: see __iter__)
+            self._achunks = None
             raise
         self._end("complete", None)
 
@@ -97,16 +112,31 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
             chunks = self._chunks
             if self._drains and self._ended is not None and chunks is not None and _drained(chunks):
                 self._end("complete", None)
-            self._inner.close()
         finally:
-            self._end("abandoned", None)
+            try:
+                self._inner.close()
+            finally:
+                self._end("abandoned", None)
 
     async def aclose(self) -> None:
+        """Close the body; ``abandoned`` unless it was read to its end. With ``drains``,
+        what is left is read first if it comes at once, as :meth:`close` does, bounded
+        by a cancel scope (an HTTP/2 stream's end, too, may still be on its way)."""
         assert isinstance(self._inner, httpx.AsyncByteStream)
         try:
-            await self._inner.aclose()
+            chunks = self._achunks
+            if (
+                self._drains
+                and self._ended is not None
+                and chunks is not None
+                and await _adrained(chunks)
+            ):
+                self._end("complete", None)
         finally:
-            self._end("abandoned", None)
+            try:
+                await self._inner.aclose()
+            finally:
+                self._end("abandoned", None)
 
     def _end(self, how: BodyEnd, exc: Exception | None) -> None:
         """Tell the first end only: httpx closes a stream it has read to its end."""
@@ -131,12 +161,16 @@ def sent_as_made(response: httpx.Response) -> bool:
 
 def drainable(response: httpx.Response) -> bool:
     """Whether ``response``'s body may read its rest as it is closed (see
-    :meth:`BodyWatch.close`): a sync HTTP/1.1 body over retrysafe's own network streams,
-    whose reads the drain can bound."""
+    :meth:`BodyWatch.close`): an async body from the network, HTTP/1.1 or HTTP/2 (a cancel
+    scope bounds its reads); a sync HTTP/1.1 body over retrysafe's own network streams,
+    whose reads the drain can bound. (Not a sync HTTP/2 one: its reads share the
+    connection, which a read cut short would take down for every request on it.)"""
     import sys
 
-    bounded = sys.modules.get("retrysafe.bounded_backend")  # (loaded if such a stream is)
     stream = response.extensions.get("network_stream")
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        return stream is not None and response.http_version in ("HTTP/1.1", "HTTP/2")
+    bounded = sys.modules.get("retrysafe.bounded_backend")  # (loaded if such a stream is)
     return (
         bounded is not None
         and isinstance(stream, bounded.BoundedStream)
@@ -178,3 +212,26 @@ def _drained(chunks: Iterator[bytes]) -> bool:
         return False
     finally:
         current_call.reset(token)
+
+
+async def _adrained(chunks: AsyncIterator[bytes]) -> bool:
+    """The async :func:`_drained`: its reads are bounded by a cancel scope (asyncio and
+    trio alike), outside any attempt (a read the scope cuts is not the attempt's)."""
+    import anyio
+
+    from retrysafe.attempt_deadline import current_call
+
+    token = current_call.set(None)
+    try:
+        with anyio.move_on_after(DRAIN_SECONDS):
+            read = 0
+            async for chunk in chunks:
+                read += len(chunk)
+                if read > DRAIN_BYTES:
+                    return False
+            return True
+    except Exception:  # (broke off: not known whole)
+        return False
+    finally:
+        current_call.reset(token)
+    return False

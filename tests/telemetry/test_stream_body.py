@@ -86,6 +86,41 @@ def test_a_body_closed_before_its_end_is_abandoned(chaos: Any) -> None:
     assert events[-1].outcome == "abandoned"
 
 
+class _GreenTimeout(BaseException):
+    """What a green-thread library raises out of a blocked read (gevent's ``Timeout``):
+    not an ``Exception``, like ``KeyboardInterrupt``."""
+
+
+def test_a_read_interrupted_by_a_base_exception_is_abandoned_not_complete(
+    chaos: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review73: the interrupted read ended the body's iterator with it, and closing then
+    "drained" an empty rest and called the body complete."""
+    from retrysafe.bounded_backend import BoundedStream
+
+    interrupt = [False]
+    read = BoundedStream.read
+
+    def interruptible(self: BoundedStream, max_bytes: int, timeout: float | None = None) -> bytes:
+        if interrupt[0]:
+            raise _GreenTimeout
+        return read(self, max_bytes, timeout)
+
+    monkeypatch.setattr(BoundedStream, "read", interruptible)
+    events: list[RetryEvent] = []
+    with (
+        retrysafe.Client(hooks=[events.append]) as client,
+        client.stream("GET", chaos.url("/drip", **DRIP)) as response,
+    ):
+        chunks = response.iter_raw()
+        next(chunks)
+        interrupt[0] = True
+        with pytest.raises(_GreenTimeout):
+            next(chunks)
+    assert _kinds(events) == ["success", "body"]
+    assert events[-1].outcome == "abandoned"
+
+
 def test_the_async_client_follows_a_body_too(chaos: Any) -> None:
     events: list[RetryEvent] = []
 
@@ -216,3 +251,65 @@ def test_a_drop_in_transports_plain_call_is_no_stream(chaos: Any) -> None:
         client.get(chaos.url("/sse", events=2, interval_ms=0))
     bodies = [(event.kind, event.outcome) for event in events if event.kind == "body"]
     assert bodies == [("body", "complete")]  # the event stream's only
+
+
+async def _read_to_done(response: httpx.Response) -> list[str]:
+    """Read events up to ``[DONE]`` and stop there, as an LLM SDK does (without reading
+    the body's end that follows)."""
+    seen = []
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            seen.append(line.removeprefix("data: "))
+            if seen[-1] == "[DONE]":
+                break
+    return seen
+
+
+def test_an_async_stream_read_to_its_done_event_is_complete_over_http1(chaos: Any) -> None:
+    """review73: only a sync body read what was left as it closed, so an async reader
+    stopping at ``[DONE]`` (before the chunked body's last bytes) read as abandoned."""
+    events: list[RetryEvent] = []
+
+    async def main() -> list[str]:
+        async with retrysafe.AsyncClient(hooks=[events.append]) as client:
+            url = chaos.url("/sse", events=3, interval_ms=0, format="openai")
+            async with client.stream("GET", url) as response:
+                return await _read_to_done(response)
+
+    assert asyncio.run(main())[-1] == "[DONE]"
+    assert [event.outcome for event in events if event.kind == "body"] == ["complete"]
+
+
+def test_an_async_stream_read_to_its_done_event_is_complete_over_http2() -> None:
+    """The openai SDK's async stream closes an HTTP/2 body at ``[DONE]`` without reading
+    on: the stream's end, a frame behind, is read as it closes (review73)."""
+    from local_http import serving_h2_apart
+
+    events: list[RetryEvent] = []
+
+    async def main(base: str) -> list[str]:
+        client = retrysafe.AsyncClient(hooks=[events.append], http1=False, http2=True)
+        async with client, client.stream("GET", f"{base}/events?count=3") as response:
+            assert response.http_version == "HTTP/2"
+            return await _read_to_done(response)
+
+    with serving_h2_apart(10) as base:
+        seen = asyncio.run(main(base))
+    assert seen == ["event 0", "event 1", "event 2", "[DONE]"]
+    assert [event.outcome for event in events if event.kind == "body"] == ["complete"]
+
+
+def test_an_async_stream_left_while_still_flowing_is_abandoned_at_once(chaos: Any) -> None:
+    events: list[RetryEvent] = []
+
+    async def main() -> float:
+        async with retrysafe.AsyncClient(hooks=[events.append]) as client:
+            url = chaos.url("/drip", chunks=50, interval_ms=200)
+            async with client.stream("GET", url) as response:
+                await response.aiter_raw().__anext__()
+                closing = time.monotonic()
+            return time.monotonic() - closing
+
+    closed_in = asyncio.run(main())
+    assert events[-1].outcome == "abandoned"
+    assert closed_in < 0.15  # the rest is not waited for (loose: its bound is 25 ms)
