@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import httpx
 
+from retrysafe.attempt_plan import HARD_END_GRACE
 from retrysafe.classify import (
     AttemptTimedOut,
     Verdict,
@@ -1354,12 +1355,14 @@ def check_deadline_respected(run: Run, expect: Expect) -> None:
                     policy.attempt_timeout,
                     rec.remaining,
                 )
+                # (cut when its own hard end, a grace past its limit, would pass the deadline)
                 expect(
-                    result.cut_by_deadline == (result.timeout < policy.attempt_timeout),
-                    "attempt %d: cut_by_deadline=%r with timeout %r of attempt_timeout %r",
+                    result.cut_by_deadline
+                    == (rec.remaining < policy.attempt_timeout + HARD_END_GRACE),
+                    "attempt %d: cut_by_deadline=%r with %r left, attempt_timeout %r",
                     result.number,
                     result.cut_by_deadline,
-                    result.timeout,
+                    rec.remaining,
                     policy.attempt_timeout,
                 )
             elif type(result) is Wait:

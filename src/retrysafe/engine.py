@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import httpx
 
+from retrysafe.attempt_plan import plan_attempt
 from retrysafe.classify import (
     CLIENTS_OWN_QUEUE,
     SUCCESS,
@@ -304,12 +305,8 @@ class Call:
         self._spent_unsent = False
         self._queued = 0.0
         self._nested_gave_up = False
-        timeout = min(self.policy.attempt_timeout, remaining)
-        plan = AttemptPlan(
-            len(self._history) + 1,
-            timeout,
-            timeout < self.policy.attempt_timeout,
-            not self._stream,
+        plan = plan_attempt(
+            len(self._history) + 1, self.policy.attempt_timeout, remaining, not self._stream
         )
         self._plan = plan
         self._body_read = plan.read_body

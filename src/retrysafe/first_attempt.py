@@ -29,6 +29,7 @@ from typing import Final
 
 import httpx
 
+from retrysafe.attempt_plan import plan_attempt
 from retrysafe.decisions import AttemptPlan, CallReport, Succeed
 from retrysafe.errors import AttemptRecord
 from retrysafe.hints import announced_limit
@@ -43,10 +44,7 @@ _tuple: Final = tuple.__new__
 def first_plan(policy: RetryPolicy, *, stream: bool, remaining: float) -> AttemptPlan:
     """The plan of a fresh call's first attempt, ``remaining`` seconds (> 0) before its
     deadline: as :meth:`~retrysafe.engine.Call.start_attempt` plans it."""
-    timeout = policy.attempt_timeout
-    if remaining < timeout:
-        return AttemptPlan(1, remaining, True, not stream)
-    return AttemptPlan(1, timeout, False, not stream)
+    return plan_attempt(1, policy.attempt_timeout, remaining, not stream)
 
 
 def settled_at_once(policy: RetryPolicy, response: httpx.Response) -> bool:

@@ -38,6 +38,7 @@ from typing import Literal
 
 import httpx
 
+from retrysafe.attempt_plan import plan_attempt
 from retrysafe.classify import SUCCESS, Verdict, may_have_acted
 from retrysafe.clock import Clock
 from retrysafe.decisions import (
@@ -185,8 +186,7 @@ class HedgedCall(Call):
             self._round_closed = True
             self._emit_hedge(number, "refused", "deadline")
             return None
-        timeout = min(self.policy.attempt_timeout, remaining)
-        plan = AttemptPlan(number, timeout, timeout < self.policy.attempt_timeout, not self._stream)
+        plan = plan_attempt(number, self.policy.attempt_timeout, remaining, not self._stream)
         first = next(iter(self._flights.values()), None)
         # Copies go only while the breaker is closed: a closed permit (None: no breaker).
         # (the first copy's: a permit of the breaker's current closed period)
