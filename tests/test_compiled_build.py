@@ -38,7 +38,12 @@ def test_the_mypyc_hook_compiles_exactly_the_listed_modules() -> None:
         path.removeprefix("src/").removesuffix(".py").replace("/", ".") for path in hook["include"]
     ]
     if sys.version_info >= (3, 12):  # (hatch_build.py leaves it plain there)
-        assert "src/retrysafe/async_send_loop.py" in (ROOT / "hatch_build.py").read_text()
+        # A release tests each wheel from a copy of tests/ and pyproject.toml only
+        # (cibuildwheel's test-sources), without hatch_build.py: there the compiled run's
+        # own test checks the module came out plain (trial75: every 3.12+ wheel failed).
+        hook_source = ROOT / "hatch_build.py"
+        if hook_source.exists():
+            assert "src/retrysafe/async_send_loop.py" in hook_source.read_text()
         listed.remove("retrysafe.async_send_loop")
     assert listed == list(COMPILED_MODULES)
     assert hook["enable-by-default"] is False  # an editable install stays plain Python
