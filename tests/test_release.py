@@ -47,6 +47,26 @@ def test_every_supported_cpython_gets_a_compiled_wheel() -> None:
     assert minors[-1] >= sys.version_info.minor  # (at least the Python running this)
 
 
+def test_each_supported_python_is_named_in_the_classifiers() -> None:
+    project = _pyproject()["project"]
+    named = sorted(
+        int(m.group(1))
+        for m in (
+            re.fullmatch(r"Programming Language :: Python :: 3\.(\d+)", c)
+            for c in project["classifiers"]
+        )
+        if m is not None
+    )
+    built = sorted(int(s[3:-2]) for s in _cibuildwheel()["build"])
+    assert named == built
+
+
+def test_the_version_is_one_in_the_package_and_its_metadata() -> None:
+    import retrysafe
+
+    assert retrysafe.__version__ == _pyproject()["project"]["version"]
+
+
 def test_each_wheel_is_tested_so_that_a_plain_one_fails() -> None:
     table = _cibuildwheel()
     assert table["environment"] == {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"}
@@ -84,3 +104,21 @@ def test_the_workflow_builds_compiled_wheels_from_the_sdist_and_publishes_only_a
     assert set(publish["needs"]) == {"sdist", "compiled"}
     assert publish["if"] == "startsWith(github.ref, 'refs/tags/v')"
     assert publish["permissions"] == {"id-token": "write"}
+
+
+def test_the_sdist_holds_every_tracked_path_and_nothing_else() -> None:
+    """Its include list names every top-level path git tracks (hatchling adds
+    pyproject.toml itself), so a new one is not left out, and a stray one (a
+    virtualenv beside the sources) not taken in."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    top = {path.split("/", 1)[0] for path in tracked}
+    listed = set(_pyproject()["tool"]["hatch"]["build"]["targets"]["sdist"]["only-include"])
+    assert top - listed == {"pyproject.toml", ".gitignore"}
+    assert listed <= top
