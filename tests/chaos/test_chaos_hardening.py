@@ -297,6 +297,18 @@ def test_a_path_naming_the_literal_key_is_refused_with_the_way_to_write_it(
         chaos.url("/fail/key", times=1)
 
 
+def test_a_path_naming_another_tests_key_is_refused_with_the_ways_to_write_it(
+    chaos: KeyedChaos,
+) -> None:
+    """trial74: ``/fail/forecast`` kept its state under ``forecast``, shared by every test
+    writing it, and ``chaos.log()`` (the view's key) stayed empty, without a word."""
+    with pytest.raises(ValueError, match=r"names the state key 'forecast', not this view's"):
+        chaos.url("/fail/forecast", times=2)
+    with pytest.raises(ValueError, match=r"key='other' to share"):
+        chaos.url("/outage/other")
+    assert chaos.url("/fail/forecast", key="forecast").endswith("/fail/forecast?key=forecast")
+
+
 def test_keys_of_a_tests_own_in_the_path_keep_counters_apart(
     chaos: KeyedChaos, client: httpx.Client
 ) -> None:

@@ -30,11 +30,13 @@ _KEYED_ENDPOINTS = frozenset(
 )
 
 
-def _names_literal_key(path: str) -> bool:
-    """Whether ``path`` is a keyed endpoint's with the literal segment ``key`` where
-    ``{key}`` was meant (``/fail/key``)."""
+def _path_key(path: str) -> str | None:
+    """The state key a keyed endpoint's ``path`` names itself (``forecast`` in
+    ``/fail/forecast``), or None (``{key}``, or not a keyed endpoint)."""
     segments = path.lstrip("/").split("/")
-    return len(segments) >= 2 and segments[1] == "key" and segments[0] in _KEYED_ENDPOINTS
+    if len(segments) < 2 or segments[0] not in _KEYED_ENDPOINTS or segments[1] == "{key}":
+        return None
+    return segments[1]
 
 
 def _check_key(key: str) -> None:
@@ -61,8 +63,12 @@ class KeyedChaos:
         """``base_url + path`` with ``params`` as the query, scoped to this key.
 
         ``key=`` is added unless given, and ``{key}`` in ``path`` becomes the key (the
-        given one, if any). ``None`` values are left out, booleans become
-        ``true``/``false`` and lists are joined with commas, so
+        given one, if any). A keyed endpoint's path that names a key of its own must
+        start with that key (``/fail/{view's key}-b``: a second counter of the test's),
+        else it is refused (``ValueError``): the server would keep its state and log under
+        a key other tests may share, and :meth:`log` would not see it. ``None`` values
+        are left out, booleans become ``true``/``false`` and lists are joined with
+        commas, so
         ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally. A query
         written into ``path`` is refused (``ValueError``): ``key=`` would be glued onto
         its last value.
@@ -72,13 +78,26 @@ class KeyedChaos:
                 f"give the query's values as keyword arguments, not in the path: "
                 f"url({path.split('?', 1)[0]!r}, times=2, ...), not url({path!r})"
             )
-        if _names_literal_key(path):
+        key = self.key if params.get("key") is None else str(params["key"])
+        _check_key(key)  # (another key's URL answers 404 just the same)
+        named = _path_key(path)
+        if named == "key":
             raise ValueError(
                 f"{path!r} names the state key 'key' itself, shared by every test that "
                 "writes it: write {key} for this view's key (url('/fail/{key}'))"
             )
-        key = self.key if params.get("key") is None else str(params["key"])
-        _check_key(key)  # (another key's URL answers 404 just the same)
+        if named is not None and not named.startswith(key):
+            # The path's key wins over the query's: the server would keep this URL's state
+            # and log under ``named``, shared with every test that names it, and this
+            # view's log() would never see it (trial74).
+            raise ValueError(
+                f"{path!r} names the state key {named!r}, not this view's {key!r}: its "
+                "state and log would be shared with any test naming it, and log() would "
+                "not show its requests. Write {key} for this view's key "
+                "(url('/fail/{key}')), a key of its own that starts with it "
+                f"({key + '-b'!r}) for a second counter, or key={named!r} to share "
+                "that one on purpose"
+            )
         params["key"] = key
         path = path.replace("{key}", quote(key, safe=""))
         if not path.startswith("/"):
