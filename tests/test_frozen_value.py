@@ -307,6 +307,28 @@ def test_retrysafes_values_are_frozen_dataclasses(cls: type, fields: dict[str, A
         cls(**fields, nonsense=1)
 
 
+@pytest.mark.parametrize(
+    ("slip", "meant"),
+    [
+        ("timeout", "attempt_timeout"),  # (the CLI's --timeout)
+        ("max_attempts", "attempts"),
+        ("backof_base", "backoff_base"),
+        ("Deadline", "deadline"),
+        ("max_retry_after_seconds", "max_retry_after"),
+    ],
+)
+def test_a_slip_of_a_fields_name_is_told_the_field_meant(slip: str, meant: str) -> None:
+    """trial74: ``RetryPolicy(timeout=0.3)`` named no field, where the chaos server
+    suggests its near misses."""
+    with pytest.raises(TypeError, match=rf"argument '{slip}'; did you mean '{meant}'\?$"):
+        retrysafe.RetryPolicy(**{slip: 1})
+
+
+def test_a_name_like_no_field_gets_no_suggestion() -> None:
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'zzz'$"):
+        retrysafe.RetryPolicy(zzz=1)  # type: ignore[call-arg]
+
+
 def test_retry_event_is_a_frozen_dataclass() -> None:
     event = retrysafe.RetryEvent(
         **{

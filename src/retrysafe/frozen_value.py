@@ -174,6 +174,7 @@ def _init_for(
     owner = f"{cls.__qualname__}.__init__()"
     required_names = frozenset(required)
     fields = tuple(zip(names, defaults, strict=True))
+    did_you_mean = _did_you_mean  # (a closure: init runs with the class's module globals)
 
     def init(self: object, *args: object, **kwargs: object) -> None:
         if args:
@@ -185,7 +186,8 @@ def _init_for(
                 kwargs[name] = value
         if not known.issuperset(kwargs):
             unknown = next(name for name in kwargs if name not in known)
-            raise TypeError(f"{owner} got an unexpected keyword argument {unknown!r}")
+            hint = did_you_mean(unknown, names)
+            raise TypeError(f"{owner} got an unexpected keyword argument {unknown!r}{hint}")
         if not required_names <= kwargs.keys():
             absent = [name for name in required if name not in kwargs]
             quoted = [repr(name) for name in absent]
@@ -206,6 +208,17 @@ def _init_for(
             self.__post_init__()  # type: ignore[attr-defined]  # (a subclass's, if it has one)
 
     return init
+
+
+def _did_you_mean(unknown: str, names: tuple[str, ...]) -> str:
+    """``"; did you mean 'attempt_timeout'?"`` for the field ``unknown`` looks like a slip
+    for (a field it ends or starts, or one spelled nearly alike), else ``""``."""
+    import difflib
+
+    lowered = unknown.lower()
+    near = [n for n in names if n.endswith(lowered) or lowered.endswith(n) or n in lowered]
+    near = near or difflib.get_close_matches(lowered, names, n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 def _repr_for(names: tuple[str, ...]) -> Callable[[object], str]:
