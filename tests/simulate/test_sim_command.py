@@ -127,6 +127,9 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
     [
         (["simulate"], "name a scenario: contention, brownout, outage, layers"),
         (["simulate", "contention", "--clients", "ten"], "expected FIRST:LAST:STEP"),
+        # (trial74: these said only "expected FIRST:LAST:STEP", not what was wrong)
+        (["simulate", "contention", "--clients", "10:5:1"], "LAST (5) is under FIRST (10)"),
+        (["simulate", "contention", "--clients", "10:50:0"], "STEP is 0, under 1"),
         (["simulate", "contention", "--runs", "0"], "runs must be a whole number from 1"),
         (["simulate", "contention", "--strategies", "full,fast"], "must be among none"),
         (

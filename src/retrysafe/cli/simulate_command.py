@@ -46,14 +46,20 @@ def _clients(text: str) -> tuple[int, ...]:
     try:
         if ":" in text:
             first, last, step = (int(part) for part in text.split(":"))
-            if step < 1 or last < first:
-                raise ValueError
-            return tuple(range(first, last + 1, step))
-        return tuple(int(part) for part in text.split(","))
+        else:
+            return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected FIRST:LAST:STEP (e.g. 10:190:20) or a list (e.g. 10,50,100), got {text!r}"
         ) from None
+    if step < 1 or last < first:
+        wrong = (
+            f"STEP is {step}, under 1" if step < 1 else f"LAST ({last}) is under FIRST ({first})"
+        )
+        raise argparse.ArgumentTypeError(
+            f"in FIRST:LAST:STEP {text!r}, {wrong} (e.g. 10:190:20: 10 to 190 by 20)"
+        )
+    return tuple(range(first, last + 1, step))
 
 
 def _percent(text: str) -> float:
