@@ -307,6 +307,9 @@ def test_a_path_naming_another_tests_key_is_refused_with_the_ways_to_write_it(
     with pytest.raises(ValueError, match=r"key='other' to share"):
         chaos.url("/outage/other")
     assert chaos.url("/fail/forecast", key="forecast").endswith("/fail/forecast?key=forecast")
+    # A key of the test's own, written either way, is its to use.
+    assert chaos.url("/fail/{key}-b").endswith(f"/fail/{chaos.key}-b?key={chaos.key}")
+    assert chaos.url(f"/fail/{chaos.key}-b") == chaos.url("/fail/{key}-b")
 
 
 def test_keys_of_a_tests_own_in_the_path_keep_counters_apart(

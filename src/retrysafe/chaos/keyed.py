@@ -31,8 +31,9 @@ _KEYED_ENDPOINTS = frozenset(
 
 
 def _path_key(path: str) -> str | None:
-    """The state key a keyed endpoint's ``path`` names itself (``forecast`` in
-    ``/fail/forecast``), or None (``{key}``, or not a keyed endpoint)."""
+    """The state key segment of a keyed endpoint's ``path`` as written (``forecast`` in
+    ``/fail/forecast``, ``{key}-b`` in ``/fail/{key}-b``), or None (``{key}`` itself, or
+    not a keyed endpoint)."""
     segments = path.lstrip("/").split("/")
     if len(segments) < 2 or segments[0] not in _KEYED_ENDPOINTS or segments[1] == "{key}":
         return None
@@ -80,7 +81,8 @@ class KeyedChaos:
             )
         key = self.key if params.get("key") is None else str(params["key"])
         _check_key(key)  # (another key's URL answers 404 just the same)
-        named = _path_key(path)
+        written = _path_key(path)
+        named = None if written is None else written.replace("{key}", key)
         if named == "key":
             raise ValueError(
                 f"{path!r} names the state key 'key' itself, shared by every test that "
