@@ -53,10 +53,22 @@ class RecordingFleet:
         return None if slot is None else slot[0]
 
     def reserve_slot(
-        self, dependency: str, rate: float, burst: int, max_wait: float
+        self,
+        dependency: str,
+        rate: float,
+        burst: int,
+        max_wait: float,
+        *,
+        beyond: float | None = None,
     ) -> tuple[float, float] | None:
-        self.told.append(("reserve", rate, burst))
-        return (self.pacing_wait, 1000.0 + self.pacing_wait) if self.answering else None
+        self.told.append(
+            ("reserve", rate, burst) if beyond is None else ("reserve", rate, burst, beyond)
+        )
+        if not self.answering:
+            return None
+        if beyond is not None and self.pacing_wait <= beyond:
+            return 0.0, 0.0  # (as the fleet's script: nothing reserved)
+        return self.pacing_wait, 1000.0 + self.pacing_wait
 
     def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
         self.told.append(("release", rate, slot))

@@ -256,6 +256,30 @@ def test_a_gap_behind_a_slot_still_in_use_stays_a_gap(make_fleet: FleetMaker) ->
     assert 0.3 - elapsed - 0.03 <= after[0] <= 0.3 + 0.03, "after 0.2 s, never on it"
 
 
+def test_a_retrys_slot_is_reserved_only_beyond_its_wait_in_one_script(
+    make_fleet: FleetMaker,
+) -> None:
+    """A retry holds a paced slot from its grant only when the slot lies beyond its
+    wait. The fleet used to reserve one and give it back when it came sooner, and a
+    process queuing in between was left behind a gap (review73); the script now looks
+    and reserves at once."""
+    fleet = make_fleet()
+    started = time.monotonic()
+    first = fleet.reserve_slot("beyond", 10.0, 1, 60.0)  # now; the next is 0.1 s away
+    assert first is not None
+    assert fleet.reserve_slot("beyond", 10.0, 1, 60.0, beyond=5.0) == (0.0, 0.0)
+    # Nothing was reserved: the next slot is still the one 0.1 s from the start.
+    within = fleet.reserve_slot("beyond", 10.0, 1, 60.0)
+    assert within is not None
+    elapsed = time.monotonic() - started
+    assert 0.1 - elapsed - 0.03 <= within[0] <= 0.1 + 0.03, within
+    # A slot further than the wait is reserved, as without ``beyond``.
+    held = fleet.reserve_slot("beyond", 10.0, 1, 60.0, beyond=0.05)
+    assert held is not None
+    assert held[0] > 0.05
+    assert held[1] > 0
+
+
 def test_the_fleets_half_open_probe_is_paced_like_any_attempt(make_fleet: FleetMaker) -> None:
     # 10/s, burst 1: the probe takes a paced slot, so the call after it waits its turn.
     settings = GovernorSettings(

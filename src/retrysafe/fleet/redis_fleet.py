@@ -225,14 +225,29 @@ class RedisFleet:
         return None if slot is None else slot[0]
 
     def reserve_slot(
-        self, dependency: str, rate: float, burst: int, max_wait: float
+        self,
+        dependency: str,
+        rate: float,
+        burst: int,
+        max_wait: float,
+        *,
+        beyond: float | None = None,
     ) -> tuple[float, float] | None:
-        """As :meth:`reserve`, and which slot it is (for :meth:`release`)."""
+        """As :meth:`reserve`, and which slot it is (for :meth:`release`). With
+        ``beyond``, only a slot further than that many seconds away is reserved; for a
+        sooner one, ``(0.0, 0.0)``, nothing reserved. (Looked at and reserved in one
+        script: reserved and given back, a slot another process queued behind meanwhile
+        would stay a gap.)"""
         pace = self._keys.of(dependency)[0]
-        reply = self._run("PACE", [pace], [repr(1000.0 / rate), burst, repr(max_wait * 1000.0)])
+        args: list[object] = [repr(1000.0 / rate), burst, repr(max_wait * 1000.0)]
+        if beyond is not None:
+            args.append(repr(beyond * 1000.0))
+        reply = self._run("PACE", [pace], args)
         if reply is None:
             return None
         micros, name = int(reply[0]), reply[1]
+        if micros == -2:
+            return 0.0, 0.0
         if micros < 0:
             return QUEUE_FULL, 0.0
         return micros / 1_000_000, float(name)

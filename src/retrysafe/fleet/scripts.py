@@ -33,10 +33,12 @@ local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
 """
 
 #: Reserve a paced slot (GCRA with reservations). KEYS: pace. ARGV: interval ms, burst,
-#: longest wait ms. Returns {wait in microseconds, the slot's name}, or {-1, ""} when the
-#: queue is full: a slot further than the longest wait is not reserved (the caller must
-#: not send). The slot's name is the schedule's end it set (ms, as a number's text):
-#: RELEASE_PACE gives it back only while it is still the end.
+#: longest wait ms, and (optional) a wait ms the slot must lie beyond. Returns {wait in
+#: microseconds, the slot's name}, or {-1, ""} when the queue is full: a slot further than
+#: the longest wait is not reserved (the caller must not send); {-2, ""} when the slot
+#: lies within the optional wait: not reserved either (a retry takes it after its wait).
+#: The slot's name is the schedule's end it set (ms, as a number's text): RELEASE_PACE
+#: gives it back only while it is still the end.
 PACE = (
     _NOW
     + """
@@ -48,6 +50,7 @@ local next_tat = tat + interval
 local wait = next_tat - burst * interval - now
 if wait < 0 then wait = 0 end
 if wait > tonumber(ARGV[3]) then return {-1, ''} end
+if ARGV[4] and wait <= tonumber(ARGV[4]) then return {-2, ''} end
 local name = tostring(next_tat)
 redis.call('SET', KEYS[1], name, 'PX', math.ceil(next_tat - now) + 1000)
 return {math.floor(wait * 1000), name}

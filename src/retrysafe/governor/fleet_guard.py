@@ -258,12 +258,10 @@ class FleetGuard(DependencyGuard):
         rate = self.rate
         if rate is None:
             return DependencyGuard.slot_after(self, wait)
-        pacing, slot = self._reserve(rate)
-        if pacing == QUEUE_FULL:
-            return GRANTED  # (nothing reserved: the attempt asks again after its wait)
-        if pacing <= wait:
-            self._release(rate, slot)
-            return GRANTED
+        reserved = self._reserve_beyond(rate, wait)
+        if reserved is None:
+            return GRANTED  # (a slot within the wait, or a full queue: nothing reserved)
+        pacing, slot = reserved
         return RetryAnswer(pacing=pacing, slot=slot, detail=explain_fleet_pacing(rate, pacing))
 
     def answer_hedge(self) -> HedgeAnswer:
@@ -455,6 +453,24 @@ class FleetGuard(DependencyGuard):
             return slot
         wait, name = self._fallback_limiter(rate).reserve_slot()
         return wait, _fallback_name(name)
+
+    def _reserve_beyond(self, rate: float, wait: float) -> tuple[float, float] | None:
+        """As :meth:`_reserve`, only a slot further than ``wait`` seconds away, looked at
+        and reserved at once (in the fleet's script, or under the fallback limiter's
+        lock); None, with nothing reserved, for a sooner one or a full queue."""
+        assert self.limiter is not None
+        settings = self.limiter.settings
+        answer = self.fleet.reserve_slot(
+            self.dependency, rate, settings.burst, settings.max_cooldown, beyond=wait
+        )
+        if answer is not None:
+            # (the fleet names its slots above zero: slot 0.0 is none reserved, the queue
+            # full or the slot within the wait; the script judged that, not a rounded wait)
+            return None if answer[1] == 0.0 else answer
+        reserved = self._fallback_limiter(rate).reserve_slot_beyond(wait)
+        if reserved is None:
+            return None
+        return reserved[0], _fallback_name(reserved[1])
 
     def _release(self, rate: float, slot: float | None) -> None:
         """Give ``slot`` back to the schedule it came from. A fleet slot given back while

@@ -109,9 +109,17 @@ class FleetLink(Protocol):
         ...
 
     def reserve_slot(
-        self, dependency: str, rate: float, burst: int, max_wait: float
+        self,
+        dependency: str,
+        rate: float,
+        burst: int,
+        max_wait: float,
+        *,
+        beyond: float | None = None,
     ) -> tuple[float, float] | None:
-        """As :meth:`reserve`, and which slot it is (for :meth:`release`)."""
+        """As :meth:`reserve`, and which slot it is (for :meth:`release`). With
+        ``beyond``, only a slot further than that many seconds away, looked at and
+        reserved at once; ``(0.0, 0.0)``, nothing reserved, for a sooner one."""
         ...
 
     def release(self, dependency: str, rate: float, slot: float | None = None) -> bool:
