@@ -306,6 +306,8 @@ def test_a_path_naming_another_tests_key_is_refused_with_the_ways_to_write_it(
         chaos.url("/fail/forecast", times=2)
     with pytest.raises(ValueError, match=r"key='other' to share"):
         chaos.url("/outage/other")
+    with pytest.raises(ValueError, match=r"names the state key"):  # (another test's, maybe)
+        chaos.url(f"/fail/{chaos.key}0")
     assert chaos.url("/fail/forecast", key="forecast").endswith("/fail/forecast?key=forecast")
     # A key of the test's own, written either way, is its to use.
     assert chaos.url("/fail/{key}-b").endswith(f"/fail/{chaos.key}-b?key={chaos.key}")

@@ -65,7 +65,8 @@ class KeyedChaos:
 
         ``key=`` is added unless given, and ``{key}`` in ``path`` becomes the key (the
         given one, if any). A keyed endpoint's path that names a key of its own must
-        start with that key (``/fail/{view's key}-b``: a second counter of the test's),
+        be the view's key, or start with it and a dash (``/fail/{key}-b``: a second
+        counter of the test's),
         else it is refused (``ValueError``): the server would keep its state and log under
         a key other tests may share, and :meth:`log` would not see it. ``None`` values
         are left out, booleans become ``true``/``false`` and lists are joined with
@@ -88,7 +89,7 @@ class KeyedChaos:
                 f"{path!r} names the state key 'key' itself, shared by every test that "
                 "writes it: write {key} for this view's key (url('/fail/{key}'))"
             )
-        if named is not None and not named.startswith(key):
+        if named is not None and named != key and not named.startswith(key + "-"):
             # The path's key wins over the query's: the server would keep this URL's state
             # and log under ``named``, shared with every test that names it, and this
             # view's log() would never see it (trial74).
@@ -96,7 +97,7 @@ class KeyedChaos:
                 f"{path!r} names the state key {named!r}, not this view's {key!r}: its "
                 "state and log would be shared with any test naming it, and log() would "
                 "not show its requests. Write {key} for this view's key "
-                "(url('/fail/{key}')), a key of its own that starts with it "
+                "(url('/fail/{key}')), one that starts with it and a dash "
                 f"({key + '-b'!r}) for a second counter, or key={named!r} to share "
                 "that one on purpose"
             )
