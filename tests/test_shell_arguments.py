@@ -665,3 +665,22 @@ async def test_an_async_send_patched_on_the_client_or_its_class_sees_every_reque
         ) as on_class:
             assert (await client.get("http://api.test/b")).status_code == 418
     assert (on_instance.call_count, on_class.await_count) == (1, 1)
+
+
+def test_a_sync_transport_in_an_async_client_names_the_async_one() -> None:
+    """trial76: httpx-retries' one transport serves both clients; retrysafe's sync one in
+    an ``httpx.AsyncClient`` failed with an AttributeError naming neither."""
+    import asyncio
+
+    async def main() -> None:
+        client = httpx.AsyncClient(transport=retrysafe.RetryTransport())  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"give an httpx.AsyncClient retrysafe.AsyncRetry"):
+            await client.get("http://api.test/items")
+
+    asyncio.run(main())
+
+
+def test_an_async_transport_in_a_sync_client_names_the_sync_one() -> None:
+    client = httpx.Client(transport=retrysafe.AsyncRetryTransport())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"give an httpx.Client retrysafe.RetryTransport"):
+        client.get("http://api.test/items")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import httpx
 
@@ -190,6 +190,14 @@ class RetryTransport(_Shell, httpx.BaseTransport):
             raise _not_an_httpx_request(request, sync=True)  # (an httpx2 client's)
         return self._loop.send(request)
 
+    async def handle_async_request(self, request: httpx.Request) -> NoReturn:
+        """Not for an ``httpx.AsyncClient``: says which transport is (without it, the
+        client failed with an ``AttributeError`` naming this method)."""
+        raise TypeError(
+            "retrysafe.RetryTransport is for httpx.Client; give an httpx.AsyncClient "
+            "retrysafe.AsyncRetryTransport (the same arguments)"
+        )
+
     def close(self) -> None:
         self.transport.close()
 
@@ -271,6 +279,14 @@ class AsyncRetryTransport(_Shell, httpx.AsyncBaseTransport):
         if not isinstance(request, httpx.Request):
             raise _not_an_httpx_request(request, sync=False)  # (an httpx2 client's)
         return await self._loop.send(request)
+
+    def handle_request(self, request: httpx.Request) -> NoReturn:
+        """Not for an ``httpx.Client``: says which transport is (as
+        :meth:`RetryTransport.handle_async_request`)."""
+        raise TypeError(
+            "retrysafe.AsyncRetryTransport is for httpx.AsyncClient; give an httpx.Client "
+            "retrysafe.RetryTransport (the same arguments)"
+        )
 
     async def aclose(self) -> None:
         await self.transport.aclose()
