@@ -65,12 +65,11 @@ class KeyedChaos:
 
         ``key=`` is added unless given, and ``{key}`` in ``path`` becomes the key (the
         given one, if any). A keyed endpoint's path that names a key of its own must
-        be the view's key, or start with it and a dash (``/fail/{key}-b``: a second
-        counter of the test's),
-        else it is refused (``ValueError``): the server would keep its state and log under
-        a key other tests may share, and :meth:`log` would not see it. ``None`` values
-        are left out, booleans become ``true``/``false`` and lists are joined with
-        commas, so
+        name the view's key, or one that starts with it and a dash (``/fail/{key}-b``:
+        a second counter of the test's); another is refused (``ValueError``), since the
+        server would keep its state and log under a key other tests may share, and
+        :meth:`log` would not see it. ``None`` values are left out, booleans become
+        ``true``/``false`` and lists are joined with commas, so
         ``url("/sequence/{key}", steps=[503, "reset", 200])`` reads naturally. A query
         written into ``path`` is refused (``ValueError``): ``key=`` would be glued onto
         its last value.
