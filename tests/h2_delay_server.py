@@ -4,7 +4,8 @@ A server in the test's own process shares its interpreter with the clients: fift
 threads taking turns delay its answers, and a request sent and answered late reads as a
 slow server. This one answers ``/delay?ms=N`` with a 200 after ``N`` milliseconds,
 ``/events?count=N`` with N server-sent events and a ``[DONE]`` one (as an LLM API
-streams), and anything else at once, with at most ``MAX_STREAMS`` streams per connection.
+streams), ``/big?kib=N`` with N KiB as fast as they go, and anything else at once,
+with at most ``MAX_STREAMS`` streams per connection.
 
     python tests/h2_delay_server.py MAX_STREAMS
 
@@ -42,6 +43,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             event = f"data: event {number}\n\n".encode()
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/big":  # N KiB as fast as the client's window lets them go
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        chunk = b"x" * 16384
+        for _ in range(int(query.get("kib", ["1024"])[0]) // 16):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         return
     if scope["path"] == "/delay":

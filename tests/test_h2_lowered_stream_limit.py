@@ -1,15 +1,17 @@
-"""An HTTP/2 server that lowers its limit of concurrent streams below the streams a
-cut request left open: the next request is refused by the client's own h2 before
-anything is sent, and its retry must go on another connection.
+"""An HTTP/2 server that lowers its limit of concurrent streams below the streams open
+on a connection: the next request is refused by the client's own h2 before anything is
+sent, and its retry must go on another connection.
 
-A cut request's stream stays open (httpcore forgets it without a reset; see
-``retrysafe.attempt_deadline.retire``). With the server's limit at eight, one such
-stream is no reason to retire the connection. When the server then lowers its limit
-to one, that stream fills it: every request httpcore lets onto the connection is
-refused by h2 (``stream_limit``, never sent). Those requests are retried, and each
-retry went to the same connection until the call's attempts ran out. Now a request
-that gets a slot on a connection whose open streams already fill the server's limit
-retires it, so its retry opens a new one.
+With the server's limit at eight, one open stream is no reason to retire the
+connection. When the server then lowers its limit to one, that stream fills it: every
+request httpcore lets onto the connection is refused by h2 (``stream_limit``, never
+sent). Those requests are retried, and each retry went to the same connection until the
+call's attempts ran out. Now a request that gets a slot on a connection whose open
+streams already fill the server's limit retires it, so its retry opens a new one.
+
+A cut request's stream was such a stream: httpcore forgot it without a reset. It is now
+reset as its response is closed (``retrysafe.attempt_deadline.reset_if_open``), so after
+a cut the next request goes at once, on the same connection.
 
 The server is written on h2 here (hypercorn cannot change its limit mid-connection):
 it allows eight streams, never answers ``/hang``, lowers its limit to one when asked
@@ -21,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 import retrysafe
@@ -109,12 +113,66 @@ def unprotected() -> retrysafe.Governor:
     return retrysafe.Governor(retrysafe.GovernorSettings.off())
 
 
-def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_connection_sync(
+#: A hang that holds its stream while the server lowers its limit beside it.
+HELD = RetryPolicy(attempts=1, attempt_timeout=1.5, deadline=2.0)
+
+
+def _hold_a_stream(client: retrysafe.Client, url: str) -> threading.Thread:
+    def hang() -> None:
+        with contextlib.suppress(retrysafe.ApiError):
+            client.get(f"{url}/hang", policy=HELD)
+
+    thread = threading.Thread(target=hang)
+    thread.start()
+    return thread
+
+
+def test_a_request_refused_for_a_stream_still_open_is_retried_on_a_new_connection_sync(
     lowering: LoweringServer,
 ) -> None:
-    """One hang cut (its stream left open), then the server lowers its limit to one:
-    the next GET is refused before it is sent, and its retry succeeds on a new
-    connection (it was refused on the same one until its attempts ran out)."""
+    """A hang holds one stream, then the server lowers its limit to one: the next GET,
+    given a slot on a connection whose open streams fill the limit, retires it and goes
+    on a new connection (it was refused on the same one until its attempts ran out)."""
+    with retrysafe.Client(governor=unprotected(), **H2_ONLY) as client:
+        assert client.get(f"{lowering.url}/ok").status_code == 200  # (the connection)
+        holding = _hold_a_stream(client, lowering.url)
+        time.sleep(0.2)
+        assert client.get(f"{lowering.url}/lower").status_code == 200
+        response = client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
+        holding.join(10)
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert [record.outcome for record in report.history] == ["success"]
+    assert lowering.connections == 2
+
+
+async def test_a_request_refused_for_a_stream_still_open_is_retried_on_a_new_connection_async(
+    lowering: LoweringServer,
+) -> None:
+    """The same for tasks."""
+    async with retrysafe.AsyncClient(governor=unprotected(), **H2_ONLY) as client:
+        assert (await client.get(f"{lowering.url}/ok")).status_code == 200
+
+        async def hang() -> None:
+            with contextlib.suppress(retrysafe.ApiError):
+                await client.get(f"{lowering.url}/hang", policy=HELD)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(hang)
+            await anyio.sleep(0.2)
+            assert (await client.get(f"{lowering.url}/lower")).status_code == 200
+            response = await client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
+    assert response.status_code == 200
+    report = retrysafe.report_of(response)
+    assert [record.outcome for record in report.history] == ["success"]
+    assert lowering.connections == 2
+
+
+def test_a_cut_requests_stream_is_reset_so_the_next_one_goes_on_the_same_connection_sync(
+    lowering: LoweringServer,
+) -> None:
+    """A cut request's stream is reset (httpcore left it open: review74), so when the
+    server lowers its limit to one, the next GET goes at once, on the same connection."""
     with retrysafe.Client(governor=unprotected(), **H2_ONLY) as client:
         with pytest.raises(retrysafe.ApiError):
             client.get(f"{lowering.url}/hang", policy=CUT_AT_ONCE)
@@ -122,11 +180,11 @@ def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_connection
         response = client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
     assert response.status_code == 200
     report = retrysafe.report_of(response)
-    assert [record.outcome for record in report.history] == ["stream_limit", "success"]
-    assert lowering.connections == 2
+    assert [record.outcome for record in report.history] == ["success"]
+    assert lowering.connections == 1
 
 
-async def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_connection_async(
+async def test_a_cut_requests_stream_is_reset_so_the_next_one_goes_on_the_same_connection_async(
     lowering: LoweringServer,
 ) -> None:
     """The same for tasks."""
@@ -137,5 +195,5 @@ async def test_a_request_refused_for_a_stream_left_open_is_retried_on_a_new_conn
         response = await client.get(f"{lowering.url}/ok", policy=TWO_ATTEMPTS)
     assert response.status_code == 200
     report = retrysafe.report_of(response)
-    assert [record.outcome for record in report.history] == ["stream_limit", "success"]
-    assert lowering.connections == 2
+    assert [record.outcome for record in report.history] == ["success"]
+    assert lowering.connections == 1

@@ -28,6 +28,7 @@ from retrysafe.attempt_deadline import (
     note_sent,
     nothing_sent_yet,
     read_timed_out,
+    reset_if_open,
     retire,
     retire_if_full,
     time_left,
@@ -94,6 +95,23 @@ def _watch_stream_slots_async(stream: AsyncBoundedStream) -> None:
     slots = getattr(connection, "_max_streams_semaphore", None)
     if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
         connection._max_streams_semaphore = _AsyncStreamSlots(slots, connection)
+    if callable(getattr(type(connection), "_response_closed", None)):
+        connection._response_closed = _AsyncResetOnClose(connection)
+
+
+class _AsyncResetOnClose:
+    """The async :class:`~retrysafe.bounded_backend._ResetOnClose`: httpcore's
+    ``_response_closed`` for one async HTTP/2 connection, resetting the stream of a
+    response closed before its end first."""
+
+    def __init__(self, connection: typing.Any) -> None:
+        self._connection = weakref.ref(connection)
+        self._closed = type(connection)._response_closed
+
+    async def __call__(self, stream_id: int) -> None:
+        connection = self._connection()
+        reset_if_open(connection, stream_id)
+        await self._closed(connection, stream_id)
 
 
 class AsyncBoundedStream(httpcore.AsyncNetworkStream):

@@ -49,6 +49,7 @@ __all__ = [
     "nothing_sent_yet",
     "notes_first_writes",
     "read_timed_out",
+    "reset_if_open",
     "retire",
     "retire_if_full",
     "retire_stream_of",
@@ -110,6 +111,30 @@ class SharedStream(Protocol):
     pool: Any
 
 
+def reset_if_open(connection: Any, stream_id: int) -> None:
+    """Reset the HTTP/2 stream ``stream_id`` of httpcore's ``connection`` if h2 still has
+    it open: its response is being closed before its end (the caller left its body, or
+    an attempt was cut). Called as httpcore closes the response (``_response_closed``).
+
+    httpcore sends no ``RST_STREAM`` then, and drops what the server goes on sending
+    for that stream without acknowledging it, so each such stream took its share of the
+    connection's flow-control window for good: after a few abandoned bodies the server
+    could send nothing more there, and every request on the connection timed out
+    (review74). Reset, the server stops sending, and h2 acknowledges what was already on
+    its way (the reset goes out with the connection's next write). This reads httpcore's
+    and h2's private state; where that fails, nothing is done.
+    """
+    try:
+        import h2.errors
+
+        state = connection._h2_state
+        stream = state.streams.get(stream_id)
+        if stream is not None and not stream.closed:
+            state.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.CANCEL)
+    except Exception:  # (a state it cannot read or reset: left as httpcore leaves it)
+        pass
+
+
 def retire(stream: SharedStream) -> None:
     """Let no new request onto the HTTP/2 connection ``stream`` carries, once the
     streams its cut requests left open fill half of what the server allows, or the
@@ -118,10 +143,13 @@ def retire(stream: SharedStream) -> None:
     A cut request's HTTP/2 stream stays open (httpcore does not reset the stream of
     a request it abandons) until the server ends it, which a server that hangs never
     does; at the server's limit of concurrent streams, every request on the
-    connection would fail. So before that, the connection is marked the way httpcore
-    marks one that failed: the requests on it go on, new ones open another
-    connection, and the pool closes it once it is idle. (A losing hedged copy's
-    stream usually ends soon after, when the server answers: the connection is kept.)
+    connection would fail. (:func:`reset_if_open` resets it as httpcore closes the
+    response, just after this runs; this stays for a stream it cannot reset, and for
+    the streams the server still counts until the reset reaches it.) So before that,
+    the connection is marked the way httpcore marks one that failed: the requests on
+    it go on, new ones open another connection, and the pool closes it once it is
+    idle. (A losing hedged copy's stream usually ends soon after, when the server
+    answers: the connection is kept.)
 
     At the limit itself, the cut gives httpcore back a slot whose stream h2 still
     counts: a request waiting for a free stream would get it and be refused by h2

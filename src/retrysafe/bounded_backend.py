@@ -48,6 +48,7 @@ from retrysafe.attempt_deadline import (
     note_sent,
     nothing_sent_yet,
     read_timed_out,
+    reset_if_open,
     retire,
     retire_if_full,
     time_left,
@@ -286,6 +287,23 @@ def _bound_stream_slots(stream: BoundedStream) -> None:
     semaphore = getattr(slots, "_semaphore", None)
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
         connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
+    if callable(getattr(type(connection), "_response_closed", None)):
+        connection._response_closed = _ResetOnClose(connection)
+
+
+class _ResetOnClose:
+    """httpcore's ``_response_closed`` for one sync HTTP/2 connection, resetting the
+    stream of a response closed before its end first (see
+    :func:`~retrysafe.attempt_deadline.reset_if_open`)."""
+
+    def __init__(self, connection: typing.Any) -> None:
+        self._connection = weakref.ref(connection)
+        self._closed = type(connection)._response_closed
+
+    def __call__(self, stream_id: int) -> None:
+        connection = self._connection()
+        reset_if_open(connection, stream_id)
+        self._closed(connection, stream_id)
 
 
 class Withdrawn:
