@@ -111,6 +111,10 @@ class SharedStream(Protocol):
     pool: Any
 
 
+#: HTTP/2's error code for a stream its client no longer wants (RFC 9113, CANCEL).
+_CANCEL: Final = 0x8
+
+
 def reset_if_open(connection: Any, stream_id: int) -> None:
     """Reset the HTTP/2 stream ``stream_id`` of httpcore's ``connection`` if h2 still has
     it open: its response is being closed before its end (the caller left its body, or
@@ -125,12 +129,10 @@ def reset_if_open(connection: Any, stream_id: int) -> None:
     and h2's private state; where that fails, nothing is done.
     """
     try:
-        import h2.errors
-
         state = connection._h2_state
         stream = state.streams.get(stream_id)
         if stream is not None and not stream.closed:
-            state.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.CANCEL)
+            state.reset_stream(stream_id, error_code=_CANCEL)
     except Exception:  # (a state it cannot read or reset: left as httpcore leaves it)
         pass
 
