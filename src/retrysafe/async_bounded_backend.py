@@ -87,10 +87,11 @@ def _taking_slots_back(connection: typing.Any) -> bool:
         return True
 
 
-def _watch_stream_slots_async(stream: AsyncBoundedStream) -> None:
-    """Give the async HTTP/2 connection ``stream`` carries :class:`_AsyncStreamSlots`
-    around its own count of free streams, which it makes after writing its preface;
-    only where it finds httpcore's own ``AsyncSemaphore``."""
+def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
+    """Fit the async HTTP/2 connection ``stream`` carries, once it has written its
+    preface: :class:`_AsyncStreamSlots` around its own count of free streams (only where
+    it finds httpcore's own ``AsyncSemaphore``), and :class:`_AsyncResetOnClose` as its
+    ``_response_closed`` (where the connection's class has one)."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
     if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
@@ -160,7 +161,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             elif self._slots_unwatched:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unwatched = False
-                _watch_stream_slots_async(self)
+                _adopt_h2_connection_async(self)
             written_by_call(self)
             return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)

@@ -120,7 +120,7 @@ class BoundedStream(httpcore.NetworkStream):
             elif self._slots_unbounded:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unbounded = False
-                _bound_stream_slots(self)
+                _adopt_h2_connection(self)
             written_by_call(self)
             return self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
@@ -273,13 +273,14 @@ def _bound_turns_to_read(stream: BoundedStream) -> bool:
     return False
 
 
-def _bound_stream_slots(stream: BoundedStream) -> None:
-    """Give the sync HTTP/2 connection ``stream`` carries :class:`_StreamSlots` around
-    its own count of free streams, which it makes after writing its preface.
+def _adopt_h2_connection(stream: BoundedStream) -> None:
+    """Fit the sync HTTP/2 connection ``stream`` carries, once it has written its
+    preface: :class:`_StreamSlots` around its own count of free streams, and
+    :class:`_ResetOnClose` as its ``_response_closed``.
 
     Replaces httpcore's private ``_max_streams_semaphore`` only where it finds the one
-    httpcore makes, beside a :class:`_TurnToRead`; otherwise the connection is left as
-    it is.
+    httpcore makes, beside a :class:`_TurnToRead`, and ``_response_closed`` only where the
+    connection's class has one; otherwise the connection is left as it is.
     """
     connection = connection_carrying(stream)
     turn = getattr(connection, "_read_lock", None)
