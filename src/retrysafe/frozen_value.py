@@ -212,11 +212,12 @@ def _init_for(
 
 def _did_you_mean(unknown: str, names: tuple[str, ...]) -> str:
     """``"; did you mean 'attempt_timeout'?"`` for the field ``unknown`` looks like a slip
-    for (a field it ends or starts, or one spelled nearly alike), else ``""``."""
+    for (a field that ends with it or that it holds, or one spelled nearly alike), else
+    ``""``."""
     import difflib
 
     lowered = unknown.lower()
-    near = [n for n in names if n.endswith(lowered) or lowered.endswith(n) or n in lowered]
+    near = [n for n in names if n.endswith(lowered) or n in lowered]
     near = near or difflib.get_close_matches(lowered, names, n=1, cutoff=0.6)
     return f"; did you mean {near[0]!r}?" if near else ""
 
