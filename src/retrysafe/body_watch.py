@@ -163,8 +163,9 @@ def drainable(response: httpx.Response) -> bool:
     """Whether ``response``'s body may read its rest as it is closed (see
     :meth:`BodyWatch.close`): an async body from the network, HTTP/1.1 or HTTP/2 (a cancel
     scope bounds its reads); a sync HTTP/1.1 body over retrysafe's own network streams,
-    whose reads the drain can bound. (Not a sync HTTP/2 one: its reads share the
-    connection, which a read cut short would take down for every request on it.)"""
+    whose reads the drain can bound. (Not a sync HTTP/2 one: its reads take turns on a
+    connection other requests' threads share, and a drain cut short there has not been
+    made and tested to leave them alone.)"""
     import sys
 
     stream = response.extensions.get("network_stream")
