@@ -185,8 +185,9 @@ async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without
     # (the lease is on the fake clock, which jumps past it; Redis also lets an unrenewed
     # key lapse after the lease in real time, which only the first claim's is meant to:
     # the takeover's renewals go through, or on a busy machine it lost its key as well and
-    # logged a second loss)
-    app = build_app(slow_store, clock=clock, lease=0.9)
+    # logged a second loss: it did with a 0.9 s lease, renewed every 0.3 s, in a full run;
+    # a 3 s lease renewed every second leaves that room)
+    app = build_app(slow_store, clock=clock, lease=3.0)
     shop = app.state.shop
     results: dict[str, httpx.Response] = {}
     async with client_for(app) as client:
@@ -198,7 +199,7 @@ async def test_a_claim_lost_while_its_handler_runs_is_logged_as_an_error_without
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(post, "stale")
                 await shop.entered[1].wait()
-                clock.advance(1)
+                clock.advance(4)
                 tasks.start_soon(post, "takeover")
                 await shop.entered[2].wait()
                 slow_store.release_renewals()
