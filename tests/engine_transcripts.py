@@ -1714,8 +1714,9 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
     holds and a budget token spent on a retry never sent; its held first failure is told
     if its retry was in flight, or handed to the breaker to defer (DeferFailure) if the
     call was cancelled in a wait. Events: one "retry" per granted retry, one "success"
-    or "failure" at the end, numbered with the attempts so far; one "attempt" as each
-    attempt ends, before the others."""
+    or "failure" at the end (or "interrupted", when cancelled), numbered with the
+    attempts so far (started: with the one in flight); one "attempt" as each attempt
+    ends, before the others."""
     in_flight: Permit | None = None
     spent_unsent = False  # a granted retry spent a budget token; its attempt is not sent
     held = 0
@@ -1864,10 +1865,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                     if rec.ask.spends_budget:
                         expected_refunds.append(RefundBudget(1.0))
         elif isinstance(rec, AbandonRec):
-            # Cancelled: what it held goes back (the permit of an attempt in flight, a
-            # paced slot, a budget token spent on a retry never sent), and its held first
-            # failure counts if the retry was in flight, or is left to another call's retry
-            # if it was never sent.
+            # Cancelled: the listeners hear it; what it held goes back (the permit of an
+            # attempt in flight, a paced slot, a budget token spent on a retry never
+            # sent), and its held first failure counts if the retry was in flight, or is
+            # left to another call's retry if it was never sent.
+            expected_events.append("interrupted")
             if in_flight is not None:
                 expected_probes.append(in_flight)
                 in_flight = None

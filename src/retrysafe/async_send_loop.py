@@ -46,7 +46,12 @@ __all__ = ["AsyncSendLoop"]
 _BACKSTOP: Final = 0.05
 
 
-async def _abandon(drive: Drive, response: httpx.Response | None, transport: AsyncSender) -> None:
+async def _abandon(
+    drive: Drive,
+    response: httpx.Response | None,
+    transport: AsyncSender,
+    interrupted_by: BaseException,
+) -> None:
     """The attempt ends with no outcome (cancelled): close what it got, shielded from
     the cancel, finish the pool's clean-up the cancel may have cut (see pool_repair),
     and give back what it held (an HTTP/2 connection it may have left a stream open on is
@@ -60,7 +65,7 @@ async def _abandon(drive: Drive, response: httpx.Response | None, transport: Asy
         if response is not None:
             await response.aclose()
         await release_abandoned(transport, response)
-    drive.abandoned()
+    drive.abandoned(interrupted_by)
 
 
 class AsyncSendLoop:
@@ -154,7 +159,7 @@ class AsyncSendLoop:
                             if watch is not None:
                                 watch.end()  # before the shielded close: no cancel of its own
                                 watch = None
-                            await _abandon(drive, response, self.transport)
+                            await _abandon(drive, response, self.transport, exc)
                             raise
                     finally:
                         if watch is not None:
@@ -173,8 +178,8 @@ class AsyncSendLoop:
                     if self._mend is not None:
                         self._mend(response, self.transport)
                     return response
-        except BaseException:
-            drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
+        except BaseException as exc:
+            drive.abandoned(exc)  # cancelled in an attempt or a wait: give back what it held
             raise
         finally:
             drive.close()
@@ -208,8 +213,8 @@ class AsyncSendLoop:
             failure = cut_outcome(self.transport, drive)
         except (httpx.TransportError, httpx.DecodingError) as exc:
             failure = exc
-        except BaseException:
-            await _abandon(drive, response, self.transport)
+        except BaseException as exc:
+            await _abandon(drive, response, self.transport, exc)
             raise
         finally:
             drive.attempt_ends_at = None

@@ -688,8 +688,11 @@ class Drive:
             return 0.0  # (not timed: another client's shell, or nothing written yet)
         return max(0.0, sent_at - started_at)
 
-    def abandoned(self) -> None:
-        """The attempt ended with no outcome (cancelled): free what it held."""
+    def abandoned(self, interrupted_by: BaseException) -> None:
+        """The call ended with no outcome, ``interrupted_by`` an exception that is not its
+        own end (its task cancelled, a KeyboardInterrupt): free what it held, and tell the
+        listeners (a fresh call's first attempt has none: they make a Call from the
+        start)."""
         if self._guard is not None and self._answer_by != _NO_ANSWER_EXPECTED:
             # (an attempt given up in flight, unanswered: it must not hold short timeouts
             # back, and confirms those shorter than its wait; a call ending on its error,
@@ -710,7 +713,7 @@ class Drive:
             # slot); and a call that ended on it has nothing left to free.
             self._first = None
             return
-        self._call.attempt_abandoned()
+        self._call.attempt_abandoned(type(interrupted_by).__name__)
         self._apply_effects()
 
     def hedge(self, hedge: Hedge, request: httpx.Request | None = None) -> AttemptPlan | None:

@@ -445,9 +445,13 @@ class Call:
         self._inform_governor(verdict, None)
         return self._decide(verdict, response=None, cause=exc, during_body=during_body)
 
-    def attempt_abandoned(self) -> None:
+    def attempt_abandoned(self, interrupted_by: str | None = None) -> None:
         """The call ended with no outcome: cancelled during an attempt or a wait, or a
-        rule raised.
+        rule raised (``interrupted_by``: that exception's class name).
+
+        Tells the listeners (an ``interrupted`` event: without it, a cancelled call
+        would be missing from every count of calls, and its trace would end without
+        saying how).
 
         Frees what it held, such as the breaker's single half-open probe (so the
         dependency is not blocked until the probe's lease runs out) or a paced slot
@@ -465,6 +469,19 @@ class Call:
         """
         if self.state == "done":
             return
+        self.effects.append(
+            EmitEvent(
+                RetryEvent(
+                    kind="interrupted",
+                    dependency=self.dependency,
+                    method=self.method,
+                    url=self.url,
+                    attempt=self._attempts_started(),
+                    elapsed=self._clock.monotonic() - self._reported_from,
+                    exception=interrupted_by,
+                )
+            )
+        )
         retry_unsent = self.state != "attempting"
         self.state = "done"
         held = self._unreported_failure
@@ -479,6 +496,10 @@ class Call:
             self._pacing_held = False
             self.effects.append(ReleasePacing(self._pacing_slot))
         self._refund_unsent_retry()
+
+    def _attempts_started(self) -> int:
+        """The attempts started so far: those ended, and the one in flight."""
+        return len(self._history) + (1 if self.state == "attempting" else 0)
 
     def _refund_unsent_retry(self) -> None:
         """A retry the governor granted, spending a budget token, will never be sent:

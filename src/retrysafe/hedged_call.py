@@ -272,15 +272,18 @@ class HedgedCall(Call):
         # (another copy still in flight may be running under the key too)
         return len(self._flights) > 1 or super()._key_may_be_in_use()
 
-    def attempt_abandoned(self) -> None:
+    def attempt_abandoned(self, interrupted_by: str | None = None) -> None:
         if self.state == "done":
             return
         current = self._permit
         for flight in self._flights.values():
             if flight.permit is not None and flight.permit is not current and flight.permit.probe:
                 self.effects.append(ReleaseProbe(flight.permit))
+        super().attempt_abandoned(interrupted_by)  # (its event counts the copies in flight)
         self._flights.clear()
-        super().attempt_abandoned()
+
+    def _attempts_started(self) -> int:
+        return len(self._history) + len(self._flights)
 
     def _abandon_others(self) -> None:
         """Every copy still in flight lost: record it, learn its latency so far, free it.

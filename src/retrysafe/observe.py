@@ -54,7 +54,9 @@ logger = logging.getLogger("retrysafe")
 logger.addHandler(logging.NullHandler())
 
 #: What a :class:`RetryEvent` is about.
-EventKind = Literal["attempt", "retry", "held", "success", "failure", "circuit", "hedge", "body"]
+EventKind = Literal[
+    "attempt", "retry", "held", "success", "failure", "interrupted", "circuit", "hedge", "body"
+]
 
 
 @frozen_value
@@ -72,6 +74,10 @@ class RetryEvent:
       announced used up, or, in a fleet sharing them, a 503's Retry-After) or
       ``"pacing"`` (the attempt waits for its paced slot);
     - ``"success"`` / ``"failure"``: the call is over;
+    - ``"interrupted"``: the call is over with no outcome of its own: an exception that is
+      not its end raised through it (its task was cancelled, a ``KeyboardInterrupt``):
+      ``exception`` names it, ``attempt`` counts the attempts started (the caller gets
+      that exception, not a retrysafe error);
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
     - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
       ``"won"``, ``"lost"`` (cancelled: another copy won) or ``"refused"`` (then
@@ -84,11 +90,12 @@ class RetryEvent:
     Fields:
 
     - ``attempt``: the number (1-based) of the attempt the event is about; for
-      ``failure``, ``success`` and ``circuit``, the attempts made so far.
+      ``failure``, ``success``, ``interrupted`` and ``circuit``, the attempts made so
+      far.
     - ``status``: that attempt's HTTP status, None when it got no response.
     - ``outcome``: what that attempt got, a stable code (``"success"``,
       ``"service_unavailable"``, ``"read_timeout"``...); ``""`` when no attempt was
-      made (a call refused before sending) and for ``circuit``.
+      made (a call refused before sending), for ``circuit`` and for ``interrupted``.
     - ``reason``: why the call stopped (``failure``: ``"attempts_exhausted"``,
       ``"circuit_open"``, ``"unsafe_to_repeat"``...), or why a hedged copy was
       refused, or what holds an attempt back (``held``); ``""`` for every other kind.
@@ -96,7 +103,8 @@ class RetryEvent:
     - ``elapsed``: seconds since the call started.
     - ``error``: the class name of the error a ``failure`` raises (``"ServerError"``).
     - ``exception``: the class name of the exception that attempt ended with
-      (``"ReadTimeout"``), None when it got a response.
+      (``"ReadTimeout"``), None when it got a response; for ``interrupted``, of the one
+      that ended the call (``"CancelledError"``).
     - ``transition``: ``circuit`` only: ``"closed->open"`` and the like.
 
     ``dependency``, ``method`` and ``url`` (secrets redacted) name the call.
@@ -349,8 +357,8 @@ class Observer:
 
 
 def event_level(event: RetryEvent) -> int:
-    """The level of the record for ``event``. Attempts and successes are DEBUG,
-    retries INFO; a final failure is a WARNING, except a CircuitOpen (refused
+    """The level of the record for ``event``. Attempts, successes and interrupted calls
+    are DEBUG, retries INFO; a final failure is a WARNING, except a CircuitOpen (refused
     before an attempt, or a retry refused after one), which is DEBUG (the breaker
     opening is already one WARNING, and an outage must not turn every cheap
     fail-fast call into a log line), and a ClientError, which is
@@ -370,6 +378,8 @@ def event_level(event: RetryEvent) -> int:
         return logging.WARNING if event.transition.endswith("->open") else logging.INFO
     if kind == "body" and event.outcome == "broken":
         return logging.INFO  # (the caller got the exception itself: not a WARNING again)
+    # (and ``interrupted``: most often the caller's own doing, a cancelled task, and
+    # the caller gets the exception)
     return logging.DEBUG
 
 
@@ -450,6 +460,17 @@ def _log(event: RetryEvent, body_excerpt: str) -> None:
             gave_up,
             event.error,
             f" body: {printable(body_excerpt)}" if body_excerpt else "",
+            extra=fields,
+        )
+    elif kind == "interrupted":
+        logger.log(
+            level,
+            "%s %s [%s] was interrupted after %d attempt(s) by %s",
+            method,
+            url,
+            dependency,
+            event.attempt,
+            printable(event.exception or "an exception"),
             extra=fields,
         )
     elif kind == "attempt":

@@ -144,8 +144,8 @@ class SendLoop:
                     step = drive.next_attempt()
                 else:
                     return drive.finish(step)
-        except BaseException:
-            drive.abandoned()  # cancelled in an attempt or a wait: give back what it held
+        except BaseException as exc:
+            drive.abandoned(exc)  # cancelled in an attempt or a wait: give back what it held
             raise
         finally:
             drive.close()
@@ -171,10 +171,10 @@ class SendLoop:
                 failure: Exception = reached.as_outcome()
             except (httpx.TransportError, httpx.DecodingError) as exc:
                 failure = exc
-        except BaseException:
+        except BaseException as exc:
             if response is not None:
                 response.close()
-            drive.abandoned()
+            drive.abandoned(exc)
             raise
         finally:
             drive.attempt_ends_at = None

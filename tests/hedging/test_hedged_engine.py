@@ -347,6 +347,20 @@ def test_abandoning_the_call_releases_every_copys_probe() -> None:
     assert releases == [ReleaseProbe(probe)]
 
 
+def test_a_call_cancelled_with_two_copies_in_flight_is_interrupted_after_two_attempts() -> None:
+    call, clock = make_call()
+    start(call)
+    hedge_now(call, clock)
+    call.take_effects()
+    call.attempt_abandoned("CancelledError")
+    events = [e.event for e in call.take_effects() if isinstance(e, EmitEvent)]
+    assert [(e.kind, e.attempt, e.exception) for e in events] == [
+        ("interrupted", 2, "CancelledError")
+    ]
+    call.attempt_abandoned("CancelledError")  # (a shell tells it again: nothing more)
+    assert call.take_effects() == []
+
+
 def test_hedged_copies_carry_a_closed_permit_when_the_first_had_one() -> None:
     call, clock = make_call()
     first = call.start_attempt(Admission(permit=CLOSED_PERMIT))

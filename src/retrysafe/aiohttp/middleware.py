@@ -185,8 +185,8 @@ class RetryMiddleware:
                     step = drive.next_attempt()
                 else:
                     break
-        except BaseException:
-            drive.abandoned()  # cancelled, or a rule raised
+        except BaseException as exc:
+            drive.abandoned(exc)  # cancelled, or a rule raised
             attempt.discard()
             raise
         finally:

@@ -204,8 +204,8 @@ class RetryAdapter(HTTPAdapter):
                     step = drive.next_attempt()
                 else:
                     break
-        except BaseException:
-            drive.abandoned()  # cancelled (KeyboardInterrupt) or a rule raised
+        except BaseException as exc:
+            drive.abandoned(exc)  # cancelled (KeyboardInterrupt) or a rule raised
             attempt.discard()
             raise
         finally:

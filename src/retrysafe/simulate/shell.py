@@ -26,6 +26,7 @@ around a call reaches every call below it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import dataclasses
@@ -292,7 +293,8 @@ class SimCall:
             return
         for child in self.children:
             child.cancel()
-        self.context.run(self.drive.abandoned)
+        # (as an async shell's nested call is: its task cancelled with its caller's attempt)
+        self.context.run(self.drive.abandoned, asyncio.CancelledError())
         self.context.run(self.drive.close)
         self.ended = True
         # (the engine counts attempts that ended; the ones in flight were sent too)

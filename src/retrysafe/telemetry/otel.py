@@ -249,7 +249,7 @@ class OpenTelemetry:
             self._held.record(
                 event.wait, {"retrysafe.dependency": dependency, "retrysafe.reason": event.reason}
             )
-        elif kind == "success" or kind == "failure":
+        elif kind == "success" or kind == "failure" or kind == "interrupted":
             self._durations.record(
                 event.elapsed,
                 {
@@ -371,6 +371,7 @@ class _CallSpans:
         "_call",
         "_ended_at",
         "_hedges",
+        "_interrupted_by",
         "_method",
         "_owner",
         "_spans",
@@ -395,6 +396,9 @@ class _CallSpans:
         self._hedges = 0
         #: The call streams: a success's span ends with its body (a ``body`` event).
         self._body_follows = False
+        #: What an attempt still open as the call closes is marked with (``error.type``):
+        #: the exception that interrupted the call (an ``interrupted`` event), when told.
+        self._interrupted_by = "cancelled"
 
     def body_follows(self) -> None:
         """The call streams: if it succeeds, its span ends when its body does."""
@@ -451,6 +455,9 @@ class _CallSpans:
             elif kind == "success" or kind == "failure":
                 self._end_attempts()
                 self._call_ended(event)
+            elif kind == "interrupted":
+                self._interrupted_by = event.exception or "_OTHER"
+                self._call_interrupted(event)
             elif kind == "body":
                 self._body_ended(event)
             elif kind == "circuit":
@@ -514,6 +521,15 @@ class _CallSpans:
             return  # (a streamed success: the span goes on to the body's end)
         span.end()
 
+    def _call_interrupted(self, event: RetryEvent) -> None:
+        """The call ended on an exception not its own (its task cancelled): an error,
+        named as the caller got it. Its attempts still open end as it closes."""
+        span = self._call
+        span.set_attribute("retrysafe.attempts", event.attempt)
+        span.set_attribute("error.type", self._interrupted_by)
+        span.add_event("exception", {"exception.type": self._interrupted_by})
+        span.set_status(trace.StatusCode.ERROR, f"the call was interrupted: {self._interrupted_by}")
+
     def _body_ended(self, event: RetryEvent) -> None:
         """A streamed success's body ended: so does the call's span, an error if the body
         broke off (the caller got the exception)."""
@@ -556,7 +572,7 @@ class _CallSpans:
             self._leave()
             for number, span in list(self._spans.items()):
                 if number not in self._ended_at:
-                    span.set_attribute("error.type", "cancelled")
+                    span.set_attribute("error.type", self._interrupted_by)
                     span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
                 self._end_attempt(number)
             if self._call.is_recording():

@@ -9,8 +9,9 @@ Metric names (labels in brackets; ``dependency`` is the name calls are grouped
 under, by default the URL's origin ``scheme://host:port``, never its path or query):
 
 - ``retrysafe_calls_total{dependency, method, result, reason}``: calls ended;
-  ``result`` is ``success`` or ``failure``, ``reason`` why a failed call stopped
-  (empty for a success);
+  ``result`` is ``success``, ``failure`` or ``interrupted`` (an exception not the
+  call's own ended it: its task cancelled, a ``KeyboardInterrupt``), ``reason`` why a
+  failed call stopped (empty for the others);
 - ``retrysafe_call_duration_seconds{dependency, result}``: histogram of whole calls;
 - ``retrysafe_attempts_total{dependency, outcome}``: attempts, by what each got
   (every attempt: a hedged copy that lost counts with outcome ``hedge_lost``, one that
@@ -210,7 +211,7 @@ class PrometheusMetrics:
             self._child(self.retry_wait, dependency).observe(event.wait)
         elif kind == "held":
             self._child(self.held_wait, dependency, event.reason).observe(event.wait)
-        elif kind == "success" or kind == "failure":
+        elif kind == "success" or kind == "failure" or kind == "interrupted":
             method = known_method(event.method)
             self._child(self.calls, dependency, method, kind, event.reason).inc()
             self._child(self.call_duration, dependency, kind).observe(event.elapsed)
