@@ -411,21 +411,31 @@ def test_a_thread_that_read_before_waits_for_a_free_stream_no_longer_than_its_ti
     assert outcome[1] < 0.2 + 0.5
 
 
-def test_the_thread_reading_for_everyone_takes_a_slot_back_whatever_its_time() -> None:
+def test_the_thread_reading_for_everyone_takes_slots_back_at_once_owing_those_not_free() -> None:
     """The server lowered its limit: httpcore, reading for everyone, takes slots back.
-    That is its own bookkeeping, not a request: it waits as long as it takes, even
-    past the reading request's attempt time, and must not fail halfway."""
-    semaphore = threading.Semaphore(0)
+    It must not wait there (every request waits for its turn to read meanwhile, the
+    ones whose streams would close too): a free slot is taken, one not free is owed,
+    and the next streams to close pay what is owed before any slot comes free."""
+    semaphore = threading.Semaphore(1)  # (one free; the rest are open streams)
     turn = _TurnToRead(BoundedStream(_Recorder()))
-    connection = _Connection()
-    slots = _StreamSlots(semaphore, turn, connection)
-    threading.Timer(0.2, semaphore.release).start()  # (another request's stream closes)
-    token = current_call.set(_Call(ends_in=-0.1))
+    slots = _StreamSlots(semaphore, turn, _Connection())
+    token = current_call.set(_Call(ends_in=-0.1))  # (the reader's own time is over)
     try:
         with turn:
+            started = time.monotonic()
+            slots.acquire()  # free: taken
+            slots.acquire()  # none free: owed
             slots.acquire()
+            took = time.monotonic() - started
     finally:
         current_call.reset(token)
+    assert took < 0.1
+    assert slots.owed == 2
+    slots.release()
+    slots.release()  # (two streams closed: the debt is paid)
+    assert not semaphore.acquire(blocking=False)
+    slots.release()  # (a third: a slot comes free)
+    assert semaphore.acquire(blocking=False)
 
 
 class _Stalled(_Recorder):

@@ -52,50 +52,90 @@ class _AsyncStreamSlots:
     retires the connection (:func:`~retrysafe.attempt_deadline.retire_if_full`). (The
     wait itself is bounded by the attempt's cancellation, as every async wait is.)
 
-    httpcore also takes slots back when the server lowers its limit; that is no request,
-    and is left alone, as in the sync
-    :class:`~retrysafe.bounded_backend._StreamSlots`. It is told by httpcore's
-    own count of the streams it allows, which stays above the new limit until every
-    slot is taken back.
+    httpcore also takes slots back when the server lowers its limit, while it reads for
+    every request (see :class:`_TakeBackWithoutWaiting`). It waited there for streams to
+    close, holding every request's turn to read: the streams that would close could not
+    read their answers, and when the reading request's time ran out, the cancel cut
+    httpcore's handling of what it had read, so another request's answer, read with it,
+    was lost (it waited on until its read timed out, 5 s). As in the sync
+    :class:`~retrysafe.bounded_backend._StreamSlots`, a slot not free at once is owed
+    instead: the next stream to close pays it rather than freeing its slot.
     """
 
-    def __init__(self, semaphore: typing.Any, connection: object) -> None:
+    def __init__(self, semaphore: Any, connection: object) -> None:
         self._semaphore = semaphore
         self._connection = weakref.ref(connection)
+        #: Slots taken back that were not free then: the next streams to close pay them.
+        self.owed = 0
+        #: Whether httpcore is taking slots back now (set around it: it never waits).
+        self.taking_back = False
 
     async def acquire(self) -> None:
+        if self.taking_back:
+            if not _took_at_once(self._semaphore):
+                self.owed += 1
+            return
         await self._semaphore.acquire()
-        connection = self._connection()
-        if not _taking_slots_back(connection):
-            retire_if_full(connection)
+        retire_if_full(self._connection())
 
     async def release(self) -> None:
-        await self._semaphore.release()
+        if self.owed:
+            self.owed -= 1
+        else:
+            await self._semaphore.release()
 
 
-def _taking_slots_back(connection: typing.Any) -> bool:
-    """Whether httpcore's HTTP/2 ``connection`` is taking stream slots back, after the
-    server lowered its limit (True when that cannot be told: nothing is then retired)."""
+def _took_at_once(semaphore: Any) -> bool:
+    """Take a slot from httpcore's ``AsyncSemaphore`` if one is free, without waiting
+    (and so without a checkpoint, where a cancel could land); whether it did."""
+    inner = getattr(semaphore, "_trio_semaphore", None) or getattr(
+        semaphore, "_anyio_semaphore", None
+    )
+    if inner is None:
+        return False  # (never set up: nothing could be free in it)
     try:
-        state = connection._h2_state
-        allowed = min(
-            state.remote_settings.max_concurrent_streams,
-            state.local_settings.max_concurrent_streams,
-        )
-        return bool(connection._max_streams > allowed)
-    except Exception:
-        return True
+        inner.acquire_nowait()
+    except Exception:  # (anyio's and trio's WouldBlock, neither imported here)
+        return False
+    return True
+
+
+class _TakeBackWithoutWaiting:
+    """httpcore's ``_receive_remote_settings_change`` for one async HTTP/2 connection,
+    with its stream slots told that what it takes is taken back (owed if not free).
+
+    It runs without a pause (its slots neither wait nor yield), so no other request's
+    ``acquire`` can run while ``taking_back`` is set."""
+
+    def __init__(self, connection: Any, slots: _AsyncStreamSlots) -> None:
+        self._connection = weakref.ref(connection)
+        self._slots = slots
+        self._change = type(connection)._receive_remote_settings_change
+
+    async def __call__(self, event: object) -> None:
+        slots = self._slots
+        slots.taking_back = True
+        try:
+            await self._change(self._connection(), event)
+        finally:
+            slots.taking_back = False
 
 
 def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     """Fit the async HTTP/2 connection ``stream`` carries, once it has written its
-    preface: :class:`_AsyncStreamSlots` around its own count of free streams (only where
-    it finds httpcore's own ``AsyncSemaphore``), and :class:`_AsyncResetOnClose` as its
-    ``_response_closed`` (where the connection's class has one)."""
+    preface: :class:`_AsyncStreamSlots` around its own count of free streams, which it
+    takes back without waiting (:class:`_TakeBackWithoutWaiting`) (only where it finds
+    httpcore's own ``AsyncSemaphore`` and settings handler), and
+    :class:`_AsyncResetOnClose` as its ``_response_closed`` (where the connection's
+    class has one)."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
-    if isinstance(slots, httpcore._synchronization.AsyncSemaphore):
-        connection._max_streams_semaphore = _AsyncStreamSlots(slots, connection)
+    if isinstance(slots, httpcore._synchronization.AsyncSemaphore) and callable(
+        getattr(type(connection), "_receive_remote_settings_change", None)
+    ):
+        watched = _AsyncStreamSlots(slots, connection)
+        connection._max_streams_semaphore = watched
+        connection._receive_remote_settings_change = _TakeBackWithoutWaiting(connection, watched)
     if callable(getattr(type(connection), "_response_closed", None)):
         connection._response_closed = _AsyncResetOnClose(connection)
 

@@ -227,9 +227,15 @@ class _StreamSlots:
     own time does not bound. Here, a request whose time runs out while it waits fails
     with a pool timeout: nothing of it was sent, so it may be sent again. It wraps the
     same semaphore httpcore counts with, so nothing is lost whichever thread holds
-    which. The connection also takes slots back when the server lowers its limit,
-    while reading for everyone under :class:`_TurnToRead`: that wait stays unbounded,
-    as httpcore's own bookkeeping must not fail halfway.
+    which.
+
+    The connection also takes slots back when the server lowers its limit, while
+    reading for everyone under :class:`_TurnToRead`. httpcore waits there for streams
+    to close, holding every request's turn to read: with more streams open than the
+    new limit, the streams that would close wait for their turn, and every request on
+    the connection hung until one ran out of time (a hang's 2 s deadline overran to
+    10 s). Here a slot not free at once is owed instead: the next stream to close
+    pays it rather than freeing its slot.
 
     A request that gets a slot while h2 counts the server's limit full retires the
     connection (:func:`~retrysafe.attempt_deadline.retire_if_full`).
@@ -241,10 +247,15 @@ class _StreamSlots:
         self._semaphore = semaphore
         self._turn = turn
         self._connection = weakref.ref(connection)
+        #: Slots taken back that were not free then: the next streams to close pay them.
+        self.owed = 0
+        self._owing = threading.Lock()
 
     def acquire(self) -> None:
         if self._turn.reader == threading.get_ident():  # (the server lowered its limit)
-            self._semaphore.acquire()
+            with self._owing:
+                if not self._semaphore.acquire(blocking=False):
+                    self.owed += 1
             return
         if not _acquired_in_time(self._semaphore):
             raise httpcore.PoolTimeout(
@@ -254,7 +265,11 @@ class _StreamSlots:
         retire_if_full(self._connection())
 
     def release(self) -> None:
-        self._semaphore.release()
+        with self._owing:
+            if self.owed:
+                self.owed -= 1
+            else:
+                self._semaphore.release()
 
 
 def _bound_turns_to_read(stream: BoundedStream) -> bool:
