@@ -438,6 +438,62 @@ def test_the_thread_reading_for_everyone_takes_slots_back_at_once_owing_those_no
     assert semaphore.acquire(blocking=False)
 
 
+def test_turns_to_read_go_in_the_order_they_were_asked() -> None:
+    """A reader that read another request's answer asks for the turn again at once: the
+    request that was waiting goes first (it finds its answer read, and need not wait
+    out the reader's next read)."""
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    order: list[str] = []
+    b_waits = threading.Event()
+
+    def b() -> None:
+        b_waits.set()
+        with turn:
+            order.append("b")
+
+    with turn:
+        other = threading.Thread(target=b, daemon=True)
+        other.start()
+        b_waits.wait(5)
+        deadline = time.monotonic() + 5
+        while not turn._waiting and time.monotonic() < deadline:
+            time.sleep(0.001)
+    with turn:  # (at once again, as httpcore's reader does)
+        order.append("a again")
+    other.join(5)
+    assert order == ["b", "a again"]
+
+
+def test_a_wait_for_the_turn_that_runs_out_leaves_the_line_and_the_next_one_still_goes() -> None:
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    outcomes: list[str] = []
+
+    def wait_for_turn(ends_in: float | None, name: str) -> None:
+        token = current_call.set(_Call(ends_in=ends_in)) if ends_in is not None else None
+        try:
+            with turn:
+                outcomes.append(f"{name} read")
+        except AttemptDeadlineReached:
+            outcomes.append(f"{name} ran out")
+        finally:
+            if token is not None:
+                current_call.reset(token)
+
+    with turn:
+        short = threading.Thread(target=wait_for_turn, args=(0.1, "short"), daemon=True)
+        short.start()
+        short.join(5)
+        patient = threading.Thread(target=wait_for_turn, args=(None, "patient"), daemon=True)
+        patient.start()
+        deadline = time.monotonic() + 5
+        while not turn._waiting and time.monotonic() < deadline:
+            time.sleep(0.001)
+    patient.join(5)
+    assert outcomes == ["short ran out", "patient read"]
+    assert not turn._held
+    assert not turn._waiting
+
+
 class _Stalled(_Recorder):
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         raise httpcore.ReadTimeout("the server went quiet")
