@@ -10,6 +10,7 @@ clock reading.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import weakref
@@ -492,6 +493,105 @@ def test_a_wait_for_the_turn_that_runs_out_leaves_the_line_and_the_next_one_stil
     assert outcomes == ["short ran out", "patient read"]
     assert not turn._held
     assert not turn._waiting
+
+
+class _Interrupted(BaseException):
+    """What a signal handler raises in the main thread (a Ctrl-C's KeyboardInterrupt)."""
+
+
+def test_a_wait_for_the_turn_ended_by_a_signal_leaves_the_line() -> None:
+    """A signal's exception (Ctrl-C) raised while the main thread waits for the turn:
+    the waiter is out of the line, so the turn is not handed to nobody (every request
+    on the connection then waited for it, a body read after its call for ever)."""
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    release_holder = threading.Event()
+    holding = threading.Event()
+
+    def holder() -> None:
+        with turn:
+            holding.set()
+            release_holder.wait(5)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        other = threading.Thread(target=holder, daemon=True)
+        other.start()
+        holding.wait(5)
+        main = threading.get_ident()
+
+        def send_signal_once_waiting() -> None:
+            deadline = time.monotonic() + 5
+            while not turn._waiting and time.monotonic() < deadline:
+                time.sleep(0.001)
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+        threading.Thread(target=send_signal_once_waiting, daemon=True).start()
+        with pytest.raises(_Interrupted), turn:
+            pass
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        release_holder.set()
+    other.join(5)
+    assert not turn._waiting
+    assert not turn._held
+    got: list[str] = []
+
+    def later() -> None:
+        with turn:
+            got.append("read")
+
+    reader = threading.Thread(target=later, daemon=True)
+    reader.start()
+    reader.join(2)
+    assert got == ["read"]
+
+
+def test_a_turn_handed_over_as_the_waits_time_runs_out_is_passed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The turn reaches a waiter at the moment its time runs out: it passes the turn to
+    the next one in line rather than keep it."""
+    import retrysafe.bounded_backend as bounded_backend
+    from retrysafe.compiled import is_compiled
+
+    if is_compiled():
+        pytest.skip("the compiled module calls its own _acquired_in_time: no patch reaches it")
+    turn = _TurnToRead(BoundedStream(_Recorder()))
+    outcomes: list[str] = []
+
+    def handed_then_out_of_time(ticket: threading.Lock) -> bool:
+        ticket.acquire(timeout=5)  # (handed the turn...)
+        return False  # (... as its time ran out)
+
+    def waiter() -> None:
+        try:
+            with turn:
+                outcomes.append("late waiter read")
+        except AttemptDeadlineReached:
+            outcomes.append("late waiter ran out")
+
+    def patient() -> None:
+        with turn:
+            outcomes.append("patient read")
+
+    with turn:
+        monkeypatch.setattr(bounded_backend, "_acquired_in_time", handed_then_out_of_time)
+        late = threading.Thread(target=waiter, daemon=True)
+        late.start()
+        while not turn._waiting:
+            time.sleep(0.001)
+        monkeypatch.undo()
+        second = threading.Thread(target=patient, daemon=True)
+        second.start()
+        while len(turn._waiting) < 2:
+            time.sleep(0.001)
+    late.join(5)
+    second.join(5)
+    assert outcomes == ["late waiter ran out", "patient read"]
+    assert not turn._held
 
 
 class _Stalled(_Recorder):

@@ -228,17 +228,27 @@ class _TurnToRead:
             ticket = threading.Lock()
             ticket.acquire()
             self._waiting.append(ticket)
-        if not _acquired_in_time(ticket):
-            with self._guard:
-                handed = ticket not in self._waiting
-                if not handed:
-                    self._waiting.remove(ticket)
-            if handed:  # (handed the turn as its time ran out: it passes it on)
-                self._pass_on()
+        try:
+            acquired = _acquired_in_time(ticket)
+        except BaseException:  # (a KeyboardInterrupt in the wait: the line moves on)
+            self._leave_line(ticket)
+            raise
+        if not acquired:
+            self._leave_line(ticket)
             retire(self._stream)
             raise AttemptDeadlineReached(stalled=False)
         self.reader = threading.get_ident()
         return self
+
+    def _leave_line(self, ticket: threading.Lock) -> None:
+        """The wait on ``ticket`` ended without taking the turn: out of the line, or, if
+        the turn was handed to it meanwhile, the turn passed on."""
+        with self._guard:
+            handed = ticket not in self._waiting
+            if not handed:
+                self._waiting.remove(ticket)
+        if handed:
+            self._pass_on()
 
     def __exit__(self, *exc_info: object) -> None:
         self.reader = None
