@@ -1869,6 +1869,8 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
             # attempt in flight, a paced slot, a budget token spent on a retry never
             # sent), and its held first failure counts if the retry was in flight, or is
             # left to another call's retry if it was never sent.
+            if rec.during_attempt:
+                expected_events.append("attempt")  # (the attempt it cut ends first)
             expected_events.append("interrupted")
             if in_flight is not None:
                 expected_probes.append(in_flight)

@@ -469,6 +469,10 @@ class Call:
         """
         if self.state == "done":
             return
+        in_flight = self._in_flight()
+        if self._observed:  # (each attempt cut in flight ends too: its own event first)
+            for number in in_flight:
+                self._emit("attempt", "interrupted", None, exception=interrupted_by, attempt=number)
         self.effects.append(
             EmitEvent(
                 RetryEvent(
@@ -476,7 +480,7 @@ class Call:
                     dependency=self.dependency,
                     method=self.method,
                     url=self.url,
-                    attempt=self._attempts_started(),
+                    attempt=len(self._history) + len(in_flight),
                     elapsed=self._clock.monotonic() - self._reported_from,
                     exception=interrupted_by,
                 )
@@ -497,9 +501,10 @@ class Call:
             self.effects.append(ReleasePacing(self._pacing_slot))
         self._refund_unsent_retry()
 
-    def _attempts_started(self) -> int:
-        """The attempts started so far: those ended, and the one in flight."""
-        return len(self._history) + (1 if self.state == "attempting" else 0)
+    def _in_flight(self) -> list[int]:
+        """The numbers of the attempts in flight (started, not ended)."""
+        plan = self._plan
+        return [plan.number] if self.state == "attempting" and plan is not None else []
 
     def _refund_unsent_retry(self) -> None:
         """A retry the governor granted, spending a budget token, will never be sent:

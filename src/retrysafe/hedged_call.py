@@ -282,8 +282,8 @@ class HedgedCall(Call):
         super().attempt_abandoned(interrupted_by)  # (its event counts the copies in flight)
         self._flights.clear()
 
-    def _attempts_started(self) -> int:
-        return len(self._history) + len(self._flights)
+    def _in_flight(self) -> list[int]:
+        return [plan.number for plan in self._flights]
 
     def _abandon_others(self) -> None:
         """Every copy still in flight lost: record it, learn its latency so far, free it.

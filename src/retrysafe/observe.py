@@ -76,8 +76,9 @@ class RetryEvent:
     - ``"success"`` / ``"failure"``: the call is over;
     - ``"interrupted"``: the call is over with no outcome of its own: an exception that is
       not its end raised through it (its task was cancelled, a ``KeyboardInterrupt``):
-      ``exception`` names it, ``attempt`` counts the attempts started (the caller gets
-      that exception, not a retrysafe error);
+      ``exception`` names it, ``attempt`` counts the attempts started (no retrysafe error
+      is raised); an attempt it cut in flight ends first (its ``attempt`` event, outcome
+      ``"interrupted"``);
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
     - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
       ``"won"``, ``"lost"`` (cancelled: another copy won) or ``"refused"`` (then

@@ -354,8 +354,10 @@ def test_a_call_cancelled_with_two_copies_in_flight_is_interrupted_after_two_att
     call.take_effects()
     call.attempt_abandoned("CancelledError")
     events = [e.event for e in call.take_effects() if isinstance(e, EmitEvent)]
-    assert [(e.kind, e.attempt, e.exception) for e in events] == [
-        ("interrupted", 2, "CancelledError")
+    assert [(e.kind, e.attempt, e.outcome, e.exception) for e in events] == [
+        ("attempt", 1, "interrupted", "CancelledError"),  # (each copy cut in flight)
+        ("attempt", 2, "interrupted", "CancelledError"),
+        ("interrupted", 2, "", "CancelledError"),
     ]
     call.attempt_abandoned("CancelledError")  # (a shell tells it again: nothing more)
     assert call.take_effects() == []

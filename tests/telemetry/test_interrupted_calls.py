@@ -45,10 +45,15 @@ def test_a_task_cancelled_mid_attempt_ends_its_call_as_interrupted(
     assert (ending.status, ending.outcome, ending.reason) == (None, "", "")
     assert 0.25 <= ending.elapsed < 5.0
     assert [event.kind for event in events].count("interrupted") == 1
+    cut = events[-2]  # (the attempt it cut ends first, counted with every attempt)
+    assert (cut.kind, cut.attempt, cut.outcome) == ("attempt", 1, "interrupted")
+    assert cut.exception == CANCELLED[backend]
 
     _, samples = scrape(registry)
     labels = {"dependency": "slow", "method": "GET", "result": "interrupted", "reason": ""}
     assert value(samples, "retrysafe_calls_total", **labels) == 1.0
+    attempts = {"dependency": "slow", "outcome": "interrupted"}
+    assert value(samples, "retrysafe_attempts_total", **attempts) == 1.0
     duration = {"dependency": "slow", "result": "interrupted"}
     assert value(samples, "retrysafe_call_duration_seconds_count", **duration) == 1.0
 
@@ -58,6 +63,7 @@ def test_a_task_cancelled_mid_attempt_ends_its_call_as_interrupted(
         assert dict(span.attributes or {})["error.type"] == CANCELLED[backend]
         assert span.status.status_code is StatusCode.ERROR
     assert dict(call_span.attributes or {})["retrysafe.attempts"] == 1
+    assert dict(attempt_span.attributes or {})["retrysafe.outcome"] == "interrupted"
     durations = otel.metric_points()["retrysafe.call.duration"]
     assert [attributes["retrysafe.result"] for attributes, _ in durations] == ["interrupted"]
 
@@ -91,8 +97,10 @@ def test_a_keyboard_interrupt_ends_a_sync_call_as_interrupted_and_the_caller_get
     client = retrysafe.Client(transport=transport, hooks=[events.append])
     with client, pytest.raises(KeyboardInterrupt):
         client.get("https://api.test/orders?api_key=SECRET-1f2e")
-    assert [event.kind for event in events] == ["interrupted"]
-    assert (events[0].attempt, events[0].exception) == (1, "KeyboardInterrupt")
+    assert [(e.kind, e.attempt, e.outcome, e.exception) for e in events] == [
+        ("attempt", 1, "interrupted", "KeyboardInterrupt"),  # (the attempt it cut)
+        ("interrupted", 1, "", "KeyboardInterrupt"),
+    ]
     lines = [r.getMessage() for r in caplog.records if r.name == "retrysafe"]
     assert lines[-1].startswith("GET https://api.test/orders?api_key=[REDACTED] [")
     assert lines[-1].endswith("was interrupted after 1 attempt(s) by KeyboardInterrupt")
@@ -129,7 +137,8 @@ def test_an_aiohttp_call_cancelled_mid_attempt_is_interrupted(chaos: Any) -> Non
 
     asyncio.run(call())
     assert [(e.kind, e.attempt, e.exception) for e in events] == [
-        ("interrupted", 1, "CancelledError")
+        ("attempt", 1, "CancelledError"),
+        ("interrupted", 1, "CancelledError"),
     ]
 
 
@@ -151,5 +160,6 @@ def test_a_requests_call_interrupted_mid_attempt_is_interrupted(chaos: Any) -> N
         with pytest.raises(KeyboardInterrupt):
             session.get(chaos.url("/status/200"))
     assert [(e.kind, e.attempt, e.exception) for e in events] == [
-        ("interrupted", 1, "KeyboardInterrupt")
+        ("attempt", 1, "KeyboardInterrupt"),
+        ("interrupted", 1, "KeyboardInterrupt"),
     ]

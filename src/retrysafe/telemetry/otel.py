@@ -573,7 +573,7 @@ class _CallSpans:
             for number, span in list(self._spans.items()):
                 if number not in self._ended_at:
                     span.set_attribute("error.type", self._interrupted_by)
-                    span.set_status(trace.StatusCode.ERROR, "the attempt was cancelled")
+                    span.set_status(trace.StatusCode.ERROR, "the attempt was interrupted")
                 self._end_attempt(number)
             if self._call.is_recording():
                 self._call.end()
