@@ -10,6 +10,7 @@ clock reading.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -18,7 +19,11 @@ import weakref
 import httpcore
 import pytest
 
-from retrysafe.async_bounded_backend import AsyncBoundedBackend, AsyncBoundedStream
+from retrysafe.async_bounded_backend import (
+    AsyncBoundedBackend,
+    AsyncBoundedStream,
+    _AsyncStreamSlots,
+)
 from retrysafe.attempt_deadline import AttemptDeadlineReached, current_call
 from retrysafe.bounded_backend import (
     H2_PREFACE,
@@ -592,6 +597,39 @@ def test_a_turn_handed_over_as_the_waits_time_runs_out_is_passed_on(
     second.join(5)
     assert outcomes == ["late waiter ran out", "patient read"]
     assert not turn._held
+
+
+def test_async_a_slot_that_comes_back_while_slots_are_owed_pays_them_first() -> None:
+    """asyncio: a closed stream's slot handed to a waiting request whose task is then
+    cancelled goes back by anyio's own release, past the slots' (which pays what is
+    owed). A new request must still find no slot over the server's lowered limit."""
+    import asyncio
+
+    async def scenario() -> tuple[int, bool]:
+        semaphore = httpcore._synchronization.AsyncSemaphore(3)
+        slots = _AsyncStreamSlots(semaphore, _Connection())
+        for _ in range(3):
+            await slots.acquire()  # (three streams open: the limit)
+        waiter = asyncio.create_task(slots.acquire())
+        await asyncio.sleep(0)  # (a fourth request waits for a stream)
+        await slots.release()  # (a stream closes: its slot goes to the waiter)
+        slots.taking_back = True  # (the server lowers its limit to one, in that turn)
+        await slots.acquire()
+        await slots.acquire()
+        slots.taking_back = False
+        waiter.cancel()  # (the waiting request's attempt is cut: its slot goes back)
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        owed = slots.owed
+        try:
+            await asyncio.wait_for(slots.acquire(), 0.2)
+        except asyncio.TimeoutError:  # (not TimeoutError before Python 3.11)
+            return owed, False
+        return owed, True
+
+    owed, got_one = asyncio.run(scenario())
+    assert owed == 2
+    assert not got_one  # (two streams are open against a limit of one)
 
 
 class _Stalled(_Recorder):

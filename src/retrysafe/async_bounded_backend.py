@@ -71,11 +71,17 @@ class _AsyncStreamSlots:
         self.taking_back = False
 
     async def acquire(self) -> None:
+        semaphore = self._semaphore
         if self.taking_back:
-            if not _took_at_once(self._semaphore):
+            if not _took_at_once(semaphore):
                 self.owed += 1
             return
-        await self._semaphore.acquire()
+        # A slot may have come free with slots still owed: handed to a request waiting
+        # for one whose cancel then gave it back by anyio's own release, past ours.
+        # It pays what is owed before this request takes one.
+        while self.owed and _took_at_once(semaphore):
+            self.owed -= 1
+        await semaphore.acquire()
         retire_if_full(self._connection())
 
     async def release(self) -> None:
@@ -85,16 +91,19 @@ class _AsyncStreamSlots:
             await self._semaphore.release()
 
 
+def _inner_semaphore(semaphore: Any) -> Any:
+    """The trio or anyio semaphore inside httpcore's ``AsyncSemaphore`` (None before its
+    first use, or in an httpcore that keeps it elsewhere)."""
+    return getattr(semaphore, "_trio_semaphore", None) or getattr(
+        semaphore, "_anyio_semaphore", None
+    )
+
+
 def _took_at_once(semaphore: Any) -> bool:
     """Take a slot from httpcore's ``AsyncSemaphore`` if one is free, without waiting
     (and so without a checkpoint, where a cancel could land); whether it did."""
-    inner = getattr(semaphore, "_trio_semaphore", None) or getattr(
-        semaphore, "_anyio_semaphore", None
-    )
-    if inner is None:
-        return False  # (never set up: nothing could be free in it)
     try:
-        inner.acquire_nowait()
+        _inner_semaphore(semaphore).acquire_nowait()
     except Exception:  # (anyio's and trio's WouldBlock, neither imported here)
         return False
     return True
@@ -125,13 +134,15 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     """Fit the async HTTP/2 connection ``stream`` carries, once it has written its
     preface: :class:`_AsyncStreamSlots` around its own count of free streams, which it
     takes back without waiting (:class:`_TakeBackWithoutWaiting`) (only where it finds
-    httpcore's own ``AsyncSemaphore`` and settings handler), and
+    httpcore's own ``AsyncSemaphore``, set up, and settings handler), and
     :class:`_AsyncResetOnClose` as its ``_response_closed`` (where the connection's
     class has one)."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
-    if isinstance(slots, httpcore._synchronization.AsyncSemaphore) and callable(
-        getattr(type(connection), "_receive_remote_settings_change", None)
+    if (
+        isinstance(slots, httpcore._synchronization.AsyncSemaphore)
+        and _inner_semaphore(slots) is not None  # (else no slot could be taken at once)
+        and callable(getattr(type(connection), "_receive_remote_settings_change", None))
     ):
         watched = _AsyncStreamSlots(slots, connection)
         connection._max_streams_semaphore = watched
