@@ -404,7 +404,7 @@ def note_sent() -> None:
 
 
 class _HeadersNoted:
-    """An HTTP/2 connection's ``h2`` ``send_headers``, which first notes that the attempt
+    """An HTTP/2 connection's ``h2`` ``send_headers``, which then notes that the attempt
     in flight in this context sends its request now (:func:`note_sent`).
 
     Over HTTP/2 a request's HEADERS go into h2's buffer here, in its own thread or task,
@@ -425,8 +425,9 @@ class _HeadersNoted:
         self._send = send
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        note_sent()
-        return self._send(*args, **kwargs)
+        sent = self._send(*args, **kwargs)
+        note_sent()  # (after: HEADERS h2 refuses, such as an invalid header, never went)
+        return sent
 
 
 def note_headers_sent(stream: SharedStream) -> None:

@@ -439,20 +439,32 @@ _PERMANENT: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
-def _refused_at_stream_limit(exc: BaseException) -> bool:
-    """Whether ``exc`` is h2 refusing to open the request's stream because the HTTP/2
-    connection's streams are all open: nothing of the request was sent, and another
-    connection may take it. (httpcore lets a request through to h2 while streams it
-    forgot, those of attempts cut short, still count there.)"""
+def h2_protocol_error(exc: BaseException) -> bool:
+    """Whether ``exc`` carries an error of the ``h2`` library (httpx's, around httpcore's,
+    around h2's). httpcore raises every h2 protocol error on a connection as a
+    ``LocalProtocolError``, an answer the server garbled (an undecodable or oversized
+    header block) as much as a request h2 refuses to send."""
+    return _h2_error_named(exc, None)
+
+
+def _h2_error_named(exc: BaseException, name: str | None) -> bool:
     seen: BaseException | None = exc
     for _ in range(4):  # httpx's error, httpcore's, h2's
         if seen is None:
             return False
         kind = type(seen)
-        if kind.__name__ == "TooManyStreamsError" and kind.__module__.startswith("h2."):
+        if kind.__module__.startswith("h2.") and (name is None or kind.__name__ == name):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def h2_refused_at_stream_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is h2 refusing to open the request's stream because the HTTP/2
+    connection's streams are all open: nothing of the request was sent, and another
+    connection may take it. (httpcore lets a request through to h2 while streams it
+    forgot, those of attempts cut short, still count there.)"""
+    return _h2_error_named(exc, "TooManyStreamsError")
 
 
 def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
@@ -472,7 +484,7 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
         for kind, reason in kinds:
             if isinstance(exc, kind):
                 return Verdict.retry(reason, processed="no" if processed == "no" else "maybe")
-    if isinstance(exc, httpx.LocalProtocolError) and _refused_at_stream_limit(exc):
+    if isinstance(exc, httpx.LocalProtocolError) and h2_refused_at_stream_limit(exc):
         return Verdict.retry("stream_limit", processed="no")
     for kind, reason in _PERMANENT:
         if isinstance(exc, kind):

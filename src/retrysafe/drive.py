@@ -30,7 +30,7 @@ from retrysafe.call_options import (
     CallOptions,
     refuse_options,
 )
-from retrysafe.classify import AttemptTimedOut
+from retrysafe.classify import AttemptTimedOut, h2_protocol_error, h2_refused_at_stream_limit
 from retrysafe.clock import SystemClock
 from retrysafe.clock_read import monotonic_of
 from retrysafe.deadline_scope import current_deadline
@@ -227,6 +227,22 @@ def _say_no_retry_was_sent(cause: BaseException, refusal: Refused) -> None:
             f"{cause.args[0]}{said} the dependency's {refusal.protection} held "
             "it back (retrysafe's note on this exception says more)",
         )
+
+
+def _after_sending(exc: httpx.LocalProtocolError, request: httpx.Request) -> Exception:
+    """An h2 protocol error httpcore raised as "local" once the attempt's HEADERS had
+    gone out: the server may have the request (an answer it garbled, or the connection
+    failing under it), so it is told as the remote protocol error it may be, the
+    original as its cause. (Taken as local, it read as "never received": a POST the
+    server had answered would have been reported unsent. Refused before sending, by h2
+    or at the stream limit, it stays local: then nothing was noted as sent.)"""
+    if h2_refused_at_stream_limit(exc):
+        return exc
+    error = httpx.RemoteProtocolError(
+        f"the HTTP/2 connection failed after the request was sent: {exc}", request=request
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _listening(observer: Observer) -> bool:
@@ -669,6 +685,12 @@ class Drive:
                 self.call.answered_during_attempt()  # (a timeout is then held: see Call)
         if self.gave_up_inside:
             self._note_nested_give_up()
+        if (
+            self.attempt_sent_at is not None
+            and isinstance(exc, httpx.LocalProtocolError)
+            and h2_protocol_error(exc)
+        ):
+            exc = _after_sending(exc, self.request)
         if self.attempt_started_at is not None:  # (a timed attempt: see _time_queued)
             if self.attempt_sent_at is None and type(exc) is AttemptTimedOut:
                 # Cut from outside before it was sent, where the network streams note that

@@ -1,0 +1,145 @@
+"""An HTTP/2 server that answers with a header block h2 cannot decode (a broken proxy).
+
+httpcore raises every h2 protocol error on a connection as a ``LocalProtocolError``,
+which retrysafe read as "the request could not be sent as built": a POST the server
+had received and answered was reported ``processed="no"`` (trial79), and a caller
+trusting that would send the charge again. Once the request's HEADERS went out, such
+an error is the remote protocol error it may be: ``processed="maybe"``. A request h2
+refuses before sending stays an invalid request, never sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import retrysafe
+from retrysafe import RetryPolicy
+from retrysafe.chaos.connection import listening_socket
+
+h2_connection = pytest.importorskip("h2.connection")
+h2_config = pytest.importorskip("h2.config")
+h2_events = pytest.importorskip("h2.events")
+
+pytestmark = pytest.mark.anyio
+
+H2_ONLY = {"http1": False, "http2": True}
+QUICK = RetryPolicy(attempts=3, attempt_timeout=2.0, deadline=3.0, backoff_base=0.01)
+#: A dynamic table size update whose integer never ends: no HPACK decoder can read it.
+UNDECODABLE_BLOCK = b"\x3f\xff\xff\xff\xff\xff"
+
+
+class GarblingServer:
+    """Answers every request with a HEADERS frame holding an undecodable block, once the
+    request has come whole; counts the requests it got, by path."""
+
+    def __init__(self) -> None:
+        self._listener = listening_socket("127.0.0.1")
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.received: dict[str, int] = {}
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            self._open.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        paths: dict[int, str] = {}
+        with contextlib.suppress(OSError, Exception):
+            sock.sendall(conn.data_to_send())
+            while data := sock.recv(65536):
+                garbled: list[int] = []
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2_events.RequestReceived):
+                        paths[event.stream_id] = dict(event.headers)[b":path"].decode()
+                    elif isinstance(event, h2_events.StreamEnded):
+                        path = paths[event.stream_id]
+                        self.received[path] = self.received.get(path, 0) + 1
+                        garbled.append(event.stream_id)
+                sock.sendall(conn.data_to_send())
+                for stream_id in garbled:  # (HEADERS, END_HEADERS, the bad block)
+                    length = struct.pack(">I", len(UNDECODABLE_BLOCK))[1:]
+                    frame = length + b"\x01\x04" + struct.pack(">I", stream_id)
+                    sock.sendall(frame + UNDECODABLE_BLOCK)
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.fixture
+def garbling() -> Iterator[GarblingServer]:
+    server = GarblingServer()
+    yield server
+    server.close()
+
+
+def _assert_maybe_processed_once(error: retrysafe.TransportError, server: GarblingServer) -> None:
+    assert error.processed == "maybe"
+    assert error.reason == "unsafe_to_repeat"
+    assert error.outcome == "remote_protocol_error"
+    assert server.received == {"/orders": 1}  # (sent once, and not again)
+
+
+def test_a_post_answered_with_a_garbled_header_block_may_have_been_processed_sync(
+    garbling: GarblingServer,
+) -> None:
+    with (
+        retrysafe.Client(policy=QUICK, **H2_ONLY) as client,
+        pytest.raises(retrysafe.TransportError) as raised,
+    ):
+        client.post(f"{garbling.url}/orders", json={"item": 1})
+    _assert_maybe_processed_once(raised.value, garbling)
+
+
+async def test_a_post_answered_with_a_garbled_header_block_may_have_been_processed_async(
+    garbling: GarblingServer,
+) -> None:
+    async with retrysafe.AsyncClient(policy=QUICK, **H2_ONLY) as client:
+        with pytest.raises(retrysafe.TransportError) as raised:
+            await client.post(f"{garbling.url}/orders", json={"item": 1})
+    _assert_maybe_processed_once(raised.value, garbling)
+
+
+def test_the_drop_in_transport_raises_httpxs_remote_protocol_error_over_the_local_one(
+    garbling: GarblingServer,
+) -> None:
+    import httpx
+
+    transport = retrysafe.RetryTransport(httpx.HTTPTransport(http1=False, http2=True))
+    with (
+        httpx.Client(transport=transport) as client,
+        pytest.raises(httpx.RemoteProtocolError) as raised,
+    ):
+        client.post(f"{garbling.url}/orders", json={"item": 1})
+    assert isinstance(raised.value.__cause__, httpx.LocalProtocolError)  # (httpcore's)
+    assert garbling.received == {"/orders": 1}
+
+
+def test_a_request_h2_refuses_to_send_is_still_never_sent(garbling: GarblingServer) -> None:
+    """``TE`` may only say ``trailers`` over HTTP/2: h2 refuses the HEADERS before any
+    byte of them goes out."""
+    with (
+        retrysafe.Client(policy=QUICK, **H2_ONLY) as client,
+        pytest.raises(retrysafe.TransportError) as raised,
+    ):
+        client.post(f"{garbling.url}/orders", json={"item": 1}, headers={"TE": "gzip"})
+    assert raised.value.processed == "no"
+    assert raised.value.outcome == "invalid_request"
+    assert garbling.received == {}
