@@ -467,6 +467,31 @@ def h2_refused_at_stream_limit(exc: BaseException) -> bool:
     return _h2_error_named(exc, "TooManyStreamsError")
 
 
+#: HTTP/2's REFUSED_STREAM error code: the server reset the stream before any processing.
+_REFUSED_STREAM: Final = 0x7
+
+
+def _refused_unprocessed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server saying, over HTTP/2, that it did not process the
+    request (RFC 9113, section 8.7): a RST_STREAM with REFUSED_STREAM, or a GOAWAY whose
+    last stream is 0, so that no stream of the connection was processed. (httpcore
+    raises both as a RemoteProtocolError around h2's event.)"""
+    seen: BaseException | None = exc
+    for _ in range(3):  # httpx's error, httpcore's
+        if seen is None:
+            return False
+        event = seen.args[0] if seen.args else None
+        kind = type(event)
+        if kind.__module__.startswith("h2."):
+            if kind.__name__ == "StreamReset":
+                return getattr(event, "error_code", None) == _REFUSED_STREAM
+            if kind.__name__ == "ConnectionTerminated":
+                return getattr(event, "last_stream_id", None) == 0
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
     """Classify an exception by how far the request got.
 
@@ -480,6 +505,8 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
         if isinstance(exc, httpx.DecodingError):
             return Verdict.retry("undecodable_body")
         return Verdict.retry("truncated_body")
+    if isinstance(exc, httpx.RemoteProtocolError) and _refused_unprocessed(exc):
+        return Verdict.retry("refused_stream", processed="no")
     for kinds, processed in ((_NEVER_SENT, "no"), (_MAYBE_SENT, "maybe")):
         for kind, reason in kinds:
             if isinstance(exc, kind):

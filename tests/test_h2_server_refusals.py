@@ -1,11 +1,16 @@
-"""An HTTP/2 server that answers with a header block h2 cannot decode (a broken proxy).
+"""An HTTP/2 server that refuses a request, or garbles its answer: was it processed?
+
+A stream reset with REFUSED_STREAM, or a GOAWAY whose last stream is 0, says the server
+did not process the request (RFC 9113, 8.7): even a POST without a key may go again.
+retrysafe read both as "maybe processed", and gave the POST up (trial79).
 
 httpcore raises every h2 protocol error on a connection as a ``LocalProtocolError``,
-which retrysafe read as "the request could not be sent as built": a POST the server
-had received and answered was reported ``processed="no"`` (trial79), and a caller
-trusting that would send the charge again. Once the request's HEADERS went out, such
-an error is the remote protocol error it may be: ``processed="maybe"``. A request h2
-refuses before sending stays an invalid request, never sent.
+which retrysafe read as "the request could not be sent as built": a POST the server had
+received and answered with a header block h2 cannot decode (a broken proxy) was
+reported ``processed="no"`` (trial79), and a caller trusting that would send the charge
+again. Once the request's HEADERS went out, such an error is the remote protocol error
+it may be: ``processed="maybe"``. A request h2 refuses before sending stays an invalid
+request, never sent.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 import retrysafe
@@ -25,6 +31,7 @@ from retrysafe.chaos.connection import listening_socket
 h2_connection = pytest.importorskip("h2.connection")
 h2_config = pytest.importorskip("h2.config")
 h2_events = pytest.importorskip("h2.events")
+h2_errors = pytest.importorskip("h2.errors")
 
 pytestmark = pytest.mark.anyio
 
@@ -35,8 +42,11 @@ UNDECODABLE_BLOCK = b"\x3f\xff\xff\xff\xff\xff"
 
 
 class GarblingServer:
-    """Answers every request with a HEADERS frame holding an undecodable block, once the
-    request has come whole; counts the requests it got, by path."""
+    """An HTTP/2 server answering by path, once a request has come whole: ``/orders``
+    with a HEADERS frame holding an undecodable block; ``/refused`` with a reset
+    (REFUSED_STREAM) the first time, then 200; ``/goaway`` with a GOAWAY whose last
+    stream is 0 on the first connection, then 200. It counts the requests it got, by
+    path."""
 
     def __init__(self) -> None:
         self._listener = listening_socket("127.0.0.1")
@@ -67,8 +77,18 @@ class GarblingServer:
                         paths[event.stream_id] = dict(event.headers)[b":path"].decode()
                     elif isinstance(event, h2_events.StreamEnded):
                         path = paths[event.stream_id]
-                        self.received[path] = self.received.get(path, 0) + 1
-                        garbled.append(event.stream_id)
+                        times = self.received[path] = self.received.get(path, 0) + 1
+                        if path == "/orders":
+                            garbled.append(event.stream_id)
+                        elif path == "/refused" and times == 1:
+                            conn.reset_stream(event.stream_id, h2_errors.ErrorCodes.REFUSED_STREAM)
+                        elif path == "/goaway" and times == 1:
+                            conn.close_connection(error_code=0, last_stream_id=0)
+                        else:
+                            conn.send_headers(
+                                event.stream_id, [(":status", "200"), ("content-length", "2")]
+                            )
+                            conn.send_data(event.stream_id, b"ok", end_stream=True)
                 sock.sendall(conn.data_to_send())
                 for stream_id in garbled:  # (HEADERS, END_HEADERS, the bad block)
                     length = struct.pack(">I", len(UNDECODABLE_BLOCK))[1:]
@@ -120,8 +140,6 @@ async def test_a_post_answered_with_a_garbled_header_block_may_have_been_process
 def test_the_drop_in_transport_raises_httpxs_remote_protocol_error_over_the_local_one(
     garbling: GarblingServer,
 ) -> None:
-    import httpx
-
     transport = retrysafe.RetryTransport(httpx.HTTPTransport(http1=False, http2=True))
     with (
         httpx.Client(transport=transport) as client,
@@ -143,3 +161,27 @@ def test_a_request_h2_refuses_to_send_is_still_never_sent(garbling: GarblingServ
     assert raised.value.processed == "no"
     assert raised.value.outcome == "invalid_request"
     assert garbling.received == {}
+
+
+@pytest.mark.parametrize("path", ["/refused", "/goaway"])
+def test_a_post_the_server_refused_unprocessed_is_sent_again_sync(
+    garbling: GarblingServer, path: str
+) -> None:
+    with retrysafe.Client(policy=QUICK, **H2_ONLY) as client:
+        response = client.post(f"{garbling.url}{path}", json={"item": 1})
+    assert response.status_code == 200
+    history = retrysafe.report_of(response).history
+    assert [record.outcome for record in history] == ["refused_stream", "success"]
+    assert garbling.received == {path: 2}
+
+
+@pytest.mark.parametrize("path", ["/refused", "/goaway"])
+async def test_a_post_the_server_refused_unprocessed_is_sent_again_async(
+    garbling: GarblingServer, path: str
+) -> None:
+    async with retrysafe.AsyncClient(policy=QUICK, **H2_ONLY) as client:
+        response = await client.post(f"{garbling.url}{path}", json={"item": 1})
+    assert response.status_code == 200
+    history = retrysafe.report_of(response).history
+    assert [record.outcome for record in history] == ["refused_stream", "success"]
+    assert garbling.received == {path: 2}
