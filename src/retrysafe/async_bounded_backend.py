@@ -8,11 +8,14 @@ deprecated, and every cancel of an attempt in flight crosses a read.
 What holds for the sync streams holds here, HTTP/2 included, but for httpcore's waits on
 an async HTTP/2 connection: those are bounded by the attempt's cancellation, as every
 async wait is, so only the connection's count of free streams is watched
-(:class:`_AsyncStreamSlots`).
+(:class:`_AsyncStreamSlots`), and its turns to read are given as the sync ones are
+(:class:`_AsyncTurnToRead`).
 """
 
 from __future__ import annotations
 
+import collections
+import contextvars
 import typing
 import weakref
 from collections.abc import Coroutine, Iterable
@@ -130,13 +133,117 @@ class _TakeBackWithoutWaiting:
             slots.taking_back = False
 
 
+#: The stream the task reads for now, on an HTTP/2 connection (see _AsyncReadingFor).
+_reading_for: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "retrysafe_h2_reading_for", default=None
+)
+
+
+class _AsyncTurnToRead:
+    """The lock an async HTTP/2 connection's requests take turns to read under, in
+    httpcore's place: the turn goes first to a waiting request whose answer has come,
+    then to the one that asked first.
+
+    httpcore reads for every request under it. A request whose answer another one read
+    still waits for the turn before it takes that answer; a reader with no answer yet
+    blocks in its read, holding the turn. With plain lock turns, the requests beside a
+    few hangs waited until the hangs' reads ended, and every one of them ran out of
+    time although its answer had come (trial79, asyncio and trio). A wait cut by a
+    cancel leaves the line (or passes on a turn just handed to it)."""
+
+    def __init__(self, connection: object) -> None:
+        self._connection = weakref.ref(connection)
+        self._held = False
+        self._waiting: collections.deque[_AsyncWaiter] = collections.deque()
+
+    async def __aenter__(self) -> _AsyncTurnToRead:
+        if not self._held:
+            self._held = True
+            return self
+        waiter = _AsyncWaiter(_reading_for.get())
+        self._waiting.append(waiter)
+        try:
+            await waiter.turn.wait()
+        except BaseException:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+            else:  # (handed the turn as it was cut: the next one takes it)
+                self._pass_on()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._pass_on()
+
+    def _pass_on(self) -> None:
+        waiting = self._waiting
+        if waiting:
+            chosen = self._first_answered() or waiting[0]
+            waiting.remove(chosen)
+            chosen.turn.set()  # (still held: by that task now)
+        else:
+            self._held = False
+
+    def _first_answered(self) -> _AsyncWaiter | None:
+        events = getattr(self._connection(), "_events", None)
+        if not isinstance(events, dict):
+            return None
+        for waiter in self._waiting:
+            if waiter.stream_id is not None and events.get(waiter.stream_id):
+                return waiter
+        return None
+
+
+class _AsyncWaiter:
+    """A task waiting for the turn to read: the event set to hand it the turn, and the
+    stream it reads for (None: not known)."""
+
+    __slots__ = ("stream_id", "turn")
+
+    def __init__(self, stream_id: int | None) -> None:
+        import anyio  # (not with the module: it loads for every async client)
+
+        self.stream_id = stream_id
+        self.turn = anyio.Event()
+
+
+class _AsyncReadingFor:
+    """httpcore's ``_receive_stream_event`` for one async HTTP/2 connection, telling its
+    :class:`_AsyncTurnToRead` which stream the task waits for while it does."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = weakref.ref(connection)
+        self._receive = type(connection)._receive_stream_event
+
+    async def __call__(self, request: object, stream_id: int) -> object:
+        token = _reading_for.set(stream_id)
+        try:
+            return await self._receive(self._connection(), request, stream_id)
+        finally:
+            _reading_for.reset(token)
+
+
+def _take_turns_to_read(connection: Any) -> None:
+    """Put an :class:`_AsyncTurnToRead` in place of ``connection``'s read lock, where it
+    finds httpcore's own, not yet taken, and the method that reads for one stream."""
+    lock = getattr(connection, "_read_lock", None)
+    if not isinstance(lock, httpcore._synchronization.AsyncLock):
+        return
+    inner = getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
+    if inner is not None and inner.locked():
+        return
+    if callable(getattr(type(connection), "_receive_stream_event", None)):
+        connection._read_lock = _AsyncTurnToRead(connection)
+        connection._receive_stream_event = _AsyncReadingFor(connection)
+
+
 def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     """Fit the async HTTP/2 connection ``stream`` carries, once it has written its
     preface: :class:`_AsyncStreamSlots` around its own count of free streams, which it
     takes back without waiting (:class:`_TakeBackWithoutWaiting`) (only where it finds
-    httpcore's own ``AsyncSemaphore``, set up, and settings handler), and
+    httpcore's own ``AsyncSemaphore``, set up, and settings handler),
     :class:`_AsyncResetOnClose` as its ``_response_closed`` (where the connection's
-    class has one)."""
+    class has one), and :class:`_AsyncTurnToRead` as its read lock."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
     if (
@@ -149,6 +256,7 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
         connection._receive_remote_settings_change = _TakeBackWithoutWaiting(connection, watched)
     if callable(getattr(type(connection), "_response_closed", None)):
         connection._response_closed = _AsyncResetOnClose(connection)
+    _take_turns_to_read(connection)
 
 
 class _AsyncResetOnClose:

@@ -202,20 +202,25 @@ class _TurnToRead:
     (its connection retired; see :func:`~retrysafe.attempt_deadline.retire`).
 
     A reader that read another request's answer (with its own still to come) asks
-    for the turn again at once; a plain lock usually gave it back to that reader,
-    which then held it through its next read while the request whose answer had
-    come waited for it to end (a GET answered at once waited out a hang beside it,
-    1.4 s). Here the turn goes to the request that asked first.
+    for the turn again at once, and then blocks in its next read; whoever has the turn
+    next may have no answer yet either, and block too. So the turn goes first to a
+    request whose answer has come (it takes it and gives the turn back at once), then
+    to the one that asked first. With a plain lock, a GET answered at once waited out
+    a hang beside it (1.4 s); with several hangs, every GET on the connection ran out
+    of time although its answer had come (trial79).
     """
 
-    def __init__(self, stream: BoundedStream) -> None:
+    def __init__(self, stream: BoundedStream, connection: object = None) -> None:
         self._guard = threading.Lock()
         #: Whether some thread holds the turn.
         self._held = False
         #: The threads waiting for the turn, first first: each waits on its own lock,
         #: released to hand it the turn.
-        self._waiting: collections.deque[threading.Lock] = collections.deque()
+        self._waiting: collections.deque[_Waiter] = collections.deque()
         self._stream = stream
+        self._connection = weakref.ref(connection) if connection is not None else None
+        #: The stream each thread reads for now (see :class:`_ReadingFor`).
+        self.reading_for = threading.local()
         #: The thread reading under it now, if any (see _StreamSlots.acquire).
         self.reader: int | None = None
 
@@ -225,28 +230,27 @@ class _TurnToRead:
                 self._held = True
                 self.reader = threading.get_ident()
                 return self
-            ticket = threading.Lock()
-            ticket.acquire()
-            self._waiting.append(ticket)
+            waiter = _Waiter(getattr(self.reading_for, "stream_id", None))
+            self._waiting.append(waiter)
         try:
-            acquired = _acquired_in_time(ticket)
+            acquired = _acquired_in_time(waiter.ticket)
         except BaseException:  # (a KeyboardInterrupt in the wait: the line moves on)
-            self._leave_line(ticket)
+            self._leave_line(waiter)
             raise
         if not acquired:
-            self._leave_line(ticket)
+            self._leave_line(waiter)
             retire(self._stream)
             raise AttemptDeadlineReached(stalled=False)
         self.reader = threading.get_ident()
         return self
 
-    def _leave_line(self, ticket: threading.Lock) -> None:
-        """The wait on ``ticket`` ended without taking the turn: out of the line, or, if
+    def _leave_line(self, waiter: _Waiter) -> None:
+        """The wait of ``waiter`` ended without taking the turn: out of the line, or, if
         the turn was handed to it meanwhile, the turn passed on."""
         with self._guard:
-            handed = ticket not in self._waiting
+            handed = waiter not in self._waiting
             if not handed:
-                self._waiting.remove(ticket)
+                self._waiting.remove(waiter)
         if handed:
             self._pass_on()
 
@@ -255,12 +259,58 @@ class _TurnToRead:
         self._pass_on()
 
     def _pass_on(self) -> None:
-        """Hand the turn to the thread that has waited longest, if any."""
+        """Hand the turn to a waiting thread whose answer has come, else to the one that
+        has waited longest, if any."""
         with self._guard:
-            if self._waiting:
-                self._waiting.popleft().release()  # (still held: by that thread now)
+            waiting = self._waiting
+            if waiting:
+                chosen = self._first_answered() or waiting[0]
+                waiting.remove(chosen)
+                chosen.ticket.release()  # (still held: by that thread now)
             else:
                 self._held = False
+
+    def _first_answered(self) -> _Waiter | None:
+        """The first waiting thread whose stream has events read for it (httpcore's
+        ``_events``, which only the turn's holder adds to)."""
+        connection = self._connection() if self._connection is not None else None
+        events = getattr(connection, "_events", None)
+        if not isinstance(events, dict):
+            return None
+        for waiter in self._waiting:
+            if waiter.stream_id is not None and events.get(waiter.stream_id):
+                return waiter
+        return None
+
+
+class _Waiter:
+    """A thread waiting for the turn to read: the lock it waits on (released to hand it
+    the turn) and the stream it reads for (None: not known)."""
+
+    __slots__ = ("stream_id", "ticket")
+
+    def __init__(self, stream_id: int | None) -> None:
+        self.stream_id = stream_id
+        self.ticket = threading.Lock()
+        self.ticket.acquire()
+
+
+class _ReadingFor:
+    """httpcore's ``_receive_stream_event`` for one sync HTTP/2 connection, telling its
+    :class:`_TurnToRead` which stream the thread waits for while it does."""
+
+    def __init__(self, connection: typing.Any, turn: _TurnToRead) -> None:
+        self._connection = weakref.ref(connection)
+        self._turn = turn
+        self._receive = type(connection)._receive_stream_event
+
+    def __call__(self, request: object, stream_id: int) -> object:
+        reading_for = self._turn.reading_for
+        reading_for.stream_id = stream_id
+        try:
+            return self._receive(self._connection(), request, stream_id)
+        finally:
+            reading_for.stream_id = None
 
 
 class _StreamSlots:
@@ -328,7 +378,9 @@ def _bound_turns_to_read(stream: BoundedStream) -> bool:
     connection = connection_carrying(stream)
     lock = getattr(getattr(connection, "_read_lock", None), "_lock", None)
     if isinstance(lock, type(threading.Lock())) and not lock.locked():
-        connection._read_lock = _TurnToRead(stream)
+        turn = connection._read_lock = _TurnToRead(stream, connection)
+        if callable(getattr(type(connection), "_receive_stream_event", None)):
+            connection._receive_stream_event = _ReadingFor(connection, turn)
         return True
     return False
 
