@@ -456,6 +456,37 @@ def note_headers_sent(stream: SharedStream) -> None:
             )
     elif not isinstance(send, _HeadersNoted):
         state.send_headers = _HeadersNoted(send)
+    send_data = getattr(state, "send_data", None)
+    if send_data is not None and not isinstance(send_data, _DataInTime):
+        state.send_data = _DataInTime(send_data)
+
+
+class _DataInTime:
+    """An HTTP/2 connection's ``h2`` ``send_data``, which first checks that the attempt in
+    flight in this context still has time: a body goes out a frame at a time, and a
+    write on a shared connection is not cut by one attempt (it may carry every
+    request's frames), so this is where an upload stops at its attempt's end. (A sync
+    8 MiB upload to a server reading slowly ran 5.5 s past a 2 s deadline: trial79.)
+
+    Raising here leaves h2's state as it was: httpcore then closes the request's stream,
+    which retrysafe resets (see :func:`reset_if_open`)."""
+
+    __slots__ = ("_send",)
+
+    def __init__(self, send: Any) -> None:
+        self._send = send
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = current_call.get()
+        if call is not None:
+            ends_at = call.attempt_ends_at
+            if ends_at is not None and time.monotonic() >= ends_at:
+                import httpcore  # (loaded by now: a connection is sending)
+
+                raise httpcore.WriteTimeout(
+                    "the attempt's time ran out before the request's body was all sent"
+                )
+        return self._send(*args, **kwargs)
 
 
 #: Whether httpcore's HTTP/2 connections send HEADERS as note_headers_sent expects (None:
