@@ -33,8 +33,8 @@ import anyio
 import pytest
 
 import retrysafe
+from h2_test_server import H2TestServer
 from retrysafe import RetryPolicy
-from retrysafe.chaos.connection import listening_socket
 
 h2_connection = pytest.importorskip("h2.connection")
 h2_config = pytest.importorskip("h2.config")
@@ -51,29 +51,10 @@ TWO_ATTEMPTS = RetryPolicy(attempts=2, backoff_base=0.01, backoff_cap=0.02, dead
 H2_ONLY = {"http1": False, "http2": True}
 
 
-class LoweringServer:
-    """The HTTP/2 server of this module, on a free loopback port, one thread per
-    connection; it counts the connections it has accepted."""
+class LoweringServer(H2TestServer):
+    """The HTTP/2 server of this module (see its docstring)."""
 
-    def __init__(self) -> None:
-        self._listener = listening_socket("127.0.0.1")
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.connections = 0
-        self._open: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._accept, name="h2-lowering", daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:  # closed: the fixture is done
-                return
-            self.connections += 1
-            self._open.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
         conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
         conn.local_settings = h2_settings.Settings(client=False, initial_values={_LIMIT: 8})
         conn.initiate_connection()
@@ -95,13 +76,6 @@ class LoweringServer:
             stream_id, [(":status", "200"), ("content-length", "2")]
         )
         conn.send_data(stream_id, b"ok", end_stream=True)  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        self._listener.close()
-        for sock in self._open:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
 
 @pytest.fixture

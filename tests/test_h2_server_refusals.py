@@ -18,15 +18,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 import retrysafe
+from h2_test_server import H2TestServer
 from retrysafe import RetryPolicy
-from retrysafe.chaos.connection import listening_socket
 
 h2_connection = pytest.importorskip("h2.connection")
 h2_config = pytest.importorskip("h2.config")
@@ -41,7 +40,7 @@ QUICK = RetryPolicy(attempts=3, attempt_timeout=2.0, deadline=3.0, backoff_base=
 UNDECODABLE_BLOCK = b"\x3f\xff\xff\xff\xff\xff"
 
 
-class GarblingServer:
+class GarblingServer(H2TestServer):
     """An HTTP/2 server answering by path, once a request has come whole: ``/orders``
     with a HEADERS frame holding an undecodable block; ``/refused`` with a reset
     (REFUSED_STREAM) the first time, then 200; ``/goaway`` with a GOAWAY whose last
@@ -49,22 +48,10 @@ class GarblingServer:
     path."""
 
     def __init__(self) -> None:
-        self._listener = listening_socket("127.0.0.1")
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self.received: dict[str, int] = {}
-        self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            self._open.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
         conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
         conn.initiate_connection()
         paths: dict[int, str] = {}
@@ -94,13 +81,6 @@ class GarblingServer:
                     length = struct.pack(">I", len(UNDECODABLE_BLOCK))[1:]
                     frame = length + b"\x01\x04" + struct.pack(">I", stream_id)
                     sock.sendall(frame + UNDECODABLE_BLOCK)
-
-    def close(self) -> None:
-        self._listener.close()
-        for sock in self._open:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
 
 @pytest.fixture

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 import retrysafe
+from h2_test_server import H2TestServer
 from retrysafe import RetryPolicy
-from retrysafe.chaos.connection import listening_socket
 
 h2_connection = pytest.importorskip("h2.connection")
 h2_config = pytest.importorskip("h2.config")
@@ -36,26 +35,11 @@ LARGEST_WINDOW = 2**31 - 1
 SLACK = 0.8
 
 
-class SlowReader:
+class SlowReader(H2TestServer):
     """An HTTP/2 server that grants the largest flow-control windows and reads 64 KiB
     every 50 ms (about 1.3 MB/s); it never answers."""
 
-    def __init__(self) -> None:
-        self._listener = listening_socket("127.0.0.1")
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            self._open.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
         conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
         window = h2_settings.SettingCodes.INITIAL_WINDOW_SIZE
         conn.local_settings = h2_settings.Settings(
@@ -76,13 +60,6 @@ class SlowReader:
                             event.flow_controlled_length, event.stream_id
                         )
                 sock.sendall(conn.data_to_send())
-
-    def close(self) -> None:
-        self._listener.close()
-        for sock in self._open:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
 
 @pytest.fixture

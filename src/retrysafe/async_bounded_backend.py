@@ -41,6 +41,7 @@ from retrysafe.bounded_backend import (
     Connecting,
     PoolRef,
     bounded_handshake,
+    first_answered,
     written_by_call,
 )
 
@@ -178,20 +179,11 @@ class _AsyncTurnToRead:
     def _pass_on(self) -> None:
         waiting = self._waiting
         if waiting:
-            chosen = self._first_answered() or waiting[0]
+            chosen = first_answered(waiting, self._connection()) or waiting[0]
             waiting.remove(chosen)
             chosen.turn.set()  # (still held: by that task now)
         else:
             self._held = False
-
-    def _first_answered(self) -> _AsyncWaiter | None:
-        events = getattr(self._connection(), "_events", None)
-        if not isinstance(events, dict):
-            return None
-        for waiter in self._waiting:
-            if waiter.stream_id is not None and events.get(waiter.stream_id):
-                return waiter
-        return None
 
 
 class _AsyncWaiter:

@@ -264,23 +264,35 @@ class _TurnToRead:
         with self._guard:
             waiting = self._waiting
             if waiting:
-                chosen = self._first_answered() or waiting[0]
+                connection = self._connection() if self._connection is not None else None
+                chosen = first_answered(waiting, connection) or waiting[0]
                 waiting.remove(chosen)
                 chosen.ticket.release()  # (still held: by that thread now)
             else:
                 self._held = False
 
-    def _first_answered(self) -> _Waiter | None:
-        """The first waiting thread whose stream has events read for it (httpcore's
-        ``_events``, which only the turn's holder adds to)."""
-        connection = self._connection() if self._connection is not None else None
-        events = getattr(connection, "_events", None)
-        if not isinstance(events, dict):
-            return None
-        for waiter in self._waiting:
-            if waiter.stream_id is not None and events.get(waiter.stream_id):
-                return waiter
+
+class ReadsForStream(typing.Protocol):
+    """A request waiting for its turn to read an HTTP/2 connection, for the stream it
+    reads for (None: not known)."""
+
+    @property
+    def stream_id(self) -> int | None: ...
+
+
+_Reader = typing.TypeVar("_Reader", bound=ReadsForStream)
+
+
+def first_answered(waiting: Iterable[_Reader], connection: object) -> _Reader | None:
+    """The first of ``waiting`` whose stream has events read for it on httpcore's HTTP/2
+    ``connection`` (its ``_events``, which only the turn's holder adds to), if any."""
+    events = getattr(connection, "_events", None)
+    if not isinstance(events, dict):
         return None
+    for waiter in waiting:
+        if waiter.stream_id is not None and events.get(waiter.stream_id):
+            return waiter
+    return None
 
 
 class _Waiter:

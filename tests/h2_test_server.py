@@ -1,0 +1,44 @@
+"""What the tests' HTTP/2 servers on h2 share: a free loopback port, a thread per
+connection, a count of the connections, and a close that cuts them all. Each server
+says how it serves a connection (:meth:`H2TestServer.serve`)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+from retrysafe.chaos.connection import listening_socket
+
+
+class H2TestServer:
+    """An HTTP/2 server for a test; ``url`` is its address, ``connections`` the
+    connections it has accepted."""
+
+    def __init__(self) -> None:
+        self._listener = listening_socket("127.0.0.1")
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.connections = 0
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, name=type(self).__name__, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # closed: the test is done
+                return
+            self.connections += 1
+            self._open.append(sock)
+            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
+
+    def serve(self, sock: socket.socket) -> None:
+        """Serve the connection ``sock`` until it closes."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
