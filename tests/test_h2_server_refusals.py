@@ -16,6 +16,7 @@ request, never sent.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import struct
 from collections.abc import Iterator
@@ -97,11 +98,16 @@ def _assert_maybe_processed_once(error: retrysafe.TransportError, server: Garbli
     assert server.received == {"/orders": 1}  # (sent once, and not again)
 
 
+#: No limit on the attempt: its sending is noted all the same (review76).
+UNBOUNDED = RetryPolicy(attempts=3, attempt_timeout=math.inf, deadline=math.inf)
+
+
+@pytest.mark.parametrize("policy", [QUICK, UNBOUNDED], ids=["timed", "unbounded"])
 def test_a_post_answered_with_a_garbled_header_block_may_have_been_processed_sync(
-    garbling: GarblingServer,
+    garbling: GarblingServer, policy: RetryPolicy
 ) -> None:
     with (
-        retrysafe.Client(policy=QUICK, **H2_ONLY) as client,
+        retrysafe.Client(policy=policy, **H2_ONLY) as client,
         pytest.raises(retrysafe.TransportError) as raised,
     ):
         client.post(f"{garbling.url}/orders", json={"item": 1})
@@ -132,15 +138,46 @@ def test_the_drop_in_transport_raises_httpxs_remote_protocol_error_over_the_loca
 
 def test_a_request_h2_refuses_to_send_is_still_never_sent(garbling: GarblingServer) -> None:
     """``TE`` may only say ``trailers`` over HTTP/2: h2 refuses the HEADERS before any
-    byte of them goes out."""
-    with (
-        retrysafe.Client(policy=QUICK, **H2_ONLY) as client,
-        pytest.raises(retrysafe.TransportError) as raised,
-    ):
-        client.post(f"{garbling.url}/orders", json={"item": 1}, headers={"TE": "gzip"})
+    byte of them goes out. It may have fed the headers before it to its compression
+    table, which the server's then no longer matches: the next request goes on a new
+    connection (review76: on the same one, the server could not decode it)."""
+    with retrysafe.Client(policy=QUICK, **H2_ONLY) as client:
+        with pytest.raises(retrysafe.TransportError) as raised:
+            client.post(f"{garbling.url}/orders", json={"item": 1}, headers={"TE": "gzip"})
+        assert client.get(f"{garbling.url}/other").status_code == 200
     assert raised.value.processed == "no"
     assert raised.value.outcome == "invalid_request"
-    assert garbling.received == {}
+    assert raised.value.attempts == 1
+    assert garbling.received == {"/other": 1}
+    assert garbling.connections == 2
+
+
+class _Passing(httpx.BaseTransport):
+    """A transport of the user's around httpx's own: retrysafe cannot watch its sends."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.HTTPTransport(http1=False, http2=True)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_a_request_h2_refuses_on_a_transport_retrysafe_cannot_watch_stays_unsent(
+    garbling: GarblingServer,
+) -> None:
+    """There its attempts count as sent from their start, and nothing tells a refusal
+    from a garbled answer: h2's error stays the invalid request it mostly is (review76:
+    it became a remote error, retried, and counted against the breaker)."""
+    with (
+        retrysafe.Client(transport=_Passing(), policy=QUICK) as client,
+        pytest.raises(retrysafe.TransportError) as raised,
+    ):
+        client.get(f"{garbling.url}/other", headers={"TE": "gzip"})
+    assert (raised.value.outcome, raised.value.processed) == ("invalid_request", "no")
+    assert raised.value.attempts == 1
 
 
 @pytest.mark.parametrize("path", ["/refused", "/goaway"])

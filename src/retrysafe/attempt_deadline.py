@@ -397,9 +397,10 @@ def _unopened_connection(pool: object, host: str | None) -> bool:
 
 def note_sent() -> None:
     """The attempt in flight in this context writes its request now: note when, the
-    first time (see :attr:`RunningCall.attempt_sent_at`)."""
+    first time (see :attr:`RunningCall.attempt_sent_at`), whether or not the attempt
+    has an end (an attempt with none still tells whether its request went out)."""
     call = current_call.get()
-    if call is not None and call.attempt_sent_at is None and call.attempt_ends_at is not None:
+    if call is not None and call.attempt_sent_at is None:
         call.attempt_sent_at = time.monotonic()
 
 
@@ -417,17 +418,33 @@ class _HeadersNoted:
     HEADERS open it, and two requests on one stream break the connection. Such a
     request goes out and ends at once, having given the server no time: the breaker
     does not count it once it has seen healthy answers take longer (see the breaker's
-    cut_short), and only a request safe to repeat is sent again."""
+    cut_short), and only a request safe to repeat is sent again.
 
-    __slots__ = ("_send",)
+    HEADERS h2 refuses (an invalid header) never went: the note is taken back. h2 may
+    have fed the headers before the bad one to its header compression already, so the
+    server's table and the client's no longer agree: the connection takes no new
+    request (one at the stream limit is refused before that, and leaves it as it was).
+    """
 
-    def __init__(self, send: Any) -> None:
+    __slots__ = ("_connection", "_send")
+
+    def __init__(self, send: Any, connection: Any) -> None:
         self._send = send
+        self._connection = weakref.ref(connection)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        sent = self._send(*args, **kwargs)
-        note_sent()  # (after: HEADERS h2 refuses, such as an invalid header, never went)
-        return sent
+        call = current_call.get()
+        noted = call is not None and call.attempt_sent_at is None
+        note_sent()  # (before: another request's write may carry these HEADERS at once)
+        try:
+            return self._send(*args, **kwargs)
+        except BaseException as refused:
+            if noted and call is not None:
+                call.attempt_sent_at = None  # (refused: never sent)
+            connection = self._connection()
+            if type(refused).__name__ != "TooManyStreamsError" and connection is not None:
+                connection._connection_error = True  # (as httpcore marks a failed one)
+            raise
 
 
 def note_headers_sent(stream: SharedStream) -> None:
@@ -443,7 +460,8 @@ def note_headers_sent(stream: SharedStream) -> None:
     unsent and a POST sent twice. It then fails here, before its preface, as a connect
     error (nothing sent). That cannot happen with httpcore's pools, which list every
     connection they make."""
-    state: Any = getattr(connection_carrying(stream), "_h2_state", None)
+    connection = connection_carrying(stream)
+    state: Any = getattr(connection, "_h2_state", None)
     send = getattr(state, "send_headers", None)
     if send is None:
         if _h2_headers_noted():
@@ -455,7 +473,7 @@ def note_headers_sent(stream: SharedStream) -> None:
                 "http2=False avoids it)"
             )
     elif not isinstance(send, _HeadersNoted):
-        state.send_headers = _HeadersNoted(send)
+        state.send_headers = _HeadersNoted(send, connection)
     send_data = getattr(state, "send_data", None)
     if send_data is not None and not isinstance(send_data, _DataInTime):
         state.send_data = _DataInTime(send_data)

@@ -235,7 +235,9 @@ def _after_sending(exc: httpx.LocalProtocolError, request: httpx.Request) -> Exc
     failing under it), so it is told as the remote protocol error it may be, the
     original as its cause. (Taken as local, it read as "never received": a POST the
     server had answered would have been reported unsent. Refused before sending, by h2
-    or at the stream limit, it stays local: then nothing was noted as sent.)"""
+    or at the stream limit, it stays local: then nothing was noted as sent. So does one
+    on a transport retrysafe cannot watch, whose attempts count as sent from their
+    start, their sent time their start time: there nothing tells the two apart.)"""
     if h2_refused_at_stream_limit(exc):
         return exc
     error = httpx.RemoteProtocolError(
@@ -685,8 +687,10 @@ class Drive:
                 self.call.answered_during_attempt()  # (a timeout is then held: see Call)
         if self.gave_up_inside:
             self._note_nested_give_up()
+        sent_at = self.attempt_sent_at
         if (
-            self.attempt_sent_at is not None
+            sent_at is not None
+            and sent_at != self.attempt_started_at  # (noted as sent: see _after_sending)
             and isinstance(exc, httpx.LocalProtocolError)
             and h2_protocol_error(exc)
         ):
