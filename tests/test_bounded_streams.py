@@ -24,11 +24,13 @@ from retrysafe.async_bounded_backend import (
     AsyncBoundedStream,
     _AsyncStreamSlots,
 )
-from retrysafe.attempt_deadline import AttemptDeadlineReached, current_call
+from retrysafe.attempt_deadline import AttemptDeadlineReached, HeadersNoted, current_call
 from retrysafe.bounded_backend import (
     H2_PREFACE,
     BoundedBackend,
     BoundedStream,
+    _NumberedInTurn,
+    _Opening,
     _StreamSlots,
     _TurnToRead,
 )
@@ -630,6 +632,55 @@ def test_async_a_slot_that_comes_back_while_slots_are_owed_pays_them_first() -> 
     owed, got_one = asyncio.run(scenario())
     assert owed == 2
     assert not got_one  # (two streams are open against a limit of one)
+
+
+class _StreamNumbers:
+    """Stands for h2's state: the next stream number is the highest opened one's next,
+    and a stream opens as its HEADERS are sent."""
+
+    def __init__(self) -> None:
+        self.highest = -1
+
+    def get_next_available_stream_id(self) -> int:
+        return self.highest + 2
+
+    def send_headers(self, stream_id: int, headers: object) -> None:
+        self.highest = max(self.highest, stream_id)
+
+
+def test_two_threads_opening_streams_at_once_get_two_stream_numbers() -> None:
+    """httpcore takes a stream's number and sends its HEADERS apart, without a lock: two
+    threads took the same number, and the second's refused HEADERS closed the first's
+    stream (trial80: a bare KeyError). The connection's opening turn runs from the
+    number to the HEADERS."""
+    state = _StreamNumbers()
+    opening = _Opening()
+    number = _NumberedInTurn(state.get_next_available_stream_id, opening)
+    headers = HeadersNoted(state.send_headers, _Connection())
+    headers.opening = opening
+    first_numbered = threading.Event()
+    second_asked = threading.Event()
+    numbers: list[int] = []
+
+    def first() -> None:
+        numbers.append(number())
+        first_numbered.set()
+        second_asked.wait(5)
+        time.sleep(0.05)  # (the second thread is asking for its number meanwhile)
+        headers(numbers[0], [])
+
+    def second() -> None:
+        first_numbered.wait(5)
+        second_asked.set()
+        numbers.append(number())
+        headers(numbers[1], [])
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert numbers == [1, 3]
 
 
 class _Stalled(_Recorder):

@@ -34,6 +34,7 @@ __all__ = [
     "UNSENT_IN_TIME",
     "AttemptDeadlineReached",
     "CopyWatcher",
+    "HeadersNoted",
     "RunningCall",
     "SharedStream",
     "bound_transport",
@@ -404,7 +405,7 @@ def note_sent() -> None:
         call.attempt_sent_at = time.monotonic()
 
 
-class _HeadersNoted:
+class HeadersNoted:
     """An HTTP/2 connection's ``h2`` ``send_headers``, which then notes that the attempt
     in flight in this context sends its request now (:func:`note_sent`).
 
@@ -426,11 +427,14 @@ class _HeadersNoted:
     request (one at the stream limit is refused before that, and leaves it as it was).
     """
 
-    __slots__ = ("_connection", "_send")
+    __slots__ = ("_connection", "_send", "opening")
 
     def __init__(self, send: Any, connection: Any) -> None:
         self._send = send
         self._connection = weakref.ref(connection)
+        #: A sync connection's turn to open a stream, which these HEADERS end (see
+        #: bounded_backend._Opening); None elsewhere.
+        self.opening: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = current_call.get()
@@ -445,11 +449,15 @@ class _HeadersNoted:
             if type(refused).__name__ != "TooManyStreamsError" and connection is not None:
                 connection._connection_error = True  # (as httpcore marks a failed one)
             raise
+        finally:
+            opening = self.opening
+            if opening is not None:
+                opening.end_if_taken()
 
 
 def note_headers_sent(stream: SharedStream) -> None:
     """Make the HTTP/2 connection ``stream`` carries note each request's sending as its
-    HEADERS go into h2 (:class:`_HeadersNoted`). Called as the connection writes its
+    HEADERS go into h2 (:class:`HeadersNoted`). Called as the connection writes its
     preface, before any request on it can send its HEADERS. (Where httpcore does not send
     HEADERS that way, nothing is watched, and its attempts count as sent from their
     start: :func:`notes_first_writes`.)
@@ -472,8 +480,8 @@ def note_headers_sent(stream: SharedStream) -> None:
                 "each request on it is sent; nothing was sent on it (please report this; "
                 "http2=False avoids it)"
             )
-    elif not isinstance(send, _HeadersNoted):
-        state.send_headers = _HeadersNoted(send, connection)
+    elif not isinstance(send, HeadersNoted):
+        state.send_headers = HeadersNoted(send, connection)
     send_data = getattr(state, "send_data", None)
     if send_data is not None and not isinstance(send_data, _DataInTime):
         state.send_data = _DataInTime(send_data)

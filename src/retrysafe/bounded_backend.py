@@ -39,6 +39,7 @@ import httpcore
 
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
+    HeadersNoted,
     SharedStream,
     connection_carrying,
     current_call,
@@ -413,19 +414,78 @@ def _adopt_h2_connection(stream: BoundedStream) -> None:
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
         connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
     if callable(getattr(type(connection), "_response_closed", None)):
-        connection._response_closed = _ResetOnClose(connection)
+        opening = _Opening()
+        connection._response_closed = _ResetOnClose(connection, opening)
+        state: typing.Any = getattr(connection, "_h2_state", None)
+        headers = getattr(state, "send_headers", None)
+        number = getattr(state, "get_next_available_stream_id", None)
+        if isinstance(headers, HeadersNoted) and callable(number):
+            headers.opening = opening
+            state.get_next_available_stream_id = _NumberedInTurn(number, opening)
+
+
+class _Opening:
+    """One sync HTTP/2 connection's turn to open a stream: from taking the stream's
+    number to sending the HEADERS that open it.
+
+    httpcore takes a new stream's number (h2's next unused one) and sends its HEADERS
+    apart, without a lock: two threads could take the same number, and the second's
+    HEADERS, refused, closed the first's stream under it (a bare ``KeyError`` reached
+    the caller, with nothing said of whether the request went out), or the two
+    compressed their headers at once (hpack's ``RuntimeError``) (trial80). Between the
+    two there is only work in memory: the turn is short. It ends as the HEADERS are
+    sent (or refused), or, if something raised before them, as httpcore closes the
+    stream. A turn never ended (a signal's exception landing between two lines of
+    httpcore's) is waited for 0.5 s at most, then opening goes on as httpcore's did."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+
+    def take(self) -> None:
+        if self._lock.acquire(timeout=0.5):
+            self._holder = threading.get_ident()
+
+    def end_if_taken(self) -> None:
+        """End the turn, if this thread holds it."""
+        if self._holder == threading.get_ident():
+            self._holder = None
+            self._lock.release()
+
+
+class _NumberedInTurn:
+    """h2's ``get_next_available_stream_id`` for one sync HTTP/2 connection, taken in
+    the connection's :class:`_Opening` turn."""
+
+    __slots__ = ("_number", "_opening")
+
+    def __init__(self, number: typing.Any, opening: _Opening) -> None:
+        self._number = number
+        self._opening = opening
+
+    def __call__(self) -> typing.Any:
+        self._opening.take()
+        try:
+            return self._number()
+        except BaseException:  # (no number left: httpcore gives the connection up)
+            self._opening.end_if_taken()
+            raise
 
 
 class _ResetOnClose:
     """httpcore's ``_response_closed`` for one sync HTTP/2 connection, resetting the
     stream of a response closed before its end first (see
-    :func:`~retrysafe.attempt_deadline.reset_if_open`)."""
+    :func:`~retrysafe.attempt_deadline.reset_if_open`), and ending the connection's
+    :class:`_Opening` turn if the closing thread still holds it (it raised before its
+    HEADERS)."""
 
-    def __init__(self, connection: typing.Any) -> None:
+    def __init__(self, connection: typing.Any, opening: _Opening) -> None:
         self._connection = weakref.ref(connection)
         self._closed = type(connection)._response_closed
+        self._opening = opening
 
     def __call__(self, stream_id: int) -> None:
+        self._opening.end_if_taken()
         connection = self._connection()
         reset_if_open(connection, stream_id)
         self._closed(connection, stream_id)
