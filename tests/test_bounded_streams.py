@@ -654,7 +654,7 @@ def test_two_threads_opening_streams_at_once_get_two_stream_numbers() -> None:
     stream (trial80: a bare KeyError). The connection's opening turn runs from the
     number to the HEADERS."""
     state = _StreamNumbers()
-    opening = _Opening()
+    opening = _Opening(_Connection())
     number = _NumberedInTurn(state.get_next_available_stream_id, opening)
     headers = HeadersNoted(state.send_headers, _Connection())
     headers.opening = opening
@@ -681,6 +681,31 @@ def test_two_threads_opening_streams_at_once_get_two_stream_numbers() -> None:
     for thread in threads:
         thread.join(5)
     assert numbers == [1, 3]
+
+
+def test_after_h2_refuses_headers_no_request_is_sent_on_that_connection() -> None:
+    """h2 may have fed the headers before an invalid one to its header compression, so
+    the server's table and the client's disagree: a request already waiting on the
+    connection is handed back to the pool, which sends it on another (review77: the
+    server could not decode it), and the connection takes no new request."""
+    import h2.exceptions
+
+    sent: list[object] = []
+
+    def send_headers(stream_id: int, headers: list[tuple[str, str]]) -> None:
+        if ("te", "gzip") in headers:
+            raise h2.exceptions.ProtocolError("Invalid value for TE header")
+        sent.append(stream_id)
+
+    connection = _Connection()
+    noted = HeadersNoted(send_headers, connection)
+    noted(1, [(":path", "/a")])
+    with pytest.raises(h2.exceptions.ProtocolError):
+        noted(3, [(":path", "/b"), ("te", "gzip")])
+    with pytest.raises(httpcore.ConnectionNotAvailable):
+        noted(5, [(":path", "/c")])
+    assert sent == [1]
+    assert connection._connection_error is True  # type: ignore[attr-defined]
 
 
 class _Stalled(_Recorder):

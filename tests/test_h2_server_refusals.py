@@ -19,6 +19,7 @@ import contextlib
 import math
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -120,6 +121,22 @@ async def test_a_post_answered_with_a_garbled_header_block_may_have_been_process
     async with retrysafe.AsyncClient(policy=QUICK, **H2_ONLY) as client:
         with pytest.raises(retrysafe.TransportError) as raised:
             await client.post(f"{garbling.url}/orders", json={"item": 1})
+    _assert_maybe_processed_once(raised.value, garbling)
+
+
+def test_a_garbled_answer_is_told_apart_on_a_coarse_clock(
+    garbling: GarblingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the clock ticks every 15.6 ms, the request's HEADERS go out in the tick its
+    attempt started: its sending is told by being noted, not by a later time (review77:
+    the two times were compared, and equal, the POST read as never received)."""
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: math.floor(real() / 0.015625) * 0.015625)
+    with (
+        retrysafe.Client(policy=QUICK, **H2_ONLY) as client,
+        pytest.raises(retrysafe.TransportError) as raised,
+    ):
+        client.post(f"{garbling.url}/orders", json={"item": 1})
     _assert_maybe_processed_once(raised.value, garbling)
 
 

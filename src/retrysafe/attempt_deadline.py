@@ -424,10 +424,13 @@ class HeadersNoted:
     HEADERS h2 refuses (an invalid header) never went: the note is taken back. h2 may
     have fed the headers before the bad one to its header compression already, so the
     server's table and the client's no longer agree: the connection takes no new
-    request (one at the stream limit is refused before that, and leaves it as it was).
+    request, and a request already on it is sent nowhere there, but handed back to the
+    pool (``ConnectionNotAvailable``), which sends it on another connection (review77:
+    the server could not decode the next one). One refused at the stream limit is
+    refused before any of that, and leaves the connection as it was.
     """
 
-    __slots__ = ("_connection", "_send", "opening")
+    __slots__ = ("_connection", "_send", "opening", "out_of_step")
 
     def __init__(self, send: Any, connection: Any) -> None:
         self._send = send
@@ -435,8 +438,17 @@ class HeadersNoted:
         #: A sync connection's turn to open a stream, which these HEADERS end (see
         #: bounded_backend._Opening); None elsewhere.
         self.opening: Any = None
+        #: h2 refused HEADERS here: its header compression and the server's disagree.
+        self.out_of_step = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.out_of_step:
+            opening = self.opening
+            if opening is not None:
+                opening.end_if_taken()
+            import httpcore  # (loaded by now: a connection is sending)
+
+            raise httpcore.ConnectionNotAvailable()
         call = current_call.get()
         noted = call is not None and call.attempt_sent_at is None
         note_sent()  # (before: another request's write may carry these HEADERS at once)
@@ -445,9 +457,11 @@ class HeadersNoted:
         except BaseException as refused:
             if noted and call is not None:
                 call.attempt_sent_at = None  # (refused: never sent)
-            connection = self._connection()
-            if type(refused).__name__ != "TooManyStreamsError" and connection is not None:
-                connection._connection_error = True  # (as httpcore marks a failed one)
+            if type(refused).__name__ != "TooManyStreamsError":
+                self.out_of_step = True
+                connection = self._connection()
+                if connection is not None:
+                    connection._connection_error = True  # (as httpcore marks a failed one)
             raise
         finally:
             opening = self.opening

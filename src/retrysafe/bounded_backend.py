@@ -414,7 +414,7 @@ def _adopt_h2_connection(stream: BoundedStream) -> None:
     if isinstance(turn, _TurnToRead) and isinstance(semaphore, threading.Semaphore):
         connection._max_streams_semaphore = _StreamSlots(semaphore, turn, connection)
     if callable(getattr(type(connection), "_response_closed", None)):
-        opening = _Opening()
+        opening = _Opening(connection)
         connection._response_closed = _ResetOnClose(connection, opening)
         state: typing.Any = getattr(connection, "_h2_state", None)
         headers = getattr(state, "send_headers", None)
@@ -436,15 +436,21 @@ class _Opening:
     two there is only work in memory: the turn is short. It ends as the HEADERS are
     sent (or refused), or, if something raised before them, as httpcore closes the
     stream. A turn never ended (a signal's exception landing between two lines of
-    httpcore's) is waited for 0.5 s at most, then opening goes on as httpcore's did."""
+    httpcore's) is waited for 0.5 s at most: the connection then takes no new request
+    (it is marked as httpcore marks a failed one), and this one opens as httpcore's did."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: object) -> None:
         self._lock = threading.Lock()
         self._holder: int | None = None
+        self._connection = weakref.ref(connection)
 
     def take(self) -> None:
         if self._lock.acquire(timeout=0.5):
             self._holder = threading.get_ident()
+            return
+        connection = self._connection()
+        if connection is not None:
+            connection._connection_error = True  # type: ignore[attr-defined]
 
     def end_if_taken(self) -> None:
         """End the turn, if this thread holds it."""

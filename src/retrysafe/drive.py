@@ -237,7 +237,7 @@ def _after_sending(exc: httpx.LocalProtocolError, request: httpx.Request) -> Exc
     server had answered would have been reported unsent. Refused before sending, by h2
     or at the stream limit, it stays local: then nothing was noted as sent. So does one
     on a transport retrysafe cannot watch, whose attempts count as sent from their
-    start, their sent time their start time: there nothing tells the two apart.)"""
+    start: there nothing tells the two apart.)"""
     if h2_refused_at_stream_limit(exc):
         return exc
     error = httpx.RemoteProtocolError(
@@ -310,6 +310,7 @@ class Drive:
         "gave_up_inside",
         "policy",
         "request",
+        "sends_noted",
         "settings",
         "shared_stream",
     )
@@ -356,6 +357,10 @@ class Drive:
         #: hedged shell hands its times over before telling its outcome.)
         self.attempt_started_at: float | None = None
         self.attempt_sent_at: float | None = None
+        #: Whether the attempt in flight's ``attempt_sent_at`` is noted by its network
+        #: streams as they send (not taken as its start: a transport retrysafe cannot
+        #: watch). Set with it.
+        self.sends_noted = False
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
         self.shared_stream: SharedStream | None = None
         self._started = monotonic_of(settings.clock)
@@ -687,10 +692,9 @@ class Drive:
                 self.call.answered_during_attempt()  # (a timeout is then held: see Call)
         if self.gave_up_inside:
             self._note_nested_give_up()
-        sent_at = self.attempt_sent_at
         if (
-            sent_at is not None
-            and sent_at != self.attempt_started_at  # (noted as sent: see _after_sending)
+            self.sends_noted  # (see _after_sending)
+            and self.attempt_sent_at is not None
             and isinstance(exc, httpx.LocalProtocolError)
             and h2_protocol_error(exc)
         ):

@@ -110,6 +110,8 @@ class _Copy:
         #: The RunningCall field noting when the copy first wrote its request (its start,
         #: on a transport whose network streams do not note it).
         self.attempt_sent_at: float | None = None if instrumented else self.started_at
+        #: Whether its network streams note that first write (see Drive.sends_noted).
+        self.sends_noted = instrumented
         #: The RunningCall field an HTTP/2 stream the copy writes to is kept in.
         self.shared_stream: SharedStream | None = None
         self.lock = threading.Lock()
@@ -173,6 +175,7 @@ def _timed(drive: Drive, copy: _Copy) -> None:
     time it waited for a connection is left out of what the breaker learns)."""
     drive.attempt_started_at = copy.started_at
     drive.attempt_sent_at = copy.attempt_sent_at
+    drive.sends_noted = copy.sends_noted
 
 
 def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | None:

@@ -74,6 +74,7 @@ def _start(request: httpx.Request, drive: Drive, plan: AttemptPlan, instrumented
     _prepare(request, drive, plan)
     drive.attempt_started_at = now = time.monotonic()
     drive.attempt_sent_at = None if instrumented else now
+    drive.sends_noted = instrumented
     drive.attempt_ends_at = now + hard_end_after(plan) if plan.timeout != _INF else None
 
 
@@ -155,6 +156,7 @@ class SendLoop:
         _prepare(request, drive, plan)
         drive.attempt_started_at = now = time.monotonic()
         drive.attempt_sent_at = None if self.instrumented else now
+        drive.sends_noted = self.instrumented
         drive.attempt_ends_at = now + hard_end_after(plan) if plan.timeout != _INF else None
         response: httpx.Response | None = None
         try:
