@@ -517,15 +517,13 @@ class _DataInTime:
         self._send = send
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        call = current_call.get()
-        if call is not None:
-            ends_at = call.attempt_ends_at
-            if ends_at is not None and time.monotonic() >= ends_at:
-                import httpcore  # (loaded by now: a connection is sending)
+        left, binds, _ = time_left(None)
+        if binds and left is not None and left <= 0:
+            import httpcore  # (loaded by now: a connection is sending)
 
-                raise httpcore.WriteTimeout(
-                    "the attempt's time ran out before the request's body was all sent"
-                )
+            raise httpcore.WriteTimeout(
+                "the attempt's time ran out before the request's body was all sent"
+            )
         return self._send(*args, **kwargs)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from typing import Final, Literal
 
 import httpx
@@ -439,32 +440,37 @@ _PERMANENT: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions behind it: httpx's error, httpcore's, h2's."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _from_h2(kind: type) -> bool:
+    return kind.__module__.startswith("h2.")
+
+
 def h2_protocol_error(exc: BaseException) -> bool:
     """Whether ``exc`` carries an error of the ``h2`` library (httpx's, around httpcore's,
     around h2's). httpcore raises every h2 protocol error on a connection as a
     ``LocalProtocolError``, an answer the server garbled (an undecodable or oversized
     header block) as much as a request h2 refuses to send."""
-    return _h2_error_named(exc, None)
+    return any(_from_h2(type(seen)) for seen in _chain(exc))
 
 
-def _h2_error_named(exc: BaseException, name: str | None) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(4):  # httpx's error, httpcore's, h2's
-        if seen is None:
-            return False
-        kind = type(seen)
-        if kind.__module__.startswith("h2.") and (name is None or kind.__name__ == name):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def h2_refused_at_stream_limit(exc: BaseException) -> bool:
+def _refused_at_stream_limit(exc: BaseException) -> bool:
     """Whether ``exc`` is h2 refusing to open the request's stream because the HTTP/2
     connection's streams are all open: nothing of the request was sent, and another
     connection may take it. (httpcore lets a request through to h2 while streams it
     forgot, those of attempts cut short, still count there.)"""
-    return _h2_error_named(exc, "TooManyStreamsError")
+    return any(
+        _from_h2(type(seen)) and type(seen).__name__ == "TooManyStreamsError"
+        for seen in _chain(exc)
+    )
 
 
 #: HTTP/2's REFUSED_STREAM error code: the server reset the stream before any processing.
@@ -476,19 +482,15 @@ def _refused_unprocessed(exc: BaseException) -> bool:
     request (RFC 9113, section 8.7): a RST_STREAM with REFUSED_STREAM, or a GOAWAY whose
     last stream is 0, so that no stream of the connection was processed. (httpcore
     raises both as a RemoteProtocolError around h2's event.)"""
-    seen: BaseException | None = exc
-    for _ in range(3):  # httpx's error, httpcore's
-        if seen is None:
-            return False
+    for seen in _chain(exc):
         event = seen.args[0] if seen.args else None
         kind = type(event)
-        if kind.__module__.startswith("h2."):
+        if _from_h2(kind):
             if kind.__name__ == "StreamReset":
                 return getattr(event, "error_code", None) == _REFUSED_STREAM
             if kind.__name__ == "ConnectionTerminated":
                 return getattr(event, "last_stream_id", None) == 0
             return False
-        seen = seen.__cause__ or seen.__context__
     return False
 
 
@@ -511,7 +513,7 @@ def classify_exception(exc: Exception, *, during_body: bool) -> Verdict:
         for kind, reason in kinds:
             if isinstance(exc, kind):
                 return Verdict.retry(reason, processed="no" if processed == "no" else "maybe")
-    if isinstance(exc, httpx.LocalProtocolError) and h2_refused_at_stream_limit(exc):
+    if isinstance(exc, httpx.LocalProtocolError) and _refused_at_stream_limit(exc):
         return Verdict.retry("stream_limit", processed="no")
     for kind, reason in _PERMANENT:
         if isinstance(exc, kind):

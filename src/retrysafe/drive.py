@@ -30,7 +30,7 @@ from retrysafe.call_options import (
     CallOptions,
     refuse_options,
 )
-from retrysafe.classify import AttemptTimedOut, h2_protocol_error, h2_refused_at_stream_limit
+from retrysafe.classify import AttemptTimedOut, h2_protocol_error
 from retrysafe.clock import SystemClock
 from retrysafe.clock_read import monotonic_of
 from retrysafe.deadline_scope import current_deadline
@@ -235,11 +235,10 @@ def _after_sending(exc: httpx.LocalProtocolError, request: httpx.Request) -> Exc
     failing under it), so it is told as the remote protocol error it may be, the
     original as its cause. (Taken as local, it read as "never received": a POST the
     server had answered would have been reported unsent. Refused before sending, by h2
-    or at the stream limit, it stays local: then nothing was noted as sent. So does one
-    on a transport retrysafe cannot watch, whose attempts count as sent from their
-    start: there nothing tells the two apart.)"""
-    if h2_refused_at_stream_limit(exc):
-        return exc
+    or at the stream limit, it stays local: then nothing was noted as sent, as
+    attempt_deadline.HeadersNoted takes its note back. So does one on a transport
+    retrysafe cannot watch, whose attempts count as sent from their start: there
+    nothing tells the two apart.)"""
     error = httpx.RemoteProtocolError(
         f"the HTTP/2 connection failed after the request was sent: {exc}", request=request
     )
