@@ -446,8 +446,10 @@ class Call:
         return self._decide(verdict, response=None, cause=exc, during_body=during_body)
 
     def attempt_abandoned(self, interrupted_by: str | None = None) -> None:
-        """The call ended with no outcome: cancelled during an attempt or a wait, or a
-        rule raised (``interrupted_by``: that exception's class name).
+        """The call ended with no outcome: an exception not its own end raised through
+        it, during an attempt or a wait (a cancel, a KeyboardInterrupt, in a rule too:
+        a rule's ordinary exception is an unreadable answer instead), ``interrupted_by``
+        that exception's class name.
 
         Tells the listeners (an ``interrupted`` event: without it, a cancelled call
         would be missing from every count of calls, and its trace would end without

@@ -186,7 +186,7 @@ class RetryMiddleware:
                 else:
                     break
         except BaseException as exc:
-            drive.abandoned(exc)  # cancelled, or a rule raised
+            drive.abandoned(exc)  # interrupted (a cancel, a KeyboardInterrupt)
             attempt.discard()
             raise
         finally:

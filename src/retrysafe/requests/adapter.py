@@ -205,7 +205,7 @@ class RetryAdapter(HTTPAdapter):
                 else:
                     break
         except BaseException as exc:
-            drive.abandoned(exc)  # cancelled (KeyboardInterrupt) or a rule raised
+            drive.abandoned(exc)  # interrupted (a KeyboardInterrupt)
             attempt.discard()
             raise
         finally:
