@@ -523,7 +523,8 @@ class _CallSpans:
 
     def _call_interrupted(self, event: RetryEvent) -> None:
         """The call ended on an exception not its own (its task cancelled): an error,
-        named as the caller got it. Its attempts still open end as it closes."""
+        named by the exception that reached the call (``asyncio.timeout`` then hands the
+        caller a TimeoutError). Its attempts still open end as it closes."""
         span = self._call
         span.set_attribute("retrysafe.attempts", event.attempt)
         span.set_attribute("error.type", self._interrupted_by)
