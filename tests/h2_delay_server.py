@@ -4,7 +4,8 @@ A server in the test's own process shares its interpreter with the clients: fift
 threads taking turns delay its answers, and a request sent and answered late reads as a
 slow server. This one answers ``/delay?ms=N`` with a 200 after ``N`` milliseconds,
 ``/events?count=N`` with N server-sent events and a ``[DONE]`` one (as an LLM API
-streams), ``/big?kib=N`` with N KiB as fast as they go, and anything else at once,
+streams), ``/big?kib=N`` with N KiB as fast as they go, ``/drip?chunks=N&interval_ms=M`` with N
+small chunks M ms apart, and anything else at once,
 with at most ``MAX_STREAMS`` streams per connection.
 
     python tests/h2_delay_server.py MAX_STREAMS
@@ -26,8 +27,8 @@ from hypercorn.config import Config
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """``/delay?ms=N``: 200 after N ms; ``/events?count=N``: an event stream; any other
-    path: 200 at once."""
+    """``/delay?ms=N``: 200 after N ms; ``/events?count=N``: an event stream;
+    ``/drip?chunks=N&interval_ms=M``: a body still flowing; any other path: 200 at once."""
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
@@ -50,6 +51,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         chunk = b"x" * 16384
         for _ in range(int(query.get("kib", ["1024"])[0]) // 16):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/drip":  # N small chunks, M ms apart
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(int(query.get("chunks", ["10"])[0])):
+            await send({"type": "http.response.body", "body": b"drip\n", "more_body": True})
+            await asyncio.sleep(float(query.get("interval_ms", ["100"])[0]) / 1000)
         await send({"type": "http.response.body", "body": b""})
         return
     if scope["path"] == "/delay":

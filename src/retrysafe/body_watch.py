@@ -101,7 +101,7 @@ class BodyWatch(httpx.SyncByteStream, httpx.AsyncByteStream):
     def close(self) -> None:
         """Close the body; ``abandoned`` unless it was read to its end.
 
-        With ``drains`` (a sync HTTP/1.1 body over retrysafe's own network streams), what
+        With ``drains`` (a sync body over retrysafe's own network streams), what
         is left is read first if it comes at once: :data:`DRAIN_BYTES` at most, within
         :data:`DRAIN_SECONDS`. A reader that stops at its protocol's own end marker (the
         sync openai SDK closes a stream at its ``[DONE]`` event, before the chunked
@@ -162,10 +162,11 @@ def sent_as_made(response: httpx.Response) -> bool:
 def drainable(response: httpx.Response) -> bool:
     """Whether ``response``'s body may read its rest as it is closed (see
     :meth:`BodyWatch.close`): an async body from the network, HTTP/1.1 or HTTP/2 (a cancel
-    scope bounds its reads); a sync HTTP/1.1 body over retrysafe's own network streams,
-    whose reads the drain can bound. (Not a sync HTTP/2 one: its reads take turns on a
-    connection other requests' threads share, and a drain cut short there has not been
-    made and tested to leave them alone.)"""
+    scope bounds its reads); a sync one over retrysafe's own network streams, whose reads
+    the drain can bound. Over HTTP/2 such a read takes its turn on a connection other
+    threads' requests share: it waits for that turn, and reads, within the drain's bound,
+    and a read cut there ends only the drain (httpcore keeps the connection), so the
+    others' requests go on."""
     import sys
 
     stream = response.extensions.get("network_stream")
@@ -175,7 +176,7 @@ def drainable(response: httpx.Response) -> bool:
     return (
         bounded is not None
         and isinstance(stream, bounded.BoundedStream)
-        and response.http_version == "HTTP/1.1"
+        and response.http_version in ("HTTP/1.1", "HTTP/2")
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -312,4 +313,65 @@ def test_an_async_stream_left_while_still_flowing_is_abandoned_at_once(chaos: An
 
     closed_in = asyncio.run(main())
     assert events[-1].outcome == "abandoned"
+    assert closed_in < 0.15  # the rest is not waited for (loose: its bound is 25 ms)
+
+
+def _read_to_done_sync(response: httpx.Response) -> list[str]:
+    """The sync :func:`_read_to_done`."""
+    seen = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            seen.append(line.removeprefix("data: "))
+            if seen[-1] == "[DONE]":
+                break
+    return seen
+
+
+@pytest.mark.parametrize("shell", ["client", "drop-in"])
+def test_a_sync_stream_read_to_its_done_event_is_complete_over_http2(shell: str) -> None:
+    """A sync reader stopping at ``[DONE]`` over HTTP/2 (the openai SDK's sync stream
+    does) left the stream's end, a frame behind, unread, and every full stream read as
+    ``abandoned``: only sync HTTP/1.1 bodies were read on as they closed."""
+    from local_http import serving_h2_apart
+
+    events: list[RetryEvent] = []
+    client: httpx.Client
+    if shell == "client":
+        client = retrysafe.Client(hooks=[events.append], http1=False, http2=True)
+    else:
+        inner = httpx.HTTPTransport(http1=False, http2=True)
+        client = httpx.Client(transport=retrysafe.RetryTransport(inner, hooks=[events.append]))
+    with (
+        serving_h2_apart(10) as base,
+        client,
+        client.stream("GET", f"{base}/events?count=3") as response,
+    ):
+        assert response.http_version == "HTTP/2"
+        seen = _read_to_done_sync(response)
+    assert seen == ["event 0", "event 1", "event 2", "[DONE]"]
+    assert [event.outcome for event in events if event.kind == "body"] == ["complete"]
+
+
+def test_a_sync_http2_stream_left_while_flowing_is_abandoned_and_its_connection_serves_on() -> None:
+    """Reading a closing HTTP/2 body's rest takes a turn on a connection other requests
+    share: a body still flowing is left within the drain's bound, and the connection
+    goes on serving, to another thread's request during the drain and to the next call."""
+    from local_http import serving_h2_apart
+
+    events: list[RetryEvent] = []
+    client = retrysafe.Client(hooks=[events.append], http1=False, http2=True)
+    with serving_h2_apart(10) as base, client:
+        client.get(f"{base}/")  # (the connection, open)
+        with client.stream("GET", f"{base}/drip?chunks=50&interval_ms=20") as response:
+            next(response.iter_raw())
+            connection = response.extensions["network_stream"]
+            beside = ThreadPoolExecutor(1)
+            answered = beside.submit(client.get, f"{base}/delay?ms=10")
+            closing = time.monotonic()
+        closed_in = time.monotonic() - closing
+        assert answered.result(timeout=5).status_code == 200
+        beside.shutdown()
+        after = client.get(f"{base}/")
+        assert after.extensions["network_stream"] is connection
+    assert [event.outcome for event in events if event.kind == "body"] == ["abandoned"]
     assert closed_in < 0.15  # the rest is not waited for (loose: its bound is 25 ms)
