@@ -26,6 +26,7 @@ import httpcore
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
+    current_copy,
     note_failed_open,
     note_headers_sent,
     note_sent,
@@ -85,8 +86,30 @@ class _AsyncStreamSlots:
         # It pays what is owed before this request takes one.
         while self.owed and _took_at_once(semaphore):
             self.owed -= 1
+        inner = _inner_semaphore(semaphore)
+        waits = inner is not None and inner.value == 0
         await semaphore.acquire()
+        if waits:
+            await self._still_wanted()
         retire_if_full(self._connection())
+
+    async def _still_wanted(self) -> None:
+        """A hedged copy given a stream after waiting for one first waits while a
+        sibling's answer is judged, and gives the stream back, sending nothing, if it
+        lost (see :class:`~retrysafe.attempt_deadline.CopyWatcher`)."""
+        copy = current_copy.get()
+        if copy is None:
+            return
+        try:
+            sends = await copy.may_send_async()
+        except BaseException:  # (it lost: cancelled where it waited)
+            await self.release()
+            raise
+        if not sends:
+            await self.release()
+            raise httpcore.PoolTimeout(
+                "this hedged copy lost while it waited for a free HTTP/2 stream; nothing was sent"
+            )
 
     async def release(self) -> None:
         if self.owed:
@@ -261,6 +284,9 @@ class _AsyncResetOnClose:
         self._closed = type(connection)._response_closed
 
     async def __call__(self, stream_id: int) -> None:
+        copy = current_copy.get()
+        if copy is not None:
+            copy.answering()  # (before its stream's slot is free: see CopyWatcher)
         connection = self._connection()
         reset_if_open(connection, stream_id)
         await self._closed(connection, stream_id)

@@ -90,14 +90,35 @@ class Severable(Protocol):
 
 
 class CopyWatcher(Protocol):
-    """A hedged copy in flight on a sync transport: it is told of each connection it
-    writes to, so that when it loses, its connection can be cut and the server sees
-    the disconnect (a blocked socket read cannot otherwise be ended from outside)."""
+    """A hedged copy in flight.
+
+    On a sync transport it is told of each connection it writes to, so that when it
+    loses, its connection can be cut and the server sees the disconnect (a blocked
+    socket read cannot otherwise be ended from outside).
+
+    A copy that waited for a way to send (a free HTTP/2 stream, a pooled connection) is
+    often given it as a sibling copy's request ends, with that sibling's answer not yet
+    judged: it asks whether it may still send (:meth:`may_send`), and sends nothing if
+    that answer won. A copy tells when its own answer is in hand (:meth:`answering`).
+    """
 
     def watch(self, connection: Severable) -> None: ...
 
+    def answering(self) -> None:
+        """Its answer is in hand (its headers came, or its HTTP/2 stream closes), to be
+        judged by its round: a sibling given its way to send meanwhile waits for that."""
 
-#: The hedged copy this thread sends, if any (only hedging calls set it).
+    def may_send(self) -> bool:
+        """(sync) Wait while a sibling's answer is being judged; whether this copy may
+        still send (False: it lost)."""
+        return True
+
+    async def may_send_async(self) -> bool:
+        """The async :meth:`may_send`."""
+        return True
+
+
+#: The hedged copy this thread or task sends, if any (only hedging calls set it).
 current_copy: contextvars.ContextVar[CopyWatcher | None] = contextvars.ContextVar(
     "retrysafe_current_copy", default=None
 )

@@ -365,11 +365,21 @@ class _StreamSlots:
                 if not self._semaphore.acquire(blocking=False):
                     self.owed += 1
             return
-        if not _acquired_in_time(self._semaphore):
-            raise httpcore.PoolTimeout(
-                "no stream of the HTTP/2 connection came free within the attempt's time "
-                "(the server's limit of concurrent streams was reached); nothing was sent"
-            )
+        if not self._semaphore.acquire(blocking=False):
+            if not _acquired_in_time(self._semaphore):
+                raise httpcore.PoolTimeout(
+                    "no stream of the HTTP/2 connection came free within the attempt's "
+                    "time (the server's limit of concurrent streams was reached); nothing "
+                    "was sent"
+                )
+            copy = current_copy.get()
+            if copy is not None and not copy.may_send():
+                # (a hedged copy given the stream of a sibling that won: see CopyWatcher)
+                self.release()
+                raise httpcore.PoolTimeout(
+                    "this hedged copy lost while it waited for a free HTTP/2 stream; "
+                    "nothing was sent"
+                )
         retire_if_full(self._connection())
 
     def release(self) -> None:
@@ -492,6 +502,9 @@ class _ResetOnClose:
 
     def __call__(self, stream_id: int) -> None:
         self._opening.end_if_taken()
+        copy = current_copy.get()
+        if copy is not None:
+            copy.answering()  # (before its stream's slot is free: see CopyWatcher)
         connection = self._connection()
         reset_if_open(connection, stream_id)
         self._closed(connection, stream_id)

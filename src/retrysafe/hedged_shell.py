@@ -24,6 +24,11 @@ coordinator only (the caller); copies only send and read.
   connection in its pool is taken out of the queue.
 - async: every copy is a task in a task group with its own cancel scope;
   a losing copy is cancelled, which closes its connection.
+
+A copy waiting for a way to send (a free HTTP/2 stream, a pooled connection) is often
+given it by a sibling copy whose request just ended: that sibling's answer is on its way
+to the coordinator, which may judge it the winner. The copy given its way waits for
+that judgement before it sends (:class:`_Judging`), and sends nothing if it lost.
 """
 
 from __future__ import annotations
@@ -77,6 +82,74 @@ def _copy_of(request: httpx.Request) -> httpx.Request:
     )
 
 
+class _Judging:
+    """The answers a sync round's copies hold that the caller's thread has not judged.
+
+    A copy waiting for a way to send (a free HTTP/2 stream, a pooled connection) gets
+    it as another request ends, often a sibling copy's: that copy's answer is in hand,
+    its stream closed or its connection free, and the caller's thread has not yet judged
+    it. Sent then, the copy went out after the call had returned, and the server did its
+    work (trial82: every time, with a server allowing one stream; a keyed POST reached
+    the server twice). So such a copy first waits (:meth:`may_send`) until no sibling's
+    answer awaits judgement: if one won, the copy has been cancelled and sends nothing;
+    otherwise it goes.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._pending: set[_Copy] = set()
+        self._over = False
+
+    def answering(self, copy: _Copy) -> None:
+        with self._changed:
+            self._pending.add(copy)
+
+    def judged(self, copy: _Copy) -> None:
+        """The caller's thread has judged ``copy``'s answer, and the round goes on."""
+        with self._changed:
+            if copy in self._pending:
+                self._pending.discard(copy)
+                self._changed.notify_all()
+
+    def over(self) -> None:
+        """The round is over: its losing copies are cancelled."""
+        with self._changed:
+            self._over = True
+            self._changed.notify_all()
+
+    def may_send(self, copy: _Copy) -> bool:
+        with self._changed:
+            while self._pending and not self._over and not copy.cancelled:
+                ends_at = copy.attempt_ends_at
+                left = None if ends_at is None else ends_at - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+            return not copy.cancelled
+
+
+class _AsyncJudging:
+    """The async :class:`_Judging`. A copy that lost while it waits is cancelled there."""
+
+    def __init__(self) -> None:
+        self._changed = anyio.Event()
+        self._pending: set[_Copy] = set()
+
+    def answering(self, copy: _Copy) -> None:
+        self._pending.add(copy)
+
+    def judged(self, copy: _Copy) -> None:
+        if copy in self._pending:
+            self._pending.discard(copy)
+            changed, self._changed = self._changed, anyio.Event()
+            changed.set()
+
+    async def may_send(self, copy: _Copy) -> bool:
+        while self._pending and not copy.cancelled:
+            await self._changed.wait()
+        return not copy.cancelled
+
+
 def _ends_at(plan: AttemptPlan) -> float | None:
     if plan.timeout == math.inf:
         return None
@@ -85,7 +158,8 @@ def _ends_at(plan: AttemptPlan) -> float | None:
 
 class _Copy:
     """One copy in flight: its plan and request, when its time ends, and (sync) the
-    connections it wrote to, which are cut if it loses."""
+    connections it wrote to, which are cut if it loses. Its network streams find it as
+    ``current_copy`` (see :class:`~retrysafe.attempt_deadline.CopyWatcher`)."""
 
     def __init__(
         self,
@@ -95,6 +169,7 @@ class _Copy:
         transport: Sender | None = None,
         *,
         instrumented: bool = False,
+        judging: _Judging | _AsyncJudging | None = None,
     ) -> None:
         self.plan = plan
         self.request = request
@@ -122,6 +197,27 @@ class _Copy:
         #: (sync) The transport it is sent through: if it loses while still waiting there
         #: for a connection, it is taken out of the pool's queue.
         self.transport = transport
+        #: Its round's answers not yet judged (None: a copy sent alone, with no round).
+        self.judging = judging
+
+    def answering(self) -> None:
+        """Its answer is in hand (see CopyWatcher.answering)."""
+        if self.judging is not None:
+            self.judging.answering(self)
+
+    def may_send(self) -> bool:
+        """(sync) See CopyWatcher.may_send."""
+        judging = self.judging
+        if isinstance(judging, _Judging):
+            return judging.may_send(self)
+        return not self.cancelled
+
+    async def may_send_async(self) -> bool:
+        """See CopyWatcher.may_send_async."""
+        judging = self.judging
+        if isinstance(judging, _AsyncJudging):
+            return await judging.may_send(self)
+        return not self.cancelled
 
     def watch(self, connection: Severable) -> None:
         """The copy writes to ``connection`` (called on the copy's own thread)."""
@@ -271,6 +367,7 @@ def _send(transport: Sender, copy: _Copy) -> _Result:
             # pool, where its loss could no longer take it out of the queue.
             return _Result(copy, None, AttemptTimedOut("the copy lost before it was sent"))
         response = transport.handle_request(copy.request)
+        copy.answering()
         if copy.plan.read_body:
             response.read()
         return _Result(copy, response, None)
@@ -354,10 +451,18 @@ class _SyncRound:
         self.lock = threading.Lock()
         self.done = False
         self.winner: _Copy | None = None
+        self.judging = _Judging()
 
     def launch(self, plan: AttemptPlan, copy_request: httpx.Request) -> None:
         """Start sending ``copy_request`` under ``plan`` on a thread of its own."""
-        copy = _Copy(plan, copy_request, self.drive, self.transport, instrumented=self.instrumented)
+        copy = _Copy(
+            plan,
+            copy_request,
+            self.drive,
+            self.transport,
+            instrumented=self.instrumented,
+            judging=self.judging,
+        )
         self.copies[plan] = copy
         run_on_a_thread(functools.partial(contextvars.copy_context().run, self._run, copy))
 
@@ -403,6 +508,7 @@ class _SyncRound:
                 if not call.in_flight(result.copy.plan):  # given up as overdue already
                     if result.response is not None:
                         result.response.close()
+                    self.judging.judged(result.copy)
                     continue
                 step = _conclude(drive, result)
                 if type(step) is not AwaitOthers:
@@ -410,6 +516,7 @@ class _SyncRound:
                     if type(step) is Succeed:
                         drive.hand_over_body(result.copy.request)
                     return step
+                self.judging.judged(result.copy)
         finally:
             self.end()
 
@@ -421,6 +528,7 @@ class _SyncRound:
         for copy in self.copies.values():
             if copy is not self.winner:
                 copy.cancel()
+        self.judging.over()
         while True:
             try:
                 late = self.results.get_nowait()
@@ -449,11 +557,13 @@ async def _run_copy_async(
     assert copy.scope is not None
     with copy.scope:
         current_call.set(copy)
+        current_copy.set(copy)
         response: httpx.Response | None = None
         timeout = hard_end_after(copy.plan) if copy.plan.timeout != math.inf else None
         try:
             with anyio.fail_after(timeout):
                 response = await transport.handle_async_request(copy.request)
+                copy.answering()
                 if copy.plan.read_body:
                     await response.aread()
             result = _Result(copy, response, None)
@@ -531,6 +641,7 @@ async def hedged_round_async(
     assert isinstance(call, HedgedCall)
     send, receive = anyio.create_memory_object_stream[_Result](math.inf)
     instrumented = notes_first_writes(transport)  # (see _Copy)
+    judging = _AsyncJudging()
     copies: dict[AttemptPlan, _Copy] = {}
     winner: _Copy | None = None
     won: httpx.Response | None = None  # the winner's answer, the caller's once returned
@@ -541,7 +652,7 @@ async def hedged_round_async(
         async with anyio.create_task_group() as group:
 
             def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
-                copy = _Copy(plan, copy_request, drive, instrumented=instrumented)
+                copy = _Copy(plan, copy_request, drive, instrumented=instrumented, judging=judging)
                 copy.scope = anyio.CancelScope()
                 copies[plan] = copy
                 group.start_soon(_run_copy_async, transport, copy, send)
@@ -565,12 +676,15 @@ async def hedged_round_async(
                     if not call.in_flight(result.copy.plan):  # given up as overdue already
                         if result.response is not None:
                             await result.response.aclose()
+                        judging.judged(result.copy)
                         continue
                     concluded = await _conclude_async(drive, result)
                     if type(concluded) is not AwaitOthers:
                         winner, step, won = result.copy, concluded, result.response
                         if type(step) is Succeed:
                             drive.hand_over_body(winner.request)
+                    else:
+                        judging.judged(result.copy)
             except Exception as exc:  # raised after the copies are cancelled (no exception group)
                 error = exc
             except BaseException:

@@ -6,8 +6,8 @@ has lost: once the round is judged it must leave the queue at once, take no conn
 and send nothing, so the winner's kept-alive connection is there for the next call.
 (Left waiting, it took the connection as soon as the winner's streamed body was closed,
 was refused before writing, and left that connection closed.) A buffered winner frees
-its connection as it reads its body, before the round is judged: that race is left
-(docs/hedging.md, Limits).
+its connection as it reads its body, before the round is judged: the copy given it
+waits for that judgement, and gives it back unused (docs/hedging.md, Limits).
 
 A keep-alive HTTP/1.1 server of its own, in a thread, counts requests and connections.
 Wall-clock assertions are loose bounds.
@@ -169,3 +169,24 @@ def test_a_copy_that_lost_before_its_thread_came_to_send_it_sends_nothing() -> N
     assert sent == []
     assert result.response is None
     assert result.failure is not None
+
+
+def test_a_copy_given_the_connection_a_buffered_winner_frees_sends_nothing(
+    server: tuple[str, type[_Counting]],
+) -> None:
+    """A buffered winner frees its connection as its body is read, before the caller's
+    thread has judged its answer, and the copy waiting in the pool gets it. It was then
+    written, cut as it lost, and the kept-alive connection closed (trial82: every time).
+    Given a connection while a sibling's answer awaits judgement, a copy now waits for
+    that judgement, and sends nothing if it lost."""
+    url, handler = server
+    with retrysafe.Client(policy=HEDGED, limits=httpx.Limits(max_connections=1)) as client:
+        client.get(f"{url}/warm", policy=UNHEDGED)
+        response = client.get(f"{url}/slow")
+        report = retrysafe.report_of(response)
+        assert report is not None
+        assert (response.text, report.hedges, report.winner) == ("ok", 1, 1)
+        time.sleep(0.2)  # (a copy sent late would have reached the server by now)
+        assert client.get(f"{url}/after", policy=UNHEDGED).text == "ok"
+    assert handler.requests == ["/warm", "/slow", "/after"]
+    assert len(handler.connections) == 1
