@@ -18,6 +18,7 @@ that run out of time raise httpcore's own timeouts (nothing half-read is left).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
 import weakref
@@ -337,8 +338,11 @@ def nothing_sent_yet() -> httpcore.PoolTimeout | None:
 
 #: When a connection of each httpcore pool last failed to open (``time.monotonic()``), by
 #: the host it was for, for :func:`cut_outcome`: the pool drops it at once, before the
-#: requests that waited for it are cut.
+#: requests that waited for it are cut. The latest first-failing hosts only (a client
+#: meeting ever new unreachable hosts grew it by one each: trial81).
 _failed_opens: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+#: How many hosts :data:`_failed_opens` keeps per pool, the latest to fail.
+_FAILED_HOSTS_KEPT: Final = 256
 
 
 def note_failed_open(pool: object | None, host: str | None = None) -> None:
@@ -348,7 +352,12 @@ def note_failed_open(pool: object | None, host: str | None = None) -> None:
         by_host = _failed_opens.get(pool)
         if by_host is None:
             by_host = _failed_opens[pool] = {}
-        by_host[host or ""] = time.monotonic()
+        key = host or ""
+        by_host.pop(key, None)  # (to the end: the dict runs from the oldest failure)
+        by_host[key] = time.monotonic()
+        if len(by_host) > _FAILED_HOSTS_KEPT:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                del by_host[next(iter(by_host))]  # (another thread may be at it too)
 
 
 def cut_outcome(transport: object, call: RunningCall) -> Exception:
