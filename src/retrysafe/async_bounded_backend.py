@@ -284,9 +284,6 @@ class _AsyncResetOnClose:
         self._closed = type(connection)._response_closed
 
     async def __call__(self, stream_id: int) -> None:
-        copy = current_copy.get()
-        if copy is not None:
-            copy.answering()  # (before its stream's slot is free: see CopyWatcher)
         connection = self._connection()
         reset_if_open(connection, stream_id)
         await self._closed(connection, stream_id)

@@ -53,6 +53,7 @@ __all__ = [
     "read_timed_out",
     "reset_if_open",
     "retire",
+    "retire_for_cut",
     "retire_if_full",
     "retire_stream_of",
     "time_left",
@@ -100,14 +101,15 @@ class CopyWatcher(Protocol):
     A copy that waited for a way to send (a free HTTP/2 stream, a pooled connection) is
     often given it as a sibling copy's request ends, with that sibling's answer not yet
     judged: it asks whether it may still send (:meth:`may_send`), and sends nothing if
-    that answer won. A copy tells when its own answer is in hand (:meth:`answering`).
+    that answer won. A copy tells when its own answer is in hand (:meth:`answering`): as
+    its body closes, which frees its stream or connection.
     """
 
     def watch(self, connection: Severable) -> None: ...
 
     def answering(self) -> None:
-        """Its answer is in hand (its headers came, or its HTTP/2 stream closes), to be
-        judged by its round: a sibling given its way to send meanwhile waits for that."""
+        """Its answer is in hand (its body closes, freeing its stream or connection), to
+        be judged by its round: a sibling given its way to send meanwhile waits for that."""
 
     def may_send(self) -> bool:
         """(sync) Wait while a sibling's answer is being judged; whether this copy may
@@ -187,6 +189,18 @@ def retire(stream: SharedStream) -> None:
     connection = connection_carrying(stream)
     if hasattr(connection, "_connection_error") and _worth_retiring(connection):
         connection._connection_error = True
+
+
+def retire_for_cut(stream: SharedStream) -> None:
+    """:func:`retire`, for a read or a wait to read in this context cut at its time: only
+    if the call here has sent its request (noted by then, over HTTP/2: see
+    :class:`HeadersNoted`), so that a stream of its may be left open. A closing body's
+    read of its rest (``body_watch``) sends nothing, and its stream is reset as it
+    closes: with a server allowing one or two streams, it retired the connection each
+    time (review78)."""
+    call = current_call.get()
+    if call is None or call.attempt_sent_at is not None:
+        retire(stream)
 
 
 def connection_carrying(stream: SharedStream) -> Any:

@@ -51,7 +51,7 @@ from retrysafe.attempt_deadline import (
     nothing_sent_yet,
     read_timed_out,
     reset_if_open,
-    retire,
+    retire_for_cut,
     retire_if_full,
     time_left,
 )
@@ -96,7 +96,7 @@ class BoundedStream(httpcore.NetworkStream):
         bounded, binds, in_attempt = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             if self.shared:
-                retire(self)
+                retire_for_cut(self)
             raise AttemptDeadlineReached(stalled=False)
         try:
             return self._inner.read(max_bytes, bounded)
@@ -104,7 +104,7 @@ class BoundedStream(httpcore.NetworkStream):
             if not in_attempt:
                 raise  # outside an attempt (a streamed body the caller reads): httpx's own
             if self.shared:
-                retire(self)
+                retire_for_cut(self)
             # (stalled: the read's own timeout ran out; else the attempt's time did)
             raise read_timed_out(binds, bounded) from None
 
@@ -240,7 +240,7 @@ class _TurnToRead:
             raise
         if not acquired:
             self._leave_line(waiter)
-            retire(self._stream)
+            retire_for_cut(self._stream)
             raise AttemptDeadlineReached(stalled=False)
         self.reader = threading.get_ident()
         return self
@@ -502,9 +502,6 @@ class _ResetOnClose:
 
     def __call__(self, stream_id: int) -> None:
         self._opening.end_if_taken()
-        copy = current_copy.get()
-        if copy is not None:
-            copy.answering()  # (before its stream's slot is free: see CopyWatcher)
         connection = self._connection()
         reset_if_open(connection, stream_id)
         self._closed(connection, stream_id)

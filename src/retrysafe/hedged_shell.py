@@ -39,6 +39,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import NamedTuple
 
 import anyio
@@ -93,6 +94,13 @@ class _Judging:
     the server twice). So such a copy first waits (:meth:`may_send`) until no sibling's
     answer awaits judgement: if one won, the copy has been cancelled and sends nothing;
     otherwise it goes.
+
+    A copy's answer awaits judgement from the moment its body closes (it was read, or the
+    caller's thread closes it), which is what frees its stream or connection
+    (:class:`_TellsItsClose`), until the caller's thread has judged it. Not from its
+    headers: a sibling whose body trickles would hold every waiting copy back for as long
+    (review78: a hedge meant to go at 0.2 s went at none, the call took 1 s). A copy
+    never waits on itself, nor on one that lost.
     """
 
     def __init__(self) -> None:
@@ -119,7 +127,7 @@ class _Judging:
 
     def may_send(self, copy: _Copy) -> bool:
         with self._changed:
-            while self._pending and not self._over and not copy.cancelled:
+            while _judging_other(self._pending, copy) and not self._over and not copy.cancelled:
                 ends_at = copy.attempt_ends_at
                 left = None if ends_at is None else ends_at - time.monotonic()
                 if left is not None and left <= 0:
@@ -145,9 +153,49 @@ class _AsyncJudging:
             changed.set()
 
     async def may_send(self, copy: _Copy) -> bool:
-        while self._pending and not copy.cancelled:
+        while _judging_other(self._pending, copy) and not copy.cancelled:
             await self._changed.wait()
         return not copy.cancelled
+
+
+def _judging_other(pending: set[_Copy], copy: _Copy) -> bool:
+    """Whether an answer of a copy other than ``copy``, still in the race, awaits
+    judgement."""
+    return any(other is not copy and not other.cancelled for other in pending)
+
+
+class _TellsItsClose(httpx.SyncByteStream):
+    """A copy's response body, which tells the copy its answer is in hand
+    (:meth:`_Copy.answering`) as it closes: the close frees the copy's HTTP/2 stream or
+    its pooled connection, which a waiting sibling may get at once (see :class:`_Judging`)."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, copy: _Copy) -> None:
+        assert isinstance(inner, httpx.SyncByteStream)
+        self._inner = inner  # (named as retrysafe's other wrappers name theirs)
+        self._copy = copy
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._inner)
+
+    def close(self) -> None:
+        self._copy.answering()
+        self._inner.close()
+
+
+class _AsyncTellsItsClose(httpx.AsyncByteStream):
+    """The async :class:`_TellsItsClose`."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, copy: _Copy) -> None:
+        assert isinstance(inner, httpx.AsyncByteStream)
+        self._inner = inner
+        self._copy = copy
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._inner.__aiter__()
+
+    async def aclose(self) -> None:
+        self._copy.answering()
+        await self._inner.aclose()
 
 
 def _ends_at(plan: AttemptPlan) -> float | None:
@@ -201,8 +249,9 @@ class _Copy:
         self.judging = judging
 
     def answering(self) -> None:
-        """Its answer is in hand (see CopyWatcher.answering)."""
-        if self.judging is not None:
+        """Its answer is in hand (see CopyWatcher.answering). A copy that lost already
+        has nothing left to judge."""
+        if self.judging is not None and not self.cancelled:
             self.judging.answering(self)
 
     def may_send(self) -> bool:
@@ -367,7 +416,7 @@ def _send(transport: Sender, copy: _Copy) -> _Result:
             # pool, where its loss could no longer take it out of the queue.
             return _Result(copy, None, AttemptTimedOut("the copy lost before it was sent"))
         response = transport.handle_request(copy.request)
-        copy.answering()
+        response.stream = _TellsItsClose(response.stream, copy)
         if copy.plan.read_body:
             response.read()
         return _Result(copy, response, None)
@@ -563,7 +612,7 @@ async def _run_copy_async(
         try:
             with anyio.fail_after(timeout):
                 response = await transport.handle_async_request(copy.request)
-                copy.answering()
+                response.stream = _AsyncTellsItsClose(response.stream, copy)
                 if copy.plan.read_body:
                     await response.aread()
             result = _Result(copy, response, None)
