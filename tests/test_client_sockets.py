@@ -315,7 +315,9 @@ def test_a_hanging_server_gives_deadline_exceeded_on_time(api: Any, chaos: Any) 
     policy = RetryPolicy(deadline=1, attempt_timeout=10)
     with pytest.raises(retrysafe.DeadlineExceeded) as caught:
         api.request("GET", chaos.url("/hang"), policy=policy)
-    assert api.seconds < 1.5  # (the deadline, and what a loaded machine adds: 1.28 s seen)
+    # (the deadline, and what a loaded machine adds: 1.64 s seen with the compiled build
+    # building beside the tests; a deadline not kept ran 4 to 6 s)
+    assert api.seconds < 2.0
     assert caught.value.retryable is True
     assert isinstance(caught.value.__cause__, httpx.TimeoutException)
 

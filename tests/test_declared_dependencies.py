@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
 ROOT = Path(__file__).resolve().parent.parent
 #: The benchmarks' own modules, imported from beside them (and the test servers they share).
 LOCAL = {"retrysafe", "overhead", "hedging", "store_servers", "fleet_servers"}
@@ -26,7 +25,10 @@ HOSTS = {"pytest"}
 
 
 def _project() -> dict[str, Any]:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # (tomli is tomllib before 3.11)
+        import tomli as tomllib
 
     project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return project
@@ -58,10 +60,31 @@ def _imported(path: Path) -> set[str]:
     return modules
 
 
+def _packages_distributions() -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions()``; on Python 3.10, which reads only
+    a distribution's ``top_level.txt`` (which wheels built by hatch, opentelemetry's, do not
+    hold), with the top-level names its files show too, as 3.11's does."""
+    providers = dict(importlib.metadata.packages_distributions())
+    if sys.version_info < (3, 11):
+        for distribution in importlib.metadata.distributions():
+            name = distribution.metadata["Name"]
+            for file in distribution.files or ():
+                parts = file.parts
+                if len(parts) > 1 and parts[0] != ".." and not parts[0].endswith(".dist-info"):
+                    top = parts[0]
+                elif len(parts) == 1 and parts[0].endswith(".py"):
+                    top = parts[0].removesuffix(".py")
+                else:
+                    continue
+                if name not in providers.setdefault(top, []):
+                    providers[top].append(name)
+    return providers
+
+
 def _third_party(modules: set[str]) -> dict[str, set[str]]:
     """Each module of ``modules`` that is neither the standard library's nor local, with
     the distributions installed here that provide it."""
-    providers = importlib.metadata.packages_distributions()
+    providers = _packages_distributions()
     return {
         module: {_normal(name) for name in providers.get(module, [module])}
         for module in modules - LOCAL - set(sys.stdlib_module_names)

@@ -19,11 +19,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is 3.11+")
-
 
 def _pyproject() -> dict[str, Any]:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # (tomli is tomllib before 3.11)
+        import tomli as tomllib
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
