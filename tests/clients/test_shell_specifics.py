@@ -815,10 +815,13 @@ class _TrickledRedirects(http.server.BaseHTTPRequestHandler):
         self.send_header("Location", f"/hop/{number + 1}")
         self.send_header("Content-Length", str(self.body_bytes))
         self.end_headers()
-        for _ in range(self.body_bytes):
-            self.wfile.write(b"x")
-            self.wfile.flush()
-            time.sleep(self.gap)
+        try:
+            for _ in range(self.body_bytes):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(self.gap)
+        except (BrokenPipeError, ConnectionResetError):  # (the client gave up: the point)
+            self.close_connection = True
 
     def log_message(self, *args: Any) -> None:
         pass
