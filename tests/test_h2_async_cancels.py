@@ -91,3 +91,40 @@ async def test_requests_waiting_on_a_connection_whose_start_was_cancelled_go_els
                 for _ in range(5):
                     group.start_soon(one, client, f"{base}/", None)
     assert raw == []
+
+
+async def test_free_stream_slots_a_cancelled_start_left_are_taken_back() -> None:
+    """httpcore makes 100 slots and takes back 99, one await at a time: a cancel after
+    the first left 98 free beside the connection's count of one stream, and two requests
+    went on it. Counted again as the connection first writes after its preface: none
+    free, and the one slot too many held is owed by the next stream to close."""
+    from httpcore._synchronization import AsyncSemaphore
+
+    from retrysafe.async_bounded_backend import _count_slots_again, _inner_semaphore
+
+    class Connection:
+        _max_streams = 1
+        _events: dict[int, list[object]] = {1: [], 3: []}  # noqa: RUF012 - two requests' streams
+
+    slots = AsyncSemaphore(100)
+    await slots.acquire()  # (the one take-back before the cancel)
+    await slots.acquire()  # (the two requests' streams)
+    await slots.acquire()
+    assert _count_slots_again(Connection(), slots) == 1
+    assert _inner_semaphore(slots).value == 0
+
+
+async def test_a_connection_counted_right_is_left_as_it_is() -> None:
+    from httpcore._synchronization import AsyncSemaphore
+
+    from retrysafe.async_bounded_backend import _count_slots_again, _inner_semaphore
+
+    class Connection:
+        _max_streams = 1
+        _events: dict[int, list[object]] = {1: []}  # noqa: RUF012
+
+    slots = AsyncSemaphore(100)
+    for _ in range(100):
+        await slots.acquire()  # (99 taken back, one stream)
+    assert _count_slots_again(Connection(), slots) == 0
+    assert _inner_semaphore(slots).value == 0
