@@ -267,38 +267,11 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
         and callable(getattr(type(connection), "_receive_remote_settings_change", None))
     ):
         watched = _AsyncStreamSlots(slots, connection)
-        watched.owed = _count_slots_again(connection, slots)
         connection._max_streams_semaphore = watched
         connection._receive_remote_settings_change = _TakeBackWithoutWaiting(connection, watched)
     if callable(getattr(type(connection), "_response_closed", None)):
         connection._response_closed = _AsyncResetOnClose(connection)
     _take_turns_to_read(connection)
-
-
-def _count_slots_again(connection: Any, slots: Any) -> int:
-    """Take the free stream slots of ``connection`` (httpcore's async HTTP/2 one) back to
-    what its count says, where a cancel left more; how many slots more than the count
-    its requests hold (owed: the next streams to close pay them, as in
-    :class:`_AsyncStreamSlots`).
-
-    httpcore makes the connection's slots (one per stream the client allows), then takes
-    back all but one, one await at a time, until the server says its own limit. A cancel
-    landing among those awaits left the rest free: requests went past the server's limit,
-    and when the server's settings came, httpcore gave back the difference on top, past
-    the count's bound (``ValueError: semaphore released too many times``, raised to a
-    caller: trial81, trial84). Called as the connection first writes after its preface,
-    before anything was read (so before the server's settings): each slot in use then
-    belongs to a request holding a stream."""
-    try:
-        free = _inner_semaphore(slots).value
-        allowed = int(connection._max_streams)
-        held = len(connection._events)
-    except Exception:  # (httpcore's insides changed: left as they are)
-        return 0
-    due = max(0, allowed - held)
-    while free > due and _took_at_once(slots):
-        free -= 1
-    return max(0, held - allowed) if free <= due else 0
 
 
 class _AsyncResetOnClose:
@@ -364,7 +337,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 self._slots_unwatched = False
                 _adopt_h2_connection_async(self)
             written_by_call(self)
-            return await _whole(self._inner.write(buffer, timeout))
+            return await self._inner.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise nothing_sent_yet() or httpcore.WriteTimeout(
@@ -393,24 +366,6 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
-
-
-async def _whole(write: Coroutine[Any, Any, None]) -> None:
-    """Await ``write``, of an HTTP/2 connection's frames, shielded from cancellation.
-
-    httpcore takes the frames out of h2's buffer, then awaits their write: a cancel
-    landing there (an attempt's time limit, a caller's cancel scope) lost them, whoever's
-    they were. h2 had counted them sent: the server's header table no longer matched the
-    client's (it could not decode the next request's headers), or a stream's reset never
-    reached it (it refused the next stream, at its limit), and it ended the connection,
-    failing every request on it (trial84: one to six times in every async run cutting
-    attempts). Shielded, the write ends whole, or fails on its own timeout (httpx's write
-    timeout), which marks the connection failed, as httpcore marks any failed write; the
-    cancel lands at the next wait. (The attempt watchdog waits for such a shield to end.)"""
-    import anyio
-
-    with anyio.CancelScope(shield=True):
-        await write
 
 
 def _no_second_start(original: Any) -> Any:
