@@ -27,6 +27,7 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
     current_copy,
+    lost_while_waiting,
     note_failed_open,
     note_headers_sent,
     note_sent,
@@ -107,9 +108,7 @@ class _AsyncStreamSlots:
             raise
         if not sends:
             await self.release()
-            raise httpcore.PoolTimeout(
-                "this hedged copy lost while it waited for a free HTTP/2 stream; nothing was sent"
-            )
+            raise lost_while_waiting("a free HTTP/2 stream")
 
     async def release(self) -> None:
         if self.owed:

@@ -48,6 +48,7 @@ __all__ = [
     "may_speak_http2",
     "note_headers_sent",
     "note_sent",
+    "lost_while_waiting",
     "nothing_sent_yet",
     "notes_first_writes",
     "read_timed_out",
@@ -348,6 +349,17 @@ def nothing_sent_yet() -> httpcore.PoolTimeout | None:
     import httpcore  # (loaded by now: a network stream is writing)
 
     return httpcore.PoolTimeout(UNSENT_IN_TIME)
+
+
+def lost_while_waiting(way: str) -> httpcore.PoolTimeout:
+    """What a hedged copy raises when it is given ``way`` to send (a free HTTP/2 stream, a
+    connection in the pool) after a sibling won its round: it gives it back unused, and
+    sends nothing (see :class:`CopyWatcher`)."""
+    import httpcore  # (loaded by now: a pool or a connection is handing out its way)
+
+    return httpcore.PoolTimeout(
+        f"this hedged copy lost while it waited for {way}; nothing was sent"
+    )
 
 
 #: When a connection of each httpcore pool last failed to open (``time.monotonic()``), by

@@ -45,6 +45,7 @@ from retrysafe.attempt_deadline import (
     current_call,
     current_copy,
     failed_to_open_since,
+    lost_while_waiting,
     note_failed_open,
     note_headers_sent,
     note_sent,
@@ -376,10 +377,7 @@ class _StreamSlots:
             if copy is not None and not copy.may_send():
                 # (a hedged copy given the stream of a sibling that won: see CopyWatcher)
                 self.release()
-                raise httpcore.PoolTimeout(
-                    "this hedged copy lost while it waited for a free HTTP/2 stream; "
-                    "nothing was sent"
-                )
+                raise lost_while_waiting("a free HTTP/2 stream")
         retire_if_full(self._connection())
 
     def release(self) -> None:

@@ -39,7 +39,7 @@ import threading
 import weakref
 from typing import Any
 
-from retrysafe.attempt_deadline import current_copy, time_left
+from retrysafe.attempt_deadline import current_copy, lost_while_waiting, time_left
 from retrysafe.bounded_backend import Withdrawn
 from retrysafe.pool_assign import match_cheaply
 from retrysafe.pool_repair import stranded
@@ -134,7 +134,7 @@ def _sync_wait_for_connection(original: Any) -> Any:
             connection = original(self, left if binds else timeout)
             copy = current_copy.get()
             if copy is not None and not copy.may_send():
-                raise _lost_waiting()
+                raise lost_while_waiting("a connection in the pool")
             return connection
         except BaseException:  # (its pool timeout, mostly)
             dropped = _give_up(self, pool)
@@ -157,7 +157,7 @@ def _async_wait_for_connection(original: Any) -> Any:
             connection = await original(self, timeout)
             copy = current_copy.get()
             if copy is not None and not await copy.may_send_async():
-                raise _lost_waiting()
+                raise lost_while_waiting("a connection in the pool")
             return connection
         except BaseException:  # cancelled, or its pool timeout
             _give_up(self, pool)  # (what it drops was never opened: nothing to close)
@@ -172,17 +172,6 @@ def _async_wait_for_connection(original: Any) -> Any:
         return waiting(self, timeout, pool)
 
     return wait_for_connection
-
-
-def _lost_waiting() -> Exception:
-    """What a hedged copy raises when it is handed a connection after its round was won
-    by a sibling copy (often the one whose request freed that connection): it gives the
-    connection back unused (see :class:`~retrysafe.attempt_deadline.CopyWatcher`)."""
-    import httpcore
-
-    return httpcore.PoolTimeout(
-        "this hedged copy lost while it waited for a connection in the pool; nothing was sent"
-    )
 
 
 def _give_up(waiting: Any, pool: Any) -> Any:
