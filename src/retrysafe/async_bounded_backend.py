@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import time
 import typing
 import weakref
 from collections.abc import Coroutine, Iterable
@@ -172,14 +173,24 @@ class _AsyncTurnToRead:
     blocks in its read, holding the turn. With plain lock turns, the requests beside a
     few hangs waited until the hangs' reads ended, and every one of them ran out of
     time although its answer had come (trial79, asyncio and trio). A wait cut by a
-    cancel leaves the line (or passes on a turn just handed to it)."""
+    cancel leaves the line (or passes on a turn just handed to it).
+
+    Once the connection has ended (the server's GOAWAY read, or a read failed), httpcore
+    reads no more under the lock: each request in it raises at once. The line is then
+    let in all together, and turns end: handed on one at a time, each took a pass of
+    the event loop, and at a busy loop the last request learned of the end seconds
+    later (trial84; ``tests/test_h2_closing_streams.py``)."""
 
     def __init__(self, connection: object) -> None:
         self._connection = weakref.ref(connection)
         self._held = False
+        #: Whether the connection has ended: no more turns (see above).
+        self._open = False
         self._waiting: collections.deque[_AsyncWaiter] = collections.deque()
 
     async def __aenter__(self) -> _AsyncTurnToRead:
+        if self._open:
+            return self
         if not self._held:
             self._held = True
             return self
@@ -199,13 +210,30 @@ class _AsyncTurnToRead:
         self._pass_on()
 
     def _pass_on(self) -> None:
+        if self._open:
+            return
         waiting = self._waiting
-        if waiting:
+        if _has_ended(self._connection()):
+            self._open = True
+            self._held = False
+            for waiter in waiting:
+                waiter.turn.set()
+            waiting.clear()
+        elif waiting:
             chosen = first_answered(waiting, self._connection()) or waiting[0]
             waiting.remove(chosen)
             chosen.turn.set()  # (still held: by that task now)
         else:
             self._held = False
+
+
+def _has_ended(connection: Any) -> bool:
+    """Whether httpcore's HTTP/2 ``connection`` has ended: it read the server's GOAWAY,
+    or one of its reads failed (httpcore raises that failure to every later read)."""
+    return (
+        getattr(connection, "_connection_terminated", None) is not None
+        or getattr(connection, "_read_exception", None) is not None
+    )
 
 
 class _AsyncWaiter:
@@ -243,8 +271,7 @@ def _take_turns_to_read(connection: Any) -> None:
     lock = getattr(connection, "_read_lock", None)
     if not isinstance(lock, httpcore._synchronization.AsyncLock):
         return
-    inner = getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
-    if inner is not None and inner.locked():
+    if lock_held(lock):
         return
     if callable(getattr(type(connection), "_receive_stream_event", None)):
         connection._read_lock = _AsyncTurnToRead(connection)
@@ -274,18 +301,76 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
 
 
 class _AsyncResetOnClose:
-    """The async :class:`~retrysafe.bounded_backend._ResetOnClose`: httpcore's
-    ``_response_closed`` for one async HTTP/2 connection, resetting the stream of a
-    response closed before its end first."""
+    """httpcore's ``_response_closed`` for one async HTTP/2 connection: it resets the
+    stream of a response closed before its end first (see
+    :func:`~retrysafe.attempt_deadline.reset_if_open`), and it never queues behind the
+    other streams' clean-ups for the connection's state lock.
+
+    httpcore frees the stream, then takes the connection's state lock to decide whether
+    the connection is now idle or, ended by the server and left with no stream, to close
+    it. A read that fails ends every stream on the connection at once, and each stream's
+    clean-up (shielded from cancels) then queued for that lock, only to close the
+    connection again: each turn in the queue takes a pass of the event loop or two, so
+    at a busy loop the last stream's clean-up took seconds, and the attempt, cut at its
+    deadline, waited for it (calls ran 0.3 to 3.5 s past their deadline, trio and
+    asyncio, at a server's limit of one or two streams; trial84). Here the decision is
+    taken at once, with no await between reading the connection's state and changing it,
+    as the event loop allows; a connection being closed is marked closed before the
+    close's one await, so the streams that close after it have nothing left to do, and
+    that await holds the state lock where it is free, as httpcore's does (see
+    :func:`~retrysafe.pool_repair._others_clean_up`). A connection whose state this
+    does not know is left to httpcore's own ``_response_closed``."""
 
     def __init__(self, connection: typing.Any) -> None:
         self._connection = weakref.ref(connection)
         self._closed = type(connection)._response_closed
+        self._known = all(hasattr(connection, name) for name in _STATE_READ_ON_CLOSE)
 
     async def __call__(self, stream_id: int) -> None:
-        connection = self._connection()
+        connection: Any = self._connection()  # (alive: httpcore calls this on it)
         reset_if_open(connection, stream_id)
-        await self._closed(connection, stream_id)
+        if not self._known:
+            await self._closed(connection, stream_id)
+            return
+        await connection._max_streams_semaphore.release()
+        del connection._events[stream_id]
+        states = type(connection._state)  # (httpcore's HTTPConnectionState)
+        if connection._events or connection._state == states.CLOSED:
+            return
+        if connection._connection_terminated or (
+            connection._state == states.ACTIVE and connection._used_all_stream_ids
+        ):
+            connection._state = states.CLOSED  # (the streams closing next have nothing to do)
+            lock = connection._state_lock
+            if lock_held(lock):
+                await connection.aclose()
+            else:
+                async with lock:
+                    await connection.aclose()
+        elif connection._state == states.ACTIVE:
+            connection._state = states.IDLE
+            if connection._keepalive_expiry is not None:
+                connection._expire_at = time.monotonic() + connection._keepalive_expiry
+
+
+#: What :class:`_AsyncResetOnClose` reads of an httpcore HTTP/2 connection.
+_STATE_READ_ON_CLOSE = (
+    "_max_streams_semaphore",
+    "_events",
+    "_state",
+    "_state_lock",
+    "_connection_terminated",
+    "_used_all_stream_ids",
+    "_keepalive_expiry",
+    "_expire_at",
+)
+
+
+def lock_held(lock: Any) -> bool:
+    """Whether httpcore's ``AsyncLock`` ``lock`` is held (by any task): it holds a trio or
+    anyio lock once first used."""
+    inner = getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
+    return inner is not None and bool(inner.locked())
 
 
 class AsyncBoundedStream(httpcore.AsyncNetworkStream):

@@ -96,8 +96,9 @@ async def _others_clean_up(ours: object) -> BaseException | None:
     lock: Any = getattr(
         getattr(getattr(ours, "connection", None), "_connection", None), "_state_lock", None
     )
-    held = getattr(lock, "_anyio_lock", None) or getattr(lock, "_trio_lock", None)
-    if held is None or not held.locked():
+    from retrysafe.async_bounded_backend import lock_held
+
+    if not lock_held(lock):
         return None
     import asyncio
 

@@ -1,0 +1,119 @@
+"""Async HTTP/2: the streams a failed connection ends all close at once, each in a pass
+of the event loop or two, not one after another.
+
+httpcore closes each stream (shielded from cancels) under the connection's state lock,
+and closes the connection again under it when the server ended it. When a connection
+fails, every stream on it fails together and queued for that lock: each took its turn
+in a pass of the event loop or two, so at a busy loop the last one took seconds, and a
+call cut at its deadline waited for its stream to close (calls ran 0.3 to 3.5 s past
+their deadline, trio and asyncio, in trial84's stress at a server's limit of one or two
+streams). ``async_bounded_backend._AsyncResetOnClose`` closes a stream without queueing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import retrysafe
+from h2_test_server import H2TestServer
+from retrysafe import RetryPolicy
+
+h2_connection = pytest.importorskip("h2.connection")
+h2_config = pytest.importorskip("h2.config")
+h2_events = pytest.importorskip("h2.events")
+h2_errors = pytest.importorskip("h2.errors")
+
+pytestmark = pytest.mark.anyio
+
+#: Requests in flight on the one connection when the server ends it.
+STREAMS = 30
+#: Tasks that each hold the event loop 3 ms a pass: a pass takes about 60 ms.
+BUSY_TASKS = 20
+
+
+class EndingServer(H2TestServer):
+    """An HTTP/2 server that answers nothing: once it holds :data:`STREAMS` requests on a
+    connection, it ends the connection (GOAWAY, then close) and notes when."""
+
+    def __init__(self) -> None:
+        self.ended_at: float | None = None
+        super().__init__()
+
+    def serve(self, sock: socket.socket) -> None:
+        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        waiting = 0
+        with contextlib.suppress(OSError, Exception):
+            sock.sendall(conn.data_to_send())
+            while data := sock.recv(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2_events.RequestReceived):
+                        waiting += 1
+                sock.sendall(conn.data_to_send())
+                if waiting >= STREAMS:
+                    conn.close_connection(error_code=h2_errors.ErrorCodes.INTERNAL_ERROR)
+                    sock.sendall(conn.data_to_send())
+                    self.ended_at = time.monotonic()
+                    sock.close()
+                    return
+
+
+@pytest.fixture
+def ending() -> Iterator[EndingServer]:
+    server = EndingServer()
+    yield server
+    server.close()
+
+
+async def test_the_streams_of_an_ended_connection_all_close_within_a_few_passes(
+    ending: EndingServer,
+) -> None:
+    """Thirty requests on one connection the server ends, beside tasks that make each
+    pass of the event loop take about 60 ms: the last call ends within a second of the
+    server's GOAWAY (one pass each in turn took 1.8 s or more)."""
+    ended: list[float] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+    all_ended = anyio.Event()
+
+    async def busy() -> None:
+        while not stop.is_set():
+            time.sleep(0.003)  # noqa: ASYNC251 - a slow pass of the loop is the point
+            await anyio.lowlevel.checkpoint()
+
+    async def call(client: retrysafe.AsyncClient) -> None:
+        try:
+            await client.get(f"{ending.url}/")
+        except retrysafe.ApiError as error:
+            failures.append(error)
+        ended.append(time.monotonic())
+        if len(ended) == STREAMS:
+            all_ended.set()
+
+    policy = RetryPolicy(attempts=1, attempt_timeout=20.0, deadline=20.0)
+    async with (
+        retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client,
+        anyio.create_task_group() as group,
+    ):
+        for _ in range(STREAMS):
+            group.start_soon(call, client)
+        with anyio.fail_after(30):
+            while ending.ended_at is None:  # noqa: ASYNC110 - set by the server's thread
+                await anyio.sleep(0.01)
+        for _ in range(BUSY_TASKS):
+            group.start_soon(busy)
+        with anyio.fail_after(30):
+            await all_ended.wait()
+        stop.set()
+    assert ending.ended_at is not None
+    assert len(failures) == STREAMS
+    assert all(isinstance(error, retrysafe.TransportError) for error in failures)
+    assert max(ended) - ending.ended_at < 1.0
