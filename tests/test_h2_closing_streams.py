@@ -40,30 +40,36 @@ BUSY_TASKS = 20
 
 
 class EndingServer(H2TestServer):
-    """An HTTP/2 server that answers nothing: once it holds :data:`STREAMS` requests on a
-    connection, it ends the connection (GOAWAY, then close) and notes when."""
+    """An HTTP/2 server that answers nothing: it counts the requests it holds, and once
+    told to (:attr:`end`), ends each connection (GOAWAY, then close), noting when."""
 
     def __init__(self) -> None:
+        self.held = 0
+        self.end = threading.Event()
         self.ended_at: float | None = None
         super().__init__()
 
     def serve(self, sock: socket.socket) -> None:
         conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
         conn.initiate_connection()
-        waiting = 0
+        sock.settimeout(0.01)
         with contextlib.suppress(OSError, Exception):
             sock.sendall(conn.data_to_send())
-            while data := sock.recv(65536):
+            while not self.end.is_set():
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    return
                 for event in conn.receive_data(data):
                     if isinstance(event, h2_events.RequestReceived):
-                        waiting += 1
+                        self.held += 1
                 sock.sendall(conn.data_to_send())
-                if waiting >= STREAMS:
-                    conn.close_connection(error_code=h2_errors.ErrorCodes.INTERNAL_ERROR)
-                    sock.sendall(conn.data_to_send())
-                    self.ended_at = time.monotonic()
-                    sock.close()
-                    return
+            conn.close_connection(error_code=h2_errors.ErrorCodes.INTERNAL_ERROR)
+            sock.sendall(conn.data_to_send())
+            self.ended_at = time.monotonic()
+            sock.close()
 
 
 @pytest.fixture
@@ -106,10 +112,13 @@ async def test_the_streams_of_an_ended_connection_all_close_within_a_few_passes(
         for _ in range(STREAMS):
             group.start_soon(call, client)
         with anyio.fail_after(30):
-            while ending.ended_at is None:  # noqa: ASYNC110 - set by the server's thread
+            while ending.held < STREAMS:  # noqa: ASYNC110 - counted by the server's thread
                 await anyio.sleep(0.01)
+        await anyio.sleep(0.3)  # (every request is waiting for its answer)
         for _ in range(BUSY_TASKS):
             group.start_soon(busy)
+        await anyio.sleep(0.3)
+        ending.end.set()
         with anyio.fail_after(30):
             await all_ended.wait()
         stop.set()
@@ -117,3 +126,68 @@ async def test_the_streams_of_an_ended_connection_all_close_within_a_few_passes(
     assert len(failures) == STREAMS
     assert all(isinstance(error, retrysafe.TransportError) for error in failures)
     assert max(ended) - ending.ended_at < 1.0
+
+
+class HeadersThenGoawayServer(H2TestServer):
+    """An HTTP/2 server that answers each request's headers and sends no body; once told
+    to (:attr:`end`), it sends a GOAWAY and keeps the connection open, noting when the
+    client closes it (:attr:`client_closed`)."""
+
+    def __init__(self) -> None:
+        self.end = threading.Event()
+        self.client_closed = threading.Event()
+        super().__init__()
+
+    def serve(self, sock: socket.socket) -> None:
+        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        sock.settimeout(0.01)
+        ended = False
+        with contextlib.suppress(OSError, Exception):
+            sock.sendall(conn.data_to_send())
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    data = None
+                if data == b"":
+                    self.client_closed.set()
+                    return
+                for event in conn.receive_data(data or b""):
+                    if isinstance(event, h2_events.RequestReceived):
+                        conn.send_headers(event.stream_id, [(":status", "200")])
+                if self.end.is_set() and not ended:
+                    conn.close_connection(last_stream_id=3)
+                    ended = True
+                sock.sendall(conn.data_to_send())
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancel_does_not_leave_an_ended_connections_socket_open() -> None:
+    """The last stream closed on a connection the server ended closes the connection. A
+    cancel of that close at its first pause (asyncio's ``Task.cancel()`` reaches into
+    httpcore's shielded clean-up) must not leave the connection marked closed with its
+    socket open: the pool would drop it unclosed (review80)."""
+    import asyncio
+
+    import httpx
+
+    server = HeadersThenGoawayServer()
+    try:
+        transport = httpx.AsyncHTTPTransport(http1=False, http2=True)
+        async with httpx.AsyncClient(transport=retrysafe.AsyncRetryTransport(transport)) as client:
+            first = await client.send(client.build_request("GET", f"{server.url}/a"), stream=True)
+            last = await client.send(client.build_request("GET", f"{server.url}/b"), stream=True)
+            server.end.set()
+            with pytest.raises(httpx.RemoteProtocolError):
+                await first.aread()
+            closing = asyncio.create_task(last.aclose())
+            await asyncio.sleep(0)  # (the close runs to its first pause)
+            closing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await closing
+            with anyio.fail_after(2):
+                while not server.client_closed.is_set():  # noqa: ASYNC110 - the server's thread
+                    await anyio.sleep(0.01)
+    finally:
+        server.close()

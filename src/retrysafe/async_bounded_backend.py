@@ -315,11 +315,14 @@ class _AsyncResetOnClose:
     deadline, waited for it (calls ran 0.3 to 3.5 s past their deadline, trio and
     asyncio, at a server's limit of one or two streams; trial84). Here the decision is
     taken at once, with no await between reading the connection's state and changing it,
-    as the event loop allows; a connection being closed is marked closed before the
-    close's one await, so the streams that close after it have nothing left to do, and
-    that await holds the state lock where it is free, as httpcore's does (see
-    :func:`~retrysafe.pool_repair._others_clean_up`). A connection whose state this
-    does not know is left to httpcore's own ``_response_closed``."""
+    as the event loop allows. A connection to close is marked closed first, so the
+    streams that close after it have nothing left to do, and closed with no pause
+    between (a cancel landing in one, as asyncio's ``Task.cancel()`` can despite
+    httpcore's shield, left a connection marked closed with its socket open: review80).
+    The close holds the state lock where it is free, taken without a pause, as
+    httpcore's holds it (see :func:`~retrysafe.pool_repair._others_clean_up`). A
+    connection whose state this does not know is left to httpcore's own
+    ``_response_closed``."""
 
     def __init__(self, connection: typing.Any) -> None:
         self._connection = weakref.ref(connection)
@@ -341,12 +344,15 @@ class _AsyncResetOnClose:
             connection._state == states.ACTIVE and connection._used_all_stream_ids
         ):
             connection._state = states.CLOSED  # (the streams closing next have nothing to do)
-            lock = connection._state_lock
-            if lock_held(lock):
+            lock = _inner_lock(connection._state_lock)
+            if lock is None or lock.locked():
                 await connection.aclose()
-            else:
-                async with lock:
-                    await connection.aclose()
+                return
+            lock.acquire_nowait()  # (no pause: a cancel could land in one, unclosed)
+            try:
+                await connection.aclose()
+            finally:
+                lock.release()
         elif connection._state == states.ACTIVE:
             connection._state = states.IDLE
             if connection._keepalive_expiry is not None:
@@ -366,10 +372,15 @@ _STATE_READ_ON_CLOSE = (
 )
 
 
+def _inner_lock(lock: Any) -> Any:
+    """The trio or anyio lock inside httpcore's ``AsyncLock`` ``lock`` (None before its
+    first use, which makes it)."""
+    return getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
+
+
 def lock_held(lock: Any) -> bool:
-    """Whether httpcore's ``AsyncLock`` ``lock`` is held (by any task): it holds a trio or
-    anyio lock once first used."""
-    inner = getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
+    """Whether httpcore's ``AsyncLock`` ``lock`` is held (by any task)."""
+    inner = _inner_lock(lock)
     return inner is not None and bool(inner.locked())
 
 

@@ -86,8 +86,9 @@ async def _others_clean_up(ours: object) -> BaseException | None:
     httpcore holds the connection's state lock at every await of its clean-up (unless a
     ``trace`` extension is set: its callbacks are awaited outside the lock), and a cut
     lets the lock go as the cancel passes; so while the lock is held, this waits for it.
-    Over HTTP/2 the lock may be another stream's, whose clean-up the close then waits for
-    too.
+    Over HTTP/2 the lock may be another's: a request starting on the connection holds it
+    for a pass, and retrysafe's close of a stream holds it only while it closes the
+    connection (:class:`~retrysafe.async_bounded_backend._AsyncResetOnClose`).
 
     asyncio's ``Task.cancel()`` (the caller's ``asyncio.timeout``) reaches into the wait
     despite its shield. Judged at that moment, the close would look cut even when the
