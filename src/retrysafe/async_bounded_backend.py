@@ -476,11 +476,13 @@ def _no_second_start(original: Any) -> Any:
     as httpcore does with a connection that closes before a request can use it."""
 
     async def _send_connection_init(self: Any, request: Any) -> Any:
-        if getattr(self, "_state", None) == _CLOSED and isinstance(
-            getattr(self, "_network_stream", None), AsyncBoundedStream
-        ):
+        ours = isinstance(getattr(self, "_network_stream", None), AsyncBoundedStream)
+        if ours and getattr(self, "_state", None) == _CLOSED:
             raise httpcore.ConnectionNotAvailable()
-        return await original(self, request)
+        started = await original(self, request)
+        if ours:
+            _starting.set(True)  # (the stream slots httpcore makes next: see _StartSlots)
+        return started
 
     _send_connection_init.__doc__ = original.__doc__
     _send_connection_init._retrysafe_wrapped = True  # type: ignore[attr-defined]
@@ -490,20 +492,60 @@ def _no_second_start(original: Any) -> Any:
 #: httpcore's state of a closed connection (None: not found, and nothing is wrapped).
 _CLOSED: Any = None
 
+#: Whether the task has just started an HTTP/2 connection of retrysafe's network streams,
+#: whose stream slots httpcore makes next (see :class:`_StartSlots`).
+_starting: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrysafe_h2_starting", default=False
+)
+
+
+class _StartSlots(httpcore._synchronization.AsyncSemaphore):
+    """httpcore's ``AsyncSemaphore``, as its async HTTP/2 connections make their stream
+    slots; for a connection of retrysafe's network streams, a free slot is taken without
+    a pause.
+
+    A new connection allows one stream until the server's settings come: httpcore makes
+    a slot for each stream it allows itself (100), then takes back all but one, a pause
+    of the event loop each. A cancel landing among those pauses (the first request's
+    deadline, or its caller's) left the connection with up to 99 slots too many: it
+    opened more streams than the server allowed before its settings came, and once they
+    came, giving back the slots they no longer took back raised anyio's or trio's
+    ``ValueError: semaphore released too many times`` to a caller (trial84, trial85). With
+    no pause there, no cancel lands there. A slot not free is waited for as httpcore
+    does. Every other connection's slots are httpcore's own, unchanged."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__(bound)
+        self._without_pause = _starting.get()
+        if self._without_pause:
+            _starting.set(False)
+
+    async def acquire(self) -> None:
+        if self._without_pause:
+            if not self._backend:
+                self.setup()
+            if _took_at_once(self):
+                return
+        await super().acquire()
+
 
 def _start_connections_once() -> None:
     """Wrap httpcore's ``AsyncHTTP2Connection._send_connection_init`` once (see
-    :func:`_no_second_start`), where it is as expected."""
+    :func:`_no_second_start`), where it is as expected, and have its connections make
+    their stream slots as :class:`_StartSlots`."""
     global _CLOSED
     if _CLOSED is not None:
         return
     try:
+        from httpcore._async import http2
         from httpcore._async.http2 import AsyncHTTP2Connection, HTTPConnectionState
-    except ImportError:  # (httpcore's insides changed)
+    except ImportError:  # (httpcore's insides changed, or h2 is not installed)
         return
     original = getattr(AsyncHTTP2Connection, "_send_connection_init", None)
     if callable(original) and not getattr(original, "_retrysafe_wrapped", False):
         AsyncHTTP2Connection._send_connection_init = _no_second_start(original)  # type: ignore[method-assign]
+        if getattr(http2, "AsyncSemaphore", None) is httpcore._synchronization.AsyncSemaphore:
+            http2.AsyncSemaphore = _StartSlots  # type: ignore[attr-defined]
     _CLOSED = HTTPConnectionState.CLOSED
 
 
