@@ -152,3 +152,26 @@ async def test_a_plain_httpx_client_keeps_httpcores_own_stream_slots() -> None:
             pool: Any = plain._transport._pool  # type: ignore[attr-defined]
             slots = pool._connections[0]._connection._max_streams_semaphore
             assert getattr(slots, "_without_pause", False) is False
+
+
+async def test_a_trace_callback_that_raises_as_a_connection_starts_leaves_no_flag() -> None:
+    """httpcore awaits a ``trace`` extension's callback between a connection's start and
+    its stream slots: one that raises there must not leave the next HTTP/2 connection the
+    task opens, a plain httpx client's, taking its slots retrysafe's way (review81)."""
+    import httpx
+
+    from local_http import serving_h2_apart
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "http2.send_connection_init.complete":
+            raise RuntimeError("a trace callback that fails")
+
+    with serving_h2_apart(100) as base:
+        async with retrysafe.AsyncClient(http1=False, http2=True) as client:
+            with pytest.raises(Exception, match="a trace callback that fails"):
+                await client.get(f"{base}/", extensions={"trace": trace})
+        async with httpx.AsyncClient(http1=False, http2=True) as plain:
+            assert (await plain.get(f"{base}/")).status_code == 200
+            pool: Any = plain._transport._pool  # type: ignore[attr-defined]
+            slots = pool._connections[0]._connection._max_streams_semaphore
+            assert getattr(slots, "_without_pause", False) is False

@@ -345,10 +345,11 @@ class _AsyncResetOnClose:
         ):
             connection._state = states.CLOSED  # (the streams closing next have nothing to do)
             lock = _inner_lock(connection._state_lock)
-            if lock is None or lock.locked():
+            try:
+                lock.acquire_nowait()  # (no pause: a cancel could land in one, unclosed)
+            except Exception:  # (held, or not made yet: closed without it)
                 await connection.aclose()
                 return
-            lock.acquire_nowait()  # (no pause: a cancel could land in one, unclosed)
             try:
                 await connection.aclose()
             finally:
@@ -480,8 +481,10 @@ def _no_second_start(original: Any) -> Any:
         if ours and getattr(self, "_state", None) == _CLOSED:
             raise httpcore.ConnectionNotAvailable()
         started = await original(self, request)
-        if ours:
-            _starting.set(True)  # (the stream slots httpcore makes next: see _StartSlots)
+        if ours and "trace" not in getattr(request, "extensions", {"trace": None}):
+            # (httpcore makes the connection's stream slots next, with nothing between
+            # that awaits or raises, but for a trace callback: see _StartSlots)
+            _starting.set(True)
         return started
 
     _send_connection_init.__doc__ = original.__doc__
@@ -499,7 +502,14 @@ _starting: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-class _StartSlots(httpcore._synchronization.AsyncSemaphore):
+#: httpcore's ``AsyncSemaphore`` (``object`` in an httpcore that keeps it elsewhere: then
+#: nothing is replaced, see :func:`_start_connections_once`).
+_HttpcoreSemaphore: Any = getattr(
+    getattr(httpcore, "_synchronization", None), "AsyncSemaphore", object
+)
+
+
+class _StartSlots(_HttpcoreSemaphore):  # type: ignore[misc]
     """httpcore's ``AsyncSemaphore``, as its async HTTP/2 connections make their stream
     slots; for a connection of retrysafe's network streams, a free slot is taken without
     a pause.
@@ -512,7 +522,10 @@ class _StartSlots(httpcore._synchronization.AsyncSemaphore):
     came, giving back the slots they no longer took back raised anyio's or trio's
     ``ValueError: semaphore released too many times`` to a caller (trial84, trial85). With
     no pause there, no cancel lands there. A slot not free is waited for as httpcore
-    does. Every other connection's slots are httpcore's own, unchanged."""
+    does. Every other connection's slots are httpcore's own, unchanged, and so are those
+    of a connection whose first request has a ``trace`` extension (httpcore awaits its
+    callback between the start and the slots: a callback that raised would leave the
+    flag set for the task's next connection, review81)."""
 
     def __init__(self, bound: int) -> None:
         super().__init__(bound)
@@ -544,7 +557,7 @@ def _start_connections_once() -> None:
     original = getattr(AsyncHTTP2Connection, "_send_connection_init", None)
     if callable(original) and not getattr(original, "_retrysafe_wrapped", False):
         AsyncHTTP2Connection._send_connection_init = _no_second_start(original)  # type: ignore[method-assign]
-        if getattr(http2, "AsyncSemaphore", None) is httpcore._synchronization.AsyncSemaphore:
+        if getattr(http2, "AsyncSemaphore", None) is _HttpcoreSemaphore:
             http2.AsyncSemaphore = _StartSlots  # type: ignore[attr-defined]
     _CLOSED = HTTPConnectionState.CLOSED
 
