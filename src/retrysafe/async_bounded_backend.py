@@ -558,7 +558,7 @@ def _start_connections_once() -> None:
     if callable(original) and not getattr(original, "_retrysafe_wrapped", False):
         AsyncHTTP2Connection._send_connection_init = _no_second_start(original)  # type: ignore[method-assign]
         if getattr(http2, "AsyncSemaphore", None) is _HttpcoreSemaphore:
-            http2.AsyncSemaphore = _StartSlots  # type: ignore[attr-defined]
+            setattr(http2, "AsyncSemaphore", _StartSlots)  # noqa: B010 - httpcore does not export it
     _CLOSED = HTTPConnectionState.CLOSED
 
 
