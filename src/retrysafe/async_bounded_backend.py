@@ -88,7 +88,7 @@ class _AsyncStreamSlots:
         # It pays what is owed before this request takes one.
         while self.owed and _took_at_once(semaphore):
             self.owed -= 1
-        inner = _inner_semaphore(semaphore)
+        inner = _inner(semaphore)
         waits = inner is not None and inner.value == 0
         await semaphore.acquire()
         if waits:
@@ -118,20 +118,23 @@ class _AsyncStreamSlots:
             await self._semaphore.release()
 
 
-def _inner_semaphore(semaphore: Any) -> Any:
-    """The trio or anyio semaphore inside httpcore's ``AsyncSemaphore`` (None before its
-    first use, or in an httpcore that keeps it elsewhere)."""
-    return getattr(semaphore, "_trio_semaphore", None) or getattr(
-        semaphore, "_anyio_semaphore", None
-    )
+def _inner(primitive: Any) -> Any:
+    """The trio or anyio lock or semaphore inside httpcore's ``AsyncLock`` or
+    ``AsyncSemaphore`` ``primitive`` (None before its first use, which makes it, or in an
+    httpcore that keeps it elsewhere)."""
+    for name in ("_trio_lock", "_anyio_lock", "_trio_semaphore", "_anyio_semaphore"):
+        inner = getattr(primitive, name, None)
+        if inner is not None:
+            return inner
+    return None
 
 
-def _took_at_once(semaphore: Any) -> bool:
-    """Take a slot from httpcore's ``AsyncSemaphore`` if one is free, without waiting
-    (and so without a checkpoint, where a cancel could land); whether it did."""
+def _took_at_once(primitive: Any) -> bool:
+    """Take httpcore's ``AsyncLock`` or a slot of its ``AsyncSemaphore`` if free, without
+    waiting (and so without a checkpoint, where a cancel could land); whether it did."""
     try:
-        _inner_semaphore(semaphore).acquire_nowait()
-    except Exception:  # (anyio's and trio's WouldBlock, neither imported here)
+        _inner(primitive).acquire_nowait()
+    except Exception:  # (anyio's and trio's WouldBlock, neither imported here; not made)
         return False
     return True
 
@@ -289,7 +292,7 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     slots = getattr(connection, "_max_streams_semaphore", None)
     if (
         isinstance(slots, httpcore._synchronization.AsyncSemaphore)
-        and _inner_semaphore(slots) is not None  # (else no slot could be taken at once)
+        and _inner(slots) is not None  # (else no slot could be taken at once)
         and callable(getattr(type(connection), "_receive_remote_settings_change", None))
     ):
         watched = _AsyncStreamSlots(slots, connection)
@@ -344,16 +347,15 @@ class _AsyncResetOnClose:
             connection._state == states.ACTIVE and connection._used_all_stream_ids
         ):
             connection._state = states.CLOSED  # (the streams closing next have nothing to do)
-            lock = _inner_lock(connection._state_lock)
-            try:
-                lock.acquire_nowait()  # (no pause: a cancel could land in one, unclosed)
-            except Exception:  # (held, or not made yet: closed without it)
-                await connection.aclose()
-                return
+            lock = connection._state_lock
+            # (taken with no pause, where a cancel could land, leaving it unclosed; held
+            # by another, or not made yet: closed without it)
+            held = _took_at_once(lock)
             try:
                 await connection.aclose()
             finally:
-                lock.release()
+                if held:
+                    _inner(lock).release()
         elif connection._state == states.ACTIVE:
             connection._state = states.IDLE
             if connection._keepalive_expiry is not None:
@@ -373,15 +375,9 @@ _STATE_READ_ON_CLOSE = (
 )
 
 
-def _inner_lock(lock: Any) -> Any:
-    """The trio or anyio lock inside httpcore's ``AsyncLock`` ``lock`` (None before its
-    first use, which makes it)."""
-    return getattr(lock, "_trio_lock", None) or getattr(lock, "_anyio_lock", None)
-
-
 def lock_held(lock: Any) -> bool:
     """Whether httpcore's ``AsyncLock`` ``lock`` is held (by any task)."""
-    inner = _inner_lock(lock)
+    inner = _inner(lock)
     return inner is not None and bool(inner.locked())
 
 
@@ -474,7 +470,8 @@ def _no_second_start(original: Any) -> Any:
     own ``ProtocolError`` ("Invalid input SEND_SETTINGS in state CLOSED") to the caller,
     unclassified (trial81, trial84: 81 in 40 rounds of six requests, the first cancelled).
     Refused as not available, such a request is sent on another connection by the pool,
-    as httpcore does with a connection that closes before a request can use it."""
+    as httpcore does with a connection that closes before a request can use it. A start
+    that succeeds flags the stream slots httpcore makes next (:class:`_StartSlots`)."""
 
     async def _send_connection_init(self: Any, request: Any) -> Any:
         ours = isinstance(getattr(self, "_network_stream", None), AsyncBoundedStream)
