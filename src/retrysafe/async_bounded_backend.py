@@ -28,6 +28,7 @@ from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
     current_copy,
+    handshaking,
     lost_while_waiting,
     note_failed_open,
     note_headers_sent,
@@ -447,12 +448,21 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        bounded = bounded_handshake(timeout)
+        pool = self.pool() if self.pool is not None else None
+        started = time.monotonic()
         try:
-            inner = await self._inner.start_tls(
-                ssl_context, server_hostname, bounded_handshake(timeout)
-            )
+            with handshaking(pool, server_hostname):
+                inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
         except (httpcore.ConnectError, httpcore.ConnectTimeout):
-            note_failed_open(self.pool() if self.pool is not None else None, server_hostname)
+            note_failed_open(pool, server_hostname)
+            raise
+        except BaseException:
+            # A handshake that ran its whole time, cut by the attempt's end before its own
+            # timeout was raised (a loop late by more than the 50 ms between them: the
+            # outer cut wins), timed out all the same: the host failed to open.
+            if bounded is not None and time.monotonic() - started >= bounded:
+                note_failed_open(pool, server_hostname)
             raise
         return AsyncBoundedStream(inner, self.pool)
 

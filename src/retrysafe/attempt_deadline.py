@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import time
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpx
@@ -44,6 +45,7 @@ __all__ = [
     "current_copy",
     "cut_outcome",
     "failed_to_open_since",
+    "handshaking",
     "note_failed_open",
     "may_speak_http2",
     "note_headers_sent",
@@ -386,6 +388,40 @@ def note_failed_open(pool: object | None, host: str | None = None) -> None:
                 del by_host[next(iter(by_host))]  # (another thread may be at it too)
 
 
+#: The TLS handshakes under way now, by httpcore pool, then host: how many. A request
+#: waiting on a connection being opened can be cut before the opening request is: httpcore
+#: then drops the connection from its pool at once (a cancelled wait marks it failed), and
+#: the opener has not yet noted its failure (:func:`cut_outcome`).
+_handshaking: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def handshaking(pool: object | None, host: str | None) -> Iterator[None]:
+    """Note, for its duration, a TLS handshake of a connection of ``pool`` to ``host``."""
+    if pool is None:
+        yield
+        return
+    by_host = _handshaking.setdefault(pool, {})
+    key = host or ""
+    by_host[key] = by_host.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        left = by_host[key] - 1
+        if left:
+            by_host[key] = left
+        else:
+            del by_host[key]
+
+
+def _handshake_under_way(pool: object, host: str | None) -> bool:
+    """Whether a connection of ``pool`` to ``host`` (None: any) is in its TLS handshake."""
+    by_host = _handshaking.get(pool)
+    if not by_host:
+        return False
+    return host is None or host in by_host
+
+
 def cut_outcome(transport: object, call: RunningCall) -> Exception:
     """What an attempt cut from outside by its time limit failed with: the attempt's
     timeout; or a connect timeout when it was never sent while a connection of
@@ -401,8 +437,11 @@ def cut_outcome(transport: object, call: RunningCall) -> Exception:
     of this one.)"""
     if call.attempt_sent_at is None:
         pool = getattr(transport, "_pool", None)
+        host = _host_of(call)
         if pool is not None and (
-            _unopened_connection(pool, _host_of(call)) or failed_to_open_since(pool, call)
+            _unopened_connection(pool, host)
+            or _handshake_under_way(pool, host)
+            or failed_to_open_since(pool, call)
         ):
             return httpx.ConnectTimeout(
                 "the attempt's time ran out waiting for its connection to the server to open"
