@@ -731,44 +731,23 @@ def _host_that_never_finishes_tls() -> Iterator[str]:
             connection.close()
 
 
-async def test_h2_a_host_that_hangs_while_connecting_opens_the_breaker() -> None:
+@pytest.mark.parametrize("loop_late_at_the_end", [False, True], ids=["on-time", "late-loop"])
+async def test_h2_a_host_that_hangs_while_connecting_opens_the_breaker(
+    loop_late_at_the_end: bool,
+) -> None:
     """Twenty calls at once over HTTP/2 to a host that never completes a TLS handshake:
     all but one wait for the one connection being opened, and are cut by their time
     limit before anything is sent. That is the host failing, a connect timeout each,
     and the breaker opens. (Taken for waits in the client's own pool, only the call
-    opening the connection counted, and the breaker never opened.)"""
-    transport = retrysafe.AsyncRetryTransport(
-        httpx.AsyncHTTPTransport(http2=True, verify=False),
-        policy=RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5),
-        governor=retrysafe.Governor(FIVE_IN_A_ROW),
-    )
-    with _host_that_never_finishes_tls() as base_url:
-        outcomes: list[str] = []
-        async with httpx.AsyncClient(transport=transport) as client:
+    opening the connection counted, and the breaker never opened.)
 
-            async def one() -> None:
-                try:
-                    await client.get(base_url + "/")
-                except httpx.TransportError as error:
-                    outcomes.append(type(error).__name__)
-
-            async with anyio.create_task_group() as group:
-                for _ in range(20):
-                    group.start_soon(one)
-        breaker = transport.governor.guard(default_dependency(httpx.URL(base_url))).breaker
-        assert breaker is not None
-        assert breaker.state == "open", collections.Counter(outcomes)
-        assert set(outcomes) <= {"ConnectTimeout", "PoolTimeout"}, outcomes
-
-
-async def test_h2_a_hung_handshake_opens_the_breaker_when_the_loop_is_late_at_its_end() -> None:
-    """As above, with the event loop held 0.3 s across the attempts' end: the handshake's
-    own timeout and the attempt's hard end, 50 ms apart, come due together, and the cut
-    of the hard end is what the calls see (on trio it always wins). The handshake ran its
-    whole time all the same: a connect timeout, and the breaker opens. (Every call ended
-    as a wait in the pool, the breaker closed, as in the compiled build's CI three times:
-    a waiter cut first made httpcore drop the connection being opened from its pool,
-    before the opener noted its failure.)"""
+    ``late-loop`` holds the event loop 0.3 s across the attempts' end: the handshake's
+    own timeout and the attempt's hard end, 50 ms apart, come due together, and the hard
+    end's cut is what the calls see (on trio it always wins). The handshake ran its whole
+    time all the same. (Every call ended as a wait in the pool and the breaker stayed
+    closed, as in the compiled build's CI three times: a waiter cut first made httpcore
+    drop the connection being opened from its pool, before the opener noted its
+    failure.)"""
     transport = retrysafe.AsyncRetryTransport(
         httpx.AsyncHTTPTransport(http2=True, verify=False),
         policy=RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5),
@@ -789,7 +768,8 @@ async def test_h2_a_hung_handshake_opens_the_breaker_when_the_loop_is_late_at_it
                 time.sleep(0.3)  # noqa: ASYNC251 - a late loop is the point
 
             async with anyio.create_task_group() as group:
-                group.start_soon(late_loop)
+                if loop_late_at_the_end:
+                    group.start_soon(late_loop)
                 for _ in range(20):
                     group.start_soon(one)
         breaker = transport.governor.guard(default_dependency(httpx.URL(base_url))).breaker
