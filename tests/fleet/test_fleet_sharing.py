@@ -557,13 +557,13 @@ def test_one_probe_for_the_whole_fleet_under_a_lease(make_fleet: FleetMaker) -> 
 
 def _probe_when_half_open(member: RedisFleet, dependency: str) -> str:
     """Wait (bounded) for the fleet breaker's open period to end, then take the probe:
-    its lease token."""
+    its lease token. An answer Redis did not give within the member's call-path timeout
+    (None: 5 ms in one test, missed once under CI's load) is asked again."""
     tokens: list[str] = []
 
     def granted() -> bool:
         answer = member.acquire_probe(dependency, lease=1.0)
-        assert answer is not None
-        if answer.kind == "granted":
+        if answer is not None and answer.kind == "granted":
             tokens.append(answer.token)
         return bool(tokens)
 
