@@ -72,6 +72,7 @@ def test_the_compiled_run_runs_every_listed_module_compiled() -> None:
     # The async network streams are coroutines every async read runs through: plain on
     # every Python (the sync ones, beside them, are compiled).
     assert not _is_extension("retrysafe.async_bounded_backend")
+    assert not _is_extension("retrysafe.async_whole_writes")
     assert _is_extension("retrysafe.bounded_backend")
 
 

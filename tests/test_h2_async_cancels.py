@@ -14,9 +14,7 @@ settings came, giving back the slots not taken back raised ``ValueError: semapho
 released too many times`` to a caller (trial85). Those slots are now taken back with no
 pause (``async_bounded_backend._StartSlots``).
 
-Not mended (httpcore's, as in bare httpx): a cancel landing in a write of the
-connection's frames loses them, and the server may end the connection
-(docs/deadlines.md).
+A cancel landing in a write of the connection's frames: ``test_h2_cut_writes.py``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpcore
 
+from retrysafe.async_whole_writes import WholeWrites
 from retrysafe.attempt_deadline import (
     AttemptDeadlineReached,
     connection_carrying,
@@ -394,6 +395,8 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         self.shared = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own.
         self._slots_unwatched = False
+        #: Its HTTP/2 connection's frame writes (set with :attr:`shared`).
+        self._whole_writes: WholeWrites | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
@@ -421,16 +424,18 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
     async def _write(self, buffer: bytes, timeout: float | None) -> None:
         # (see bounded_backend.BoundedStream.write)
         if self.shared or buffer.startswith(H2_PREFACE):
-            if not self.shared:
+            if self._whole_writes is None:
                 self.shared = True
                 self._slots_unwatched = True
+                self._whole_writes = WholeWrites(self._inner, self)
                 note_headers_sent(self)  # (each request is sent as its HEADERS go into h2)
             elif self._slots_unwatched:
                 # (the first write after the preface: the connection has made its slots)
                 self._slots_unwatched = False
                 _adopt_h2_connection_async(self)
             written_by_call(self)
-            return await self._inner.write(buffer, timeout)
+            # (frames h2 counts sent: written whole, even if this task is cancelled)
+            return await self._whole_writes.write(buffer, timeout)
         bounded, binds, _ = time_left(timeout)
         if binds and bounded is not None and bounded <= 0:
             raise nothing_sent_yet() or httpcore.WriteTimeout(
