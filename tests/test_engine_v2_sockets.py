@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import functools
 import os
+import socket
 import threading
 import time
 import uuid
@@ -731,29 +732,59 @@ def _host_that_never_finishes_tls() -> Iterator[str]:
             connection.close()
 
 
+@contextlib.contextmanager
+def _host_that_never_accepts() -> Iterator[str]:
+    """A base URL whose listening socket's queue of connections is full and never
+    accepted: each new TCP connect hangs (its SYN dropped and sent again), a host hung
+    while each connection opens."""
+    listener = listening_socket("127.0.0.1")
+    listener.listen(0)
+    address = listener.getsockname()
+    queued = []
+    for _ in range(8):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(address)
+        queued.append(client)
+    try:
+        yield f"http://127.0.0.1:{address[1]}"
+    finally:
+        for client in queued:
+            client.close()
+        listener.close()
+
+
+_HANGS_WHILE_CONNECTING = {
+    "tls-handshake": (_host_that_never_finishes_tls, {"http2": True, "verify": False}),
+    "tcp-connect": (_host_that_never_accepts, {"http1": False, "http2": True}),
+}
+
+
+@pytest.mark.parametrize("hang", list(_HANGS_WHILE_CONNECTING))
 @pytest.mark.parametrize("loop_late_at_the_end", [False, True], ids=["on-time", "late-loop"])
 async def test_h2_a_host_that_hangs_while_connecting_opens_the_breaker(
-    loop_late_at_the_end: bool,
+    loop_late_at_the_end: bool, hang: str
 ) -> None:
-    """Twenty calls at once over HTTP/2 to a host that never completes a TLS handshake:
-    all but one wait for the one connection being opened, and are cut by their time
-    limit before anything is sent. That is the host failing, a connect timeout each,
-    and the breaker opens. (Taken for waits in the client's own pool, only the call
-    opening the connection counted, and the breaker never opened.)
+    """Twenty calls at once over HTTP/2 to a host that never completes a TLS handshake,
+    or a TCP connect: all but one wait for the one connection being opened, and are cut
+    by their time limit before anything is sent. That is the host failing, a connect
+    timeout each, and the breaker opens. (Taken for waits in the client's own pool, only
+    the call opening the connection counted, and the breaker never opened.)
 
-    ``late-loop`` holds the event loop 0.3 s across the attempts' end: the handshake's
-    own timeout and the attempt's hard end, 50 ms apart, come due together, and the hard
-    end's cut is what the calls see (on trio it always wins). The handshake ran its whole
-    time all the same. (Every call ended as a wait in the pool and the breaker stayed
-    closed, as in the compiled build's CI three times: a waiter cut first made httpcore
-    drop the connection being opened from its pool, before the opener noted its
+    ``late-loop`` holds the event loop 0.3 s across the attempts' end: the connect's or
+    handshake's own timeout and the attempt's hard end, 50 ms apart, come due together,
+    and the hard end's cut is what the calls see (on trio it always wins). The open ran
+    its whole time all the same. (Every call ended as a wait in the pool and the breaker
+    stayed closed, as in the compiled build's CI three times: a waiter cut first made
+    httpcore drop the connection being opened from its pool, before the opener noted its
     failure.)"""
+    host_that_hangs, transport_options = _HANGS_WHILE_CONNECTING[hang]
     transport = retrysafe.AsyncRetryTransport(
-        httpx.AsyncHTTPTransport(http2=True, verify=False),
+        httpx.AsyncHTTPTransport(**transport_options),  # type: ignore[arg-type]
         policy=RetryPolicy(attempts=1, attempt_timeout=0.5, deadline=0.5),
         governor=retrysafe.Governor(FIVE_IN_A_ROW),
     )
-    with _host_that_never_finishes_tls() as base_url:
+    with host_that_hangs() as base_url:
         outcomes: list[str] = []
         async with httpx.AsyncClient(transport=transport) as client:
 

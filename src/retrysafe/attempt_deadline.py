@@ -45,11 +45,11 @@ __all__ = [
     "current_copy",
     "cut_outcome",
     "failed_to_open_since",
-    "handshaking",
     "note_failed_open",
     "may_speak_http2",
     "note_headers_sent",
     "note_sent",
+    "opening_connection",
     "lost_while_waiting",
     "nothing_sent_yet",
     "notes_first_writes",
@@ -388,20 +388,22 @@ def note_failed_open(pool: object | None, host: str | None = None) -> None:
                 del by_host[next(iter(by_host))]  # (another thread may be at it too)
 
 
-#: The TLS handshakes under way now, by httpcore pool, then host: how many. A request
-#: waiting on a connection being opened can be cut before the opening request is: httpcore
-#: then drops the connection from its pool at once (a cancelled wait marks it failed), and
-#: the opener has not yet noted its failure (:func:`cut_outcome`).
-_handshaking: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+#: The connections being opened now (a TCP connect or a TLS handshake under way), by
+#: httpcore pool, then host: how many. A request waiting on a connection being opened can
+#: be cut before the opening request is: httpcore then drops the connection from its pool
+#: at once (a cancelled wait marks it failed), and the opener has not yet noted its
+#: failure (:func:`cut_outcome`).
+_opening_connections: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
-def handshaking(pool: object | None, host: str | None) -> Iterator[None]:
-    """Note, for its duration, a TLS handshake of a connection of ``pool`` to ``host``."""
+def opening_connection(pool: object | None, host: str | None) -> Iterator[None]:
+    """Note, for its duration, the open (TCP connect or TLS handshake) of a connection of
+    ``pool`` to ``host``. Async only: one event loop's tasks change the count."""
     if pool is None:
         yield
         return
-    by_host = _handshaking.setdefault(pool, {})
+    by_host = _opening_connections.setdefault(pool, {})
     key = host or ""
     by_host[key] = by_host.get(key, 0) + 1
     try:
@@ -414,9 +416,9 @@ def handshaking(pool: object | None, host: str | None) -> Iterator[None]:
             del by_host[key]
 
 
-def _handshake_under_way(pool: object, host: str | None) -> bool:
-    """Whether a connection of ``pool`` to ``host`` (None: any) is in its TLS handshake."""
-    by_host = _handshaking.get(pool)
+def _open_under_way(pool: object, host: str | None) -> bool:
+    """Whether a connection of ``pool`` to ``host`` (None: any) is being opened."""
+    by_host = _opening_connections.get(pool)
     if not by_host:
         return False
     return host is None or host in by_host
@@ -440,7 +442,7 @@ def cut_outcome(transport: object, call: RunningCall) -> Exception:
         host = _host_of(call)
         if pool is not None and (
             _unopened_connection(pool, host)
-            or _handshake_under_way(pool, host)
+            or _open_under_way(pool, host)
             or failed_to_open_since(pool, call)
         ):
             return httpx.ConnectTimeout(
