@@ -184,3 +184,56 @@ async def test_a_cancel_landing_in_a_write_ends_only_its_own_request(
     assert recording.resets == 1
     third_seen = [r for r in recording.requests if r.get(b":path") == b"/third"]
     assert [r.get(b"x-marker") for r in third_seen] == [b"set-by-the-cancelled-request"]
+
+
+class _WritesSlowlyWhenArmed(_CancelsAsItWrites):
+    """As :class:`_CancelsAsItWrites`, but armed, the next frames wait :attr:`pause`
+    seconds before they are written, rather than cancel anything: a write the attempt's
+    end overtakes."""
+
+    pause = 0.4
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        backend = self
+
+        class Stream:
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+                if buffer and backend.armed is not None:
+                    backend.armed = None
+                    backend.cut.set()
+                    await anyio.sleep(backend.pause)
+                await self._inner.write(buffer, timeout)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+
+
+async def test_a_post_whose_attempt_ends_as_its_headers_are_written_may_have_been_processed(
+    recording: RecordingServer,
+) -> None:
+    """An unkeyed POST whose attempt ends while its HEADERS are being written: the frames
+    still reach the server (the connection stays whole), so the call reports the POST
+    maybe processed and does not send it again."""
+    policy = RetryPolicy(attempts=3, attempt_timeout=0.15, deadline=2.0)
+    async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
+        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+        slow = _WritesSlowlyWhenArmed(pool._network_backend.inner)
+        pool._network_backend.inner = slow
+        assert (await client.get(f"{recording.url}/warm")).status_code == 200
+        slow.armed = anyio.CancelScope()  # (only a flag here)
+        with pytest.raises(retrysafe.ApiError) as raised:
+            await client.post(f"{recording.url}/slow/post", content=b"x")
+        assert raised.value.processed == "maybe"
+        assert len(raised.value.history) == 1
+        with anyio.fail_after(5):
+            while not any(r.get(b":path") == b"/slow/post" for r in recording.requests):  # noqa: ASYNC110 - the server's thread notes it
+                await anyio.sleep(0.01)
+        assert (await client.get(f"{recording.url}/after")).status_code == 200
+    assert recording.errors == []
+    posts = [r for r in recording.requests if r.get(b":method") == b"POST"]
+    assert len(posts) == 1
