@@ -35,7 +35,13 @@ from retrysafe.attempt_deadline import SharedStream, connection_carrying
 __all__ = ["WholeWrites"]
 
 #: Waits until a write is over (whichever way it ended).
-_Over = Callable[[], Coroutine[Any, Any, object]]
+_Over = Callable[[], Coroutine[Any, Any, None]]
+
+
+def _ended_with_the_loop() -> Exception:
+    """What a write's caller is told when the write's task was cancelled instead: the
+    event loop is ending (nothing else cancels it)."""
+    return httpcore.WriteError("the write was cancelled as the event loop ended")
 
 
 class WholeWrites:
@@ -67,14 +73,30 @@ class WholeWrites:
     async def _in_asyncio_task(
         self, previous: _Over | None, buffer: bytes, timeout: float | None
     ) -> Exception | None:
-        task = asyncio.get_running_loop().create_task(self._in_turn(previous, buffer, timeout))
+        loop = asyncio.get_running_loop()
+        # (the caller waits on a future of its own, which the task fills as it ends: a
+        # cancel of the caller cancels that future, not the task, and the caller resumes
+        # in the loop's next pass, not two passes on as through asyncio.wait)
+        written: asyncio.Future[Exception | None] = loop.create_future()
 
-        async def over() -> object:
-            return await asyncio.wait((task,))
+        async def write() -> None:
+            try:
+                error = await self._in_turn(previous, buffer, timeout)
+            except BaseException:
+                if not written.done():
+                    written.set_result(_ended_with_the_loop())
+                raise
+            if not written.done():
+                written.set_result(error)
+
+        task = loop.create_task(write())
+
+        async def over() -> None:
+            if not task.done():
+                await asyncio.wait((task,))
 
         self._previous = over
-        await asyncio.wait((task,))  # (cancelled, it leaves the task running)
-        return task.result()
+        return await written
 
     async def _in_trio_task(
         self, previous: _Over | None, buffer: bytes, timeout: float | None
@@ -90,13 +112,15 @@ class WholeWrites:
             finally:
                 done.set()
 
-        self._previous = done.wait
+        async def over() -> None:
+            if not done.is_set():
+                await done.wait()
+
+        self._previous = over
         # (a system task: no nursery of the caller's is needed, and none outlives it)
         trio.lowlevel.spawn_system_task(write, name="retrysafe HTTP/2 write")
         await done.wait()  # (cancelled, it leaves the task running)
-        if not outcome:  # (the task was cancelled: the run is ending)
-            return httpcore.WriteError("the write was cancelled as the event loop ended")
-        return outcome[0]
+        return outcome[0] if outcome else _ended_with_the_loop()
 
     async def _in_turn(
         self, previous: _Over | None, buffer: bytes, timeout: float | None
