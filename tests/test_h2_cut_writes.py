@@ -9,7 +9,7 @@ on the connection arrived garbled or was refused, and the reset of the cancelled
 reached a server that had never seen it; either way the server ended the connection, and
 every request on it failed with it (trial86: 44 connections ended so in 24 stress runs;
 plain httpx alike). The frames taken from h2 are now always written whole, in order
-(``async_bounded_backend._WholeWrites``), while the cancelled caller leaves at once.
+(``async_whole_writes.WholeWrites``), while the cancelled caller leaves at once.
 """
 
 from __future__ import annotations
@@ -237,3 +237,56 @@ async def test_a_post_whose_attempt_ends_as_its_headers_are_written_may_have_bee
     assert recording.errors == []
     posts = [r for r in recording.requests if r.get(b":method") == b"POST"]
     assert len(posts) == 1
+
+
+class _StreamsOwnError(BaseException):
+    """What a network stream of the user's raises from its write: no ``Exception``."""
+
+
+class _RaisesItsOwnWhenArmed(_CancelsAsItWrites):
+    """As :class:`_CancelsAsItWrites`, but armed, the next write raises
+    :class:`_StreamsOwnError` after a pause, rather than cancel anything."""
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        backend = self
+
+        class Stream:
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+                if buffer and backend.armed is not None:
+                    backend.armed = None
+                    await anyio.lowlevel.checkpoint()
+                    raise _StreamsOwnError("from the user's network stream")
+                await self._inner.write(buffer, timeout)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+
+
+async def test_a_write_that_raises_a_base_exception_of_its_own_fails_the_call_not_the_loop(
+    recording: RecordingServer,
+) -> None:
+    """A network stream of the user's whose write raises its own ``BaseException``: the
+    call fails as a write error, and the connection with it; on trio the exception, left
+    to escape the write's task, ended the whole run (``TrioInternalError``, review82)."""
+    policy = RetryPolicy(attempts=1, attempt_timeout=5.0, deadline=5.0)
+    async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
+        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+        raising = _RaisesItsOwnWhenArmed(pool._network_backend.inner)
+        pool._network_backend.inner = raising
+        assert (await client.get(f"{recording.url}/warm")).status_code == 200
+        raising.armed = anyio.CancelScope()  # (only a flag here)
+        with pytest.raises(retrysafe.ApiError) as raised:
+            await client.get(f"{recording.url}/raises")
+        assert raised.value.outcome == "write_error"
+        causes: list[BaseException] = []
+        cause = raised.value.__cause__
+        while cause is not None:
+            causes.append(cause)
+            cause = cause.__cause__
+        # (httpcore's pool raises its errors "from None": what the stream raised is named)
+        assert any("from the user's network stream" in str(cause) for cause in causes), causes

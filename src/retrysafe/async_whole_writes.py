@@ -17,14 +17,17 @@ So each write of a shared connection's frames runs in a task of its own, after t
 before it: the task that asked waits for it, and if that task is cancelled, it leaves at
 once and the write goes on. A write that fails marks the connection failed, as httpcore
 marks it when the failure reaches it (no new request goes there, and the requests on it
-end), since the task that asked may no longer be there to tell it. The write runs under
-httpcore's own write timeout, so a socket the server stops reading does not keep it for
-ever; closing the connection ends it too.
+end), since the task that asked may no longer be there to tell it: a write that times out
+after its caller was cut ends the connection's other requests, as any failed write does
+in httpcore. The write runs under the write timeout httpcore passes it (httpx's, lowered
+to the attempt's time), so a socket the server stops reading does not keep it for ever;
+with no timeout at all, closing the connection or ending the event loop ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -36,6 +39,14 @@ __all__ = ["WholeWrites"]
 
 #: Waits until a write is over (whichever way it ended).
 _Over = Callable[[], Coroutine[Any, Any, None]]
+
+
+def _is_cancel(error: BaseException) -> bool:
+    """Whether ``error`` is asyncio's or trio's cancellation."""
+    if isinstance(error, asyncio.CancelledError):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(error, trio.Cancelled)
 
 
 def _ended_with_the_loop() -> Exception:
@@ -133,9 +144,21 @@ class WholeWrites:
             try:
                 await self._inner.write(buffer, timeout)
             except Exception as error:
-                self._failed = error
-                self._fail_connection(error)
+                self._fail(error)
+            except BaseException as error:
+                if _is_cancel(error) or isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                # (a network stream of the user's raising its own: escaping a trio system
+                # task, it would end the whole run; the write failed all the same)
+                failed = httpcore.WriteError(f"the connection's write failed: {error!r}")
+                failed.__cause__ = error
+                self._fail(failed)
         return self._failed
+
+    def _fail(self, error: Exception) -> None:
+        """Note that a write failed with ``error``: every write after it fails with it."""
+        self._failed = error
+        self._fail_connection(error)
 
     def _fail_connection(self, error: Exception) -> None:
         """Mark the connection failed, as httpcore marks it when a write's error reaches
