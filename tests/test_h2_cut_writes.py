@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -290,3 +291,98 @@ async def test_a_write_that_raises_a_base_exception_of_its_own_fails_the_call_no
             cause = cause.__cause__
         # (httpcore's pool raises its errors "from None": what the stream raised is named)
         assert any("from the user's network stream" in str(cause) for cause in causes), causes
+
+
+#: Requests whose writes wait behind one that fails.
+QUEUED = 20
+#: Tasks that each hold the event loop 3 ms a pass: a pass takes about 60 ms.
+BUSY_TASKS = 20
+
+
+class _FailsWhenToldWhenArmed(_CancelsAsItWrites):
+    """As :class:`_CancelsAsItWrites`, but armed, the next write waits until
+    :attr:`fail` is set and fails (a server that stopped reading), noting when in
+    :attr:`failed_at`."""
+
+    failed_at: float | None = None
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.fail = anyio.Event()
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        import httpcore
+
+        backend = self
+
+        class Stream:
+            def __init__(self, inner: Any) -> None:
+                self._inner = inner
+
+            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+                if buffer and backend.armed is not None:
+                    backend.armed = None
+                    backend.cut.set()
+                    await backend.fail.wait()
+                    backend.failed_at = time.monotonic()
+                    raise httpcore.WriteError("the server stopped reading")
+                await self._inner.write(buffer, timeout)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._inner, name)
+
+        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+
+
+async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
+    recording: RecordingServer,
+) -> None:
+    """Twenty requests whose HEADERS wait to be written behind a write that fails, beside
+    tasks that make each pass of the event loop take about 60 ms: every one ends within
+    0.6 s of the failure. (Queued for httpcore's write lock, or each write waiting for
+    the one before it in a task of its own, each learned of it in a pass or two of its
+    own: 1.2 s or more.)"""
+    policy = RetryPolicy(attempts=1, attempt_timeout=10.0, deadline=10.0)
+    ended: list[float] = []
+    stop = threading.Event()
+
+    async def busy() -> None:
+        while not stop.is_set():
+            time.sleep(0.003)  # noqa: ASYNC251 - a slow pass of the loop is the point
+            await anyio.lowlevel.checkpoint()
+
+    async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
+        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+        failing = _FailsWhenToldWhenArmed(pool._network_backend.inner)
+        pool._network_backend.inner = failing
+        assert (await client.get(f"{recording.url}/warm")).status_code == 200
+
+        async def call(path: str) -> None:
+            with contextlib.suppress(retrysafe.ApiError):
+                await client.get(f"{recording.url}/{path}")
+            ended.append(time.monotonic())
+
+        failing.armed = anyio.CancelScope()  # (only a flag here)
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "first")
+            with anyio.fail_after(5):
+                await failing.cut.wait()
+            for number in range(QUEUED):
+                group.start_soon(call, f"queued-{number}")
+            (connection,) = (c._connection for c in pool._connections)
+            with anyio.fail_after(5):
+                # (each request's HEADERS are in h2, to be written after the first's)
+                while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
+                    await anyio.sleep(0.01)
+            for _ in range(BUSY_TASKS):
+                group.start_soon(busy)
+            await anyio.sleep(0.2)
+            failing.fail.set()
+            with anyio.fail_after(20):
+                while len(ended) < QUEUED + 1:  # noqa: ASYNC110 - counted by the calls
+                    await anyio.sleep(0.01)
+            stop.set()
+    assert failing.failed_at is not None
+    assert max(ended) - failing.failed_at < 0.6, str(
+        sorted(round(t - failing.failed_at, 3) for t in ended)
+    )

@@ -289,7 +289,8 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     takes back without waiting (:class:`_TakeBackWithoutWaiting`) (only where it finds
     httpcore's own ``AsyncSemaphore``, set up, and settings handler),
     :class:`_AsyncResetOnClose` as its ``_response_closed`` (where the connection's
-    class has one), and :class:`_AsyncTurnToRead` as its read lock."""
+    class has one), :class:`_AsyncTurnToRead` as its read lock, and
+    :class:`_WritesChained` as its write lock."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
     if (
@@ -303,6 +304,32 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     if callable(getattr(type(connection), "_response_closed", None)):
         connection._response_closed = _AsyncResetOnClose(connection)
     _take_turns_to_read(connection)
+    if isinstance(getattr(connection, "_write_lock", None), httpcore._synchronization.AsyncLock):
+        connection._write_lock = _WRITES_CHAINED
+
+
+class _WritesChained:
+    """httpcore's write lock, for an async HTTP/2 connection whose frame writes are
+    :class:`~retrysafe.async_whole_writes.WholeWrites`: entered at once.
+
+    httpcore takes the frames waiting in h2 and hands them to the network stream with
+    no pause between, and the stream chains each write after the one before it in that
+    same step: the frames go out in the order they were taken without the lock. Held
+    while the write went on, the lock made each writer wait for the one before it, a
+    pass of the event loop or more each (one per queued request at a burst), and once a
+    write failed, each writer queued for the lock learned of it in its own pass."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+#: The one :class:`_WritesChained` (it holds nothing).
+_WRITES_CHAINED = _WritesChained()
 
 
 class _AsyncResetOnClose:

@@ -13,22 +13,25 @@ stream; a record cut short broke TLS. Each way the server ended the connection, 
 every request on it failed with it (trial86: 44 connections in 24 stress runs; plain
 httpx alike).
 
-So each write of a shared connection's frames runs in a task of its own, after the one
-before it: the task that asked waits for it, and if that task is cancelled, it leaves at
-once and the write goes on. A write that fails marks the connection failed, as httpcore
-marks it when the failure reaches it (no new request goes there, and the requests on it
-end), since the task that asked may no longer be there to tell it: a write that times out
-after its caller was cut ends the connection's other requests, as any failed write does
-in httpcore. The write runs under the write timeout httpcore passes it (httpx's, lowered
-to the attempt's time), so a socket the server stops reading does not keep it for ever;
-with no timeout at all, closing the connection or ending the event loop ends it.
+So the frames of a shared connection are queued, in the order httpcore takes them, and
+written by a task of the connection's own, one write after another: the task that asked
+waits for its write, and if that task is cancelled, it leaves at once and the write goes
+on. (The writing task runs while writes are queued, and ends when none is left.) A
+write that fails marks the connection failed, as httpcore marks it when the failure
+reaches it (no new request goes there, and the requests on it end), since the task that
+asked may no longer be there to tell it, and every write queued behind it fails with it
+at once: a write that times out after its caller was cut ends the connection's other
+requests, as any failed write does in httpcore. Each write runs under the write timeout
+httpcore passes it (httpx's, lowered to the attempt's time), so a socket the server
+stops reading does not keep it for ever; with no timeout at all, closing the connection
+or ending the event loop ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpcore
@@ -36,9 +39,6 @@ import httpcore
 from retrysafe.attempt_deadline import SharedStream, connection_carrying
 
 __all__ = ["WholeWrites"]
-
-#: Waits until a write is over (whichever way it ended).
-_Over = Callable[[], Coroutine[Any, Any, None]]
 
 
 def _is_cancel(error: BaseException) -> bool:
@@ -50,114 +50,118 @@ def _is_cancel(error: BaseException) -> bool:
 
 
 def _ended_with_the_loop() -> Exception:
-    """What a write's caller is told when the write's task was cancelled instead: the
+    """What a write's caller is told when the writing task was cancelled instead: the
     event loop is ending (nothing else cancels it)."""
     return httpcore.WriteError("the write was cancelled as the event loop ended")
 
 
+class _Written:
+    """One queued write's outcome, which its caller waits for: None, or the error it
+    failed with."""
+
+    __slots__ = ("_asyncio", "_trio", "error")
+
+    def __init__(self, on_trio: bool) -> None:
+        self.error: Exception | None = None
+        self._asyncio: asyncio.Future[None] | None = None
+        self._trio: Any = None
+        if on_trio:
+            import trio
+
+            self._trio = trio.Event()
+        else:
+            self._asyncio = asyncio.get_running_loop().create_future()
+
+    def end(self, error: Exception | None) -> None:
+        """The write is over, with ``error`` if it failed (its caller may be gone)."""
+        self.error = error
+        if self._trio is not None:
+            self._trio.set()
+        elif self._asyncio is not None and not self._asyncio.done():
+            self._asyncio.set_result(None)
+
+    async def wait(self) -> None:
+        """Until the write is over; cancelled, the write goes on without the caller."""
+        if self._trio is not None:
+            await self._trio.wait()
+        elif self._asyncio is not None:
+            await self._asyncio  # (a cancel of the caller cancels this future only)
+
+
 class WholeWrites:
     """The frame writes of the one async HTTP/2 connection ``stream`` carries, made by
-    ``inner`` (httpcore's network stream) whole and in order, each in a task of its own
-    (see the module's docstring)."""
+    ``inner`` (httpcore's network stream) whole and in the order asked for, by a task of
+    the connection's own (see the module's docstring)."""
 
-    __slots__ = ("_failed", "_inner", "_previous", "_stream")
+    __slots__ = ("_failed", "_inner", "_queue", "_stream", "_task", "_writing")
 
     def __init__(self, inner: httpcore.AsyncNetworkStream, stream: SharedStream) -> None:
         self._inner = inner
         self._stream = stream
-        #: Waits for the last write asked for to be over; None before the first.
-        self._previous: _Over | None = None
+        #: The writes asked for and not yet made, oldest first.
+        self._queue: collections.deque[tuple[bytes, float | None, _Written]] = collections.deque()
+        #: Whether the writing task runs.
+        self._writing = False
+        #: The asyncio writing task last started (held: the loop keeps only a weak one).
+        self._task: asyncio.Task[None] | None = None
         #: The error a write failed with: every write after it fails with it.
         self._failed: Exception | None = None
 
     async def write(self, buffer: bytes, timeout: float | None) -> None:
-        """Write ``buffer`` after every write asked for before it, in a task of its own:
-        a cancel of the caller ends its wait, not the write."""
-        previous = self._previous
-        if httpcore._synchronization.current_async_library() == "trio":
-            error = await self._in_trio_task(previous, buffer, timeout)
-        else:
-            error = await self._in_asyncio_task(previous, buffer, timeout)
-        if error is not None:
-            raise error
+        """Queue ``buffer`` after every write asked for before it, and wait until it is
+        written: a cancel of the caller ends its wait, not the write."""
+        if self._failed is not None:
+            raise self._failed
+        on_trio = httpcore._synchronization.current_async_library() == "trio"
+        written = _Written(on_trio)
+        self._queue.append((buffer, timeout, written))
+        if not self._writing:
+            self._writing = True
+            if on_trio:
+                import trio
 
-    async def _in_asyncio_task(
-        self, previous: _Over | None, buffer: bytes, timeout: float | None
-    ) -> Exception | None:
-        loop = asyncio.get_running_loop()
-        # (the caller waits on a future of its own, which the task fills as it ends: a
-        # cancel of the caller cancels that future, not the task, and the caller resumes
-        # in the loop's next pass, not two passes on as through asyncio.wait)
-        written: asyncio.Future[Exception | None] = loop.create_future()
+                # (a system task: no nursery of the caller's is needed, none outlives it)
+                trio.lowlevel.spawn_system_task(self._write_queued, name="retrysafe HTTP/2 writes")
+            else:
+                self._task = asyncio.get_running_loop().create_task(self._write_queued())
+        await written.wait()
+        if written.error is not None:
+            raise written.error
 
-        async def write() -> None:
-            try:
-                error = await self._in_turn(previous, buffer, timeout)
-            except BaseException:
-                if not written.done():
-                    written.set_result(_ended_with_the_loop())
-                raise
-            if not written.done():
-                written.set_result(error)
-
-        task = loop.create_task(write())
-
-        async def over() -> None:
-            if not task.done():
-                await asyncio.wait((task,))
-
-        self._previous = over
-        return await written
-
-    async def _in_trio_task(
-        self, previous: _Over | None, buffer: bytes, timeout: float | None
-    ) -> Exception | None:
-        import trio
-
-        done = trio.Event()
-        outcome: list[Exception | None] = []
-
-        async def write() -> None:
-            try:
-                outcome.append(await self._in_turn(previous, buffer, timeout))
-            finally:
-                done.set()
-
-        async def over() -> None:
-            if not done.is_set():
-                await done.wait()
-
-        self._previous = over
-        # (a system task: no nursery of the caller's is needed, and none outlives it)
-        trio.lowlevel.spawn_system_task(write, name="retrysafe HTTP/2 write")
-        await done.wait()  # (cancelled, it leaves the task running)
-        return outcome[0] if outcome else _ended_with_the_loop()
-
-    async def _in_turn(
-        self, previous: _Over | None, buffer: bytes, timeout: float | None
-    ) -> Exception | None:
-        """Write ``buffer`` once the write before it is over; the error it failed with
-        (or the one an earlier write failed with), if any."""
-        if previous is not None:
-            await previous()
-        if self._failed is None:
-            try:
-                await self._inner.write(buffer, timeout)
-            except Exception as error:
-                self._fail(error)
-            except BaseException as error:
-                if _is_cancel(error) or isinstance(error, (KeyboardInterrupt, SystemExit)):
-                    raise
-                # (a network stream of the user's raising its own: escaping a trio system
-                # task, it would end the whole run; the write failed all the same)
-                failed = httpcore.WriteError(f"the connection's write failed: {error!r}")
-                failed.__cause__ = error
-                self._fail(failed)
-        return self._failed
+    async def _write_queued(self) -> None:
+        """Write what is queued, in order, until nothing is left."""
+        queue = self._queue
+        try:
+            while queue:
+                buffer, timeout, written = queue[0]
+                try:
+                    await self._inner.write(buffer, timeout)
+                except Exception as error:
+                    self._fail(error)
+                    return
+                except BaseException as error:
+                    if _is_cancel(error) or isinstance(error, (KeyboardInterrupt, SystemExit)):
+                        raise
+                    # (a network stream of the user's raising its own: escaping a trio
+                    # system task, it would end the whole run; the write failed all the same)
+                    failed = httpcore.WriteError(f"the connection's write failed: {error!r}")
+                    failed.__cause__ = error
+                    self._fail(failed)
+                    return
+                queue.popleft()
+                written.end(None)
+        except BaseException:
+            self._fail(_ended_with_the_loop())
+            raise
+        finally:
+            self._writing = False
 
     def _fail(self, error: Exception) -> None:
-        """Note that a write failed with ``error``: every write after it fails with it."""
+        """A write failed with ``error``: it, every write queued behind it and every
+        write after it fail with it, and so does the connection."""
         self._failed = error
+        while self._queue:
+            self._queue.popleft()[2].end(error)
         self._fail_connection(error)
 
     def _fail_connection(self, error: Exception) -> None:
