@@ -41,6 +41,11 @@ from retrysafe.attempt_deadline import SharedStream, connection_carrying
 __all__ = ["WholeWrites"]
 
 
+def _trio() -> Any:
+    """trio, loaded by now: the event loop running is trio's."""
+    return sys.modules["trio"]
+
+
 def _is_cancel(error: BaseException) -> bool:
     """Whether ``error`` is asyncio's or trio's cancellation."""
     if isinstance(error, asyncio.CancelledError):
@@ -66,9 +71,7 @@ class _Written:
         self._asyncio: asyncio.Future[None] | None = None
         self._trio: Any = None
         if on_trio:
-            import trio
-
-            self._trio = trio.Event()
+            self._trio = _trio().Event()
         else:
             self._asyncio = asyncio.get_running_loop().create_future()
 
@@ -118,10 +121,10 @@ class WholeWrites:
         if not self._writing:
             self._writing = True
             if on_trio:
-                import trio
-
                 # (a system task: no nursery of the caller's is needed, none outlives it)
-                trio.lowlevel.spawn_system_task(self._write_queued, name="retrysafe HTTP/2 writes")
+                _trio().lowlevel.spawn_system_task(
+                    self._write_queued, name="retrysafe HTTP/2 writes"
+                )
             else:
                 self._task = asyncio.get_running_loop().create_task(self._write_queued())
         await written.wait()
