@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -102,15 +102,20 @@ def recording() -> Iterator[RecordingServer]:
     server.close()
 
 
-class _CancelsAsItWrites:
-    """A network backend around httpcore's own whose streams, once armed, cancel
-    ``armed`` as the next frames are handed to them, just before they are written: the
-    cancel lands in the write, as a caller's or an attempt's end can."""
+class _ArmedWrites:
+    """A network backend around httpcore's own whose streams, once :attr:`armed`, call
+    :meth:`on_armed_write` as the next frames are handed to them, before they are
+    written (then disarm)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        #: The scope to cancel (:class:`_CancelsAsItWrites`), or only a flag.
         self.armed: anyio.CancelScope | None = None
+        #: Set as the armed write begins.
         self.cut = anyio.Event()
+
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
+        """What the armed write does before it writes (or instead: by raising)."""
 
     async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
         backend = self
@@ -120,10 +125,11 @@ class _CancelsAsItWrites:
                 self._inner = inner
 
             async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
-                if buffer and backend.armed is not None:
-                    backend.armed.cancel()
+                scope = backend.armed
+                if buffer and scope is not None:
                     backend.armed = None
                     backend.cut.set()
+                    await backend.on_armed_write(scope)
                 await self._inner.write(buffer, timeout)
 
             def __getattr__(self, name: str) -> Any:
@@ -135,12 +141,24 @@ class _CancelsAsItWrites:
         return getattr(self._inner, name)
 
 
-def _cut_writes_of(client: retrysafe.AsyncClient) -> _CancelsAsItWrites:
-    """Put :class:`_CancelsAsItWrites` under ``client``'s network streams."""
+class _CancelsAsItWrites(_ArmedWrites):
+    """Armed, cancels ``armed`` as the next frames are handed to the stream, just before
+    they are written: the cancel lands in the write, as a caller's or an attempt's end
+    can."""
+
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
+        scope.cancel()
+
+
+_Armed = TypeVar("_Armed", bound=_ArmedWrites)
+
+
+def _armed_under(client: retrysafe.AsyncClient, kind: type[_Armed]) -> _Armed:
+    """Put an :class:`_ArmedWrites` of ``kind`` under ``client``'s network streams."""
     pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-    cutting = _CancelsAsItWrites(pool._network_backend.inner)
-    pool._network_backend.inner = cutting
-    return cutting
+    armed = kind(pool._network_backend.inner)
+    pool._network_backend.inner = armed
+    return armed
 
 
 async def test_a_cancel_landing_in_a_write_ends_only_its_own_request(
@@ -153,7 +171,7 @@ async def test_a_cancel_landing_in_a_write_ends_only_its_own_request(
     policy = RetryPolicy(attempts=1, attempt_timeout=5.0, deadline=5.0)
     marker = {"x-marker": "set-by-the-cancelled-request"}
     async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
-        cutting = _cut_writes_of(client)
+        cutting = _armed_under(client, _CancelsAsItWrites)
         assert (await client.get(f"{recording.url}/warm")).status_code == 200
         slow: list[int] = []
 
@@ -187,31 +205,12 @@ async def test_a_cancel_landing_in_a_write_ends_only_its_own_request(
     assert [r.get(b"x-marker") for r in third_seen] == [b"set-by-the-cancelled-request"]
 
 
-class _WritesSlowlyWhenArmed(_CancelsAsItWrites):
-    """As :class:`_CancelsAsItWrites`, but armed, the next frames wait :attr:`pause`
-    seconds before they are written, rather than cancel anything: a write the attempt's
+class _WritesSlowlyWhenArmed(_ArmedWrites):
+    """Armed, the next frames wait 0.4 s before they are written: a write the attempt's
     end overtakes."""
 
-    pause = 0.4
-
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
-        backend = self
-
-        class Stream:
-            def __init__(self, inner: Any) -> None:
-                self._inner = inner
-
-            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
-                if buffer and backend.armed is not None:
-                    backend.armed = None
-                    backend.cut.set()
-                    await anyio.sleep(backend.pause)
-                await self._inner.write(buffer, timeout)
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self._inner, name)
-
-        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
+        await anyio.sleep(0.4)
 
 
 async def test_a_post_whose_attempt_ends_as_its_headers_are_written_may_have_been_processed(
@@ -222,9 +221,7 @@ async def test_a_post_whose_attempt_ends_as_its_headers_are_written_may_have_bee
     maybe processed and does not send it again."""
     policy = RetryPolicy(attempts=3, attempt_timeout=0.15, deadline=2.0)
     async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
-        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-        slow = _WritesSlowlyWhenArmed(pool._network_backend.inner)
-        pool._network_backend.inner = slow
+        slow = _armed_under(client, _WritesSlowlyWhenArmed)
         assert (await client.get(f"{recording.url}/warm")).status_code == 200
         slow.armed = anyio.CancelScope()  # (only a flag here)
         with pytest.raises(retrysafe.ApiError) as raised:
@@ -244,28 +241,12 @@ class _StreamsOwnError(BaseException):
     """What a network stream of the user's raises from its write: no ``Exception``."""
 
 
-class _RaisesItsOwnWhenArmed(_CancelsAsItWrites):
-    """As :class:`_CancelsAsItWrites`, but armed, the next write raises
-    :class:`_StreamsOwnError` after a pause, rather than cancel anything."""
+class _RaisesItsOwnWhenArmed(_ArmedWrites):
+    """Armed, the next write raises :class:`_StreamsOwnError` after a pause."""
 
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
-        backend = self
-
-        class Stream:
-            def __init__(self, inner: Any) -> None:
-                self._inner = inner
-
-            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
-                if buffer and backend.armed is not None:
-                    backend.armed = None
-                    await anyio.lowlevel.checkpoint()
-                    raise _StreamsOwnError("from the user's network stream")
-                await self._inner.write(buffer, timeout)
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self._inner, name)
-
-        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise _StreamsOwnError("from the user's network stream")
 
 
 async def test_a_write_that_raises_a_base_exception_of_its_own_fails_the_call_not_the_loop(
@@ -276,9 +257,7 @@ async def test_a_write_that_raises_a_base_exception_of_its_own_fails_the_call_no
     to escape the write's task, ended the whole run (``TrioInternalError``, review82)."""
     policy = RetryPolicy(attempts=1, attempt_timeout=5.0, deadline=5.0)
     async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
-        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-        raising = _RaisesItsOwnWhenArmed(pool._network_backend.inner)
-        pool._network_backend.inner = raising
+        raising = _armed_under(client, _RaisesItsOwnWhenArmed)
         assert (await client.get(f"{recording.url}/warm")).status_code == 200
         raising.armed = anyio.CancelScope()  # (only a flag here)
         with pytest.raises(retrysafe.ApiError) as raised:
@@ -299,10 +278,9 @@ QUEUED = 20
 BUSY_TASKS = 20
 
 
-class _FailsWhenToldWhenArmed(_CancelsAsItWrites):
-    """As :class:`_CancelsAsItWrites`, but armed, the next write waits until
-    :attr:`fail` is set and fails (a server that stopped reading), noting when in
-    :attr:`failed_at`."""
+class _FailsWhenToldWhenArmed(_ArmedWrites):
+    """Armed, the next write waits until :attr:`fail` is set and fails (a server that
+    stopped reading), noting when in :attr:`failed_at`."""
 
     failed_at: float | None = None
 
@@ -310,28 +288,12 @@ class _FailsWhenToldWhenArmed(_CancelsAsItWrites):
         super().__init__(inner)
         self.fail = anyio.Event()
 
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
         import httpcore
 
-        backend = self
-
-        class Stream:
-            def __init__(self, inner: Any) -> None:
-                self._inner = inner
-
-            async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
-                if buffer and backend.armed is not None:
-                    backend.armed = None
-                    backend.cut.set()
-                    await backend.fail.wait()
-                    backend.failed_at = time.monotonic()
-                    raise httpcore.WriteError("the server stopped reading")
-                await self._inner.write(buffer, timeout)
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self._inner, name)
-
-        return Stream(await self._inner.connect_tcp(*args, **kwargs))
+        await self.fail.wait()
+        self.failed_at = time.monotonic()
+        raise httpcore.WriteError("the server stopped reading")
 
 
 async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
@@ -352,9 +314,7 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
             await anyio.lowlevel.checkpoint()
 
     async with retrysafe.AsyncClient(policy=policy, http1=False, http2=True) as client:
-        pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-        failing = _FailsWhenToldWhenArmed(pool._network_backend.inner)
-        pool._network_backend.inner = failing
+        failing = _armed_under(client, _FailsWhenToldWhenArmed)
         assert (await client.get(f"{recording.url}/warm")).status_code == 200
 
         async def call(path: str) -> None:
@@ -369,6 +329,7 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
                 await failing.cut.wait()
             for number in range(QUEUED):
                 group.start_soon(call, f"queued-{number}")
+            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
             (connection,) = (c._connection for c in pool._connections)
             with anyio.fail_after(5):
                 # (each request's HEADERS are in h2, to be written after the first's)
