@@ -113,6 +113,9 @@ class _ArmedWrites:
         self.armed: anyio.CancelScope | None = None
         #: Set as the armed write begins.
         self.cut = anyio.Event()
+        #: The writes handed to the streams, and of those the empty ones.
+        self.writes = 0
+        self.empty_writes = 0
 
     async def on_armed_write(self, scope: anyio.CancelScope) -> None:
         """What the armed write does before it writes (or instead: by raising)."""
@@ -125,6 +128,8 @@ class _ArmedWrites:
                 self._inner = inner
 
             async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+                backend.writes += 1
+                backend.empty_writes += not buffer
                 scope = backend.armed
                 if buffer and scope is not None:
                     backend.armed = None
@@ -306,6 +311,7 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
     own: 1.2 s or more.)"""
     policy = RetryPolicy(attempts=1, attempt_timeout=10.0, deadline=10.0)
     ended: list[float] = []
+    outcomes: list[str | None] = []
     stop = threading.Event()
 
     async def busy() -> None:
@@ -318,8 +324,12 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
         assert (await client.get(f"{recording.url}/warm")).status_code == 200
 
         async def call(path: str) -> None:
-            with contextlib.suppress(retrysafe.ApiError):
+            try:
                 await client.get(f"{recording.url}/{path}")
+            except retrysafe.ApiError as error:
+                outcomes.append(error.outcome)
+            else:
+                outcomes.append("answered")
             ended.append(time.monotonic())
 
         failing.armed = anyio.CancelScope()  # (only a flag here)
@@ -332,7 +342,7 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
             pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
             (connection,) = (c._connection for c in pool._connections)
             with anyio.fail_after(5):
-                # (each request's HEADERS are in h2, to be written after the first's)
+                # (each request's HEADERS were taken from h2, queued after the first's)
                 while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
                     await anyio.sleep(0.01)
             for _ in range(BUSY_TASKS):
@@ -343,7 +353,63 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
                 while len(ended) < QUEUED + 1:  # noqa: ASYNC110 - counted by the calls
                     await anyio.sleep(0.01)
             stop.set()
+    assert outcomes == ["write_error"] * (QUEUED + 1)
+    assert not [r for r in recording.requests if r[b":path"].startswith(b"/queued")]
     assert failing.failed_at is not None
     assert max(ended) - failing.failed_at < 0.6, str(
         sorted(round(t - failing.failed_at, 3) for t in ended)
     )
+
+
+async def test_an_http2_connections_empty_writes_reach_no_stream(
+    recording: RecordingServer,
+) -> None:
+    """httpcore's empty writes of an HTTP/2 connection (after every read) send nothing:
+    they reach no network stream, where one of the user's passing them on could meet
+    the connection's write under way, now that httpcore's lock no longer keeps them
+    apart ("another task is already writing", review83)."""
+    async with retrysafe.AsyncClient(http1=False, http2=True) as client:
+        counting = _armed_under(client, _ArmedWrites)  # (never armed: it counts)
+        for _ in range(3):
+            assert (await client.get(f"{recording.url}/")).status_code == 200
+    assert counting.empty_writes == 0
+    assert counting.writes >= 4  # (the preface, and each request's HEADERS)
+
+
+class _PassesOnAnyWrite:
+    """A network stream that notes every write it is handed."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+        self.written.append(buffer)
+        await anyio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_writing_task_cancelled_before_it_ran_fails_its_writes() -> None:
+    """The connection's writing task cancelled before its first step (as by code that
+    cancels every task) never ran: the write queued for it fails, and so does every
+    later one, at once; before, each waited for ever (review83)."""
+    import asyncio
+
+    import httpcore
+
+    from retrysafe.async_whole_writes import WholeWrites
+
+    class NoPool:
+        pool = None
+
+    inner = _PassesOnAnyWrite()
+    writes = WholeWrites(inner, NoPool())  # type: ignore[arg-type]
+    caller = asyncio.ensure_future(writes.write(b"first", None))
+    await asyncio.sleep(0)  # (queued; the writing task made, not yet run)
+    writer = writes._task
+    assert writer is not None
+    writer.cancel()
+    with anyio.fail_after(2), pytest.raises(httpcore.WriteError):
+        await caller
+    with anyio.fail_after(2), pytest.raises(httpcore.WriteError):
+        await writes.write(b"second", None)
+    assert inner.written == []

@@ -308,6 +308,10 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
         connection._write_lock = _WRITES_CHAINED
 
 
+async def _nothing_to_write() -> None:
+    """An empty write of an HTTP/2 connection's: nothing is sent."""
+
+
 class _WritesChained:
     """httpcore's write lock, for an async HTTP/2 connection whose frame writes are
     :class:`~retrysafe.async_whole_writes.WholeWrites`: entered at once.
@@ -443,8 +447,13 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         # A plain function handing back the write to await: an empty one (nothing is
         # sent: see BoundedStream.write), two of a GET's three, is the inner stream's
-        # own, with no coroutine of this class's around it.
+        # own, with no coroutine of this class's around it; over HTTP/2, none at all:
+        # httpcore no longer holds its lock through the connection's writes (see
+        # _WritesChained), and a stream of the user's passing the empty write on could
+        # meet one under way ("another task is already writing": review83).
         if not buffer:
+            if self._whole_writes is not None:
+                return _nothing_to_write()
             return self._inner.write(buffer, timeout)
         return self._write(buffer, timeout)
 

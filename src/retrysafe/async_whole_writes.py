@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import sys
 from typing import Any
 
@@ -119,17 +120,37 @@ class WholeWrites:
         written = _Written(on_trio)
         self._queue.append((buffer, timeout, written))
         if not self._writing:
-            self._writing = True
-            if on_trio:
-                # (a system task: no nursery of the caller's is needed, none outlives it)
-                _trio().lowlevel.spawn_system_task(
-                    self._write_queued, name="retrysafe HTTP/2 writes"
-                )
-            else:
-                self._task = asyncio.get_running_loop().create_task(self._write_queued())
+            try:
+                self._start_writing(on_trio)
+            except BaseException:  # (no task could be made: the loop is ending)
+                self._fail(_ended_with_the_loop())
+                raise
         await written.wait()
         if written.error is not None:
             raise written.error
+
+    def _start_writing(self, on_trio: bool) -> None:
+        """Start the writing task, in a context of its own: it is the connection's, not
+        the caller's whose write started it."""
+        if on_trio:
+            # (a system task: no nursery of the caller's is needed, none outlives it)
+            _trio().lowlevel.spawn_system_task(self._write_queued, name="retrysafe HTTP/2 writes")
+        else:
+            loop = asyncio.get_running_loop()
+            task = contextvars.Context().run(loop.create_task, self._write_queued())
+            task.add_done_callback(self._writer_ended)
+            self._task = task
+        self._writing = True
+
+    def _writer_ended(self, task: asyncio.Task[None]) -> None:
+        """The asyncio writing task ``task`` ended. Cancelled before its first step (as
+        by code that cancels every task), it never ran, and left the queue undrained
+        (review83): its writes, and the connection, fail."""
+        if task is not self._task:  # (another writer was started since: it is current)
+            return
+        self._writing = False
+        if self._queue:
+            self._fail(_ended_with_the_loop())
 
     async def _write_queued(self) -> None:
         """Write what is queued, in order, until nothing is left."""
@@ -170,7 +191,10 @@ class WholeWrites:
     def _fail_connection(self, error: Exception) -> None:
         """Mark the connection failed, as httpcore marks it when a write's error reaches
         it: its next read or write raises ``error``, and it takes no new request."""
-        connection = connection_carrying(self._stream)
-        if connection is not None and hasattr(connection, "_write_exception"):
-            connection._write_exception = error
-            connection._connection_error = True
+        try:
+            connection = connection_carrying(self._stream)
+            if connection is not None and hasattr(connection, "_write_exception"):
+                connection._write_exception = error
+                connection._connection_error = True
+        except Exception:  # (httpcore's insides changed: its next write fails it anyway)
+            pass
