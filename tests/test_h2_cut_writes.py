@@ -102,6 +102,19 @@ def recording() -> Iterator[RecordingServer]:
     server.close()
 
 
+def _headers_frames(buffer: bytes) -> int:
+    """How many HTTP/2 HEADERS frames ``buffer`` (whole frames, after any preface) holds."""
+    from retrysafe.bounded_backend import H2_PREFACE
+
+    at = len(H2_PREFACE) if buffer.startswith(H2_PREFACE) else 0
+    count = 0
+    while at + 9 <= len(buffer):
+        length = int.from_bytes(buffer[at : at + 3], "big")
+        count += buffer[at + 3] == 0x1  # (the frame's type: HEADERS)
+        at += 9 + length
+    return count
+
+
 class _ArmedWrites:
     """A network backend around httpcore's own whose streams, once :attr:`armed`, call
     :meth:`on_armed_write` as the next frames are handed to them, before they are
@@ -116,6 +129,8 @@ class _ArmedWrites:
         #: The writes handed to the streams, and of those the empty ones.
         self.writes = 0
         self.empty_writes = 0
+        #: How many HEADERS frames each write handed to the streams held.
+        self.headers_per_write: list[int] = []
 
     async def on_armed_write(self, scope: anyio.CancelScope) -> None:
         """What the armed write does before it writes (or instead: by raising)."""
@@ -130,6 +145,7 @@ class _ArmedWrites:
             async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
                 backend.writes += 1
                 backend.empty_writes += not buffer
+                backend.headers_per_write.append(_headers_frames(buffer))
                 scope = backend.armed
                 if buffer and scope is not None:
                     backend.armed = None
@@ -413,3 +429,50 @@ async def test_a_writing_task_cancelled_before_it_ran_fails_its_writes() -> None
     with anyio.fail_after(2), pytest.raises(httpcore.WriteError):
         await writes.write(b"second", None)
     assert inner.written == []
+
+
+class _HoldsUntilToldWhenArmed(_ArmedWrites):
+    """Armed, the next write waits until :attr:`go` is set, then writes."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.go = anyio.Event()
+
+    async def on_armed_write(self, scope: anyio.CancelScope) -> None:
+        await self.go.wait()
+
+
+async def test_the_frames_queued_behind_a_write_go_out_together_in_the_next(
+    recording: RecordingServer,
+) -> None:
+    """Twenty requests' HEADERS queued while a write is under way go out in one write
+    after it, as httpcore's lock holder took every frame waiting: written one a pass of
+    the event loop apart, a burst's last HEADERS reached the server 50 to 400 ms after
+    they were taken (trial88)."""
+    async with retrysafe.AsyncClient(http1=False, http2=True) as client:
+        holding = _armed_under(client, _HoldsUntilToldWhenArmed)
+        assert (await client.get(f"{recording.url}/warm")).status_code == 200
+        statuses: list[int] = []
+
+        async def call(path: str) -> None:
+            statuses.append((await client.get(f"{recording.url}/{path}")).status_code)
+
+        holding.armed = anyio.CancelScope()  # (only a flag here)
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "first")
+            with anyio.fail_after(5):
+                await holding.cut.wait()
+            for number in range(QUEUED):
+                group.start_soon(call, f"queued-{number}")
+            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+            (connection,) = (c._connection for c in pool._connections)
+            with anyio.fail_after(5):
+                while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
+                    await anyio.sleep(0.01)
+            holding.go.set()
+            with anyio.fail_after(5):
+                while len(statuses) < QUEUED + 1:  # noqa: ASYNC110 - counted by the calls
+                    await anyio.sleep(0.01)
+        assert statuses == [200] * (QUEUED + 1)
+    assert holding.headers_per_write.count(QUEUED) == 1, holding.headers_per_write
+    assert sum(holding.headers_per_write) == QUEUED + 2  # (with /warm and /first)

@@ -14,8 +14,8 @@ every request on it failed with it (trial86: 44 connections in 24 stress runs; p
 httpx alike).
 
 So the frames of a shared connection are queued, in the order httpcore takes them, and
-written by a task of the connection's own, one write after another: the task that asked
-waits for its write, and if that task is cancelled, it leaves at once and the write goes
+written by a task of the connection's own, all that is queued in one write: the task that
+asked waits for its write, and if that task is cancelled, it leaves at once and the write goes
 on. (The writing task runs while writes are queued, and ends when none is left.) A
 write that fails marks the connection failed, as httpcore marks it when the failure
 reaches it (no new request goes there, and the requests on it end), since the task that
@@ -153,11 +153,18 @@ class WholeWrites:
             self._fail(_ended_with_the_loop())
 
     async def _write_queued(self) -> None:
-        """Write what is queued, in order, until nothing is left."""
+        """Write what is queued, in order, until nothing is left: all that is queued at
+        once in one write, as httpcore, under its lock, took every frame waiting."""
         queue = self._queue
         try:
             while queue:
-                buffer, timeout, written = queue[0]
+                taken = len(queue)
+                if taken == 1:
+                    buffer, timeout, _ = queue[0]
+                else:  # (each queued write a pass of the loop apart: behind a burst's
+                    # queue, a request's HEADERS reached the server 50 to 400 ms late, trial88)
+                    buffer = b"".join(queued[0] for queued in queue)
+                    timeout = queue[0][1]
                 try:
                     await self._inner.write(buffer, timeout)
                 except Exception as error:
@@ -172,8 +179,8 @@ class WholeWrites:
                     failed.__cause__ = error
                     self._fail(failed)
                     return
-                queue.popleft()
-                written.end(None)
+                for _ in range(taken):
+                    queue.popleft()[2].end(None)
         except BaseException:
             self._fail(_ended_with_the_loop())
             raise
