@@ -290,7 +290,7 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
     httpcore's own ``AsyncSemaphore``, set up, and settings handler),
     :class:`_AsyncResetOnClose` as its ``_response_closed`` (where the connection's
     class has one), :class:`_AsyncTurnToRead` as its read lock, and
-    :class:`_WritesChained` as its write lock."""
+    :class:`_WritesQueued` as its write lock."""
     connection = connection_carrying(stream)
     slots = getattr(connection, "_max_streams_semaphore", None)
     if (
@@ -305,19 +305,19 @@ def _adopt_h2_connection_async(stream: AsyncBoundedStream) -> None:
         connection._response_closed = _AsyncResetOnClose(connection)
     _take_turns_to_read(connection)
     if isinstance(getattr(connection, "_write_lock", None), httpcore._synchronization.AsyncLock):
-        connection._write_lock = _WRITES_CHAINED
+        connection._write_lock = _WRITES_QUEUED
 
 
 async def _nothing_to_write() -> None:
     """An empty write of an HTTP/2 connection's: nothing is sent."""
 
 
-class _WritesChained:
+class _WritesQueued:
     """httpcore's write lock, for an async HTTP/2 connection whose frame writes are
     :class:`~retrysafe.async_whole_writes.WholeWrites`: entered at once.
 
     httpcore takes the frames waiting in h2 and hands them to the network stream with
-    no pause between, and the stream chains each write after the one before it in that
+    no pause between, and the stream queues each write behind the ones before it in that
     same step: the frames go out in the order they were taken without the lock. Held
     while the write went on, the lock made each writer wait for the one before it, a
     pass of the event loop or more each (one per queued request at a burst), and once a
@@ -332,8 +332,8 @@ class _WritesChained:
         return None
 
 
-#: The one :class:`_WritesChained` (it holds nothing).
-_WRITES_CHAINED = _WritesChained()
+#: The one :class:`_WritesQueued` (it holds nothing).
+_WRITES_QUEUED = _WritesQueued()
 
 
 class _AsyncResetOnClose:
@@ -449,7 +449,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
         # sent: see BoundedStream.write), two of a GET's three, is the inner stream's
         # own, with no coroutine of this class's around it; over HTTP/2, none at all:
         # httpcore no longer holds its lock through the connection's writes (see
-        # _WritesChained), and a stream of the user's passing the empty write on could
+        # _WritesQueued), and a stream of the user's passing the empty write on could
         # meet one under way ("another task is already writing": review83).
         if not buffer:
             if self._whole_writes is not None:

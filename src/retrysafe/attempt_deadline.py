@@ -431,11 +431,11 @@ def cut_outcome(transport: object, call: RunningCall) -> Exception:
     attempt.
 
     Over HTTP/2 every request waits for the one connection being opened; a host that
-    never completes it (a TLS handshake that hangs) is as down as one that refuses it,
-    and the breaker must hear it from every call so cut. Taken as a wait in the client's
-    own queue (the drive's pool timeout, for an attempt cut before it was sent), the
-    outage opened nothing and each call blamed its pool. (Only its own host's: one pool
-    serves every host a client calls, and another host's hanging handshake is no news
+    never completes it (a TCP connect or TLS handshake that hangs) is as down as one that
+    refuses it, and the breaker must hear it from every call so cut. Taken as a wait in
+    the client's own queue (the drive's pool timeout, for an attempt cut before it was
+    sent), the outage opened nothing and each call blamed its pool. (Only its own host's:
+    one pool serves every host a client calls, and another host's hanging open is no news
     of this one.)"""
     if call.attempt_sent_at is None:
         pool = getattr(transport, "_pool", None)
