@@ -332,11 +332,13 @@ def _dies(job: int) -> int:
 
 
 def test_a_worker_that_dies_fails_the_run_instead_of_hanging_it() -> None:
-    import concurrent.futures
+    # (the submodule itself: concurrent.futures has it as an attribute only once
+    # something imported it, which, under xdist, another test on the worker may not have)
+    from concurrent.futures.process import BrokenProcessPool
 
     from retrysafe.simulate.parallel import run_jobs
 
-    with pytest.raises(concurrent.futures.process.BrokenProcessPool):
+    with pytest.raises(BrokenProcessPool):
         run_jobs(_dies, [1, 2, 3, 4], workers=2)
 
 
