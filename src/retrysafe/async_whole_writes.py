@@ -164,7 +164,7 @@ class WholeWrites:
                 else:  # (each queued write a pass of the loop apart: behind a burst's
                     # queue, a request's HEADERS reached the server 50 to 400 ms late, trial88)
                     buffer = b"".join(queued[0] for queued in queue)
-                    timeout = queue[0][1]
+                    timeout = queue[0][1]  # (as httpcore's lock holder wrote all it took)
                 try:
                     await self._inner.write(buffer, timeout)
                 except Exception as error:
