@@ -18,10 +18,11 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 
@@ -299,6 +300,28 @@ QUEUED = 20
 BUSY_TASKS = 20
 
 
+async def _queue_behind_an_armed_write(
+    client: retrysafe.AsyncClient,
+    armed: _ArmedWrites,
+    group: anyio.abc.TaskGroup,
+    call: Callable[[str], Awaitable[None]],
+) -> None:
+    """Start ``call("first")``, whose write is armed, then :data:`QUEUED` more calls, and
+    return once each of their HEADERS has been taken from h2 and queued behind it."""
+    armed.armed = anyio.CancelScope()  # (only a flag here)
+    group.start_soon(call, "first")
+    with anyio.fail_after(5):
+        await armed.cut.wait()
+    for number in range(QUEUED):
+        group.start_soon(call, f"queued-{number}")
+    pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
+    (connection,) = (c._connection for c in pool._connections)
+    with anyio.fail_after(5):
+        # (a stream h2 opened: its HEADERS taken and queued in the same step)
+        while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
+            await anyio.sleep(0.01)
+
+
 class _FailsWhenToldWhenArmed(_ArmedWrites):
     """Armed, the next write waits until :attr:`fail` is set and fails (a server that
     stopped reading), noting when in :attr:`failed_at`."""
@@ -348,19 +371,8 @@ async def test_the_writes_queued_behind_a_write_that_fails_all_fail_at_once(
                 outcomes.append("answered")
             ended.append(time.monotonic())
 
-        failing.armed = anyio.CancelScope()  # (only a flag here)
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "first")
-            with anyio.fail_after(5):
-                await failing.cut.wait()
-            for number in range(QUEUED):
-                group.start_soon(call, f"queued-{number}")
-            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-            (connection,) = (c._connection for c in pool._connections)
-            with anyio.fail_after(5):
-                # (each request's HEADERS were taken from h2, queued after the first's)
-                while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
-                    await anyio.sleep(0.01)
+            await _queue_behind_an_armed_write(client, failing, group, call)
             for _ in range(BUSY_TASKS):
                 group.start_soon(busy)
             await anyio.sleep(0.2)
@@ -457,18 +469,8 @@ async def test_the_frames_queued_behind_a_write_go_out_together_in_the_next(
         async def call(path: str) -> None:
             statuses.append((await client.get(f"{recording.url}/{path}")).status_code)
 
-        holding.armed = anyio.CancelScope()  # (only a flag here)
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "first")
-            with anyio.fail_after(5):
-                await holding.cut.wait()
-            for number in range(QUEUED):
-                group.start_soon(call, f"queued-{number}")
-            pool: Any = client._transport._loop.transport._pool  # type: ignore[attr-defined]
-            (connection,) = (c._connection for c in pool._connections)
-            with anyio.fail_after(5):
-                while connection._h2_state.open_outbound_streams < QUEUED + 1:  # noqa: ASYNC110 - h2's count
-                    await anyio.sleep(0.01)
+            await _queue_behind_an_armed_write(client, holding, group, call)
             holding.go.set()
             with anyio.fail_after(5):
                 while len(statuses) < QUEUED + 1:  # noqa: ASYNC110 - counted by the calls
