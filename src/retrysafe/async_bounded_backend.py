@@ -491,34 +491,16 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
     ) -> httpcore.AsyncNetworkStream:
         bounded = bounded_handshake(timeout)
         pool = self.pool() if self.pool is not None else None
-        started = time.monotonic()
         try:
-            with opening_connection(pool, server_hostname):
+            with opening_connection(pool, server_hostname, bounded):
                 inner = await self._inner.start_tls(ssl_context, server_hostname, bounded)
         except (httpcore.ConnectError, httpcore.ConnectTimeout):
             note_failed_open(pool, server_hostname)
-            raise
-        except BaseException:
-            _note_if_cut_after_its_time(pool, server_hostname, bounded, started)
             raise
         return AsyncBoundedStream(inner, self.pool)
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
-
-
-def _note_if_cut_after_its_time(
-    pool: object | None, host: str | None, bounded: float | None, started: float
-) -> None:
-    """Note that a connection of ``pool`` to ``host`` failed to open if its connect or TLS
-    handshake, begun at ``started`` with ``bounded`` seconds, was cut after running its
-    whole time: by the attempt's hard end, before its own timeout was raised (a loop
-    late by more than the 50 ms between them, and the outer cut wins). It timed out all
-    the same, and the requests waiting on it are judged by that (see
-    :func:`~retrysafe.attempt_deadline.cut_outcome`): taken for waits in the client's own
-    pool, a host that hangs as connections open never opened the breaker."""
-    if bounded is not None and time.monotonic() - started >= bounded:
-        note_failed_open(pool, host)
 
 
 def _no_second_start(original: Any) -> Any:
@@ -637,17 +619,13 @@ class AsyncBoundedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         pool = self._pool() if self._pool is not None else None
-        with Connecting(timeout, self._pool, host) as bounded:
-            started = time.monotonic()
-            try:
-                with opening_connection(pool, host):
-                    stream = await self.inner.connect_tcp(
-                        host, port, bounded, local_address, socket_options
-                    )
-            except BaseException as error:
-                if not isinstance(error, Exception):  # (a cut: Connecting judges the rest)
-                    _note_if_cut_after_its_time(pool, host, bounded, started)
-                raise
+        with (
+            Connecting(timeout, self._pool, host) as bounded,
+            opening_connection(pool, host, bounded),
+        ):
+            stream = await self.inner.connect_tcp(
+                host, port, bounded, local_address, socket_options
+            )
         return AsyncBoundedStream(stream, self._pool)
 
     async def connect_unix_socket(

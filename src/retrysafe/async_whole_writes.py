@@ -158,13 +158,12 @@ class WholeWrites:
         queue = self._queue
         try:
             while queue:
+                # (all queued in one write: one a pass of the loop apart, behind a burst's
+                # queue a request's HEADERS reached the server 50 to 400 ms late, trial88;
+                # under the first's timeout, as httpcore's lock holder wrote all it took)
                 taken = len(queue)
-                if taken == 1:
-                    buffer, timeout, _ = queue[0]
-                else:  # (each queued write a pass of the loop apart: behind a burst's
-                    # queue, a request's HEADERS reached the server 50 to 400 ms late, trial88)
-                    buffer = b"".join(queued[0] for queued in queue)
-                    timeout = queue[0][1]  # (as httpcore's lock holder wrote all it took)
+                buffer = b"".join(queued[0] for queued in queue)  # (one: itself, uncopied)
+                timeout = queue[0][1]
                 try:
                     await self._inner.write(buffer, timeout)
                 except Exception as error:

@@ -397,17 +397,30 @@ _opening_connections: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.W
 
 
 @contextlib.contextmanager
-def opening_connection(pool: object | None, host: str | None) -> Iterator[None]:
+def opening_connection(
+    pool: object | None, host: str | None, bounded: float | None
+) -> Iterator[None]:
     """Note, for its duration, the open (TCP connect or TLS handshake) of a connection of
-    ``pool`` to ``host``. Async only: one event loop's tasks change the count."""
-    if pool is None:
-        yield
-        return
-    by_host = _opening_connections.setdefault(pool, {})
+    ``pool`` to ``host``, given ``bounded`` seconds. Async only: one event loop's tasks
+    change the count.
+
+    An open cut from outside after running its whole time (by the attempt's hard end,
+    before its own timeout was raised: a loop late by more than the 50 ms between them,
+    and the outer cut wins) timed out all the same: it is noted as a failed open, and the
+    requests waiting on it are judged by that (:func:`cut_outcome`). Taken for waits in
+    the client's own pool, a host that hangs as connections open never opened the
+    breaker. (An open that fails with an error of its own is the caller's to judge.)"""
+    started = time.monotonic()
+    by_host = _opening_connections.setdefault(pool, {}) if pool is not None else {}
     key = host or ""
     by_host[key] = by_host.get(key, 0) + 1
     try:
         yield
+    except BaseException as error:
+        cut = not isinstance(error, Exception)
+        if cut and bounded is not None and time.monotonic() - started >= bounded:
+            note_failed_open(pool, host)
+        raise
     finally:
         left = by_host[key] - 1
         if left:
