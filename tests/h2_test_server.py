@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from typing import Any
 
 from retrysafe.chaos.connection import listening_socket
 
@@ -35,6 +36,29 @@ class H2TestServer:
     def serve(self, sock: socket.socket) -> None:
         """Serve the connection ``sock`` until it closes."""
         raise NotImplementedError
+
+    @staticmethod
+    def start_h2(sock: socket.socket, poll: float, **config: Any) -> Any:
+        """h2's server side of the connection ``sock``, its settings sent (h2's
+        ``H2Configuration`` takes ``config``); each read of ``sock`` then waits at most
+        ``poll`` seconds (see :meth:`received`)."""
+        import h2.config
+        import h2.connection
+
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, **config))
+        conn.initiate_connection()
+        sock.settimeout(poll)
+        sock.sendall(conn.data_to_send())
+        return conn
+
+    @staticmethod
+    def received(sock: socket.socket) -> bytes | None:
+        """What the client sent on ``sock``: ``b""`` once it closed the connection, None
+        if nothing came within the poll of :meth:`start_h2`."""
+        try:
+            return sock.recv(65536)
+        except TimeoutError:
+            return None
 
     def close(self) -> None:
         self._listener.close()

@@ -26,8 +26,7 @@ import retrysafe
 from h2_test_server import H2TestServer
 from retrysafe import RetryPolicy
 
-h2_connection = pytest.importorskip("h2.connection")
-h2_config = pytest.importorskip("h2.config")
+pytest.importorskip("h2")  # (the servers below speak HTTP/2 through it)
 h2_events = pytest.importorskip("h2.events")
 h2_errors = pytest.importorskip("h2.errors")
 
@@ -50,15 +49,11 @@ class EndingServer(H2TestServer):
         super().__init__()
 
     def serve(self, sock: socket.socket) -> None:
-        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        sock.settimeout(0.01)
         with contextlib.suppress(OSError, Exception):
-            sock.sendall(conn.data_to_send())
+            conn = self.start_h2(sock, poll=0.01)
             while not self.end.is_set():
-                try:
-                    data = sock.recv(65536)
-                except TimeoutError:
+                data = self.received(sock)
+                if data is None:
                     continue
                 if not data:
                     return
@@ -139,17 +134,11 @@ class HeadersThenGoawayServer(H2TestServer):
         super().__init__()
 
     def serve(self, sock: socket.socket) -> None:
-        conn = h2_connection.H2Connection(h2_config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        sock.settimeout(0.01)
         ended = False
         with contextlib.suppress(OSError, Exception):
-            sock.sendall(conn.data_to_send())
+            conn = self.start_h2(sock, poll=0.01)
             while True:
-                try:
-                    data = sock.recv(65536)
-                except TimeoutError:
-                    data = None
+                data = self.received(sock)
                 if data == b"":
                     self.client_closed.set()
                     return

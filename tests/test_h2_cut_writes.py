@@ -30,8 +30,7 @@ import retrysafe
 from h2_test_server import H2TestServer
 from retrysafe import RetryPolicy
 
-h2_connection = pytest.importorskip("h2.connection")
-h2_config = pytest.importorskip("h2.config")
+pytest.importorskip("h2")  # (the servers below speak HTTP/2 through it)
 h2_events = pytest.importorskip("h2.events")
 h2_exceptions = pytest.importorskip("h2.exceptions")
 
@@ -53,19 +52,11 @@ class RecordingServer(H2TestServer):
         super().__init__()
 
     def serve(self, sock: socket.socket) -> None:
-        conn = h2_connection.H2Connection(
-            h2_config.H2Configuration(client_side=False, header_encoding=None)
-        )
-        conn.initiate_connection()
-        sock.settimeout(0.005)
         due: dict[int, float] = {}
         with contextlib.suppress(OSError):
-            sock.sendall(conn.data_to_send())
+            conn = self.start_h2(sock, poll=0.005, header_encoding=None)
             while True:
-                try:
-                    data = sock.recv(65536)
-                except TimeoutError:
-                    data = None
+                data = self.received(sock)
                 if data == b"":
                     return
                 if data:
