@@ -33,6 +33,8 @@ that judgement before it sends (:class:`_Judging`), and sends nothing if it lost
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import functools
 import math
@@ -685,7 +687,48 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
 async def hedged_round_async(
     transport: AsyncSender, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
-    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step.
+
+    A cancel from outside leaves the round counted, as it came (``Task.cancelling``, on
+    asyncio): anyio (4.16) may take it back. A copy's task hands the cancels it has yet
+    to take back from its own scopes to the round's task group when the group is being
+    cancelled too, and the group then takes them back from the round's task, the
+    caller's among them (1 round in 14 cancelled as its first copy connected). With its
+    count lost, an enclosing ``asyncio.timeout`` that ran out as well would read the
+    caller's cancel as its own and let the task run on.
+    """
+    cancels_at_start = _cancels_requested()
+    try:
+        return await _hedged_round_async(transport, drive, request, plan)
+    except anyio.get_cancelled_exc_class():
+        now = _cancels_requested()
+        if cancels_at_start is not None and now is not None and now <= cancels_at_start:
+            await _count_the_cancel_again()
+        raise
+
+
+def _cancels_requested() -> int | None:
+    """The current asyncio task's count of cancels asked for (``Task.cancelling``); None
+    where none is kept (trio; Python before 3.11; no asyncio task)."""
+    if asyncio._get_running_loop() is None:
+        return None
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return None if cancelling is None else int(cancelling())
+
+
+async def _count_the_cancel_again() -> None:
+    """Ask for the current asyncio task's cancel once more, to count it, and take the
+    ``CancelledError`` that asks for (the one already on its way stands)."""
+    task = asyncio.current_task()
+    assert task is not None  # (a count was read from it)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(0)
+
+
+async def _hedged_round_async(
+    transport: AsyncSender, drive: Drive, request: httpx.Request, plan: AttemptPlan
+) -> Step:
     call = drive.call
     assert isinstance(call, HedgedCall)
     send, receive = anyio.create_memory_object_stream[_Result](math.inf)
