@@ -690,12 +690,13 @@ async def hedged_round_async(
     """Send ``plan`` and the hedged copies the engine asks for; the round's end step.
 
     A cancel from outside leaves the round counted, as it came (``Task.cancelling``, on
-    asyncio): anyio (4.16) may take it back. A copy's task hands the cancels it has yet
-    to take back from its own scopes to the round's task group when the group is being
-    cancelled too, and the group then takes them back from the round's task, the
-    caller's among them (1 round in 14 cancelled as its first copy connected). With its
-    count lost, an enclosing ``asyncio.timeout`` that ran out as well would read the
-    caller's cancel as its own and let the task run on.
+    asyncio), though anyio (4.16) may take it back: a copy's task hands the cancels it
+    has yet to take back from its own scopes (connect_tcp's, after the first address
+    answered) to the round's task group when the group is being cancelled too, and the
+    group takes them back from the round's task, the caller's among them (3 cancels in
+    10 landing as the second copy connected). With its count lost, an enclosing
+    ``asyncio.timeout`` that ran out as well would read the caller's cancel as its own
+    and let the task run on.
     """
     cancels_at_start = _cancels_requested()
     try:
