@@ -705,7 +705,17 @@ class Drive:
                 # notes_first_writes; a hedged copy's too): its time went on waiting for a
                 # connection or a free stream, and the server never saw it.
                 exc = httpx.PoolTimeout(UNSENT_IN_TIME)
-            self.call.attempt_queued(self._time_queued())
+            queued = self._time_queued()
+            self.call.attempt_queued(queued)
+        else:
+            queued = 0.0
+        if not during_body:
+            # (a timeout weighs the time its limit gave, not how late the loop ended it:
+            # the attempt's, or, for a read timeout, the caller's read timeout if shorter)
+            given = plan.timeout - queued
+            if isinstance(exc, httpx.ReadTimeout):
+                given = self._patience(given)
+            self.call.attempt_patience(given)
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 
     def _time_queued(self) -> float:

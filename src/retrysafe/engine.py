@@ -105,6 +105,8 @@ REFUND_ONE_RETRY: Final = RefundBudget()
 #: decide the failures the breaker deferred; see DeferFailure).
 RETRY_FAILED: Final = RetryEnded(True)
 RETRY_SUCCEEDED: Final = RetryEnded(False)
+#: An attempt's patience when the shell gave none (see Call.attempt_patience).
+_NO_LIMIT: Final = float("inf")
 
 
 class Call:
@@ -137,6 +139,8 @@ class Call:
     _spent_unsent = False
     #: How long the attempt in flight waited for a connection (see attempt_queued).
     _queued = 0.0
+    #: The longest the attempt in flight could wait for its answer (see attempt_patience).
+    _patience = _NO_LIMIT
     _verdict: Verdict | None = None
     _last_response: httpx.Response | None = None
     _last_cause: Exception | None = None
@@ -304,6 +308,7 @@ class Call:
         self._promised = False
         self._spent_unsent = False
         self._queued = 0.0
+        self._patience = _NO_LIMIT
         self._nested_gave_up = False
         plan = plan_attempt(
             len(self._history) + 1, self.policy.attempt_timeout, remaining, not self._stream
@@ -429,6 +434,16 @@ class Call:
         of the attempt (how long a healthy answer took, how long a timeout waited) leaves
         it out: a burst larger than the pool must not read as a slow dependency."""
         self._queued = seconds
+
+    def attempt_patience(self, seconds: float) -> None:
+        """The attempt in flight could wait ``seconds`` at most for its answer once its
+        request went out: its own time, or, ended by a read timeout, the caller's read
+        timeout when shorter. A
+        timeout weighs no more than that for the breaker, however late the event loop let
+        it end: a 0.1 s read timeout that a busy loop got round to 0.4 s in, beside answers
+        known to take 0.3 s, read as the dependency's failure, and a short call site
+        opened the circuit for every caller under CPU load."""
+        self._patience = seconds
 
     def _key_may_be_in_use(self) -> bool:
         """Whether an earlier attempt under this call's key may still be running on the
@@ -730,7 +745,7 @@ class Call:
         if outcome_health == "unhealthy":
             timed_out = verdict.reason in TIMEOUT_REASONS
             if timed_out:
-                seconds = self.last_attempt_seconds
+                seconds = min(self.last_attempt_seconds, self._patience)
             if self._unreported_failure is not None:
                 self._report_held_failure()  # (its retry failed too: it counts)
             elif not (
