@@ -9,6 +9,7 @@ import contextlib
 import logging
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -735,6 +736,56 @@ async def test_a_request_cancelled_while_its_outcome_is_written_still_keeps_it(
     assert retry.headers["idempotent-replayed"] == "true"
     assert retry.json()["order"] == 1
     assert app.state.shop.runs["/orders"] == 1
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling is 3.11+")
+def test_a_request_cancelled_from_outside_stays_cancelled() -> None:
+    """The server's cancel of a request (its client left, the server shuts down) is still
+    counted once the middleware is done with it (``Task.cancelling``); lost, an
+    ``asyncio.timeout`` around the request that ran out in the same turn takes the cancel
+    for its own, and the request's task runs on. (The lease's renewal ran in a scope the
+    request's task cancelled, and anyio took that cancel back from the request's task:
+    every time.)"""
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def run() -> tuple[list[int], list[str]]:
+        app = build_app(MemoryStore(), shop=Shop(handler_delay=10))
+        counts = []
+        for n in range(3):
+            request = app(_scope(f"c{n}", "/orders"), _body_then_silence(), send)
+            task = asyncio.create_task(request)
+            await asyncio.sleep(0.05)  # (the handler runs)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            counts.append(task.cancelling())
+
+        async def under_a_timeout_cancelled_as_it_runs_out(key: str) -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            try:
+                async with asyncio.timeout(0.05) as limit:
+                    when = limit.when()
+                    assert when is not None
+                    asyncio.get_running_loop().call_at(when, task.cancel)  # (the same turn)
+                    await app(_scope(key, "/orders"), _body_then_silence(), send)
+            except TimeoutError:
+                return "TimeoutError"
+            except asyncio.CancelledError:
+                return "CancelledError"
+            return "returned"
+
+        ended = [
+            await asyncio.create_task(under_a_timeout_cancelled_as_it_runs_out(f"t{n}"))
+            for n in range(3)
+        ]
+        return counts, ended
+
+    counts, ended = asyncio.run(run())
+    assert counts == [1, 1, 1]
+    assert ended == ["CancelledError"] * 3
 
 
 class _RestartableRedis:

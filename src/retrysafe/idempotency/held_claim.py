@@ -62,7 +62,6 @@ class HeldClaim:
         self._clock = clock
         self._settings = settings
         self._finished = False
-        self._renewal = anyio.CancelScope()
         #: When the lease ends as last stamped (wall-clock seconds): until then no other
         #: request can take the key over, so the handler cannot run again.
         self.lease_ends = (clock.time() if leased_at is None else leased_at) + settings.lease
@@ -82,52 +81,60 @@ class HeldClaim:
         return renewed
 
     async def renew_until_finished(self) -> None:
-        """Renew the lease until :meth:`finish` or :meth:`stop`; run it in a task group.
+        """Renew the lease until :meth:`finish` or :meth:`stop`; run it in a task group,
+        and cancel the group's scope from the task that owns it once the handler is over
+        (else it ends at its next renewal).
 
         A store that is briefly unavailable is tried again at the next renewal. A claim
         that was lost (the lease ran out and another request took the key over) is logged
         as an error and renewal stops; the handler runs on, and the fencing token keeps
         its late outcome from overwriting the new owner's.
+
+        It runs in no cancel scope of its own that another task cancels: anyio (4.16) hands
+        the cancels such a scope has yet to take back to the task group when the group is
+        being cancelled too (the request cancelled from outside), and the group takes them
+        back from the request's task, so the server's cancel of the request was no longer
+        counted (``Task.cancelling()`` 0, every time).
         """
         interval = self._settings.lease / 3
-        with self._renewal:
-            while not self._finished:
-                await anyio.sleep(interval)
-                try:
-                    renewed = await self.renew_now()
-                except StoreUnavailable as exc:
-                    logger.warning(
-                        "could not renew the lease on idempotency key %r of caller %r;"
-                        " trying again in %g s: %s",
-                        self.key,
-                        self.caller,
-                        interval,
-                        exc,
-                    )
-                    continue
-                except Exception:
-                    # A broken store must not take the running handler down with it.
-                    logger.exception(
-                        "renewing the lease on idempotency key %r of caller %r failed;"
-                        " it is no longer renewed",
-                        self.key,
-                        self.caller,
-                    )
-                    return
-                if not renewed and not self._finished:
-                    logger.error(
-                        "the claim on idempotency key %r of caller %r was lost while its"
-                        " handler ran: the lease ran out and another request took the key"
-                        " over; this request's outcome will not be stored",
-                        self.key,
-                        self.caller,
-                    )
-                    return
+        while not self._finished:
+            await anyio.sleep(interval)
+            if self._finished:
+                return
+            try:
+                renewed = await self.renew_now()
+            except StoreUnavailable as exc:
+                logger.warning(
+                    "could not renew the lease on idempotency key %r of caller %r;"
+                    " trying again in %g s: %s",
+                    self.key,
+                    self.caller,
+                    interval,
+                    exc,
+                )
+                continue
+            except Exception:
+                # A broken store must not take the running handler down with it.
+                logger.exception(
+                    "renewing the lease on idempotency key %r of caller %r failed;"
+                    " it is no longer renewed",
+                    self.key,
+                    self.caller,
+                )
+                return
+            if not renewed and not self._finished:
+                logger.error(
+                    "the claim on idempotency key %r of caller %r was lost while its"
+                    " handler ran: the lease ran out and another request took the key"
+                    " over; this request's outcome will not be stored",
+                    self.key,
+                    self.caller,
+                )
+                return
 
     def stop(self) -> None:
-        """Stop renewing the lease (the handler is over)."""
+        """Stop renewing the lease (the handler is over): no renewal starts after this."""
         self._finished = True
-        self._renewal.cancel()
 
     async def finish(self, finish: Finish, response: StoredResponse | None) -> bool:
         """Release the key or keep the outcome (``response``; ``None`` for not replayable);

@@ -338,6 +338,7 @@ class IdempotencyMiddleware:
                             self.settings.ttl,
                         )
                 held.stop()
+                renewal.cancel_scope.cancel()  # (from this task: see renew_until_finished)
         if failure is not None:
             try:
                 raise failure
