@@ -33,8 +33,6 @@ that judgement before it sends (:class:`_Judging`), and sends nothing if it lost
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
 import functools
 import math
@@ -687,49 +685,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
 async def hedged_round_async(
     transport: AsyncSender, drive: Drive, request: httpx.Request, plan: AttemptPlan
 ) -> Step:
-    """Send ``plan`` and the hedged copies the engine asks for; the round's end step.
-
-    A cancel from outside leaves the round counted, as it came (``Task.cancelling``, on
-    asyncio), though anyio (4.16) may take it back: a copy's task hands the cancels it
-    has yet to take back from its own scopes (connect_tcp's, after the first address
-    answered) to the round's task group when the group is being cancelled too, and the
-    group takes them back from the round's task, the caller's among them (3 cancels in
-    10 landing as the second copy connected). With its count lost, an enclosing
-    ``asyncio.timeout`` that ran out as well would read the caller's cancel as its own
-    and let the task run on.
-    """
-    cancels_at_start = _cancels_requested()
-    try:
-        return await _hedged_round_async(transport, drive, request, plan)
-    except anyio.get_cancelled_exc_class():
-        now = _cancels_requested()
-        if cancels_at_start is not None and now is not None and now <= cancels_at_start:
-            await _count_the_cancel_again()
-        raise
-
-
-def _cancels_requested() -> int | None:
-    """The current asyncio task's count of cancels asked for (``Task.cancelling``); None
-    where none is kept (trio; Python before 3.11; no asyncio task)."""
-    if asyncio._get_running_loop() is None:
-        return None
-    cancelling = getattr(asyncio.current_task(), "cancelling", None)
-    return None if cancelling is None else int(cancelling())
-
-
-async def _count_the_cancel_again() -> None:
-    """Ask for the current asyncio task's cancel once more, to count it, and take the
-    ``CancelledError`` that asks for (the one already on its way stands)."""
-    task = asyncio.current_task()
-    assert task is not None  # (a count was read from it)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.sleep(0)
-
-
-async def _hedged_round_async(
-    transport: AsyncSender, drive: Drive, request: httpx.Request, plan: AttemptPlan
-) -> Step:
+    """Send ``plan`` and the hedged copies the engine asks for; the round's end step."""
     call = drive.call
     assert isinstance(call, HedgedCall)
     send, receive = anyio.create_memory_object_stream[_Result](math.inf)
@@ -746,7 +702,13 @@ async def _hedged_round_async(
 
             def launch(plan: AttemptPlan, copy_request: httpx.Request) -> None:
                 copy = _Copy(plan, copy_request, drive, instrumented=instrumented, judging=judging)
-                copy.scope = anyio.CancelScope()
+                # (shielded from the group's cancel, and ended by the round itself, always:
+                # the cancels the copy's task makes of itself, its time running out, its
+                # connect's race ending, stay within its task. A scope there that ends
+                # while the group's is cancelled too hands what it has yet to take back to
+                # its parent, and the group took those back from the caller's task: anyio
+                # 4.16 lost the caller's own cancel so, 3 times in 10 around a connect.)
+                copy.scope = anyio.CancelScope(shield=True)
                 copies[plan] = copy
                 group.start_soon(_run_copy_async, transport, copy, send)
 
@@ -781,15 +743,15 @@ async def _hedged_round_async(
             except Exception as exc:  # raised after the copies are cancelled (no exception group)
                 error = exc
             except BaseException:
-                # A cancel from outside: the task group ends the copies itself (cancelling
-                # their scopes here too would make anyio take the caller's cancel back).
-                cancelled = True
+                cancelled = True  # (from outside: no copy won)
                 raise
             finally:
-                if not cancelled:
-                    for copy in copies.values():
-                        if copy is not winner:
-                            copy.cancel()
+                for copy in copies.values():
+                    if cancelled:
+                        assert copy.scope is not None
+                        copy.scope.cancel()  # (as the group's cancel would: see launch)
+                    elif copy is not winner:
+                        copy.cancel()
     except BaseException:
         # Cancelled from outside while the losing copies wound down, after a copy won:
         # the winner's answer (unread, for a stream) goes to no one; closed here, or its

@@ -804,7 +804,8 @@ def test_a_cancel_from_outside_is_not_taken_back_by_a_hedged_call(chaos: KeyedCh
     # that ends its copies must leave the caller's cancel counted, or an enclosing
     # asyncio.timeout takes the cancel for its own and the task runs on. The cancels land
     # while the copies wait, and around the moment the second copy is sent and connects,
-    # where anyio's task group took the caller's cancel back in 3 rounds in 10.
+    # where anyio's task group took the caller's cancel back in 3 rounds in 10; also
+    # with an asyncio.timeout running out in the same turn (the count one short).
     import asyncio
 
     async def cancelled_after(client: retrysafe.AsyncClient, seconds: float) -> int:
@@ -815,14 +816,39 @@ def test_a_cancel_from_outside_is_not_taken_back_by_a_hedged_call(chaos: KeyedCh
             await task
         return task.cancelling()
 
+    async def under_a_timeout_cancelled_as_it_runs_out(
+        client: retrysafe.AsyncClient, seconds: float
+    ) -> str:
+        # (the timeout's cancel and the caller's in one turn: two cancels, one error)
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            async with asyncio.timeout(seconds) as limit:
+                when = limit.when()
+                assert when is not None
+                asyncio.get_running_loop().call_at(when, task.cancel)
+                await client.get(chaos.url("/hang"))
+        except TimeoutError:
+            return "TimeoutError"  # (the caller's cancel taken for the timeout's own)
+        except asyncio.CancelledError:
+            return "CancelledError"
+        return "returned"
+
     moments = [0.2] + [0.05 + step / 1000 for step in range(-3, 4) for _ in range(2)]
 
-    async def run() -> list[int]:
+    async def run() -> tuple[list[int], list[str]]:
         policy = RetryPolicy(deadline=5, hedge_after=0.05)
         async with retrysafe.AsyncClient(policy=policy) as client:
-            return [await cancelled_after(client, seconds) for seconds in moments]
+            counts = [await cancelled_after(client, seconds) for seconds in moments]
+            ended = [
+                await asyncio.create_task(under_a_timeout_cancelled_as_it_runs_out(client, at))
+                for at in moments
+            ]
+            return counts, ended
 
-    assert asyncio.run(run()) == [1] * len(moments)
+    counts, ended = asyncio.run(run())
+    assert counts == [1] * len(moments)
+    assert ended == ["CancelledError"] * len(moments)
 
 
 def test_hedged_calls_cancelled_at_any_moment_end_as_cancelled(chaos: KeyedChaos) -> None:
