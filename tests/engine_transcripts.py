@@ -253,10 +253,10 @@ class Outcome:
     engine asks for it in a streamed call) raises this. ``nested_gave_up``: a retrying
     call nested in this attempt retried and gave up. ``answered_meanwhile``: the
     dependency answered other calls while this attempt waited (the shell's fact: a
-    timeout is then held for the retry, else told at once). ``patience_share``: the shell
-    tells the engine (``attempt_patience``) that the attempt could wait this share of the
-    time it took at most (under 1: a limit shorter than the time a late event loop let
-    the timeout take; over 1: a limit it never reached); None, it tells nothing.
+    timeout is then held for the retry, else told at once). ``late_share``: the shell
+    tells the engine (``attempt_ended_late``) that the read that timed out ended this
+    share of the attempt's time past its limit (a late event loop); None, it tells
+    nothing (as a shell whose read did not time out tells 0).
     """
 
     kind: Literal["response", "raise"] = "response"
@@ -273,13 +273,13 @@ class Outcome:
     body_error: str = ""
     nested_gave_up: bool = False
     answered_meanwhile: bool = False
-    patience_share: float | None = None
+    late_share: float | None = None
 
     def describe(self) -> str:
         if self.kind == "raise":
             where = ", during_body" if self.during_body else ""
-            if self.patience_share is not None:
-                where += f", patience {self.patience_share:.2f} of its time"
+            if self.late_share is not None:
+                where += f", ended {self.late_share:.2f} of its time late"
             return f"{self.exception}{where}"
         parts = [str(self.status)]
         if self.retry_after is not None:
@@ -444,9 +444,9 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
             during_body = _chance(rng, 0.3)
         if name in TIMEOUTS and _chance(rng, 0.6):
             duration = 1.0
-        patience_share = None
-        if not during_body and _chance(rng, 0.3):
-            patience_share = rng.uniform(0.05, 1.5)
+        late_share = None
+        if _chance(rng, 0.3):
+            late_share = rng.uniform(0.0, 0.95)
         return Outcome(
             kind="raise",
             exception=name,
@@ -454,7 +454,7 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
             duration=duration,
             nested_gave_up=_chance(rng, 0.02),
             answered_meanwhile=_chance(rng, 0.5),
-            patience_share=patience_share,
+            late_share=late_share,
         )
     if profile == "persistent":
         status = rng.choices(_FLAKY_STATUSES, _PERSISTENT_STATUS_WEIGHTS)[0]
@@ -913,8 +913,8 @@ def _attempt(
         verdict = classify_exception(exc, during_body=spec.during_body)
         if spec.answered_meanwhile:
             call.answered_during_attempt()
-        if spec.patience_share is not None:
-            call.attempt_patience((clock.monotonic() - started) * spec.patience_share)
+        if spec.late_share is not None:
+            call.attempt_ended_late((clock.monotonic() - started) * spec.late_share)
         result = call.attempt_raised(plan, exc, during_body=spec.during_body)
         run.records.append(
             OutcomeRec(
@@ -1811,10 +1811,11 @@ def check_effects_sane(run: Run, expect: Expect) -> None:
                 if (
                     seconds is not None
                     and outcome_health == "unhealthy"
-                    and rec.spec.patience_share is not None
+                    and rec.spec.late_share is not None
                 ):
-                    # (a timeout weighs no more than the limit the shell said it had)
-                    seconds = min(seconds, (rec.at - rec.started) * rec.spec.patience_share)
+                    # (a timeout weighs the time less how late the shell said it ended)
+                    late = (rec.at - rec.started) * rec.spec.late_share
+                    seconds = max(0.0, seconds - late)
                 # A retry of a call that had failed decides the deferred failures.
                 if (
                     outcome_health != "neutral"

@@ -182,6 +182,69 @@ async def test_async_a_late_read_reads_nothing_and_a_timely_one_gets_the_time_le
     assert 0 < timeout <= 1.0
 
 
+class _TimingCall(_Call):
+    """A running call as a read that times out sees it: whose read limit it was, and
+    where to say how late the read ended."""
+
+    def __init__(self, ends_in: float) -> None:
+        super().__init__(ends_in)
+        self.caller_timeouts: dict[str, object] = {"read": 0.1}
+        self.late_by = 0.0
+
+
+class _LateTimeout(httpcore.NetworkStream):
+    """A read that times out only after ``seconds``: its process was busy past the limit."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        time.sleep(self.seconds)
+        raise httpcore.ReadTimeout("timed out")
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        pass
+
+
+def test_a_read_that_times_out_late_tells_the_call_how_late() -> None:
+    """A 0.1 s read that ends 0.3 s in ended at least 0.2 s past its limit: the call is
+    told, for the breaker to weigh the timeout by the time the server had."""
+    call = _TimingCall(ends_in=5.0)
+    token = current_call.set(call)
+    try:
+        with pytest.raises(AttemptDeadlineReached):
+            BoundedStream(_LateTimeout(0.3)).read(4096, timeout=0.1)
+    finally:
+        current_call.reset(token)
+    assert 0.2 <= call.late_by < 5.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # (an asyncio loop to hold up)
+async def test_async_a_read_over_a_socket_that_a_stuck_event_loop_ended_late_says_so() -> None:
+    """Over a real socket to a server that says nothing: a 0.1 s read, while the event loop
+    is stuck for 0.3 s (a callback that blocks), ends past its limit, and the call is
+    told by how much."""
+    import anyio
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    inner = await httpcore.AnyIOBackend().connect_tcp("127.0.0.1", port)
+    call = _TimingCall(ends_in=5.0)
+    token = current_call.set(call)
+    try:
+        import asyncio
+
+        asyncio.get_running_loop().call_later(0.02, time.sleep, 0.3)
+        with pytest.raises(AttemptDeadlineReached):
+            await AsyncBoundedStream(inner).read(4096, timeout=0.1)
+    finally:
+        current_call.reset(token)
+        await inner.aclose()
+        await listener.aclose()
+    assert 0.15 <= call.late_by < 5.0
+
+
 def test_an_empty_write_is_handed_on_as_it_came() -> None:
     inner = _Recorder()
     token = current_call.set(_Call(ends_in=-0.1))  # (even past the end: nothing is sent)

@@ -435,6 +435,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
             if self.shared:
                 retire(self)
             raise AttemptDeadlineReached(stalled=False)
+        started = time.monotonic()
         try:
             return await self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
@@ -442,7 +443,7 @@ class AsyncBoundedStream(httpcore.AsyncNetworkStream):
                 raise
             if self.shared:
                 retire(self)
-            raise read_timed_out(binds, bounded) from None
+            raise read_timed_out(binds, bounded, started) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         # A plain function handing back the write to await: an empty one (nothing is

@@ -79,6 +79,10 @@ class RunningCall(Protocol):
     #: The per-phase timeouts the caller gave (httpx's ``timeout=``), before the shell
     #: bounded them by the attempt: a read that timed out names whose limit it was.
     caller_timeouts: dict[str, Any]
+    #: How long past its limit the read that timed out ended (seconds; set by the network
+    #: stream as it raises): the event loop, or the process, ran late, and the dependency
+    #: was not given that time.
+    late_by: float
 
 
 #: The retrysafe call running in this context. One variable serves two needs: a call
@@ -309,14 +313,19 @@ class AttemptDeadlineReached(BaseException):
         )
 
 
-def read_timed_out(binds: bool, waited: float | None) -> AttemptDeadlineReached:
-    """What a read that waited ``waited`` seconds in an attempt and timed out stands for
-    (``binds``: the attempt's end was its limit): see :class:`AttemptDeadlineReached`."""
+def read_timed_out(binds: bool, waited: float | None, started: float) -> AttemptDeadlineReached:
+    """What a read started at ``started`` (``time.monotonic()``) that could wait
+    ``waited`` seconds in an attempt and timed out stands for (``binds``: the attempt's end
+    was its limit): see :class:`AttemptDeadlineReached`. The call is told how late the
+    read ended past its limit (``late_by``)."""
     callers = False
     call = current_call.get()
-    if not binds and call is not None:
-        read = call.caller_timeouts.get("read")
-        callers = isinstance(read, (int, float)) and waited is not None and waited >= read
+    if call is not None:
+        if waited is not None:
+            call.late_by = max(0.0, time.monotonic() - started - waited)
+        if not binds:
+            read = call.caller_timeouts.get("read")
+            callers = isinstance(read, (int, float)) and waited is not None and waited >= read
     return AttemptDeadlineReached(stalled=not binds, callers=callers, waited=waited)
 
 

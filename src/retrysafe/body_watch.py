@@ -192,6 +192,7 @@ class _Draining:
 
     attempt_sent_at: float | None = None
     shared_stream: SharedStream | None = None
+    late_by = 0.0
 
     def __init__(self, ends_at: float) -> None:
         self.attempt_ends_at: float | None = ends_at

@@ -30,6 +30,7 @@ import collections
 import contextlib
 import socket
 import threading
+import time
 import typing
 import weakref
 from collections.abc import Iterable
@@ -99,6 +100,7 @@ class BoundedStream(httpcore.NetworkStream):
             if self.shared:
                 retire_for_cut(self)
             raise AttemptDeadlineReached(stalled=False)
+        started = time.monotonic()
         try:
             return self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
@@ -107,7 +109,7 @@ class BoundedStream(httpcore.NetworkStream):
             if self.shared:
                 retire_for_cut(self)
             # (stalled: the read's own timeout ran out; else the attempt's time did)
-            raise read_timed_out(binds, bounded) from None
+            raise read_timed_out(binds, bounded, started) from None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:

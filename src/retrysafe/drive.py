@@ -307,6 +307,7 @@ class Drive:
         "caller_timeouts",
         "dependency",
         "gave_up_inside",
+        "late_by",
         "policy",
         "request",
         "sends_noted",
@@ -362,6 +363,9 @@ class Drive:
         self.sends_noted = False
         #: The HTTP/2 stream its attempts last wrote to (see attempt_deadline.retire).
         self.shared_stream: SharedStream | None = None
+        #: How late the read that timed out ended (set by the network stream; see
+        #: Call.attempt_ended_late), taken by :meth:`raised`.
+        self.late_by = 0.0
         self._started = monotonic_of(settings.clock)
         self._call: Call | None = None
         #: A fresh call's first attempt in flight, planned without a Call.
@@ -705,17 +709,10 @@ class Drive:
                 # notes_first_writes; a hedged copy's too): its time went on waiting for a
                 # connection or a free stream, and the server never saw it.
                 exc = httpx.PoolTimeout(UNSENT_IN_TIME)
-            queued = self._time_queued()
-            self.call.attempt_queued(queued)
-        else:
-            queued = 0.0
-        if not during_body:
-            # (a timeout weighs the time its limit gave, not how late the loop ended it:
-            # the attempt's, or, for a read timeout, the caller's read timeout if shorter)
-            given = plan.timeout - queued
-            if isinstance(exc, httpx.ReadTimeout):
-                given = self._patience(given)
-            self.call.attempt_patience(given)
+            self.call.attempt_queued(self._time_queued())
+        # (a timeout weighs the time the dependency had, not how late the loop ended it)
+        late, self.late_by = self.late_by, 0.0
+        self.call.attempt_ended_late(late)
         return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
 
     def _time_queued(self) -> float:

@@ -105,8 +105,6 @@ REFUND_ONE_RETRY: Final = RefundBudget()
 #: decide the failures the breaker deferred; see DeferFailure).
 RETRY_FAILED: Final = RetryEnded(True)
 RETRY_SUCCEEDED: Final = RetryEnded(False)
-#: An attempt's patience when the shell gave none (see Call.attempt_patience).
-_NO_LIMIT: Final = float("inf")
 
 
 class Call:
@@ -139,8 +137,8 @@ class Call:
     _spent_unsent = False
     #: How long the attempt in flight waited for a connection (see attempt_queued).
     _queued = 0.0
-    #: The longest the attempt in flight could wait for its answer (see attempt_patience).
-    _patience = _NO_LIMIT
+    #: How late the event loop let the attempt in flight end (see attempt_ended_late).
+    _late = 0.0
     _verdict: Verdict | None = None
     _last_response: httpx.Response | None = None
     _last_cause: Exception | None = None
@@ -308,7 +306,7 @@ class Call:
         self._promised = False
         self._spent_unsent = False
         self._queued = 0.0
-        self._patience = _NO_LIMIT
+        self._late = 0.0
         self._nested_gave_up = False
         plan = plan_attempt(
             len(self._history) + 1, self.policy.attempt_timeout, remaining, not self._stream
@@ -435,15 +433,16 @@ class Call:
         it out: a burst larger than the pool must not read as a slow dependency."""
         self._queued = seconds
 
-    def attempt_patience(self, seconds: float) -> None:
-        """The attempt in flight could wait ``seconds`` at most for its answer once its
-        request went out: its own time, or, ended by a read timeout, the caller's read
-        timeout when shorter. A
-        timeout weighs no more than that for the breaker, however late the event loop let
-        it end: a 0.1 s read timeout that a busy loop got round to 0.4 s in, beside answers
-        known to take 0.3 s, read as the dependency's failure, and a short call site
-        opened the circuit for every caller under CPU load."""
-        self._patience = seconds
+    def attempt_ended_late(self, seconds: float) -> None:
+        """The read that timed out and ended the attempt in flight ended ``seconds`` past
+        its limit: the event loop (or the process) ran late, and the dependency was not
+        given that time. A timeout weighs that much less for the breaker (see
+        _tell_breaker): a 0.1 s read timeout that a busy loop got round to 0.4 s in,
+        beside answers known to take 0.3 s, read as the dependency's failure, and a short
+        call site opened the circuit for every caller under CPU load. (Only that last
+        read's lateness: a server that trickled its answer for 2 s before going quiet was
+        given the 2 s.)"""
+        self._late = seconds
 
     def _key_may_be_in_use(self) -> bool:
         """Whether an earlier attempt under this call's key may still be running on the
@@ -458,7 +457,10 @@ class Call:
         verdict = classify_exception(exc, during_body=during_body)
         self._record(verdict, status=None, exception=type(exc).__name__)
         self._inform_governor(verdict, None)
-        return self._decide(verdict, response=None, cause=exc, during_body=during_body)
+        try:
+            return self._decide(verdict, response=None, cause=exc, during_body=during_body)
+        finally:
+            self._late = 0.0  # (this attempt's: a hedged copy's next outcome has its own)
 
     def attempt_abandoned(self, interrupted_by: str | None = None) -> None:
         """The call ended with no outcome: an exception not its own end raised through
@@ -745,7 +747,7 @@ class Call:
         if outcome_health == "unhealthy":
             timed_out = verdict.reason in TIMEOUT_REASONS
             if timed_out:
-                seconds = min(self.last_attempt_seconds, self._patience)
+                seconds = max(0.0, self.last_attempt_seconds - self._late)
             if self._unreported_failure is not None:
                 self._report_held_failure()  # (its retry failed too: it counts)
             elif not (

@@ -237,6 +237,8 @@ class _Copy:
         self.sends_noted = instrumented
         #: The RunningCall field an HTTP/2 stream the copy writes to is kept in.
         self.shared_stream: SharedStream | None = None
+        #: The RunningCall field saying how late a read that timed out ended.
+        self.late_by = 0.0
         self.lock = threading.Lock()
         self.connections: list[Severable] = []
         self.cancelled = False
@@ -316,11 +318,13 @@ class _Result(NamedTuple):
 
 
 def _timed(drive: Drive, copy: _Copy) -> None:
-    """Before a copy's outcome is told: its start and first write are the attempt's (the
-    time it waited for a connection is left out of what the breaker learns)."""
+    """Before a copy's outcome is told: its start, first write and how late its timed-out
+    read ended are the attempt's (the time it waited for a connection, and the loop's
+    lateness, are left out of what the breaker learns)."""
     drive.attempt_started_at = copy.started_at
     drive.attempt_sent_at = copy.attempt_sent_at
     drive.sends_noted = copy.sends_noted
+    drive.late_by = copy.late_by
 
 
 def _give_up_overdue(drive: Drive, copies: dict[AttemptPlan, _Copy]) -> Step | None:

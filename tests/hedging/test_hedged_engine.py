@@ -19,6 +19,7 @@ from retrysafe.decisions import (
     Fail,
     Hedge,
     HedgeAnswer,
+    RecordHealth,
     RecordLatency,
     ReleaseProbe,
     RetryAnswer,
@@ -371,3 +372,22 @@ def test_hedged_copies_carry_a_closed_permit_when_the_first_had_one() -> None:
     call.take_effects()
     step = call.attempt_returned(second, ok())
     assert isinstance(step, Succeed)
+
+
+def test_how_late_a_copys_read_ended_weighs_only_that_copys_timeout() -> None:
+    """Copy 1's header read times out 0.2 s in, 0.1 s past its limit (a late loop); copy
+    2's body stalls out at 3.0 s, its shell saying nothing of lateness: the breaker
+    weighs 0.1 s and 2.9 s, not copy 1's lateness taken off copy 2's (review85)."""
+    call, clock = make_call(attempts=2)
+    first = call.start_attempt(Admission(permit=CLOSED_PERMIT))  # (the breaker is told)
+    assert isinstance(first, AttemptPlan)
+    second = hedge_now(call, clock)
+    clock.advance(0.1)
+    call.attempt_ended_late(0.1)
+    assert type(call.attempt_raised(first, httpx.ReadTimeout("x"), during_body=False)) is (
+        AwaitOthers
+    )
+    clock.advance(2.8)
+    call.attempt_raised(second, httpx.ReadTimeout("x"), during_body=True)
+    told = [e.seconds for e in call.take_effects() if isinstance(e, RecordHealth)]
+    assert told == [pytest.approx(0.1), pytest.approx(2.9)]
