@@ -41,6 +41,7 @@ from retrysafe.governor import (
     GovernorSettings,
     Transition,
 )
+from retrysafe.hedged_shell import _Copy, _Judging, _timed
 from retrysafe.request_facts import default_dependency
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
@@ -388,12 +389,12 @@ def test_a_timeout_weighs_the_time_it_had_not_how_late_the_loop_ended_it() -> No
 
 
 def _state_after_five_timeouts(
-    timeout: httpx.TimeoutException, *, ended_after: float, late: float
+    timeout: httpx.TimeoutException, *, ended_after: float, late: float, by_a_copy: bool = False
 ) -> str:
     """The breaker's state after five calls each end on ``timeout`` ``ended_after`` seconds
     in, through the drive, the read that timed out ending ``late`` seconds past its
-    limit (as the network stream tells the call), beside two answers known to take
-    0.3 s."""
+    limit (as the network stream tells the call; ``by_a_copy``: a hedged copy's, handed
+    over as the hedged shell does), beside two answers known to take 0.3 s."""
     clock = FakeClock()
     governor = Governor(FIVE_IN_A_ROW, clock=clock)
     settings = ShellSettings.build(
@@ -413,7 +414,12 @@ def _state_after_five_timeouts(
         plan = drive.next_attempt()
         assert isinstance(plan, AttemptPlan)
         clock.advance(ended_after)
-        drive.late_by = late
+        if by_a_copy:
+            copy = _Copy(plan, drive.request, drive, judging=_Judging())
+            copy.late_by = late
+            _timed(drive, copy)
+        else:
+            drive.late_by = late
         step = drive.raised(plan, timeout, during_body=False)
         assert drive.late_by == 0.0  # (taken: the next attempt starts afresh)
         drive.close()
@@ -421,12 +427,16 @@ def _state_after_five_timeouts(
     return breaker.state
 
 
-def test_a_short_read_timeout_ended_late_by_a_busy_loop_is_the_callers_limit() -> None:
+@pytest.mark.parametrize("by_a_copy", [False, True], ids=["attempt", "hedged-copy"])
+def test_a_short_read_timeout_ended_late_by_a_busy_loop_is_the_callers_limit(
+    by_a_copy: bool,
+) -> None:
     """Through the drive: a call site whose read timeout is 0.1 s, beside answers known to
     take 0.3 s, times out five times in a row, each timeout ending 0.4 s in (the event
     loop 0.3 s late). Each is taken for the caller's limit and the circuit stays
     closed; weighed by how late they ended, they opened it."""
-    assert _state_after_five_timeouts(httpx.ReadTimeout("x"), ended_after=0.4, late=0.3) == (
+    timeout = httpx.ReadTimeout("x")
+    assert _state_after_five_timeouts(timeout, ended_after=0.4, late=0.3, by_a_copy=by_a_copy) == (
         "closed"
     )
 

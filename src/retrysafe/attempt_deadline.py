@@ -313,15 +313,17 @@ class AttemptDeadlineReached(BaseException):
         )
 
 
-def read_timed_out(binds: bool, waited: float | None, started: float) -> AttemptDeadlineReached:
-    """What a read started at ``started`` (``time.monotonic()``) that could wait
-    ``waited`` seconds in an attempt and timed out stands for (``binds``: the attempt's end
-    was its limit): see :class:`AttemptDeadlineReached`. The call is told how late the
-    read ended past its limit (``late_by``)."""
+def read_timed_out(
+    binds: bool, waited: float | None, started: float | None
+) -> AttemptDeadlineReached:
+    """What a read started at ``started`` (``time.monotonic()``; None: not told) that
+    could wait ``waited`` seconds in an attempt and timed out stands for (``binds``: the
+    attempt's end was its limit): see :class:`AttemptDeadlineReached`. The call is told
+    how late the read ended past its limit (``late_by``)."""
     callers = False
     call = current_call.get()
     if call is not None:
-        if waited is not None:
+        if waited is not None and started is not None:
             call.late_by = max(0.0, time.monotonic() - started - waited)
         if not binds:
             read = call.caller_timeouts.get("read")

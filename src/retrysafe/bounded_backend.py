@@ -78,6 +78,14 @@ _Pool: typing.TypeAlias = "httpcore.ConnectionPool | httpcore.AsyncConnectionPoo
 PoolRef: typing.TypeAlias = "weakref.ref[_Pool] | None"
 
 
+try:  # (httpcore's TLS-in-TLS stream: see BoundedStream._reads_end_on_time)
+    from httpcore._backends.sync import TLSinTLSStream as _TLSinTLSStream
+
+    _PER_RECV_TIMEOUTS: tuple[type, ...] = (_TLSinTLSStream,)
+except ImportError:  # pragma: no cover (another httpcore: every read is taken as timed whole)
+    _PER_RECV_TIMEOUTS = ()
+
+
 class BoundedStream(httpcore.NetworkStream):
     """A network stream whose every operation ends by the current attempt's deadline."""
 
@@ -93,6 +101,12 @@ class BoundedStream(httpcore.NetworkStream):
         self.shared = False
         #: Its HTTP/2 connection's stream slots are still httpcore's own (unbounded).
         self._slots_unbounded = False
+        #: Its read's timeout is one limit for the whole read, so how late a read that
+        #: timed out ended past it is the process's own lateness. httpcore's TLS-in-TLS
+        #: stream (HTTPS through an HTTPS proxy) gives each recv of a read the whole
+        #: timeout instead: a server sending a record piece by piece makes it last longer
+        #: (review86), so its lateness is not told.
+        self._reads_end_on_time = not isinstance(inner, _PER_RECV_TIMEOUTS)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         bounded, binds, in_attempt = time_left(timeout)
@@ -100,7 +114,7 @@ class BoundedStream(httpcore.NetworkStream):
             if self.shared:
                 retire_for_cut(self)
             raise AttemptDeadlineReached(stalled=False)
-        started = time.monotonic()
+        started = time.monotonic() if self._reads_end_on_time else None
         try:
             return self._inner.read(max_bytes, bounded)
         except httpcore.ReadTimeout:
