@@ -13,22 +13,28 @@ from retrysafe.drive import Drive
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
-__all__ = ["fresh_drive"]
+__all__ = ["fresh_drive", "shell_settings"]
+
+
+def shell_settings(policy: RetryPolicy, *, clock: FakeClock, governor: Governor) -> ShellSettings:
+    """A shell's settings for drives under ``policy``, on ``clock``, sharing ``governor``:
+    no hooks, no dependency named, errors handed back rather than raised."""
+    return ShellSettings.build(
+        policy=policy,
+        clock=clock,
+        governor=governor,
+        hooks=(),
+        dependency=None,
+        raise_errors=False,
+        deadline_header=None,
+    )
 
 
 def fresh_drive(policy: RetryPolicy | None = None, **options: Any) -> Drive:
     """A drive for ``GET https://api.example.com/`` under ``policy`` (the default one if
     None), with the call's own ``options`` (``CallOptions``'s fields) if any."""
     clock = FakeClock()
-    settings = ShellSettings.build(
-        policy=policy or RetryPolicy(),
-        clock=clock,
-        governor=Governor(clock=clock),
-        hooks=(),
-        dependency=None,
-        raise_errors=False,
-        deadline_header=None,
-    )
+    settings = shell_settings(policy or RetryPolicy(), clock=clock, governor=Governor(clock=clock))
     request = httpx.Request("GET", "https://api.example.com/")
     if options:
         request.extensions[OPTIONS_EXTENSION] = CallOptions(**options)

@@ -24,7 +24,7 @@ import pytest
 import retrysafe
 from breaker_on_fake_clock import CLOSED, SETTINGS
 from breaker_on_fake_clock import breaker_on_fake_clock as _breaker
-from fresh_drive import fresh_drive
+from fresh_drive import fresh_drive, shell_settings
 from retrysafe import RetryPolicy
 from retrysafe.attempt_plan import AttemptPlan
 from retrysafe.chaos import KeyedChaos
@@ -43,7 +43,6 @@ from retrysafe.governor import (
 )
 from retrysafe.hedged_shell import _Copy, _Judging, _timed
 from retrysafe.request_facts import default_dependency
-from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
 
@@ -397,15 +396,7 @@ def _state_after_five_timeouts(
     over as the hedged shell does), beside two answers known to take 0.3 s."""
     clock = FakeClock()
     governor = Governor(FIVE_IN_A_ROW, clock=clock)
-    settings = ShellSettings.build(
-        policy=RetryPolicy(attempts=1),
-        clock=clock,
-        governor=governor,
-        hooks=(),
-        dependency=None,
-        raise_errors=False,
-        deadline_header=None,
-    )
+    settings = shell_settings(RetryPolicy(attempts=1), clock=clock, governor=governor)
     breaker = governor.guard(default_dependency(httpx.URL("https://api.example.com/"))).breaker
     assert breaker is not None
     _answers(breaker, 0.3, times=2)  # (the breaker knows how long answers take)

@@ -20,14 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
-from fresh_drive import fresh_drive
+from fresh_drive import fresh_drive, shell_settings
 from retrysafe import Governor, GovernorSettings, RetryPolicy
 from retrysafe.call_options import OPTIONS_EXTENSION, CallOptions
 from retrysafe.classify import Verdict
 from retrysafe.decisions import AttemptPlan, Fail, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step
 from retrysafe.governor.settings import LimiterSettings
-from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import FakeClock
 
 SCENARIOS = 2500
@@ -165,15 +164,7 @@ def run(case: Scenario, *, engine_from_start: bool) -> tuple[list[Any], bool]:
     transcript, and whether the call ended without its engine ever being made."""
     clock = FakeClock(seed=3, start=case.start)
     governor = Governor(case.governor, clock=clock)
-    settings = ShellSettings.build(
-        policy=case.policy,
-        clock=clock,
-        governor=governor,
-        hooks=(),
-        dependency=None,
-        raise_errors=False,
-        deadline_header=None,
-    )
+    settings = shell_settings(case.policy, clock=clock, governor=governor)
     request = _request(case)
     drive = Drive(settings, request)
     if case.cooling:
