@@ -13,7 +13,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 import retrysafe
+from cancel_counts import count_after_a_cancel, end_of_a_timeout_cancelled_as_it_runs_out
 from retrysafe import RetryPolicy
 from retrysafe.chaos import KeyedChaos
 from retrysafe.chaos.chance import draw
@@ -808,42 +809,17 @@ def test_a_cancel_from_outside_is_not_taken_back_by_a_hedged_call(chaos: KeyedCh
     # with an asyncio.timeout running out in the same turn (the count one short).
     import asyncio
 
-    async def cancelled_after(client: retrysafe.AsyncClient, seconds: float) -> int:
-        task = asyncio.create_task(client.get(chaos.url("/hang")))
-        await asyncio.sleep(seconds)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return task.cancelling()
-
-    async def under_a_timeout_cancelled_as_it_runs_out(
-        client: retrysafe.AsyncClient, seconds: float
-    ) -> str:
-        # (the timeout's cancel and the caller's in one turn: two cancels, one error)
-        task = asyncio.current_task()
-        assert task is not None
-        try:
-            async with asyncio.timeout(seconds) as limit:
-                when = limit.when()
-                assert when is not None
-                asyncio.get_running_loop().call_at(when, task.cancel)
-                await client.get(chaos.url("/hang"))
-        except TimeoutError:
-            return "TimeoutError"  # (the caller's cancel taken for the timeout's own)
-        except asyncio.CancelledError:
-            return "CancelledError"
-        return "returned"
-
     moments = [0.2] + [0.05 + step / 1000 for step in range(-3, 4) for _ in range(2)]
 
     async def run() -> tuple[list[int], list[str]]:
         policy = RetryPolicy(deadline=5, hedge_after=0.05)
         async with retrysafe.AsyncClient(policy=policy) as client:
-            counts = [await cancelled_after(client, seconds) for seconds in moments]
-            ended = [
-                await asyncio.create_task(under_a_timeout_cancelled_as_it_runs_out(client, at))
-                for at in moments
-            ]
+
+            def hang() -> Awaitable[httpx.Response]:
+                return client.get(chaos.url("/hang"))
+
+            counts = [await count_after_a_cancel(hang, seconds) for seconds in moments]
+            ended = [await end_of_a_timeout_cancelled_as_it_runs_out(hang, at) for at in moments]
             return counts, ended
 
     counts, ended = asyncio.run(run())

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from idempotency_app import Shop, build_app, client_for, headers
 from idempotency_stores import InterposedStore, StoreFactory
 from starlette.requests import ClientDisconnect
 
+from cancel_counts import count_after_a_cancel, end_of_a_timeout_cancelled_as_it_runs_out
 from retrysafe.idempotency import (
     PROBLEM_TYPE_PREFIX,
     IdempotencyMiddleware,
@@ -752,33 +754,14 @@ def test_a_request_cancelled_from_outside_stays_cancelled() -> None:
 
     async def run() -> tuple[list[int], list[str]]:
         app = build_app(MemoryStore(), shop=Shop(handler_delay=10))
-        counts = []
-        for n in range(3):
-            request = app(_scope(f"c{n}", "/orders"), _body_then_silence(), send)
-            task = asyncio.create_task(request)
-            await asyncio.sleep(0.05)  # (the handler runs)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            counts.append(task.cancelling())
 
-        async def under_a_timeout_cancelled_as_it_runs_out(key: str) -> str:
-            task = asyncio.current_task()
-            assert task is not None
-            try:
-                async with asyncio.timeout(0.05) as limit:
-                    when = limit.when()
-                    assert when is not None
-                    asyncio.get_running_loop().call_at(when, task.cancel)  # (the same turn)
-                    await app(_scope(key, "/orders"), _body_then_silence(), send)
-            except TimeoutError:
-                return "TimeoutError"
-            except asyncio.CancelledError:
-                return "CancelledError"
-            return "returned"
+        def request(key: str) -> Callable[[], Awaitable[None]]:
+            return lambda: app(_scope(key, "/orders"), _body_then_silence(), send)
 
+        # (0.05 s: the handler runs)
+        counts = [await count_after_a_cancel(request(f"c{n}"), 0.05) for n in range(3)]
         ended = [
-            await asyncio.create_task(under_a_timeout_cancelled_as_it_runs_out(f"t{n}"))
+            await end_of_a_timeout_cancelled_as_it_runs_out(request(f"t{n}"), 0.05)
             for n in range(3)
         ]
         return counts, ended
