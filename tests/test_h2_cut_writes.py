@@ -434,6 +434,44 @@ async def test_a_writing_task_cancelled_before_it_ran_fails_its_writes() -> None
     assert inner.written == []
 
 
+class _TakesATenthOfASecond:
+    """A network stream whose every write takes 0.1 s, timing out as httpcore's do when
+    given less."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+        import httpcore
+
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+            await anyio.sleep(0.1)
+        if scope.cancelled_caught:
+            raise httpcore.WriteTimeout("the socket took no more in the write's time")
+        self.written.append(buffer)
+
+
+async def test_frames_written_together_get_the_longest_of_their_callers_write_times() -> None:
+    """The frames of a caller with 0.05 s left and of one with 2 s, queued behind a write
+    under way, go out together in one write given 2 s. (Given the first's 0.05 s, it
+    timed out, and a write that times out fails the connection and every request on it.)"""
+    from retrysafe.async_whole_writes import WholeWrites
+
+    class NoPool:
+        pool = None
+
+    inner = _TakesATenthOfASecond()
+    writes = WholeWrites(inner, NoPool())  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(writes.write, b"under way;", 1.0)
+            await anyio.sleep(0.02)
+            group.start_soon(writes.write, b"little time left;", 0.05)
+            await anyio.sleep(0.02)
+            group.start_soon(writes.write, b"more time;", 2.0)
+    assert inner.written == [b"under way;", b"little time left;more time;"]
+
+
 class _HoldsUntilToldWhenArmed(_ArmedWrites):
     """Armed, the next write waits until :attr:`go` is set, then writes."""
 

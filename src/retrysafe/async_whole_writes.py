@@ -20,10 +20,11 @@ on. (The writing task runs while writes are queued, and ends when none is left.)
 write that fails marks the connection failed, as httpcore marks it when the failure
 reaches it (no new request goes there, and the requests on it end), since the task that
 asked may no longer be there to tell it, and every write queued behind it fails with it
-at once: a write that times out after its caller was cut ends the connection's other
-requests, as any failed write does in httpcore. Each write runs under the write timeout
-httpcore passes it (httpx's, lowered to the attempt's time), so a socket the server
-stops reading does not keep it for ever; with no timeout at all, closing the connection
+at once: a write that times out ends the connection's other requests, as any failed
+write does in httpcore. Each write runs under the longest write timeout httpcore passed
+the writes it joins (httpx's, lowered to each attempt's time), so a socket the server
+stops reading does not keep it for ever, and a caller with little time left does not
+cut short the frames of one with more; with no timeout at all, closing the connection
 or ending the event loop ends it.
 """
 
@@ -33,6 +34,7 @@ import asyncio
 import collections
 import contextvars
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import httpcore
@@ -59,6 +61,20 @@ def _ended_with_the_loop() -> Exception:
     """What a write's caller is told when the writing task was cancelled instead: the
     event loop is ending (nothing else cancels it)."""
     return httpcore.WriteError("the write was cancelled as the event loop ended")
+
+
+def _longest(timeouts: Iterable[float | None]) -> float | None:
+    """The time a write carrying the frames of writes asked with ``timeouts`` gets: the
+    longest of them (None, no limit, if any has none). A write that times out fails the
+    connection and every request on it, so it is not cut by the least patient caller's
+    limit while another's frames ride with it: under the first's, a caller cut with
+    milliseconds left failed the connection's other requests (carried from stop 61)."""
+    longest = 0.0
+    for timeout in timeouts:
+        if timeout is None:
+            return None
+        longest = max(longest, timeout)
+    return longest
 
 
 class _Written:
@@ -163,7 +179,7 @@ class WholeWrites:
                 # under the first's timeout, as httpcore's lock holder wrote all it took)
                 taken = len(queue)
                 buffer = b"".join(queued[0] for queued in queue)  # (one: itself, uncopied)
-                timeout = queue[0][1]
+                timeout = _longest(queued[1] for queued in queue)
                 try:
                     await self._inner.write(buffer, timeout)
                 except Exception as error:
