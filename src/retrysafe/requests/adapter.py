@@ -391,7 +391,8 @@ class _Attempt:
         watch: Watch | None = None
         token = None
         if math.isfinite(limit):
-            watch = watchdog.watch(time.monotonic() + hard_end_after(plan))
+            started = time.monotonic()
+            watch = watchdog.watch(started + hard_end_after(plan), started + limit)
             token = current_watch.set(watch)
         response: requests.Response | None = None
         try:

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import heapq
 import itertools
+import os
 import socket
 import threading
 import time
@@ -41,10 +42,14 @@ __all__ = [
 class Watch:
     """One attempt's end, and the connection it is using."""
 
-    __slots__ = ("connection", "done", "ends_at", "expired")
+    __slots__ = ("connection", "done", "ends_at", "expired", "phases_end_at")
 
-    def __init__(self, ends_at: float) -> None:
+    def __init__(self, ends_at: float, phases_end_at: float | None = None) -> None:
         self.ends_at = ends_at
+        #: When the attempt's phases must be over (``time.monotonic()``): its limit,
+        #: before the hard end ``ends_at``. A wait for a pooled connection ends then, as
+        #: a pool timeout of its own, before the watchdog cuts the attempt.
+        self.phases_end_at = ends_at if phases_end_at is None else phases_end_at
         self.connection: HTTPConnection | None = None
         #: The attempt ended (set under the watchdog's lock: no shutdown after it).
         self.done = False
@@ -56,7 +61,10 @@ class Watch:
         self.expired = True
         if connection is None or getattr(connection, "_retrysafe_watch", None) is not self:
             return  # not connected yet (the connect timeout bounds it) or used by another
-        sock = getattr(connection, "sock", None)
+        # (a response that closes its connection, as with "Connection: close" or
+        # HTTP/1.0, is handed the socket: http.client then sets the connection's to None,
+        # and the body is read through the socket the connection last connected)
+        sock = getattr(connection, "sock", None) or getattr(connection, "_retrysafe_sock", None)
         if sock is not None:
             # The plain socket's shutdown, also under TLS: it wakes a blocked read
             # without touching the TLS object another thread is reading through.
@@ -74,15 +82,24 @@ class _Watchdog:
     """One daemon thread that shuts down the sockets of attempts past their end."""
 
     def __init__(self) -> None:
+        self._order = itertools.count()
+        self.reset()
+
+    def reset(self) -> None:
+        """Start afresh: no thread, no attempt watched. Also in a child process just
+        forked, which has no watchdog thread (only the thread that forked goes on), and
+        whose attempts would otherwise never be cut; the parent's attempts are not the
+        child's to cut (their sockets are the parent's too), and its lock may have been
+        held as it forked."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, Watch]] = []
-        self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def watch(self, ends_at: float) -> Watch:
-        """Start watching an attempt that must end by ``ends_at`` (``time.monotonic()``)."""
-        watch = Watch(ends_at)
+    def watch(self, ends_at: float, phases_end_at: float | None = None) -> Watch:
+        """Start watching an attempt that must end by ``ends_at`` (``time.monotonic()``),
+        whose phases end by ``phases_end_at`` (``ends_at`` if not given)."""
+        watch = Watch(ends_at, phases_end_at)
         with self._lock:
             earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (ends_at, next(self._order), watch))
@@ -126,6 +143,8 @@ class _Watchdog:
 
 #: The process's one watchdog (its thread starts with the first watched attempt).
 watchdog = _Watchdog()
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=watchdog.reset)
 
 
 class _Bounded:
@@ -143,6 +162,8 @@ class _Bounded:
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
+        # (kept for the watch: a response that closes the connection takes its socket)
+        self._retrysafe_sock = self.sock  # type: ignore[attr-defined]
         watch = current_watch.get()
         if watch is None or not watch.expired:
             return
@@ -160,14 +181,16 @@ class BoundedHTTPSConnection(_Bounded, HTTPSConnection):
 
 class _BoundedPool:
     """Mixed into urllib3's pools: waiting for a free connection (a full pool with
-    ``pool_block=True``) ends with the running attempt's time. requests passes no
-    pool timeout, and urllib3 would otherwise wait for as long as it takes. A
-    connection put back is no longer its attempt's to shut down."""
+    ``pool_block=True``) ends with the running attempt's phases, as a pool timeout
+    (never sent: retried, and not the dependency's doing) before the watchdog's hard
+    end, which would make it the attempt's timeout. requests passes no pool timeout,
+    and urllib3 would otherwise wait for as long as it takes. A connection put back is
+    no longer its attempt's to shut down."""
 
     def _get_conn(self, timeout: float | None = None) -> Any:
         watch = current_watch.get()
         if watch is not None:
-            left = max(0.0, watch.ends_at - time.monotonic())
+            left = max(0.0, watch.phases_end_at - time.monotonic())
             timeout = left if timeout is None else min(timeout, left)
         return super()._get_conn(timeout)  # type: ignore[misc]
 
