@@ -30,7 +30,7 @@ _BYTE_EVERY = 0.1
 
 
 @contextlib.contextmanager
-def _server(answer: Callable[[socket.socket, bytes], None]) -> Iterator[str]:
+def loopback_server(answer: Callable[[socket.socket, bytes], None]) -> Iterator[str]:
     """A loopback server calling ``answer`` with each connection and the request's head:
     its base URL, for the block."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -97,7 +97,7 @@ def test_a_body_trickled_on_a_response_that_closes_its_connection_ends_at_the_de
     """http.client hands such a response the connection's socket and drops its own
     reference: the watchdog found no socket to shut down, and the call ran the whole
     3 s trickle past its 1 s deadline."""
-    with _server(_trickling(head)) as url, _session(ONE_SECOND) as session:
+    with loopback_server(_trickling(head)) as url, _session(ONE_SECOND) as session:
         started = time.monotonic()
         with pytest.raises(retrysafe.DeadlineExceeded):
             session.get(f"{url}/trickled")
@@ -112,7 +112,7 @@ def test_a_child_process_forked_after_a_call_still_ends_its_attempts_at_their_ti
     no such thread, and its trickled call ran the whole 3 s (as under gunicorn
     ``--preload``, Celery's prefork pool, multiprocessing's fork)."""
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n"
-    with _server(_trickling(head)) as url, _session(ONE_SECOND) as session:
+    with loopback_server(_trickling(head)) as url, _session(ONE_SECOND) as session:
         assert session.get(f"{url}/ok").status_code == 200  # (the thread runs now)
         reading, writing = os.pipe()
         child = os.fork()
@@ -136,7 +136,7 @@ def test_a_child_process_forked_after_a_call_still_ends_its_attempts_at_their_ti
     assert elapsed < 1.0 + 0.5
 
 
-def _answers_ok_but_holds_streams(connection: socket.socket, request: bytes) -> None:
+def answers_ok_but_holds_streams(connection: socket.socket, request: bytes) -> None:
     """``/held`` sends its head and then holds its body 5 s; anything else is answered."""
     if request.startswith(b"GET /held "):
         connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
@@ -152,7 +152,7 @@ def test_a_wait_for_a_pooled_connection_is_a_pool_timeout_and_a_post_is_retried(
     attempt's timeout, "maybe processed", in about half the runs."""
     policy = RetryPolicy(attempts=2, attempt_timeout=0.2, deadline=5.0, backoff_base=0.01)
     with (
-        _server(_answers_ok_but_holds_streams) as url,
+        loopback_server(answers_ok_but_holds_streams) as url,
         _session(policy, pool_connections=1, pool_maxsize=1, pool_block=True) as session,
     ):
         held = session.get(f"{url}/held", stream=True)
@@ -172,7 +172,7 @@ def test_waits_for_a_pooled_connection_do_not_open_the_circuit() -> None:
     taken for the server's timeouts, and the circuit opened on a healthy server)."""
     policy = RetryPolicy(attempts=1, attempt_timeout=0.1, deadline=5.0)
     with (
-        _server(_answers_ok_but_holds_streams) as url,
+        loopback_server(answers_ok_but_holds_streams) as url,
         _session(policy, pool_connections=1, pool_maxsize=1, pool_block=True) as session,
     ):
         held = session.get(f"{url}/held", stream=True)

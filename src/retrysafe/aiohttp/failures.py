@@ -17,7 +17,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.foreign_shell import in_place_of
 
-__all__ = ["attempt_failure", "raised_downstream"]
+__all__ = ["WaitedInThePool", "attempt_failure", "raised_downstream"]
+
+
+class WaitedInThePool(Exception):
+    """The middleware's: an attempt cut while it waited for a free connection of its
+    session's connector, the client's own queue (httpx's pool timeout)."""
 
 
 def raised_downstream(exc: aiohttp.ClientError) -> bool:
@@ -39,6 +44,8 @@ def attempt_failure(exc: BaseException) -> Exception:
 
 def _match(exc: BaseException) -> Exception:
     # Messages are fixed: aiohttp's can hold the URL, with its query.
+    if isinstance(exc, WaitedInThePool):
+        return httpx.PoolTimeout("no connection of the session came free in time")
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout("connecting timed out")
     if isinstance(exc, aiohttp.ClientProxyConnectionError):
