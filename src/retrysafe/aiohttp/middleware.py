@@ -28,6 +28,7 @@ import aiohttp
 import anyio
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 from aiohttp.base_protocol import BaseProtocol
+from aiohttp.multipart import MultipartWriter
 from aiohttp.payload import BytesPayload
 from yarl import URL
 
@@ -166,7 +167,7 @@ class RetryMiddleware:
             method,
             url,
             headers.items(),
-            replayable=body == b"" or isinstance(body, BytesPayload),
+            replayable=_replayable(body),
             stream=self.stream,
             chain=chain,
             content=body_bytes(body._value) if isinstance(body, BytesPayload) else None,
@@ -316,6 +317,18 @@ class _Attempt:
         if self.response is not None:
             self.response.release()
             self.response = None
+
+
+def _replayable(body: object) -> bool:
+    """Whether aiohttp can send ``body`` again, the same: none, bytes (a string, a form,
+    JSON), or a multipart body (``FormData`` with a file, ``MultipartWriter``) made of
+    those alone. A part read from a file or a stream is not: what it sends again depends
+    on where that was left."""
+    if body == b"" or isinstance(body, BytesPayload):
+        return True
+    if isinstance(body, MultipartWriter):
+        return all(_replayable(part) for part, _, _ in body)
+    return False
 
 
 def _carry_cookie_header(drive: Drive, request: ClientRequest) -> None:
