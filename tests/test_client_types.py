@@ -217,6 +217,8 @@ def _own_class_hints(cls: type) -> None:
 _FOREIGN_BASES = {
     "retrysafe.requests.RetryAdapter": "requests.adapters.HTTPAdapter",
     "retrysafe.requests.TransportTimeout": "requests.exceptions.RequestException",
+    "retrysafe.requests.TransportReadTimeout": "requests.exceptions.RequestException",
+    "retrysafe.requests.TransportConnectTimeout": "requests.exceptions.RequestException",
 }
 
 

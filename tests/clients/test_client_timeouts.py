@@ -11,6 +11,7 @@ loopback sockets; bounds on elapsed time have wide margins.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 
 import aiohttp
@@ -58,6 +59,9 @@ def test_requests_a_call_ending_on_a_connect_timeout_raises_a_requests_timeout(
         session.get(full_backlog_url)
     assert isinstance(caught.value, retrysafe.TransportError)
     assert caught.value.sent == "no"
+    # (requests' own class for it, which `except requests.ConnectTimeout` catches)
+    assert isinstance(caught.value, requests.ConnectTimeout)
+    assert not isinstance(caught.value, requests.ReadTimeout)
 
 
 def test_requests_a_call_ending_on_its_attempts_own_time_raises_a_requests_timeout(
@@ -73,6 +77,24 @@ def test_requests_a_call_ending_on_its_attempts_own_time_raises_a_requests_timeo
         session.get(url, timeout=5)
     assert isinstance(caught.value, retrysafe.TransportError)
     assert not isinstance(caught.value, retrysafe.DeadlineExceeded)
+    # (the answer did not come in time: requests' read timeout, not its connect timeout)
+    assert isinstance(caught.value, requests.ReadTimeout)
+    assert not isinstance(caught.value, requests.ConnectTimeout)
+
+
+def test_requests_a_call_ending_on_the_callers_read_timeout_raises_a_requests_read_timeout(
+    chaos: KeyedChaos,
+) -> None:
+    """An ``except requests.ReadTimeout`` written for requests' own error catches it, and
+    the error pickles as its own class."""
+    with (
+        session_with(RetryAdapter(policy=ONE_SHORT_ATTEMPT)) as session,
+        pytest.raises(requests.ReadTimeout) as caught,
+    ):
+        session.get(chaos.url("/hang"), timeout=0.2)
+    assert isinstance(caught.value, retrysafe.TransportError)
+    assert caught.value.history[-1].outcome == "read_timeout"
+    assert type(pickle.loads(pickle.dumps(caught.value))) is type(caught.value)
 
 
 def test_aiohttp_a_call_ending_on_a_connect_timeout_raises_aiohttps_timeout(

@@ -26,11 +26,17 @@ except ImportError as missing:  # pragma: no cover - exercised without the extra
     ) from missing
 
 from retrysafe.requests.adapter import RetryAdapter, report_of
-from retrysafe.requests.errors import TransportTimeout
+from retrysafe.requests.errors import (
+    TransportConnectTimeout,
+    TransportReadTimeout,
+    TransportTimeout,
+)
 from retrysafe.requests.urllib3_retry import UnsupportedRetrySetting, policy_from_retry
 
 __all__ = [
     "RetryAdapter",
+    "TransportConnectTimeout",
+    "TransportReadTimeout",
     "TransportTimeout",
     "UnsupportedRetrySetting",
     "policy_from_retry",

@@ -13,7 +13,11 @@ ServerError                                 ``raise_for_status()`` raises)
 TransportError                              ``requests.ConnectionError``; when the last
                                             attempt timed out, ``TransportTimeout``
                                             (a ``TransportError``) is also a
-                                            ``requests.Timeout``
+                                            ``requests.Timeout``, and its subclasses
+                                            ``TransportReadTimeout`` and
+                                            ``TransportConnectTimeout`` also
+                                            ``requests.ReadTimeout`` and
+                                            ``requests.ConnectTimeout``
 DeadlineExceeded                            ``requests.Timeout``
 BadResponse                                 ``requests.RequestException``
 RetryAfterTooLong, CircuitOpen,             ``requests.exceptions.RetryError`` (what
@@ -37,6 +41,7 @@ from requests.exceptions import RetryError
 from requests.structures import CaseInsensitiveDict
 
 import retrysafe.errors as base
+from retrysafe.classify import AttemptTimedOut
 from retrysafe.foreign_shell import adopt_error
 from retrysafe.redact import Redactor, hidden_values, redact_url
 
@@ -53,6 +58,8 @@ __all__ = [
     "RetryAfterTooLong",
     "ServerError",
     "TransportError",
+    "TransportConnectTimeout",
+    "TransportReadTimeout",
     "TransportTimeout",
     "as_requests_error",
 ]
@@ -138,6 +145,17 @@ class TransportTimeout(TransportError, requests.Timeout):  # type: ignore[misc] 
     """A ``TransportError`` whose last attempt timed out: also a ``requests.Timeout``."""
 
 
+class TransportReadTimeout(TransportTimeout, requests.ReadTimeout):  # type: ignore[misc]  # as above
+    """A ``TransportTimeout`` whose last attempt's answer did not come in time (a read
+    timed out, or the attempt's whole time ran out as the server trickled it): also a
+    ``requests.ReadTimeout``, which an ``except`` written for requests' own catches."""
+
+
+class TransportConnectTimeout(TransportTimeout, requests.ConnectTimeout):  # type: ignore[misc]  # as above
+    """A ``TransportTimeout`` whose last attempt timed out connecting (nothing was sent):
+    also a ``requests.ConnectTimeout``."""
+
+
 class DeadlineExceeded(_RequestsError, base.DeadlineExceeded, requests.Timeout):  # type: ignore[misc]  # both bases define the fields
     __doc__ = base.DeadlineExceeded.__doc__
 
@@ -192,8 +210,19 @@ def as_requests_error(
     """``error`` as the class above that matches it, carrying requests' own objects."""
     kinds = _KINDS
     if type(error) is base.TransportError and isinstance(cause, httpx.TimeoutException):
-        kinds = {**_KINDS, base.TransportError: TransportTimeout}
+        kinds = {**_KINDS, base.TransportError: _timeout_kind(cause)}
     adopted: Any = adopt_error(error, kinds)
     adopted.response = response
     adopted.request = request
     return adopted  # type: ignore[no-any-return]
+
+
+def _timeout_kind(cause: httpx.TimeoutException) -> type[TransportTimeout]:
+    """The timeout class for a last attempt that failed with ``cause``: requests' own
+    read or connect timeout where requests has one for it (a pool's or a write's, it
+    has none)."""
+    if isinstance(cause, httpx.ConnectTimeout):
+        return TransportConnectTimeout
+    if isinstance(cause, (httpx.ReadTimeout, AttemptTimedOut)):
+        return TransportReadTimeout
+    return TransportTimeout
