@@ -9,8 +9,10 @@ server on loopback with a certificate made for the test.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -108,3 +110,60 @@ def test_a_tls_server_in_time_still_answers(certificate: tuple[Path, Path], tls_
         response = session.get(tls_url, verify=str(certificate[0]), timeout=5)
     assert response.status_code == 200
     assert response.text == "ok"
+
+
+def _pipe(source: socket.socket | ssl.SSLSocket, sink: socket.socket | ssl.SSLSocket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def https_proxy_url(certificate: tuple[Path, Path]) -> Iterator[str]:
+    """An HTTPS proxy (TLS to it, then CONNECT) on loopback: its URL."""
+    cert, key = certificate
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def tunnel(raw: socket.socket) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            client = context.wrap_socket(raw, server_side=True)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(65536)
+            host, port = head.split()[1].decode().rsplit(":", 1)
+            upstream = socket.create_connection((host, int(port)))
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+            _pipe(client, upstream)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                raw, _ = listener.accept()
+                threading.Thread(target=tunnel, args=(raw,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_a_trickled_head_through_an_https_proxy_ends_at_the_deadline_and_the_watchdog_lives_on(
+    tls_url: str, https_proxy_url: str
+) -> None:
+    """HTTPS through an HTTPS proxy is TLS inside TLS: urllib3's connection holds an
+    SSLTransport, no socket. Shutting it down as a socket raised TypeError in the
+    watchdog's thread, which ended: the call ran the whole trickle, and no attempt of the
+    process was cut afterwards (review87)."""
+    policy = retrysafe.RetryPolicy(deadline=1, attempt_timeout=10)
+    with requests.Session() as session:
+        session.mount("https://", RetryAdapter(policy=policy))
+        for proxies in ({"https": https_proxy_url}, None):  # (then a direct call)
+            started = time.monotonic()
+            with pytest.raises(retrysafe.DeadlineExceeded):
+                session.get(tls_url + "trickled", verify=False, proxies=proxies, timeout=5)
+            assert time.monotonic() - started < 1.5

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import heapq
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -29,6 +30,8 @@ from typing import Any
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.poolmanager import PoolManager
+
+_log = logging.getLogger("retrysafe")
 
 __all__ = [
     "BoundedHTTPConnection",
@@ -65,6 +68,10 @@ class Watch:
         # HTTP/1.0, is handed the socket: http.client then sets the connection's to None,
         # and the body is read through the socket the connection last connected)
         sock = getattr(connection, "sock", None) or getattr(connection, "_retrysafe_sock", None)
+        # (HTTPS through an HTTPS proxy: urllib3's TLS-in-TLS wraps the TLS socket to the
+        # proxy in an SSLTransport, no socket; the socket under it carries both)
+        while sock is not None and not isinstance(sock, socket.socket):
+            sock = getattr(sock, "socket", None)
         if sock is not None:
             # The plain socket's shutdown, also under TLS: it wakes a blocked read
             # without touching the TLS object another thread is reading through.
@@ -138,7 +145,11 @@ class _Watchdog:
                     self._wake.wait(left)
                     continue
                 heapq.heappop(heap)
-                watch._expire()
+                try:
+                    watch._expire()
+                except Exception:  # (one attempt's connection of an unforeseen kind)
+                    # The thread goes on: ended, it would cut no attempt of the process.
+                    _log.debug("the watchdog could not cut an attempt", exc_info=True)
 
 
 #: The process's one watchdog (its thread starts with the first watched attempt).

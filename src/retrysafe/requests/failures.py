@@ -29,7 +29,9 @@ __all__ = ["attempt_failure"]
 def attempt_failure(exc: Exception, *, expired: bool) -> Exception:
     """The httpx exception standing for ``exc``; ``expired``: the watchdog cut the attempt."""
     failure = _match(exc)
-    if expired and not isinstance(failure, httpx.ConnectTimeout):
+    # (a connect or a wait for a pooled connection that ended after the watchdog's cut,
+    # as a busy process's thread can, sent nothing: it stays what it is)
+    if expired and not isinstance(failure, (httpx.ConnectTimeout, httpx.PoolTimeout)):
         failure = AttemptTimedOut("the attempt did not finish in its time")
     return in_place_of(exc, failure)
 
