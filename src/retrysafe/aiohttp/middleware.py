@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
@@ -232,12 +234,65 @@ def _redirect_target(response: ClientResponse) -> str | None:
 
 
 class _Progress:
-    """Whether the attempt in flight got a connection (so may have sent anything)."""
+    """How far the attempt in flight got: whether it started opening a connection, and
+    whether it got one (so may have sent anything)."""
 
-    __slots__ = ("connected",)
+    __slots__ = ("connect_started", "connected", "marked", "started", "time")
 
     def __init__(self) -> None:
         self.connected = False
+        #: Whether the connector marks when it starts opening a connection for it.
+        self.marked = False
+        #: When the attempt started, and the time it has (``time.monotonic()``, seconds).
+        self.started = 0.0
+        self.time = math.inf
+        #: When the connector started opening a connection for it (its own connect, not
+        #: a wait in the session's queue); None before.
+        self.connect_started: float | None = None
+
+    def start(self, time_limit: float, marked: bool) -> None:
+        """A new attempt starts, with ``time_limit`` seconds."""
+        self.connected = False
+        self.marked = marked
+        self.started = time.monotonic()
+        self.time = time_limit
+        self.connect_started = None
+
+
+#: The progress of the attempt the running task sends, for its connector to mark.
+_sending: contextvars.ContextVar[_Progress | None] = contextvars.ContextVar(
+    "retrysafe_aiohttp_attempt", default=None
+)
+
+
+def _marks_connecting(request: ClientRequest) -> bool:
+    """Have the connector of ``request``'s session mark, on the progress of the attempt
+    its task sends, when it starts opening a connection for it (once per connector);
+    False where it cannot (aiohttp's insides changed, or no session).
+
+    aiohttp's connector makes a request wait its turn when its ``limit`` (or
+    ``limit_per_host``) is reached, and opens a connection only once one is free
+    (``_create_connection``, in the request's task). An attempt cut before that waited
+    in the client's own queue; one cut after, connecting to the server."""
+    try:
+        connector = request.session.connector
+        if connector is None:
+            return False
+        if getattr(connector, "_retrysafe_marks_connecting", False):
+            return True
+        create = connector._create_connection
+    except AttributeError:
+        return False
+
+    async def create_connection(*args: Any, **kwargs: Any) -> Any:
+        progress = _sending.get()
+        if progress is not None:
+            progress.connect_started = time.monotonic()
+        return await create(*args, **kwargs)
+
+    connector._create_connection = create_connection  # type: ignore[method-assign]
+    connector._retrysafe_marks_connecting = True  # type: ignore[attr-defined]
+    return True
 
 
 class _Attempt:
@@ -276,9 +331,10 @@ class _Attempt:
         header = self.settings.deadline_header
         if header is not None and math.isfinite(limit):
             self.request.headers[header] = f"{limit:.3f}"
-        self.progress.connected = False
+        self.progress.start(limit, _marks_connecting(self.request))
         response: ClientResponse | None = None
         failure: Exception
+        sending = _sending.set(self.progress)
         try:
             try:
                 async with _time_limit(None if limit == math.inf else limit) as time_limit:
@@ -294,23 +350,49 @@ class _Attempt:
             except aiohttp.ClientError as exc:
                 if raised_downstream(exc) or _session_closed(self.request):
                     raise  # (a session closed under the attempt ends the call, as it is)
-                failure = attempt_failure(exc)
+                if isinstance(exc, aiohttp.ConnectionTimeoutError) and self._queued():
+                    # (the session's ClientTimeout(connect=...) covers its queue too)
+                    failure = attempt_failure(
+                        WaitedInThePool("no connection of the session came free in time")
+                    )
+                else:
+                    failure = attempt_failure(exc)
             except TimeoutError as exc:
                 if not time_limit.expired():
                     # aiohttp's own: the session's ClientTimeout(total=...), around the
                     # whole call, ran out. The caller waits no longer: no more attempts.
                     raise
                 # The attempt's own time ran out: before a connection, nothing was sent.
-                failure = attempt_failure(
-                    exc if self.progress.connected else _unconnected_timeout(self.request)
-                )
+                if self.progress.connected:
+                    failure = attempt_failure(exc)
+                elif self._queued():
+                    failure = attempt_failure(
+                        WaitedInThePool("no connection of the session came free in time")
+                    )
+                else:
+                    failure = attempt_failure(aiohttp.ConnectionTimeoutError())
         except BaseException:
             if response is not None:
                 response.close()
             raise
+        finally:
+            _sending.reset(sending)
         if response is not None:
             response.close()
         return drive.raised(plan, failure, during_body=response is not None)
+
+    def _queued(self) -> bool:
+        """Whether the attempt in flight, cut, spent its time in its session's queue for
+        a connection: the connector never handed it one, and started opening one for it
+        only with less than half its time left (a connect given so little is the
+        queue's doing, as a starved connect is on httpx). The client's own queue, as
+        httpx's pool timeout: never sent, and no news of the server (taken for connect
+        timeouts, such waits opened the circuit on a healthy server: trial91)."""
+        progress = self.progress
+        if not progress.marked or progress.connected:
+            return False
+        started = progress.connect_started
+        return started is None or started - progress.started > progress.time / 2
 
     def discard(self) -> None:
         """Release the previous attempt's response (its connection goes back to the pool)."""
@@ -346,29 +428,6 @@ def _session_closed(request: ClientRequest) -> bool:
     """Whether the session ``request`` is sent with has been closed (by its caller)."""
     session = getattr(request, "session", None)
     return session is not None and bool(session.closed)
-
-
-def _unconnected_timeout(request: ClientRequest) -> Exception:
-    """What an attempt cut before it had a connection timed out in: the session's own
-    queue for a free connection (``TCPConnector(limit=...)``, ``limit_per_host``), when
-    none is free for its host as it is cut; else connecting.
-
-    The connector lets a request open a connection only once one is free for its host,
-    and a request cut while opening one frees it as the cut unwinds, before this runs:
-    none free means the request never had one to open, and waited behind the session's
-    other requests. That is the client's own queue, as httpx's pool timeout is: never
-    sent, and no news of the server (taken for connect timeouts, twenty such waits
-    opened the circuit on a healthy server: trial91)."""
-    try:
-        connector = request.session.connector
-        queued = (
-            connector is not None and connector._available_connections(request.connection_key) <= 0
-        )
-    except Exception:  # (aiohttp's insides changed: as before, a connect timeout)
-        queued = False
-    if queued:
-        return WaitedInThePool("no connection of the session came free in the attempt's time")
-    return aiohttp.ConnectionTimeoutError()
 
 
 def _note_connection(request: ClientRequest, progress: _Progress) -> None:
