@@ -472,6 +472,64 @@ async def test_frames_written_together_get_the_longest_of_their_callers_write_ti
     assert inner.written == [b"under way;", b"little time left;more time;"]
 
 
+class _TakesNothingAfterItsFirstWrite:
+    """A network stream whose first write takes 0.05 s and whose later ones never end
+    (a server that stopped reading), timing out as httpcore's do."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's signature
+        import httpcore
+
+        self.writes += 1
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+            await anyio.sleep(0.05 if self.writes == 1 else 3600)
+        if scope.cancelled_caught:
+            raise httpcore.WriteTimeout("the socket took nothing in the write's time")
+
+
+class _OnePooledConnection:
+    """What ``attempt_deadline.connection_carrying`` finds a network stream's connection
+    in: a pool of one httpcore connection, whose ``_connection_error`` marks it retired."""
+
+    def __init__(self) -> None:
+        self._connection_error = False
+        self._network_stream: object = None
+        self.connections = [self]
+        self._connection = self
+
+    def pool(self) -> _OnePooledConnection:
+        return self
+
+
+async def test_a_write_that_outlasts_a_callers_time_retires_its_connection() -> None:
+    """A caller with 0.4 s and an upload with 30 s, their frames joined in one write the
+    socket does not take: the write goes on under the upload's 30 s, but once it has
+    outlasted 0.4 s, the next request's frames retire the connection, so later requests
+    go to another one rather than each waiting its whole time behind it (review87)."""
+    from retrysafe.async_whole_writes import WholeWrites
+
+    connection = _OnePooledConnection()
+    writes = WholeWrites(_TakesNothingAfterItsFirstWrite(), connection)  # type: ignore[arg-type]
+    connection._network_stream = connection  # (the stream WholeWrites carries)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writes.write, b"under way;", 1.0)
+        await anyio.sleep(0.02)
+        group.start_soon(writes.write, b"little time left;", 0.4)
+        group.start_soon(writes.write, b"an upload;", 30.0)
+        await anyio.sleep(0.1)  # (the joined write under way, within both times)
+        with anyio.move_on_after(0.05):
+            await writes.write(b"a request in time;", 0.3)
+        assert not connection._connection_error
+        await anyio.sleep(0.4)  # (past the caller's 0.4 s)
+        with anyio.move_on_after(0.05):
+            await writes.write(b"a request after it;", 0.3)
+        assert connection._connection_error  # (retired: no new request goes there)
+        assert writes._failed is None  # (the upload's write goes on)
+        group.cancel_scope.cancel()
+
+
 class _HoldsUntilToldWhenArmed(_ArmedWrites):
     """Armed, the next write waits until :attr:`go` is set, then writes."""
 

@@ -25,7 +25,8 @@ write does in httpcore. Each write runs under the longest write timeout httpcore
 the writes it joins (httpx's, lowered to each attempt's time), so a socket the server
 stops reading does not keep it for ever, and a caller with little time left does not
 cut short the frames of one with more; with no timeout at all, closing the connection
-or ending the event loop ends it.
+or ending the event loop ends it. A write that outlasts the shortest of them retires
+the connection: no new request goes there.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import asyncio
 import collections
 import contextvars
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -63,18 +65,26 @@ def _ended_with_the_loop() -> Exception:
     return httpcore.WriteError("the write was cancelled as the event loop ended")
 
 
-def _longest(timeouts: Iterable[float | None]) -> float | None:
-    """The time a write carrying the frames of writes asked with ``timeouts`` gets: the
-    longest of them (None, no limit, if any has none). A write that times out fails the
-    connection and every request on it, so it is not cut by the least patient caller's
-    limit while another's frames ride with it: under the first's, a caller cut with
-    milliseconds left failed the connection's other requests (carried from stop 61)."""
-    longest = 0.0
+def _limits(timeouts: Iterable[float | None]) -> tuple[float | None, float | None]:
+    """The shortest and the longest of ``timeouts`` (None: no limit), the write
+    timeouts of the writes one write joins.
+
+    The write gets the longest: a write that times out fails the connection and every
+    request on it, so it is not cut by the least patient caller's limit while another's
+    frames ride with it (under the first's, a caller cut with milliseconds left failed
+    the connection's other requests: carried from stop 61). Past the shortest, the
+    connection is retired (see :meth:`WholeWrites.write`)."""
+    shortest: float | None = None
+    longest: float | None = 0.0
     for timeout in timeouts:
         if timeout is None:
-            return None
-        longest = max(longest, timeout)
-    return longest
+            longest = None
+            continue
+        if shortest is None or timeout < shortest:
+            shortest = timeout
+        if longest is not None and timeout > longest:
+            longest = timeout
+    return shortest, longest
 
 
 class _Written:
@@ -113,7 +123,16 @@ class WholeWrites:
     ``inner`` (httpcore's network stream) whole and in the order asked for, by a task of
     the connection's own (see the module's docstring)."""
 
-    __slots__ = ("_failed", "_inner", "_queue", "_stream", "_task", "_writing")
+    __slots__ = (
+        "_failed",
+        "_inner",
+        "_queue",
+        "_shortest",
+        "_stream",
+        "_task",
+        "_under_way_since",
+        "_writing",
+    )
 
     def __init__(self, inner: httpcore.AsyncNetworkStream, stream: SharedStream) -> None:
         self._inner = inner
@@ -126,12 +145,24 @@ class WholeWrites:
         self._task: asyncio.Task[None] | None = None
         #: The error a write failed with: every write after it fails with it.
         self._failed: Exception | None = None
+        #: When the write under way started (``time.monotonic()``; None: none is), and
+        #: the shortest write timeout among the writes it joins (None: no limit).
+        self._under_way_since: float | None = None
+        self._shortest: float | None = None
 
     async def write(self, buffer: bytes, timeout: float | None) -> None:
         """Queue ``buffer`` after every write asked for before it, and wait until it is
         written: a cancel of the caller ends its wait, not the write."""
         if self._failed is not None:
             raise self._failed
+        since = self._under_way_since
+        shortest = self._shortest
+        if since is not None and shortest is not None and time.monotonic() - since > shortest:
+            # The write under way has outlasted a caller's write timeout: the socket
+            # takes little or nothing. It goes on, under the longest, but the connection
+            # takes no new request (they would queue behind it, each for its whole time:
+            # review87); the pool closes it once it is idle.
+            self._retire_connection()
         on_trio = httpcore._synchronization.current_async_library() == "trio"
         written = _Written(on_trio)
         self._queue.append((buffer, timeout, written))
@@ -179,7 +210,8 @@ class WholeWrites:
                 # under the first's timeout, as httpcore's lock holder wrote all it took)
                 taken = len(queue)
                 buffer = b"".join(queued[0] for queued in queue)  # (one: itself, uncopied)
-                timeout = _longest(queued[1] for queued in queue)
+                self._shortest, timeout = _limits(queued[1] for queued in queue)
+                self._under_way_since = time.monotonic()
                 try:
                     await self._inner.write(buffer, timeout)
                 except Exception as error:
@@ -201,6 +233,7 @@ class WholeWrites:
             raise
         finally:
             self._writing = False
+            self._under_way_since = None
 
     def _fail(self, error: Exception) -> None:
         """A write failed with ``error``: it, every write queued behind it and every
@@ -209,6 +242,17 @@ class WholeWrites:
         while self._queue:
             self._queue.popleft()[2].end(error)
         self._fail_connection(error)
+
+    def _retire_connection(self) -> None:
+        """Let no new request onto the connection, as a cut request's open stream does
+        (``attempt_deadline.retire``): the requests on it go on, and the pool closes it
+        once it is idle."""
+        try:
+            connection = connection_carrying(self._stream)
+            if connection is not None and hasattr(connection, "_connection_error"):
+                connection._connection_error = True
+        except Exception:  # (httpcore's insides changed: the connection stays in use)
+            pass
 
     def _fail_connection(self, error: Exception) -> None:
         """Mark the connection failed, as httpcore marks it when a write's error reaches
