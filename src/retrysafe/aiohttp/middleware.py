@@ -237,7 +237,7 @@ class _Progress:
     """How far the attempt in flight got: whether it started opening a connection, and
     whether it got one (so may have sent anything)."""
 
-    __slots__ = ("connect_started", "connected", "marked", "started", "time")
+    __slots__ = ("connect_started", "connected", "marked", "started", "time_limit")
 
     def __init__(self) -> None:
         self.connected = False
@@ -245,7 +245,7 @@ class _Progress:
         self.marked = False
         #: When the attempt started, and the time it has (``time.monotonic()``, seconds).
         self.started = 0.0
-        self.time = math.inf
+        self.time_limit = math.inf
         #: When the connector started opening a connection for it (its own connect, not
         #: a wait in the session's queue); None before.
         self.connect_started: float | None = None
@@ -255,7 +255,7 @@ class _Progress:
         self.connected = False
         self.marked = marked
         self.started = time.monotonic()
-        self.time = time_limit
+        self.time_limit = time_limit
         self.connect_started = None
 
 
@@ -392,7 +392,7 @@ class _Attempt:
         if not progress.marked or progress.connected:
             return False
         started = progress.connect_started
-        return started is None or started - progress.started > progress.time / 2
+        return started is None or started - progress.started > progress.time_limit / 2
 
     def discard(self) -> None:
         """Release the previous attempt's response (its connection goes back to the pool)."""
