@@ -314,6 +314,32 @@ def test_a_multipart_secret_is_hidden_in_its_own_part_only() -> None:
     )
 
 
+@pytest.mark.parametrize("quoted", [False, True])
+def test_a_form_encoded_again_with_another_boundary_is_the_same_request(quoted: bool) -> None:
+    """httpx, requests and browsers pick a new random boundary each time they encode a
+    form: the same form sent again under its key is the same request (trial92: it was
+    refused as a reused key), and its secret fields still count by their names."""
+
+    def fingerprint_of(boundary: str, amount: str, pin: str = "1234") -> str:
+        request = httpx.Request(
+            "POST",
+            "https://shop.test/upload",
+            data={"amount": amount, "pin": pin},
+            files={"file": ("a.txt", b"the file's bytes")},
+        )
+        sent = request.headers["content-type"].split("boundary=")[1]
+        body = request.read().replace(sent.encode(), boundary.encode())
+        quote = '"' if quoted else ""
+        return fingerprint(
+            body, content_type=f"multipart/form-data; boundary={quote}{boundary}{quote}"
+        )
+
+    first = fingerprint_of("a1b2c3", "1200")
+    assert fingerprint_of("f9e8d7", "1200") == first
+    assert fingerprint_of("0000ff", "1200", pin="9876") == first  # (a secret, by its name)
+    assert fingerprint_of("0000ee", "3400") != first
+
+
 def test_a_name_added_as_a_secret_counts_by_its_name() -> None:
     """``retrysafe.redact.add_secret_names`` adds to the guessable ones: the app knows its
     own secrets."""

@@ -235,6 +235,7 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
         for name, value in multipart_fields(content_type, body):
             if value and _guessable_name(name):
                 body = _part_value_replaced(body, name, value.encode("utf-8", "replace"))
+        body = _boundary_replaced(body, content_type)
     elif body.lstrip()[:1] in (b"{", b"["):
         # JSON sent as another type (text/plain, or none at all): its secrets too, if it
         # parses and has any (a body without keeps its bytes as sent).
@@ -242,6 +243,25 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
         if scrubbed is not None:
             return scrubbed
     return _without_card_runs(body)
+
+
+#: A ``Content-Type``'s ``boundary`` parameter, quoted or not.
+_BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
+#: What a multipart body's boundary is fingerprinted as.
+_BOUNDARY_STAND_IN = b"\x00boundary"
+
+
+def _boundary_replaced(body: bytes, content_type: str) -> bytes:
+    """``body`` (multipart) with its boundary replaced by one stand-in, everywhere it
+    delimits a part: a client encoding the same form again picks a new random boundary
+    (httpx, requests, browsers do), and the form sent again under its key is the same
+    request (fingerprinted as sent, it was refused as a reused key: trial92). A part
+    cannot hold its body's boundary, so only the delimiters change."""
+    found = _BOUNDARY.search(content_type)
+    if found is None:
+        return body
+    boundary = (found.group(1) or found.group(2)).encode("latin-1", "replace")
+    return body.replace(b"--" + boundary, b"--" + _BOUNDARY_STAND_IN)
 
 
 def _part_value_replaced(body: bytes, name: str, value: bytes) -> bytes:
