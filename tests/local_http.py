@@ -1,19 +1,28 @@
 """A stdlib HTTP server on a free loopback port, for tests that need a server to answer
-in a way the chaos server does not (a header of their own, a body as it is); and an
+in a way the chaos server does not (a header of their own, a body as it is); a raw
+socket one answering as a function writes (a head cut short, a body held); and an
 HTTP/2 one in a process of its own (``tests/h2_delay_server.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["AnswersOk", "QuietHandler", "serving", "serving_h2_apart"]
+__all__ = [
+    "AnswersOk",
+    "QuietHandler",
+    "answers_ok_but_holds_streams",
+    "loopback_server",
+    "serving",
+    "serving_h2_apart",
+]
 
 
 class QuietHandler(http.server.BaseHTTPRequestHandler):
@@ -89,3 +98,41 @@ def serving_h2_apart(max_streams: int) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@contextlib.contextmanager
+def loopback_server(answer: Callable[[socket.socket, bytes], None]) -> Iterator[str]:
+    """A loopback server calling ``answer`` with each connection and the request's head:
+    its base URL, for the block."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def handle(connection: socket.socket) -> None:
+        with contextlib.suppress(OSError), connection:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                received = connection.recv(65536)
+                if not received:
+                    return
+                head += received
+            answer(connection, head)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                threading.Thread(target=handle, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+def answers_ok_but_holds_streams(connection: socket.socket, request: bytes) -> None:
+    """``/held`` sends its head and then holds its body 5 s; anything else is answered."""
+    if request.startswith(b"GET /held "):
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+        time.sleep(5)
+        return
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")

@@ -13,7 +13,7 @@ import socket
 
 import aiohttp
 import pytest
-from test_requests_deadline_watch import loopback_server
+from tests.local_http import loopback_server
 
 import retrysafe
 from retrysafe import RetryPolicy

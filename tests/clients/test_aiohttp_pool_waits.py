@@ -14,7 +14,7 @@ import time
 
 import aiohttp
 import pytest
-from test_requests_deadline_watch import answers_ok_but_holds_streams, loopback_server
+from tests.local_http import answers_ok_but_holds_streams, loopback_server
 
 import retrysafe
 from retrysafe import RetryPolicy

@@ -7,16 +7,15 @@ have wide margins.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import requests
+from tests.local_http import answers_ok_but_holds_streams, loopback_server
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -27,35 +26,6 @@ pytestmark = pytest.mark.timeout(30)
 #: A body of 30 bytes, one every 0.1 s: 3 s in all, against attempts of 1 s or less.
 _TRICKLED = 30
 _BYTE_EVERY = 0.1
-
-
-@contextlib.contextmanager
-def loopback_server(answer: Callable[[socket.socket, bytes], None]) -> Iterator[str]:
-    """A loopback server calling ``answer`` with each connection and the request's head:
-    its base URL, for the block."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def handle(connection: socket.socket) -> None:
-        with contextlib.suppress(OSError), connection:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                received = connection.recv(65536)
-                if not received:
-                    return
-                head += received
-            answer(connection, head)
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                connection, _ = listener.accept()
-                threading.Thread(target=handle, args=(connection,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.close()
 
 
 def _trickling(head: bytes) -> Callable[[socket.socket, bytes], None]:
@@ -134,15 +104,6 @@ def test_a_child_process_forked_after_a_call_still_ends_its_attempts_at_their_ti
         os.waitpid(child, 0)
     assert outcome == "deadline"
     assert elapsed < 1.0 + 0.5
-
-
-def answers_ok_but_holds_streams(connection: socket.socket, request: bytes) -> None:
-    """``/held`` sends its head and then holds its body 5 s; anything else is answered."""
-    if request.startswith(b"GET /held "):
-        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
-        time.sleep(5)
-        return
-    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
 
 def test_a_wait_for_a_pooled_connection_is_a_pool_timeout_and_a_post_is_retried() -> None:
