@@ -59,6 +59,7 @@ from retrysafe.decisions import (
 from retrysafe.engine import Call
 from retrysafe.errors import ApiError, AttemptRecord
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
+from retrysafe.observe import FIRST_COPY
 from retrysafe.policy import RetryPolicy
 from retrysafe.timing import Deadline
 
@@ -135,6 +136,8 @@ class HedgedCall(Call):
         self._round_closed = False
         self._last_start = 0.0
         self._winner: int | None = None
+        #: The numbers of the hedged copies sent (a round's first copy is no hedge).
+        self._hedged_copies: set[int] = set()
 
     @property
     def hedges(self) -> int:
@@ -196,6 +199,7 @@ class HedgedCall(Call):
         now = self._clock.monotonic()
         self._flights[plan] = _Flight(plan, now, permit, plan.read_body)
         self._hedges += 1
+        self._hedged_copies.add(number)
         self._last_start = now
         self._emit_hedge(number, "sent")
         return plan
@@ -266,6 +270,8 @@ class HedgedCall(Call):
         self._abandon_others()
         if self._hedges:
             self._winner = plan.number
+            if verdict.kind == "permanent":  # (a final answer, such as a 404, wins too)
+                self._emit_hedge(plan.number, "won")
         return super()._decide(verdict, response=response, cause=cause, during_body=during_body)
 
     def _key_may_be_in_use(self) -> bool:
@@ -350,4 +356,6 @@ class HedgedCall(Call):
 
     def _emit_hedge(self, number: int, outcome: str, reason: str = "") -> None:
         if self._observed:
+            if outcome in ("won", "lost") and number not in self._hedged_copies:
+                reason = FIRST_COPY  # (the round's own attempt, no hedge: see observe)
             super()._emit("hedge", outcome, None, attempt=number, reason=reason)

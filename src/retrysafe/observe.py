@@ -37,6 +37,7 @@ __all__ = [
     "CallTrace",
     "EventHook",
     "EventKind",
+    "FIRST_COPY",
     "HELD_LEVELS",
     "LogSettings",
     "Observer",
@@ -52,6 +53,11 @@ logger = logging.getLogger("retrysafe")
 # A library never decides where its records go: without this, Python's last-resort
 # handler would print every final-failure WARNING to stderr of apps that log nothing.
 logger.addHandler(logging.NullHandler())
+
+#: The ``reason`` of a ``hedge`` event ``"won"`` or ``"lost"`` about a hedged round's own
+#: attempt, the copy the hedges raced: it is no hedge, and the metrics of hedged copies
+#: leave it out (their ``won`` over ``sent`` is then how often a hedge beat it).
+FIRST_COPY: Final = "first_copy"
 
 #: What a :class:`RetryEvent` is about.
 EventKind = Literal[
@@ -81,8 +87,11 @@ class RetryEvent:
       ``"interrupted"``);
     - ``"circuit"``: the dependency's breaker changed state (``transition``);
     - ``"hedge"``: a hedged copy (number ``attempt``) was ``outcome`` ``"sent"``,
-      ``"won"``, ``"lost"`` (cancelled: another copy won) or ``"refused"`` (then
-      ``reason`` says why: ``"circuit_not_closed"``, ``"budget_exhausted"``...);
+      ``"won"`` (its answer, a success or a final one, decided the call), ``"lost"``
+      (cancelled: another copy won) or ``"refused"`` (then ``reason`` says why:
+      ``"circuit_not_closed"``, ``"budget_exhausted"``...); the hedged round's own
+      attempt, which the copies raced, wins or loses too, with ``reason``
+      :data:`FIRST_COPY`;
     - ``"body"``: a streamed call's body, handed to the caller after its ``success``,
       ended: ``outcome`` ``"complete"`` (read to its end), ``"broken"`` (a read raised:
       ``exception`` names it) or ``"abandoned"`` (closed before its end); ``elapsed``

@@ -28,6 +28,7 @@ from retrysafe.decisions import (
 )
 from retrysafe.governor.breaker import CLOSED_PERMIT, Permit
 from retrysafe.hedged_call import HedgedCall
+from retrysafe.observe import FIRST_COPY
 from retrysafe.testing import FakeClock
 
 URL = "http://api.test/items"
@@ -135,11 +136,40 @@ def test_every_event_names_the_copy_it_is_about_and_the_loser_ends_as_an_attempt
     assert events(call) == [
         ("attempt", "success", "", 2),
         ("attempt", "hedge_lost", "", 1),
-        ("hedge", "lost", "", 1),
+        ("hedge", "lost", FIRST_COPY, 1),
         ("hedge", "won", "", 2),
         ("success", "success", "", 2),
     ]
     assert first.number == 1
+
+
+def test_the_attempt_a_copy_raced_wins_and_loses_as_the_first_copy_not_as_a_hedge() -> None:
+    """The round's own attempt is no hedged copy: its ``won`` says so (``FIRST_COPY``), so
+    that the metrics of hedged copies count only copies sent as hedges, and their ``won``
+    over ``sent`` is how often a hedge beat it (trial95: every race counted a ``won``)."""
+    call, clock = make_call()
+    first = start(call)
+    hedge_now(call, clock)
+    call.take_effects()
+    assert isinstance(call.attempt_returned(first, ok()), Succeed)
+    assert [event for event in events(call) if event[0] == "hedge"] == [
+        ("hedge", "lost", "", 2),
+        ("hedge", "won", FIRST_COPY, 1),
+    ]
+
+
+def test_a_final_answer_wins_the_race_as_a_success_does() -> None:
+    """A 404 is the first usable answer as a 200 is: the copy that gave it won (it made no
+    ``won`` event, so a hedge that beat its attempt to a final answer went uncounted)."""
+    call, clock = make_call()
+    start(call)
+    second = hedge_now(call, clock)
+    call.take_effects()
+    call.attempt_returned(second, ok(404))  # (its body: read with the response)
+    assert [event for event in events(call) if event[0] == "hedge"] == [
+        ("hedge", "lost", FIRST_COPY, 1),
+        ("hedge", "won", "", 2),
+    ]
 
 
 def test_a_retry_event_names_the_copy_that_failed_last() -> None:

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from retrysafe.governor import Governor
-from retrysafe.observe import CallTrace, RetryEvent, logger
+from retrysafe.observe import FIRST_COPY, CallTrace, RetryEvent, logger
 from retrysafe.redact import REDACTED
 from retrysafe.telemetry.vocabulary import (
     BREAKER_STATE_VALUES,
@@ -268,9 +268,10 @@ class OpenTelemetry:
             if state is not None:
                 self._breakers[dependency] = state
         elif kind == "hedge":
-            self._hedge_copies.add(
-                1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
-            )
+            if event.reason != FIRST_COPY:  # (hedged copies: the raced attempt is none)
+                self._hedge_copies.add(
+                    1, {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
+                )
         elif kind == "body":
             labels = {"retrysafe.dependency": dependency, "retrysafe.outcome": event.outcome}
             self._bodies.add(1, labels)

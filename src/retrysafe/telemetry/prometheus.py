@@ -56,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from retrysafe.governor import Governor
-from retrysafe.observe import RetryEvent
+from retrysafe.observe import FIRST_COPY, RetryEvent
 from retrysafe.telemetry.vocabulary import (
     BREAKER_STATE_VALUES,
     LOCAL_REFUSAL_REASONS,
@@ -218,7 +218,8 @@ class PrometheusMetrics:
             if kind == "failure" and event.reason in LOCAL_REFUSAL_REASONS:
                 self._child(self.refusals, dependency, event.reason).inc()
         elif kind == "hedge":
-            self._child(self.hedges, dependency, event.outcome).inc()
+            if event.reason != FIRST_COPY:  # (hedged copies: the raced attempt is none)
+                self._child(self.hedges, dependency, event.outcome).inc()
         elif kind == "body":
             self._child(self.stream_bodies, dependency, event.outcome).inc()
             self._child(self.stream_duration, dependency, event.outcome).observe(event.elapsed)
