@@ -265,6 +265,34 @@ def test_another_members_probe_holds_the_call_back() -> None:
     assert "another process holds its one probe" in admission.detail
 
 
+def test_calls_while_another_member_probes_are_refused_without_asking_again() -> None:
+    """One round trip learns that another process holds the probe for 0.7 s: the calls
+    after it are refused here until then (each asked the fleet again: a burst of round
+    trips at the half-open moment, trial94); past it, the fleet is asked again."""
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("busy", seconds=0.7))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    for _ in range(50):
+        admission = guard.admit(FirstAttempt())
+        assert admission.permit is not None
+        assert not admission.permit.allowed
+        assert "another process holds its one probe" in admission.detail
+    assert [told[0] for told in fleet.told] == ["acquire_probe"]
+    clock.advance(0.7)
+    guard.admit(FirstAttempt())
+    assert [told[0] for told in fleet.told] == ["acquire_probe", "acquire_probe"]
+
+
+def test_the_probes_outcome_ends_the_wait_for_it() -> None:
+    """The fleet breaker closing (or opening again) as the other member's probe ends is
+    news: the next call asks no more about a probe, and goes."""
+    guard, fleet, clock = guard_with(probe=ProbeAnswer("busy", seconds=5.0))
+    fleet.view("api").learn(0.0, clock.monotonic())
+    assert not guard.admit(FirstAttempt()).permit.allowed  # type: ignore[union-attr]
+    fleet.view("api").learn(0.0, None)  # (the refresher heard: closed)
+    admission = guard.admit(FirstAttempt())
+    assert admission.permit is None or admission.permit.allowed
+
+
 def test_half_open_with_the_fleet_away_leaves_the_local_breaker_to_decide() -> None:
     guard, fleet, clock = guard_with(answering=False)
     fleet.view("api").learn(0.0, clock.monotonic())

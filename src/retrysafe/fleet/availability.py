@@ -41,6 +41,11 @@ class Availability:
         #: When the outage under way began (monotonic seconds).
         self._away_since = 0.0
 
+    def after_fork(self) -> None:
+        """In a child process just forked: a new lock (another thread of the parent may
+        have held it as it forked)."""
+        self._lock = threading.Lock()
+
     def lost(self, error: BaseException) -> bool:
         """Redis failed an operation; True if this call found it out (it was up).
 

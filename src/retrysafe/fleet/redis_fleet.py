@@ -7,6 +7,7 @@ import os
 import secrets
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,19 @@ if TYPE_CHECKING:
     from redis.commands.core import Script
 
 __all__ = ["RedisFleet"]
+
+#: Every fleet made in this process, for a child just forked to rejoin (see _rejoin).
+_FLEETS: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
+
+
+def _rejoin_in_child() -> None:
+    """In a child process just forked: each fleet its parent had joined joins again."""
+    for fleet in list(_FLEETS):
+        fleet._rejoin_after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_rejoin_in_child)
 
 _PROBE_KINDS = ("closed", "open", "granted", "busy")
 
@@ -160,6 +174,12 @@ class RedisFleet:
         self._pid = 0
         self._process = ""
         self._closed = False
+        #: The probe outcomes not yet taken by Redis, by lease token: (dependency, the
+        #: script's keys and arguments). Resent once Redis answers again (see _refresh):
+        #: dropped, the lease would hold every process off the dependency until it ran
+        #: out, long after the dependency recovered (trial94).
+        self._probe_reports: dict[str, tuple[str, list[str], list[str]]] = {}
+        _FLEETS.add(self)
 
     # -- what a FleetGuard reads -----------------------------------------------------------
 
@@ -348,15 +368,28 @@ class RedisFleet:
             self._keys.changed,
             dependency,
         ]
-        if healthy:
-            return self._later("REPORT_PROBE", keys, args)
+        self._probe_reports[token] = (dependency, keys, args)
+        return self._submit(self._probe_report(token))
+
+    def _probe_report(self, token: str) -> Callable[[], None]:
+        """The write of the probe outcome kept under ``token`` (see report_probe): once
+        Redis took it, it is no longer kept."""
 
         def write() -> None:
+            report = self._probe_reports.get(token)
+            if report is None:
+                return  # (taken already: this was a resend)
+            dependency, keys, args = report
             sent_at = self._clock.monotonic()
             taken, open_ms = (int(part) for part in self._script("REPORT_PROBE", keys, args))
-            if taken:  # (not taken: the lease ran out, and another process probes)
+            self._probe_reports.pop(token, None)
+            healthy = args[1] == "1"
+            if taken and not healthy:  # (open again; not taken: the lease ran out, and
+                # another process probes)
                 view = self.view(dependency)
                 view.learn(view.cooldown_until, sent_at + open_ms / 1000.0)
+
+        return write
 
         return self._submit(write)
 
@@ -457,8 +490,25 @@ class RedisFleet:
             self._views[dependency].learn(cooldown_until, open_until)
 
     def _refresh(self) -> None:
-        """The refresher's round: raises when Redis fails (the refresher handles it)."""
+        """The refresher's round: raises when Redis fails (the refresher handles it).
+        Redis answering, a probe outcome it did not take is sent again."""
         self._read(list(self._views), self._background)
+        for token in list(self._probe_reports):
+            self._submit(self._probe_report(token))
+
+    def _rejoin_after_fork(self) -> None:
+        """In a child just forked: the parent's threads are gone, and their locks may
+        have been held as it forked. A fleet the parent had joined joins again now, as a
+        new member (its heartbeat and views; a child whose calls all took the healthy
+        path never did, and heard no cooldown: trial94); one it had not, on first use."""
+        self._lock = threading.Lock()
+        self.availability.after_fork()
+        loaded, self._loaded = self._loaded.is_set(), threading.Event()
+        if loaded:
+            self._loaded.set()
+        self._probe_reports.clear()  # (the parent's probes: the parent reports them)
+        if self._pid and not self._closed:
+            self._started()
 
     def _announced(self, message: str) -> bool:
         """Apply an announcement that carries its news (``cool <ms> <dependency>``); True

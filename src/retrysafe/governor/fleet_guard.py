@@ -184,7 +184,13 @@ class FleetGuard(DependencyGuard):
             slot = reserved
             call = _HoldingSlot(call)  # (the local limiter reserves nothing more)
         admission: Admission | None = None
-        if half_open:
+        if half_open and now < view.probing_until:
+            # (another process holds the probe, as the fleet answered: no round trip)
+            admission = Admission(
+                permit=Permit(allowed=False, retry_at=view.probing_until),
+                detail=explain_fleet_probing(view.probing_until - now),
+            )
+        elif half_open:
             admission = self._fleet_probe(call, now)
         if admission is None:
             admission = DependencyGuard.admit(self, call)
@@ -213,6 +219,7 @@ class FleetGuard(DependencyGuard):
                 detail=explain_fleet_open(answer.seconds, self.fleet.quorum_rule),
             )
         if answer.kind == "busy":
+            view.probing_until = now + answer.seconds
             return Admission(
                 permit=Permit(allowed=False, retry_at=now + answer.seconds),
                 detail=explain_fleet_probing(answer.seconds),

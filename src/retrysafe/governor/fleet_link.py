@@ -39,7 +39,15 @@ class FleetView:
     breaker holds calls back: the one attribute the healthy path reads.
     """
 
-    __slots__ = ("calm", "cooldown_until", "failing", "fallback", "open_until", "voted")
+    __slots__ = (
+        "calm",
+        "cooldown_until",
+        "failing",
+        "fallback",
+        "open_until",
+        "probing_until",
+        "voted",
+    )
 
     def __init__(self) -> None:
         self.calm = True
@@ -55,10 +63,17 @@ class FleetView:
         self.voted = False
         #: The local limiter paced attempts fall back to while the fleet is away.
         self.fallback: Limiter | None = None
+        #: Half-open, until when another process holds the fleet's one probe, as the
+        #: fleet last answered (0.0: not known to be held): calls are refused till then
+        #: without asking again, one round trip each (trial94).
+        self.probing_until = 0.0
 
     def learn(self, cooldown_until: float, open_until: float | None) -> None:
         """Take in the fleet's state (times already in this process's monotonic seconds;
-        ``cooldown_until`` 0.0 for none, ``open_until`` None for a closed breaker)."""
+        ``cooldown_until`` 0.0 for none, ``open_until`` None for a closed breaker). A new
+        state of the breaker (the probe's outcome) ends a probe known to be held."""
+        if open_until != self.open_until:
+            self.probing_until = 0.0
         self.cooldown_until = cooldown_until
         self.open_until = open_until
         self.calm = cooldown_until == 0.0 and open_until is None
@@ -66,6 +81,7 @@ class FleetView:
     def forget_breaker(self) -> None:
         """The fleet breaker is unknown (the fleet is away): local protection decides."""
         self.open_until = None
+        self.probing_until = 0.0
         self.calm = self.cooldown_until == 0.0
 
     def __repr__(self) -> str:
