@@ -682,3 +682,23 @@ def test_a_secret_the_url_redaction_hides_is_scrubbed_from_an_echo_of_the_path(
     assert "[REDACTED]" in str(caught.value)
     produced = [str(caught.value), json.dumps(caught.value.body), caplog.text]
     assert [text for text in produced if secret in text] == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["passcode", "api_keys", "apiKeys", "sessid", "sign", "passwords", "secrets",
+     "access_tokens", "code_verifier", "securityAnswer"],
+)  # fmt: skip
+def test_these_names_hold_secrets_too(name: str) -> None:
+    """Names a trial got through in clear (trial95): a one-time passcode, a list of keys, a
+    PHP session id, a request's signature, PKCE's verifier."""
+    assert is_secret_name(name)
+    shown = redact_url(f"https://api.test/v1?{name}=SECRETVALUE123&page=2")
+    assert "SECRETVALUE123" not in shown
+    assert "page=2" in shown
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "tokens", "keys", "signal", "keywords"])
+def test_a_count_or_a_list_of_names_is_no_secret(name: str) -> None:
+    """``max_tokens`` is how many (an LLM API's), ``keys`` which: left readable."""
+    assert not is_secret_name(name)

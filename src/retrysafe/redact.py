@@ -7,7 +7,9 @@
 the segments of a registered secret name (:data:`SECRET_NAMES`): a single word such as
 ``key``, ``token``, ``sig`` or ``pass`` matches that whole segment only, so ``api_key``,
 ``X-Amz-Signature`` and ``sig`` are secret while ``keyword``, ``author`` and ``monkey``
-are not. A few names that hold no secret though they end in one are built-in exceptions
+are not. A plural is secret where it is named (``passwords``, ``secrets``, ``api_keys``,
+``access_tokens``), not as a rule: ``max_tokens`` and ``keys`` say how many or which.
+A few names that hold no secret though they end in one are built-in exceptions
 (:data:`PUBLIC_NAMES`: ``Idempotency-Key``, ``public_key``, ``sort_key``, ``pageToken``):
 their segments are set aside before matching, so ``X-Idempotency-Key`` and
 ``nextPageToken`` are public too.
@@ -72,7 +74,10 @@ SECRET_NAMES: tuple[str, ...] = (
     "securitytoken", "csrftoken", "xsrftoken", "csrf", "xsrf", "jwt", "otp", "totp",
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
-    "authentication", "hmac", "jsessionid", "phpsessid",
+    "authentication", "hmac", "jsessionid", "phpsessid", "sessid", "passcode",
+    "code_verifier", "sign", "security_answer",
+    # plurals that hold secrets (not "tokens" or "keys": max_tokens is a count)
+    "passwords", "secrets", "api_keys", "apikeys", "access_tokens", "refresh_tokens",
     # payment cards' and people's short secrets (guessed in a thousand tries)
     "cvc", "cvv", "csc", "pin", "ssn",
 )  # fmt: skip
