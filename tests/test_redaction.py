@@ -702,3 +702,22 @@ def test_these_names_hold_secrets_too(name: str) -> None:
 def test_a_count_or_a_list_of_names_is_no_secret(name: str) -> None:
     """``max_tokens`` is how many (an LLM API's), ``keys`` which: left readable."""
     assert not is_secret_name(name)
+
+
+def test_a_header_value_httpx_cannot_send_is_refused_without_showing_it() -> None:
+    """httpx refuses a header value that is not ASCII with a ``UnicodeEncodeError`` that
+    holds the whole value: an ``Authorization`` token in clear in its repr and in any log
+    of it (trial95). The same type of error, without the value."""
+    token = "Bearer s3cr3t-t" + "\u00f6k3n"
+    with (
+        retrysafe.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client,
+        pytest.raises(UnicodeEncodeError) as caught,
+    ):
+        client.get("https://api.test/", headers={"Authorization": token})
+    error = caught.value
+    assert "s3cr3t" not in repr(error)
+    assert "s3cr3t" not in str(error)
+    assert "must be ascii text" in str(error)
+    # (a traceback shows neither httpx's error nor a cause: they hold the value)
+    assert error.__cause__ is None
+    assert error.__suppress_context__

@@ -45,6 +45,7 @@ from retrysafe.client_options import (
     jar_of,
     mark_stream,
     scrub_refused_url,
+    unshown_value,
     upload_headers,
     warn_per_request_cookies,
     with_call_options,
@@ -203,6 +204,8 @@ class AsyncClient(httpx.AsyncClient):
         except httpx.InvalidURL as refused:
             scrub_refused_url(refused, url)
             raise
+        except UnicodeEncodeError as refused:
+            raise unshown_value(refused) from None
         if operation is None:
             # (built and sent here, as httpx's own request() does: one call level fewer)
             return await self.send(request, auth=auth, follow_redirects=follow_redirects)

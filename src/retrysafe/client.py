@@ -56,6 +56,7 @@ from retrysafe.client_options import (
     mark_stream,
     report_of,
     scrub_refused_url,
+    unshown_value,
     upload_headers,
     warn_per_request_cookies,
     with_call_options,
@@ -222,6 +223,8 @@ class Client(httpx.Client):
         except httpx.InvalidURL as refused:
             scrub_refused_url(refused, url)
             raise
+        except UnicodeEncodeError as refused:
+            raise unshown_value(refused) from None
         if operation is None:
             # (built and sent here, as httpx's own request() does: one call level fewer)
             return self.send(request, auth=auth, follow_redirects=follow_redirects)
