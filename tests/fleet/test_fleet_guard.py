@@ -293,6 +293,22 @@ def test_the_probes_outcome_ends_the_wait_for_it() -> None:
     assert admission.permit is None or admission.permit.allowed
 
 
+def test_a_half_open_state_read_again_keeps_the_probe_known_to_be_held() -> None:
+    """Each read of a half-open breaker ends its period when it was read, a refresh
+    later each time: no news of the probe. Closed, or open again, is (review88: the
+    held probe was forgotten at every refresh, 0.1 s)."""
+    view = FleetView()
+    view.learn(0.0, 100.0)
+    view.probing_until = 105.0
+    view.learn(0.0, 100.1)  # (read again, half-open)
+    assert view.probing_until == 105.0
+    view.learn(0.0, 101.0)  # (open again: a new period)
+    assert view.probing_until == 0.0
+    view.probing_until = 105.0
+    view.learn(0.0, None)  # (closed)
+    assert view.probing_until == 0.0
+
+
 def test_half_open_with_the_fleet_away_leaves_the_local_breaker_to_decide() -> None:
     guard, fleet, clock = guard_with(answering=False)
     fleet.view("api").learn(0.0, clock.monotonic())

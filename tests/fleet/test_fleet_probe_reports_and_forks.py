@@ -98,3 +98,25 @@ def test_a_child_forked_after_a_call_joins_the_fleet_and_hears_its_cooldowns(
         os.waitpid(child, 0)
     assert heard == "cooldown heard"
     assert childs_identity != parents_identity
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (3.12+: forking with threads)
+def test_a_child_that_never_calls_is_no_member(make_fleet: FleetMaker, chaos: KeyedChaos) -> None:
+    """A CPU-bound pool worker, or a ``preexec_fn`` before an exec: joined at the fork,
+    each such child counted as a member, raising the quorum two real processes needed
+    to open the fleet breaker (review88)."""
+    fleet, other = make_fleet(), make_fleet()
+    member = retrysafe.Client(governor=Governor(fleet=fleet), dependency="api", policy=ONCE)
+    with member:
+        assert member.get(chaos.url("/status/200")).status_code == 200
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child only waits
+            time.sleep(1.0)
+            os._exit(0)
+        time.sleep(0.6)  # (many heartbeats: a child that had joined would be heard)
+        assert other.view("api") is not None
+        wait_for(lambda: other.live_processes() == 2)  # (this process's two members)
+        time.sleep(0.2)
+        assert other.live_processes() == 2
+        os.waitpid(child, 0)

@@ -391,8 +391,6 @@ class RedisFleet:
 
         return write
 
-        return self._submit(write)
-
     def release_probe(self, dependency: str, token: str) -> None:
         """Give the probe back unreported (its attempt ended with no outcome)."""
         self._later("RELEASE_PROBE", [self._keys.of(dependency)[3]], [token])
@@ -493,22 +491,28 @@ class RedisFleet:
         """The refresher's round: raises when Redis fails (the refresher handles it).
         Redis answering, a probe outcome it did not take is sent again."""
         self._read(list(self._views), self._background)
-        for token in list(self._probe_reports):
-            self._submit(self._probe_report(token))
+        if self._probe_reports:
+            self.availability.found()  # (it answered: the resends are not dropped as away)
+            for token in list(self._probe_reports):
+                self._submit(self._probe_report(token))
 
     def _rejoin_after_fork(self) -> None:
         """In a child just forked: the parent's threads are gone, and their locks may
-        have been held as it forked. A fleet the parent had joined joins again now, as a
-        new member (its heartbeat and views; a child whose calls all took the healthy
-        path never did, and heard no cooldown: trial94); one it had not, on first use."""
+        have been held as it forked. It joins as a new member on its first call (its
+        heartbeat and views), not before: a child that never calls (a CPU-bound pool
+        worker, a ``preexec_fn`` before an exec) counted as a member would raise the
+        fleet's quorum and shrink every process's paced share (review88). So each view
+        is marked not calm: the first call takes the fleet's way, which joins it (a
+        child whose calls all took the healthy path never joined, and heard no
+        cooldown: trial94)."""
         self._lock = threading.Lock()
         self.availability.after_fork()
         loaded, self._loaded = self._loaded.is_set(), threading.Event()
         if loaded:
             self._loaded.set()
         self._probe_reports.clear()  # (the parent's probes: the parent reports them)
-        if self._pid and not self._closed:
-            self._started()
+        for view in self._views.values():
+            view.calm = False  # (until the first read of this member's own)
 
     def _announced(self, message: str) -> bool:
         """Apply an announcement that carries its news (``cool <ms> <dependency>``); True

@@ -155,7 +155,8 @@ class FleetGuard(DependencyGuard):
         """The fleet's cooldown, then its breaker if open; then a paced slot in the fleet
         (before a half-open probe too: a probe is an attempt, paced like any other);
         then the fleet's probe, or the local pieces."""
-        view = self.view
+        view = self.fleet.view(self.dependency)  # (it is self.view: asked, a new member
+        # joins, as a child just forked does on its first call)
         now = self.fleet.clock.monotonic()
         cooldown = view.cooldown_until - now
         if self.limiter is not None:

@@ -30,6 +30,11 @@ class ProbeAnswer(NamedTuple):
     token: str = ""
 
 
+#: How much later an open period's end must be than the one known to be a new period
+#: (the shortest is 0.5 s); a half-open state read again ends when it was read.
+_NEW_PERIOD = 0.25
+
+
 class FleetView:
     """The fleet's state of one dependency, as this process last heard it.
 
@@ -72,7 +77,10 @@ class FleetView:
         """Take in the fleet's state (times already in this process's monotonic seconds;
         ``cooldown_until`` 0.0 for none, ``open_until`` None for a closed breaker). A new
         state of the breaker (the probe's outcome) ends a probe known to be held."""
-        if open_until != self.open_until:
+        was = self.open_until
+        if open_until is None or (was is not None and open_until > was + _NEW_PERIOD):
+            # (closed, or open again; a half-open read's end is the time it was read,
+            # later by a refresh each time, and is no news of the probe: review88)
             self.probing_until = 0.0
         self.cooldown_until = cooldown_until
         self.open_until = open_until
