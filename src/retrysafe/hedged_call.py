@@ -270,7 +270,9 @@ class HedgedCall(Call):
         self._abandon_others()
         if self._hedges:
             self._winner = plan.number
-            if verdict.kind == "permanent":  # (a final answer, such as a 404, wins too)
+            if verdict.kind == "permanent" and response is not None:
+                # (a final answer, such as a 404, wins too; a copy that failed here, with
+                # no answer, won nothing: review88)
                 self._emit_hedge(plan.number, "won")
         return super()._decide(verdict, response=response, cause=cause, during_body=during_body)
 

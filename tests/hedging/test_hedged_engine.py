@@ -172,6 +172,18 @@ def test_a_final_answer_wins_the_race_as_a_success_does() -> None:
     ]
 
 
+def test_a_copy_that_failed_here_with_no_answer_won_nothing() -> None:
+    """A hedged copy that ends the call with an error of its own (no answer came: a
+    scheme no transport handles) decides the call, but beat no one: no ``won`` event
+    counts it as a hedge that helped (review88)."""
+    call, clock = make_call()
+    start(call)
+    second = hedge_now(call, clock)
+    call.take_effects()
+    call.attempt_raised(second, httpx.UnsupportedProtocol("no transport"), during_body=False)
+    assert ("hedge", "won") not in [(kind, outcome) for kind, outcome, _, _ in events(call)]
+
+
 def test_a_retry_event_names_the_copy_that_failed_last() -> None:
     """The second copy fails first, then the first: the call retries after copy 1."""
     call, clock = make_call(attempts=4)
