@@ -340,6 +340,21 @@ def test_a_form_encoded_again_with_another_boundary_is_the_same_request(quoted: 
     assert fingerprint_of("0000ee", "3400") != first
 
 
+def test_a_value_holding_its_forms_boundary_text_still_counts() -> None:
+    """Only the delimiters are set aside: a value that holds "--" and the boundary is that
+    value (boundaries x and y with values "a--x1" and "a--y1" read the same: review88)."""
+
+    def form(boundary: str, value: str) -> str:
+        body = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="ref"\r\n\r\n{value}\r\n'
+            f"--{boundary}--\r\n"
+        ).encode()
+        return fingerprint(body, content_type=f"multipart/form-data; boundary={boundary}")
+
+    assert form("x", "ref a--x1") != form("y", "ref a--y1")
+    assert form("x", "ref a--z1") == form("y", "ref a--z1")
+
+
 def test_a_name_added_as_a_secret_counts_by_its_name() -> None:
     """``retrysafe.redact.add_secret_names`` adds to the guessable ones: the app knows its
     own secrets."""

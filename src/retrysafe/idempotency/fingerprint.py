@@ -261,7 +261,13 @@ def _boundary_replaced(body: bytes, content_type: str) -> bytes:
     if found is None:
         return body
     boundary = (found.group(1) or found.group(2)).encode("latin-1", "replace")
-    return body.replace(b"--" + boundary, b"--" + _BOUNDARY_STAND_IN)
+    # (the delimiters only: at the body's start, or after a line's end; "--" and the
+    # boundary inside a part's text is that part's value, kept: review88)
+    delimiter = b"--" + boundary
+    stand_in = b"--" + _BOUNDARY_STAND_IN
+    if body.startswith(delimiter):
+        body = stand_in + body[len(delimiter) :]
+    return body.replace(b"\r\n" + delimiter, b"\r\n" + stand_in)
 
 
 def _part_value_replaced(body: bytes, name: str, value: bytes) -> bytes:
