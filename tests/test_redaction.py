@@ -686,34 +686,47 @@ def test_a_secret_the_url_redaction_hides_is_scrubbed_from_an_echo_of_the_path(
 
 @pytest.mark.parametrize(
     "name",
-    ["passcode", "api_keys", "apiKeys", "sessid", "sign", "passwords", "secrets",
+    ["passcode", "api_keys", "apiKeys", "sessid", "passwords", "secrets",
      "access_tokens", "code_verifier", "securityAnswer"],
 )  # fmt: skip
 def test_these_names_hold_secrets_too(name: str) -> None:
     """Names a trial got through in clear (trial95): a one-time passcode, a list of keys, a
-    PHP session id, a request's signature, PKCE's verifier."""
+    PHP session id, PKCE's verifier."""
     assert is_secret_name(name)
     shown = redact_url(f"https://api.test/v1?{name}=SECRETVALUE123&page=2")
     assert "SECRETVALUE123" not in shown
     assert "page=2" in shown
 
 
-@pytest.mark.parametrize("name", ["max_tokens", "tokens", "keys", "signal", "keywords"])
+@pytest.mark.parametrize(
+    "name", ["max_tokens", "tokens", "keys", "signal", "keywords", "sign_in", "signUp"]
+)
 def test_a_count_or_a_list_of_names_is_no_secret(name: str) -> None:
-    """``max_tokens`` is how many (an LLM API's), ``keys`` which: left readable."""
+    """``max_tokens`` is how many (an LLM API's), ``keys`` which, ``sign_in`` a page:
+    left readable (``sign`` as a signature's name hid them all: review88)."""
     assert not is_secret_name(name)
 
 
-def test_a_header_value_httpx_cannot_send_is_refused_without_showing_it() -> None:
+@pytest.mark.parametrize("way", ["get", "stream", "constructor"])
+def test_a_header_value_httpx_cannot_send_is_refused_without_showing_it(way: str) -> None:
     """httpx refuses a header value that is not ASCII with a ``UnicodeEncodeError`` that
     holds the whole value: an ``Authorization`` token in clear in its repr and in any log
-    of it (trial95). The same type of error, without the value."""
+    of it (trial95; through ``stream()`` and the constructor too, review88). The same
+    type of error, without the value."""
     token = "Bearer s3cr3t-t" + "\u00f6k3n"
-    with (
-        retrysafe.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client,
-        pytest.raises(UnicodeEncodeError) as caught,
-    ):
-        client.get("https://api.test/", headers={"Authorization": token})
+    mock = httpx.MockTransport(lambda r: httpx.Response(200))
+
+    def send() -> None:
+        if way == "constructor":
+            retrysafe.Client(transport=mock, headers={"Authorization": token})
+        with retrysafe.Client(transport=mock) as client:
+            if way == "get":
+                client.get("https://api.test/", headers={"Authorization": token})
+            with client.stream("GET", "https://api.test/", headers={"Authorization": token}):
+                pass
+
+    with pytest.raises(UnicodeEncodeError) as caught:
+        send()
     error = caught.value
     assert "s3cr3t" not in repr(error)
     assert "s3cr3t" not in str(error)

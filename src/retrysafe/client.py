@@ -50,6 +50,7 @@ from retrysafe.client_options import (
     begin_operation,
     check_idempotency_mode,
     check_journal,
+    check_typed_headers,
     check_typed_url,
     finish_operation,
     jar_of,
@@ -117,6 +118,7 @@ class Client(httpx.Client):
         transport: httpx.BaseTransport | None = None,
         default_encoding: str | Callable[[bytes], str] = "utf-8",
     ) -> None:
+        check_typed_headers(headers)  # (a value httpx cannot send, refused unshown)
         super().__init__(
             auth=auth,
             params=params,
@@ -276,6 +278,7 @@ class Client(httpx.Client):
         if files:  # (as httpx: no files, no multipart body)
             headers = upload_headers(headers, None)
         check_typed_url(url)  # (httpx's stream() builds the request: see request())
+        check_typed_headers(headers)
         with super().stream(
             method,
             url,

@@ -49,6 +49,7 @@ __all__ = [
     "upload_headers",
     "check_idempotency_mode",
     "check_journal",
+    "check_typed_headers",
     "finish_operation",
     "jar_of",
     "mark_stream",
@@ -273,6 +274,17 @@ def unshown_value(refused: UnicodeEncodeError) -> UnicodeEncodeError:
         f"{refused.reason}; a header's value must be {refused.encoding} text "
         "(the value is not shown: it may be a secret)",
     )
+
+
+def check_typed_headers(headers: HeaderTypes | None) -> None:
+    """Encode ``headers`` as httpx will, for a call or a client that hands them to httpx
+    itself (``stream()``, the constructor): a value httpx cannot send is refused without
+    being shown (see :func:`unshown_value`)."""
+    if headers is not None:
+        try:
+            httpx.Headers(headers)
+        except UnicodeEncodeError as refused:
+            raise unshown_value(refused) from None
 
 
 def check_typed_url(url: httpx.URL | str) -> None:

@@ -75,7 +75,7 @@ SECRET_NAMES: tuple[str, ...] = (
     "secret", "clientsecret", "password", "passwd", "passphrase", "pass", "pwd",
     "credential", "credentials", "signature", "sig", "saml", "assertion",
     "authentication", "hmac", "jsessionid", "phpsessid", "sessid", "passcode",
-    "code_verifier", "sign", "security_answer",
+    "code_verifier", "security_answer",
     # plurals that hold secrets (not "tokens" or "keys": max_tokens is a count)
     "passwords", "secrets", "api_keys", "apikeys", "access_tokens", "refresh_tokens",
     # payment cards' and people's short secrets (guessed in a thousand tries)
