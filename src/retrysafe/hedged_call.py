@@ -131,18 +131,17 @@ class HedgedCall(Call):
             self.method in policy.idempotent_methods or self.idempotency_key is not None
         )
         self._flights: dict[AttemptPlan, _Flight] = {}
-        self._hedges = 0
+        #: The numbers of the hedged copies sent (a round's first copy is no hedge).
+        self._hedged_copies: set[int] = set()
         #: Refused (or out of time) this round: no more copies until the next attempt.
         self._round_closed = False
         self._last_start = 0.0
         self._winner: int | None = None
-        #: The numbers of the hedged copies sent (a round's first copy is no hedge).
-        self._hedged_copies: set[int] = set()
 
     @property
     def hedges(self) -> int:
         """Hedged copies sent so far."""
-        return self._hedges
+        return len(self._hedged_copies)
 
     def in_flight(self, plan: AttemptPlan) -> bool:
         """Whether ``plan``'s copy is in flight (its outcome is awaited)."""
@@ -163,7 +162,7 @@ class HedgedCall(Call):
         if self.state != "attempting" or not self.hedgeable or self._round_closed:
             return None
         policy = self.policy
-        if self._hedges >= policy.max_hedges:
+        if len(self._hedged_copies) >= policy.max_hedges:
             return None
         if len(self._history) + len(self._flights) >= self.max_attempts:
             return None
@@ -198,7 +197,6 @@ class HedgedCall(Call):
             permit = CLOSED_PERMIT
         now = self._clock.monotonic()
         self._flights[plan] = _Flight(plan, now, permit, plan.read_body)
-        self._hedges += 1
         self._hedged_copies.add(number)
         self._last_start = now
         self._emit_hedge(number, "sent")
@@ -253,7 +251,7 @@ class HedgedCall(Call):
         flight = self._flights.pop(plan)
         if verdict.kind == "success":
             self.effects.append(RecordLatency(self._clock.monotonic() - flight.started))
-            if self._hedges:
+            if self._hedged_copies:
                 self._winner = plan.number
                 self._abandon_others()
                 self._emit_hedge(plan.number, "won")
@@ -268,7 +266,7 @@ class HedgedCall(Call):
                 self._processed = "maybe"
             return AwaitOthers(plan)
         self._abandon_others()
-        if self._hedges:
+        if self._hedged_copies:
             self._winner = plan.number
             if verdict.kind == "permanent" and response is not None:
                 # (a final answer, such as a 404, wins too; a copy that failed here, with
@@ -330,9 +328,9 @@ class HedgedCall(Call):
 
     def _report(self, *, error: ApiError | None, now: float | None = None) -> CallReport:
         report = super()._report(error=error, now=now)
-        if not self._hedges:
+        if not self._hedged_copies:
             return report
-        return report._replace(hedges=self._hedges, winner=self._winner)
+        return report._replace(hedges=len(self._hedged_copies), winner=self._winner)
 
     def _emit(
         self,
