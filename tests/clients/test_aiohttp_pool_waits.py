@@ -25,7 +25,8 @@ __all__ = ["full_backlog_url"]
 
 pytestmark = pytest.mark.timeout(30)
 
-#: The default load protection, one per test: the circuit the waits must not open.
+#: A call of its own after the waits, patient enough that a busy machine does not time it
+#: out: it finds the circuit the waits must not have opened.
 PATIENT = RetryPolicy(attempts=1, attempt_timeout=5.0)
 
 

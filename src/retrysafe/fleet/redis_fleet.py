@@ -512,7 +512,7 @@ class RedisFleet:
             self._loaded.set()
         self._probe_reports.clear()  # (the parent's probes: the parent reports them)
         for view in self._views.values():
-            view.calm = False  # (until the first read of this member's own)
+            view.unheard()
 
     def _announced(self, message: str) -> bool:
         """Apply an announcement that carries its news (``cool <ms> <dependency>``); True

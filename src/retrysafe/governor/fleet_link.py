@@ -86,6 +86,11 @@ class FleetView:
         self.open_until = open_until
         self.calm = cooldown_until == 0.0 and open_until is None
 
+    def unheard(self) -> None:
+        """This process has not heard the fleet yet (a child just forked): not calm until
+        its next read, so that a call takes the fleet's way, which joins it."""
+        self.calm = False
+
     def forget_breaker(self) -> None:
         """The fleet breaker is unknown (the fleet is away): local protection decides."""
         self.open_until = None
