@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import httpx
 import pytest
+from tests.local_http import loopback_server
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -29,32 +29,9 @@ ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 
 def _serve(answer: Callable[[socket.socket], None]) -> Iterator[str]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-
-    def handle(connection: socket.socket) -> None:
-        try:
-            connection.recv(65536)
-            answer(connection)
-        except OSError:
-            pass
-        finally:
-            connection.close()
-
-    def accept() -> None:
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=handle, args=(connection,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/"
-    finally:
-        listener.close()
+    """``answer`` each connection, once its request's head is in, on a loopback server."""
+    with loopback_server(lambda connection, head: answer(connection)) as url:
+        yield f"{url}/"
 
 
 @pytest.fixture
