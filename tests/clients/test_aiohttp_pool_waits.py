@@ -111,8 +111,9 @@ def test_a_burst_behind_the_one_connection_is_pool_timeouts_and_opens_no_circuit
     with loopback_server(_answers_after_a_second) as url:
         outcomes, status_after = asyncio.run(burst(url))
     # (a waiter handed the connection with time left sends, and is cut reading: on a
-    # busy machine, one or two; none was a connect to the server)
-    assert "connect_timeout" not in outcomes, outcomes
+    # busy machine, one or two; the call that opened the connection may be cut opening
+    # it, on a busy machine, and no other call was connecting: CI saw one)
+    assert outcomes.count("connect_timeout") <= 1, outcomes
     assert outcomes.count("pool_timeout") >= 20, outcomes
     assert status_after == 200
 
