@@ -250,13 +250,13 @@ class Outcome:
     headers arrive)`` or ``("raw", "soon")``. ``duration``: the attempt's share of its
     plan's timeout; ``headers_share``: of that, the share before the headers (the rest
     is the body, read when the engine asks). ``body_error``: reading the body (when the
-    engine asks for it in a streamed call) raises this. ``nested_gave_up``: a retrying
-    call nested in this attempt retried and gave up. ``answered_meanwhile``: the
-    dependency answered other calls while this attempt waited (the shell's fact: a
-    timeout is then held for the retry, else told at once). ``late_share``: the shell
-    tells the engine (``attempt_ended_late``) that the read that timed out ended this
-    share of the attempt's time past its limit (a late event loop); None, it tells
-    nothing (as a shell whose read did not time out tells 0).
+    engine asks for it: a streamed call's, or any error answer's) raises this.
+    ``nested_gave_up``: a retrying call nested in this attempt retried and gave up.
+    ``answered_meanwhile``: the dependency answered other calls while this attempt
+    waited (the shell's fact: a timeout is then held for the retry, else told at once).
+    ``late_share``: the shell tells the engine (``attempt_ended_late``) that the read
+    that timed out ended this share of the attempt's time past its limit (a late event
+    loop); None, it tells nothing (as a shell whose read did not time out tells 0).
     """
 
     kind: Literal["response", "raise"] = "response"
@@ -326,6 +326,9 @@ class Scenario:
     key: str | None = None
     body: Literal["none", "bytes", "stream"] = "bytes"
     stream: bool = False
+    #: A final answer goes back to the caller as the response (a drop-in transport),
+    #: not as an error carrying its body (retrysafe.Client).
+    returns_answers: bool = False
     breaker: bool = False
     retries_used: int = 0
     max_attempts: int | None = None
@@ -485,7 +488,7 @@ def _gen_outcome(rng: random.Random, streamed: bool, profile: str) -> Outcome:
     else:
         body = rng.choice(("text", "empty", "json_error"))
     body_error = ""
-    if streamed and _chance(rng, 0.15):
+    if (streamed or status >= 400) and _chance(rng, 0.15):
         body_error = rng.choice((*BODY_EXCEPTIONS, "DecodingError"))
     return Outcome(
         status=status,
@@ -551,6 +554,7 @@ def generate(rng: random.Random) -> Scenario:
     attempts = dict(policy)["attempts"]
     deadline = dict(policy)["deadline"]
     stream = _chance(rng, 0.4)
+    returns_answers = _chance(rng, 0.4)
     breaker = _chance(rng, 0.4)
     shared = None
     if _chance(rng, 0.1):
@@ -577,6 +581,7 @@ def generate(rng: random.Random) -> Scenario:
         key=key,
         body=body,  # type: ignore[arg-type]
         stream=stream,
+        returns_answers=returns_answers,
         breaker=breaker,
         retries_used=0 if _chance(rng, 0.9) else rng.randint(1, 3),
         max_attempts=None if _chance(rng, 0.9) else rng.randint(1, 4),
@@ -616,6 +621,8 @@ class OutcomeRec:
     """One attempt under ``plan``: sent at ``started``, reported to the engine at ``at``.
 
     ``verdict`` is what :mod:`retrysafe.classify` makes of the outcome at that moment.
+    ``response``: the answer the outcome is judged by (None for an exception, or an
+    answer whose body was needed and lost); ``exc`` with a response: its body was lost.
     """
 
     plan: AttemptPlan
@@ -629,6 +636,11 @@ class OutcomeRec:
     read_body: ReadBody | None
     result: Any
     effects: list[Any]
+
+    @property
+    def body_lost(self) -> bool:
+        """An answer judged on its headers, whose body failed to arrive."""
+        return self.response is not None and self.exc is not None
 
 
 @dataclasses.dataclass
@@ -774,6 +786,7 @@ def drive(scenario: Scenario) -> Run:
         retries_used=scenario.retries_used,
         max_attempts=scenario.max_attempts,
         stream=scenario.stream,
+        returns_answers=scenario.returns_answers,
     )
     key = scenario.key if scenario.key is not None and scenario.key.strip() else None
     run = Run(
@@ -932,7 +945,7 @@ def _attempt(
             )
         )
         return result
-    if plan.read_body:
+    if plan.reads_at_once(spec.status):
         headers_at = total
         clock.advance(total)
         response = _make_response(spec, request, clock, read=True)
@@ -949,18 +962,24 @@ def _attempt(
         clock.advance(max(0.0, total - headers_at))
         if spec.body_error:
             exc = _exception(spec.body_error, request)
-            verdict = classify_exception(exc, during_body=True)
             response.close()
+            # An error answer its headers settle is judged on them, its body lost; any
+            # other outcome by how far it got.
+            settled = spec.status >= 400 and headers_settle(run, spec)
+            if settled:
+                verdict = _judge(response, run, clock.time())
+            else:
+                verdict = classify_exception(exc, during_body=True)
             if spec.answered_meanwhile:
                 call.answered_during_attempt()
-            result = call.attempt_raised(plan, exc, during_body=True)
+            result = call.attempt_raised(plan, exc, during_body=True, answer=response)
             run.records.append(
                 OutcomeRec(
                     plan,
                     started,
                     clock.monotonic(),
                     spec,
-                    None,
+                    response if settled else None,
                     exc,
                     True,
                     verdict,
@@ -1080,7 +1099,7 @@ def final_yet_retryable(run: Run, rec: OutcomeRec) -> bool:
     out of quota, answered live, no rule speaking) that the policy does not wait out."""
     spec = rec.spec
     return (
-        rec.exc is None
+        rec.response is not None
         and spec.status == 429
         and not spec.replayed
         and not (spec.quota is not None and spec.quota.strip() == "0")
@@ -1089,11 +1108,23 @@ def final_yet_retryable(run: Run, rec: OutcomeRec) -> bool:
     )
 
 
+def headers_settle(run: Run, spec: Outcome) -> bool:
+    """The scenario's reading of "this error answer's status and headers settle its
+    verdict, whatever its body": no rule may read the body, and it is not a keyed 400,
+    409 or 422 whose JSON body may speak of the key (the middleware's header says it
+    without the body; a replay's answer never speaks of the key)."""
+    if run.scenario.rules:
+        return False
+    if not run.keyed or spec.status not in (400, 409, 422) or spec.replayed:
+        return True
+    return spec.body in _BODY_HEADERS or spec.body not in _JSON_BODIES
+
+
 def spec_meaning(run: Run, rec: OutcomeRec) -> tuple[str, str | None]:
     """``(kind, processed)`` of an outcome as the scenario describes it: ``processed``
     is only given for a retry ("no": the server surely did not act)."""
     spec = rec.spec
-    if rec.exc is not None:
+    if rec.response is None:  # (no answer, or one whose body was needed and lost)
         if rec.during_body:
             return ("retry", "maybe")
         if spec.exception == "LocalProtocolError":
@@ -1125,7 +1156,7 @@ def key_may_be_in_use(run: Run, before: int) -> bool:
         if not isinstance(rec, OutcomeRec):
             continue
         kind, processed = spec_meaning(run, rec)
-        status = None if rec.exc is not None else rec.spec.status
+        status = rec.spec.status if rec.response is not None else None
         if status == 409 and run.keyed:
             # (by the table's reading: a rule's verdict on a 409 says nothing of the key)
             if _rule_meaning(run, rec.spec) is None and (
@@ -1648,6 +1679,18 @@ def check_single_ending(run: Run, expect: Expect) -> None:
     expect(report.error is error, "the report's error %r is not the Fail's %r", report.error, error)
     outcomes = run.outcomes
     expected_response = outcomes[-1].response if outcomes else None
+    if outcomes and outcomes[-1].body_lost and isinstance(last, OutcomeRec):
+        # An answer whose body never came: its error names it, with no body, and there is
+        # no response for the shell to hand over.
+        assert expected_response is not None
+        expect(
+            (error.status, error.body) == (expected_response.status_code, None),
+            "ended on %s with its body lost, yet the error says status=%r body=%r",
+            last.spec.describe(),
+            error.status,
+            error.body,
+        )
+        expected_response = None
     expect(final.response is expected_response, "the Fail's response is not the last attempt's")
     if final.response is not None:
         expect(
@@ -2030,7 +2073,7 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
         )
         header = rec.spec.retry_after
         if (
-            rec.exc is None
+            rec.response is not None
             and rec.verdict.kind == "retry"
             and header is not None
             and header[0] == "seconds"
@@ -2054,7 +2097,7 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
             too_fast = _rule_meaning(run, rec.spec) is None and (
                 rec.spec.status == 429 or (rec.spec.status == 409 and run.keyed)
             )
-            free = isinstance(rec.exc, httpx.PoolTimeout) if rec.exc is not None else too_fast
+            free = isinstance(rec.exc, httpx.PoolTimeout) if rec.response is None else too_fast
             expect(
                 rec.result.spends_budget is not free,
                 "attempt %d (%s): the retry's spends_budget is %r",
@@ -2062,11 +2105,34 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
                 rec.spec.describe(),
                 rec.result.spends_budget,
             )
+        # An error answer's body is read for the error it may become, unless a drop-in
+        # caller gets the answer itself and its headers settle that it is final.
+        hands_over = (
+            rec.spec.kind == "response"
+            and rec.spec.status >= 400
+            and run.scenario.returns_answers
+            and headers_settle(run, rec.spec)
+            and kind == "permanent"
+        )
         if rec.read_body is not None:
             expect(
-                not rec.plan.read_body,
-                "attempt %d: ReadBody for a plan that reads the body",
+                not rec.plan.reads_at_once(rec.spec.status),
+                "attempt %d: ReadBody for a body the shell reads at once",
                 rec.plan.number,
+            )
+            expect(
+                not hands_over,
+                "attempt %d (%s): the engine read a final answer a drop-in hands over",
+                rec.plan.number,
+                rec.spec.describe(),
+            )
+        elif rec.spec.kind == "response" and rec.spec.status >= 400:
+            expect(
+                hands_over,
+                "attempt %d (%s): the engine judged an error answer unread%s",
+                rec.plan.number,
+                rec.spec.describe(),
+                "" if run.scenario.returns_answers else " for an error that carries its body",
             )
 
 
@@ -2168,7 +2234,16 @@ def coverage(run: Run) -> collections.Counter[str]:
                 else:
                     seen["Retry-After hint, no retry"] += 1
             if rec.read_body is not None:
-                seen["ReadBody asked (streamed call)"] += 1
+                seen["ReadBody asked"] += 1
+            if rec.body_lost:
+                seen["error answer judged on its headers, its body lost"] += 1
+            elif (
+                rec.response is not None
+                and rec.read_body is None
+                and rec.spec.status >= 400
+                and type(rec.result) is Fail
+            ):
+                seen["final answer handed over unread (drop-in)"] += 1
             if rec.plan.cut_by_deadline:
                 seen["attempt cut by the deadline"] += 1
             if rec.spec.nested_gave_up:
@@ -2470,7 +2545,8 @@ def describe_scenario(scenario: Scenario) -> str:
     return (
         f"RetryPolicy({policy}){rules}\n"
         f"{scenario.method} {URL} key={scenario.key!r} body={scenario.body} "
-        f"stream={scenario.stream} breaker={scenario.breaker} {' '.join(extras)}".rstrip()
+        f"stream={scenario.stream} returns_answers={scenario.returns_answers} "
+        f"breaker={scenario.breaker} {' '.join(extras)}".rstrip()
     )
 
 

@@ -185,7 +185,8 @@ def test_a_streamed_400_is_read_before_it_is_judged_even_if_a_rule_accepts_it() 
     call = Call(request, policy=policy, clock=clock, stream=True, observed=False)
     plan = _plan(call.start_attempt())
     assert not plan.read_body
-    assert call.attempt_returned(plan, httpx.Response(400)) == ReadBody(plan)
+    unread = httpx.Response(400, stream=httpx.ByteStream(b"{}"))  # (as a transport returns it)
+    assert call.attempt_returned(plan, unread) == ReadBody(plan)
 
 
 def test_a_first_try_success_is_new_evidence_for_the_breaker_not_a_repeat() -> None:

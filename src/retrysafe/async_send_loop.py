@@ -31,7 +31,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
-from retrysafe.kept_body import aread_keeping_raw
+from retrysafe.kept_body import aread_asked
 from retrysafe.send_loop import _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
@@ -137,11 +137,11 @@ class AsyncSendLoop:
                             continue
                     try:
                         response = await self.transport.handle_async_request(request)
-                        if plan.read_body:
+                        if plan.reads_at_once(response.status_code):
                             await response.aread()
                         step = drive.returned(plan, response)
                         if type(step) is ReadBody:
-                            await aread_keeping_raw(response)
+                            await aread_asked(response, not plan.read_body)
                             step = drive.returned(plan, response)
                         failure: Exception | None = None
                     except AttemptDeadlineReached as reached:
@@ -169,7 +169,9 @@ class AsyncSendLoop:
                         continue
                     if response is not None:
                         await response.aclose()
-                    step = drive.raised(plan, failure, during_body=response is not None)
+                    step = drive.raised(
+                        plan, failure, during_body=response is not None, answer=response
+                    )
                 elif type(step) is Wait:
                     await self.settings.clock.async_sleep(step.seconds)
                     step = drive.next_attempt()
@@ -199,11 +201,11 @@ class AsyncSendLoop:
         try:
             with anyio.fail_after(hard_end_after(plan) + self._backstop):
                 response = await self.transport.handle_async_request(request)
-                if plan.read_body:
+                if plan.reads_at_once(response.status_code):
                     await response.aread()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    await aread_keeping_raw(response)
+                    await aread_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
                 return step
         except AttemptDeadlineReached as reached:
@@ -220,7 +222,7 @@ class AsyncSendLoop:
             drive.attempt_ends_at = None
         if response is not None:
             await response.aclose()
-        return drive.raised(plan, failure, during_body=response is not None)
+        return drive.raised(plan, failure, during_body=response is not None, answer=response)
 
     async def _hedged_attempt(
         self, drive: Drive, request: httpx.Request, plan: AttemptPlan

@@ -21,11 +21,11 @@ HARD_END_GRACE: Final = 0.05
 class AttemptPlan:
     """Send attempt ``number`` (1-based) with at most ``timeout`` seconds for it.
 
-    ``read_body``: read the whole body inside the attempt (a call that does not
-    stream); otherwise only the headers are the attempt's, and the engine asks for
-    the body (:class:`ReadBody`) when it needs it. ``cut_by_deadline``: the
-    deadline, not the policy's per-attempt limit, bounds the attempt (see
-    :func:`plan_attempt`).
+    ``read_body``: read a success's whole body inside the attempt (a call that does
+    not stream: see :meth:`reads_at_once`); otherwise only the headers are the
+    attempt's, and the engine asks for the body (:class:`ReadBody`) when it needs it.
+    ``cut_by_deadline``: the deadline, not the policy's per-attempt limit, bounds the
+    attempt (see :func:`plan_attempt`).
     """
 
     __slots__ = ("cut_by_deadline", "number", "read_body", "timeout")
@@ -35,6 +35,14 @@ class AttemptPlan:
         self.timeout = timeout
         self.cut_by_deadline = cut_by_deadline
         self.read_body = read_body
+
+    def reads_at_once(self, status: int) -> bool:
+        """Whether the shell reads the body of an answer with ``status`` as soon as its
+        headers come: a success (below 400) of a call that does not stream. An error
+        answer's body is read only when the engine asks (:class:`ReadBody`), after it
+        has seen the headers: a final answer is then not lost to a body that never
+        arrives (see ``Call.attempt_raised``)."""
+        return self.read_body and status < 400
 
     def __repr__(self) -> str:
         return f"AttemptPlan(number={self.number}, timeout={self.timeout!r})"

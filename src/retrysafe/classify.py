@@ -28,6 +28,7 @@ __all__ = [
     "Verdict",
     "classify_exception",
     "classify_response",
+    "headers_decide",
     "health",
     "may_have_acted",
     "retryable_later",
@@ -185,6 +186,25 @@ def is_replay(response: httpx.Response) -> bool:
     return str(response.headers.get("idempotent-replayed", "")).strip().lower() == "true"
 
 
+def headers_decide(response: httpx.Response, policy: RetryPolicy, *, keyed: bool) -> bool:
+    """Whether an error answer's status and headers settle its verdict, so that its body,
+    however it arrives (slowly, huge, cut off), cannot change it.
+
+    Only three things read an error's body: a policy's rules; a keyed 409 that says
+    nothing of its key in an ``Idempotency-Problem`` header, whose JSON body may (a
+    problem document, Stripe's ``idempotency_error``); and a keyed 400 or 422, likewise
+    for a key reused. A replay's verdict never rests on its key. Everything else, a
+    429's quota and wait included, is read from the headers (see
+    :func:`classify_response`).
+    """
+    if policy.rules:
+        return False
+    if not keyed or response.status_code not in _KEY_STATUSES or is_replay(response):
+        return True
+    headers = response.headers
+    return _KEY_PROBLEM_HEADER in headers or "json" not in headers.get("content-type", "")
+
+
 def classify_response(
     response: httpx.Response,
     policy: RetryPolicy,
@@ -274,6 +294,8 @@ _NOT_REPLAYABLE = "result-not-replayable"
 #: What a keyed 422 (or Stripe's 400) says when the key already names another request.
 _KEY_REUSED = "key-reused"
 _KEY_PROBLEM_HEADER: Final = "idempotency-problem"
+#: The statuses whose verdict, for a keyed request, may rest on what the body says of the key.
+_KEY_STATUSES: Final = frozenset({400, 409, 422})
 
 
 def _key_statement(response: httpx.Response) -> tuple[str, str] | None:

@@ -78,10 +78,14 @@ class CallReport(NamedTuple):
 
 
 class ReadBody(NamedTuple):
-    """Read the response body within the attempt, then report the attempt again.
+    """Read the response body within the attempt, then report the attempt again
+    (``attempt_returned``; or, if the read fails, ``attempt_raised`` with the response
+    as ``answer``).
 
-    A streamed call's body is the caller's, but the engine needs it to judge a
-    failure (and to report it), or when a rule reads it.
+    A streamed call's body is the caller's, and a non-streamed call's error answer is
+    left unread until the engine has seen its headers; the engine needs the body to
+    judge a failure whose verdict the body may change, to report an error that carries
+    it, or when a rule reads it.
     """
 
     plan: AttemptPlan

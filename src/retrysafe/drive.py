@@ -136,6 +136,7 @@ def _hedged_call(
         observed=_listening(settings.observer),
         started=started,
         elapsed_before=elapsed_before,
+        returns_answers=not settings.raise_errors,
     )
 
 
@@ -527,6 +528,7 @@ class Drive:
                 started=self._started,
                 replayable=None if self._first is None else self._first.replayable,
                 elapsed_before=self._elapsed_before,
+                returns_answers=not self.settings.raise_errors,
             )
         first = self._first
         if first is not None:
@@ -685,8 +687,16 @@ class Drive:
             carry_cookies(self.request, response, self.settings.client_cookies)
         return step
 
-    def raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Step:
-        """The attempt failed with ``exc``."""
+    def raised(
+        self,
+        plan: AttemptPlan,
+        exc: Exception,
+        *,
+        during_body: bool,
+        answer: httpx.Response | None = None,
+    ) -> Step:
+        """The attempt failed with ``exc``; ``answer``, the response whose body it was
+        reading, if its headers had come (see ``Call.attempt_raised``)."""
         guard = self._guard
         if guard is not None:
             guard.answer_ended(self._answer_by)
@@ -713,7 +723,9 @@ class Drive:
         # (a timeout weighs the time the dependency had, not how late the loop ended it)
         late, self.late_by = self.late_by, 0.0
         self.call.attempt_ended_late(late)
-        return self._after(self.call.attempt_raised(plan, exc, during_body=during_body))
+        return self._after(
+            self.call.attempt_raised(plan, exc, during_body=during_body, answer=answer)
+        )
 
     def _time_queued(self) -> float:
         """How long the attempt in flight waited for a connection before its request went
@@ -911,10 +923,12 @@ class Drive:
         if step.response is not None:
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
-            if step.response.is_closed:  # (a failure's body is read in the attempt)
+            if step.response.is_closed:  # (a failure's body read in the attempt)
                 _time_read_body(step.response, step.report.elapsed - self._elapsed_before)
                 if self._stream:
                     unread(step.response)  # (the caller streams it: see kept_body)
+            else:  # a final answer its headers settled: the caller reads its body
+                self.hand_over_body(self.request)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:
             # httpx's own exception, as a drop-in transport promises; with what the call

@@ -9,6 +9,8 @@ calls nothing outward (no governor, no hooks, no logging). A shell drives it::
         # AttemptPlan -> send; then call.attempt_returned(plan, response)
         #                       or call.attempt_raised(plan, exc, during_body=...)
         # ReadBody    -> read the body; then call.attempt_returned(plan, response)
+        #                or, if that read fails, call.attempt_raised(plan, exc,
+        #                during_body=True, answer=response)
         # AskRetry    -> ask the governor; then call.retry_answered(answer)
         # Wait        -> sleep; then call.start_attempt(admission)
         # Succeed / Fail -> the call is over
@@ -39,6 +41,7 @@ from retrysafe.classify import (
     Verdict,
     classify_exception,
     classify_response,
+    headers_decide,
     health,
     may_have_acted,
     retryable_later,
@@ -129,6 +132,7 @@ class Call:
     #: The dependency answered other calls while the attempt in flight waited (a fact
     #: the shell gives: see answered_during_attempt).
     _answered_meanwhile = False
+    #: The body of the response in hand was read because the engine asked (ReadBody).
     _body_read = False
     #: A wait was granted for the next attempt: it may start with less than
     #: min_attempt_time left (a sleep can overshoot by a little).
@@ -169,6 +173,7 @@ class Call:
         started: float | None = None,
         replayable: bool | None = None,
         elapsed_before: float = 0.0,
+        returns_answers: bool = False,
     ) -> None:
         self.policy = policy
         self.method: str = request.method
@@ -208,6 +213,10 @@ class Call:
             # min_attempt_time sends); a call that began with too little does not start.
             self._promised = True
         self._stream = stream
+        #: A final answer goes back to the caller as the response itself, which the caller
+        #: reads (a drop-in transport, the requests and aiohttp adapters); otherwise it
+        #: becomes an error that carries its body (retrysafe.Client).
+        self._returns_answers = returns_answers
         self._observed = observed
         self._history: list[AttemptRecord] = []
         self.effects: list[Effect] = []
@@ -312,7 +321,7 @@ class Call:
             len(self._history) + 1, self.policy.attempt_timeout, remaining, not self._stream
         )
         self._plan = plan
-        self._body_read = plan.read_body
+        self._body_read = False
         self._attempt_started = self._clock.monotonic()
         self._answered_meanwhile = False
         self.state = "attempting"
@@ -326,7 +335,7 @@ class Call:
             raise RuntimeError("Call.adopt_attempt() takes over a fresh call's first attempt only")
         self._permit = permit
         self._plan = plan
-        self._body_read = plan.read_body
+        self._body_read = False
         self._attempt_started = started
         self._answered_meanwhile = False
         self._promised = False
@@ -344,21 +353,26 @@ class Call:
     # -- an attempt's outcome ----------------------------------------------------------
 
     def attempt_returned(self, plan: AttemptPlan, response: httpx.Response) -> Decision:
-        """The attempt under ``plan`` got ``response``: its body read if ``plan.read_body``
-        (or after a :class:`ReadBody`), else only its headers (a streamed call).
+        """The attempt under ``plan`` got ``response``: its body read (a success of a
+        call that does not stream, see :meth:`AttemptPlan.reads_at_once`; or after a
+        :class:`ReadBody`), else only its headers.
 
-        A streamed success settled by its headers reaches the caller unread; a
-        failure, or a rule that reads the body, first needs the body (ReadBody).
+        A streamed success settled by its headers reaches the caller unread, and so does
+        a final answer the headers settle when the caller gets the answer itself (a
+        drop-in transport): the caller reads its body, with its own timeouts, as without
+        retrysafe. Anything else first needs the body (ReadBody): an error answer (for
+        the error's body, or for a verdict the body may change), or a rule's verdict.
         """
         if plan is not self._plan or self.state != "attempting":
             self._out_of_order("attempting", "attempt_returned", plan)
-        if not self._body_read:
-            verdict = self._verdict_on_headers(response)
-            if verdict is None:
+        if self._body_read or response.is_closed:  # (its body read: judged with it)
+            verdict = self._classify(response)
+        else:
+            on_headers = self._verdict_on_headers(response)
+            if on_headers is None:
                 self._body_read = True
                 return ReadBody(plan)
-        else:
-            verdict = self._classify(response)
+            verdict = on_headers
         permit = self._permit
         # (an attempt's permit is an allowed one: a probe, or a closed period's permit)
         if (
@@ -398,14 +412,26 @@ class Call:
         return Succeed(response, report)
 
     def _verdict_on_headers(self, response: httpx.Response) -> Verdict | None:
-        """A success judged on the headers alone, or None when the body must be read first."""
+        """A success judged on the headers alone, or a final answer the headers settle
+        when the caller gets the answer itself; None when the body must be read first."""
         if response.status_code >= 400:
-            return None
+            if not self._returns_answers:
+                return None
+            verdict = self._settled_by_headers(response)
+            return verdict if verdict is not None and verdict.kind == "permanent" else None
         try:
             verdict = self._classify(response)
         except httpx.ResponseNotRead:
             return None  # a rule reads the body
         return verdict if verdict.kind == "success" else None
+
+    def _settled_by_headers(self, response: httpx.Response) -> Verdict | None:
+        """The verdict on an error answer (400 and above) when its status and headers
+        settle it, whatever its body holds or however it arrives; else None."""
+        keyed = self.idempotency_key is not None
+        if not headers_decide(response, self.policy, keyed=keyed):
+            return None
+        return self._classify(response)
 
     def _classify(self, response: httpx.Response) -> Verdict:
         if response.status_code < 400 and not self.policy.rules:
@@ -450,10 +476,32 @@ class Call:
         journal operation). A keyed 409 then means "in use"."""
         return self._key_sent_before or self._processed == "maybe"
 
-    def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
-        """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had come."""
+    def attempt_raised(
+        self,
+        plan: AttemptPlan,
+        exc: Exception,
+        *,
+        during_body: bool,
+        answer: httpx.Response | None = None,
+    ) -> Decision:
+        """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had
+        come, and ``answer`` the response they made, whose body failed to arrive.
+
+        An error answer (400 and above) whose status and headers settle its verdict is
+        judged on them: a 404 whose body trickled past the attempt's time is still the
+        server's final 404, not a timeout to retry; a 503 is still a refusal before any
+        work. Its error then carries no body, and its cause is ``exc``. Any other
+        failure is judged by how far the request got.
+        """
         if plan is not self._plan or self.state != "attempting":
             self._out_of_order("attempting", "attempt_raised", plan)
+        if answer is not None and answer.status_code >= 400:
+            settled = self._settled_by_headers(answer)
+            if settled is not None:
+                try:
+                    return self._answered_without_body(settled, answer, exc)
+                finally:
+                    self._late = 0.0
         verdict = classify_exception(exc, during_body=during_body)
         self._record(verdict, status=None, exception=type(exc).__name__)
         self._inform_governor(verdict, None)
@@ -461,6 +509,20 @@ class Call:
             return self._decide(verdict, response=None, cause=exc, during_body=during_body)
         finally:
             self._late = 0.0  # (this attempt's: a hedged copy's next outcome has its own)
+
+    def _answered_without_body(
+        self, verdict: Verdict, answer: httpx.Response, exc: Exception
+    ) -> Decision:
+        """The attempt ends on ``answer``'s ``verdict``, its body lost to ``exc``."""
+        status = answer.status_code
+        self._record(verdict, status=status, exception=type(exc).__name__)
+        self._inform_governor(verdict, status, answer)
+        decision = self._decide(verdict, response=answer, cause=exc, during_body=True)
+        if type(decision) is Fail:
+            # The shell has no body to hand over: the error, which names the answer, is
+            # raised instead (a drop-in transport gives httpx's own exception, exc).
+            decision = decision._replace(response=None)
+        return decision
 
     def attempt_abandoned(self, interrupted_by: str | None = None) -> None:
         """The call ended with no outcome: an exception not its own end raised through

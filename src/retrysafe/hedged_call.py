@@ -70,18 +70,16 @@ LOST = "hedge_lost"
 
 
 class _Flight:
-    """One copy in flight: when it started, the breaker permit it holds, whether its
-    body is being read within the attempt."""
+    """One copy in flight: when it started, the breaker permit it holds, whether the
+    engine asked for its body (a :class:`ReadBody`: it is being read within the attempt)."""
 
     __slots__ = ("body_read", "permit", "plan", "started")
 
-    def __init__(
-        self, plan: AttemptPlan, started: float, permit: Permit | None, body_read: bool
-    ) -> None:
+    def __init__(self, plan: AttemptPlan, started: float, permit: Permit | None) -> None:
         self.plan = plan
         self.started = started
         self.permit = permit
-        self.body_read = body_read
+        self.body_read = False
 
 
 class HedgedCall(Call):
@@ -107,6 +105,7 @@ class HedgedCall(Call):
         observed: bool = True,
         started: float | None = None,
         elapsed_before: float = 0.0,
+        returns_answers: bool = False,
     ) -> None:
         super().__init__(
             request,
@@ -120,6 +119,7 @@ class HedgedCall(Call):
             observed=observed,
             started=started,
             elapsed_before=elapsed_before,
+            returns_answers=returns_answers,
         )
         #: Seconds after a copy starts before the next one is due.
         self.hedge_delay = hedge_delay
@@ -152,7 +152,7 @@ class HedgedCall(Call):
     def start_attempt(self, admission: Admission = OPEN_ADMISSION) -> AttemptPlan | Wait | Fail:
         step = super().start_attempt(admission)
         if type(step) is AttemptPlan:
-            self._flights[step] = _Flight(step, self._attempt_started, self._permit, step.read_body)
+            self._flights[step] = _Flight(step, self._attempt_started, self._permit)
             self._last_start = self._attempt_started
             self._round_closed = False
         return step
@@ -196,7 +196,7 @@ class HedgedCall(Call):
         if permit is not None and permit.probe:
             permit = CLOSED_PERMIT
         now = self._clock.monotonic()
-        self._flights[plan] = _Flight(plan, now, permit, plan.read_body)
+        self._flights[plan] = _Flight(plan, now, permit)
         self._hedged_copies.add(number)
         self._last_start = now
         self._emit_hedge(number, "sent")
@@ -221,9 +221,16 @@ class HedgedCall(Call):
         assert isinstance(step, Succeed)
         return step
 
-    def attempt_raised(self, plan: AttemptPlan, exc: Exception, *, during_body: bool) -> Decision:
+    def attempt_raised(
+        self,
+        plan: AttemptPlan,
+        exc: Exception,
+        *,
+        during_body: bool,
+        answer: httpx.Response | None = None,
+    ) -> Decision:
         self._take_up(plan, "attempt_raised")
-        return super().attempt_raised(plan, exc, during_body=during_body)
+        return super().attempt_raised(plan, exc, during_body=during_body, answer=answer)
 
     def _take_up(self, plan: AttemptPlan, action: str) -> None:
         """Make ``plan``'s copy the one the base engine's bookkeeping works on."""

@@ -62,7 +62,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody, Succeed
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.kept_body import aread_keeping_raw, read_keeping_raw
+from retrysafe.kept_body import aread_asked, read_asked
 from retrysafe.send_loop import AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
@@ -421,7 +421,7 @@ def _send(transport: Sender, copy: _Copy) -> _Result:
             return _Result(copy, None, AttemptTimedOut("the copy lost before it was sent"))
         response = transport.handle_request(copy.request)
         response.stream = _TellsItsClose(response.stream, copy)
-        if copy.plan.read_body:
+        if copy.plan.reads_at_once(response.status_code):
             response.read()
         return _Result(copy, response, None)
     except AttemptDeadlineReached as reached:
@@ -444,7 +444,7 @@ def _conclude(drive: Drive, result: _Result) -> Step:
     if result.failure is not None:
         if response is not None:
             response.close()
-        return drive.raised(plan, result.failure, during_body=response is not None)
+        return drive.raised(plan, result.failure, during_body=response is not None, answer=response)
     assert response is not None
     try:
         return _conclude_response(drive, copy, response)
@@ -461,7 +461,7 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
         drive.attempt_ends_at = copy.attempt_ends_at
         failure: Exception
         try:
-            read_keeping_raw(response)
+            read_asked(response, not plan.read_body)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except (httpx.TransportError, httpx.DecodingError) as exc:
@@ -471,7 +471,7 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
         finally:
             drive.attempt_ends_at = None
         response.close()
-        return drive.raised(plan, failure, during_body=True)
+        return drive.raised(plan, failure, during_body=True, answer=response)
     if type(step) is AwaitOthers:
         response.close()
     return step
@@ -617,7 +617,7 @@ async def _run_copy_async(
             with anyio.fail_after(timeout):
                 response = await transport.handle_async_request(copy.request)
                 response.stream = _AsyncTellsItsClose(response.stream, copy)
-                if copy.plan.read_body:
+                if copy.plan.reads_at_once(response.status_code):
                     await response.aread()
             result = _Result(copy, response, None)
         except AttemptDeadlineReached as reached:
@@ -647,7 +647,7 @@ async def _conclude_async(drive: Drive, result: _Result) -> Step:
     if result.failure is not None:
         if response is not None:
             await response.aclose()
-        return drive.raised(plan, result.failure, during_body=response is not None)
+        return drive.raised(plan, result.failure, during_body=response is not None, answer=response)
     assert response is not None
     try:
         return await _conclude_response_async(drive, copy, response)
@@ -668,7 +668,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
         failure: Exception
         try:
             with anyio.fail_after(max(0.0, timeout) if timeout is not None else None):
-                await aread_keeping_raw(response)
+                await aread_asked(response, not plan.read_body)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except TimeoutError:
@@ -680,7 +680,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
         finally:
             drive.attempt_ends_at = None
         await response.aclose()
-        return drive.raised(plan, failure, during_body=True)
+        return drive.raised(plan, failure, during_body=True, answer=response)
     if type(step) is AwaitOthers:
         await response.aclose()
     return step

@@ -3,8 +3,9 @@
 A streamed call (``client.stream()``, ``send(..., stream=True)``, or any request
 through the drop-in transports, which cannot tell whether their caller streams)
 hands the body over unread, unless the engine needs it first: a failure's body
-is read for its verdict and its error's excerpt, and so is a success's when a
-rule reads it. httpx's ``read()`` keeps only the decoded body, so such a
+is read for its verdict and its error's excerpt (but a drop-in transport hands a
+final answer over unread when its headers settle it), and so is a success's when
+a rule reads it. httpx's ``read()`` keeps only the decoded body, so such a
 response, handed back, would raise ``StreamConsumed`` from ``iter_raw()``,
 where the same response from bare httpx streams its bytes as they came (a
 gateway that forwards an upstream's error unchanged reads it that way).
@@ -26,7 +27,15 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 
-__all__ = ["RawKeepingStream", "aread_keeping_raw", "is_encoded", "read_keeping_raw", "unread"]
+__all__ = [
+    "RawKeepingStream",
+    "aread_asked",
+    "aread_keeping_raw",
+    "is_encoded",
+    "read_asked",
+    "read_keeping_raw",
+    "unread",
+]
 
 
 class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
@@ -84,6 +93,24 @@ async def aread_keeping_raw(response: httpx.Response) -> None:
     """``await response.aread()``, keeping the raw bytes for :func:`unread`."""
     response.stream = RawKeepingStream(response.stream, keep=_encoded(response))
     await response.aread()
+
+
+def read_asked(response: httpx.Response, streamed: bool) -> None:
+    """Read the body the engine asked for (:class:`~retrysafe.decisions.ReadBody`): its
+    raw bytes kept when the caller of a ``streamed`` call may read it again (see
+    :func:`unread`); read plainly otherwise, as the caller's ``read()`` would."""
+    if streamed:
+        read_keeping_raw(response)
+    else:
+        response.read()
+
+
+async def aread_asked(response: httpx.Response, streamed: bool) -> None:
+    """:func:`read_asked`, for an async response."""
+    if streamed:
+        await aread_keeping_raw(response)
+    else:
+        await response.aread()
 
 
 def unread(response: httpx.Response) -> None:

@@ -26,7 +26,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after, phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Wait
 from retrysafe.drive import Drive, Step
-from retrysafe.kept_body import read_keeping_raw
+from retrysafe.kept_body import read_asked
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["AsyncSender", "SendLoop", "Sender"]
@@ -162,11 +162,11 @@ class SendLoop:
         try:
             try:
                 response = self.transport.handle_request(request)
-                if plan.read_body:
+                if plan.reads_at_once(response.status_code):
                     response.read()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    read_keeping_raw(response)
+                    read_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
                 return step
             except AttemptDeadlineReached as reached:
@@ -182,7 +182,7 @@ class SendLoop:
             drive.attempt_ends_at = None
         if response is not None:
             response.close()
-        return drive.raised(plan, failure, during_body=response is not None)
+        return drive.raised(plan, failure, during_body=response is not None, answer=response)
 
     def _hedged_attempt(self, drive: Drive, request: httpx.Request, plan: AttemptPlan) -> Step:
         """An attempt of a hedging call: it and its hedged copies (see hedged_shell)."""

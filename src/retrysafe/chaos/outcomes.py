@@ -152,13 +152,20 @@ class TruncatedResponse(Response):
 
 
 class DripResponse(Response):
-    """Headers at once, then ``chunks`` chunks of ``chunk_bytes`` each after ``interval``."""
+    """Headers (``status``) at once, then ``chunks`` chunks of ``chunk_bytes`` each after
+    ``interval``: a slow body, of a success or of an error answer."""
 
     def __init__(
-        self, *, chunks: int, chunk_bytes: int, interval: float, headers: Mapping[str, str]
+        self,
+        *,
+        chunks: int,
+        chunk_bytes: int,
+        interval: float,
+        headers: Mapping[str, str],
+        status: int = 200,
     ) -> None:
         super().__init__(
-            status_code=200,
+            status_code=status,
             headers={**headers, "content-length": str(chunks * chunk_bytes)},
             media_type="text/plain",
         )
@@ -167,7 +174,9 @@ class DripResponse(Response):
         self.interval = interval
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         if self.chunks == 0:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return

@@ -56,6 +56,8 @@ def routes(state: ChaosState) -> list[Route]:
         chunks = int_param(request, "chunks", 5, minimum=0, maximum=_MAX_CHUNKS)
         interval_ms = int_param(request, "interval_ms", 100, minimum=0, maximum=_MAX_MS)
         chunk_bytes = int_param(request, "chunk_bytes", 8, minimum=1, maximum=_MAX_BYTES)
+        # (an error answer whose body is slow or large: its status must not be lost to it)
+        status = int_param(request, "status", 200, minimum=200, maximum=599)
         arrival = await arrive(state, request, "drip")
         arrival.record("drip")
         return DripResponse(
@@ -63,6 +65,7 @@ def routes(state: ChaosState) -> list[Route]:
             chunk_bytes=chunk_bytes,
             interval=interval_ms / 1000,
             headers=arrival.headers(),
+            status=status,
         )
 
     async def truncate(request: Request) -> Response:

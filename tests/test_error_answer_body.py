@@ -1,0 +1,166 @@
+"""An error answer is the server's answer, however its body arrives.
+
+The chaos ``/drip`` endpoint answers ``status`` at once, then trickles its body for longer
+than an attempt may take. retrysafe judges such an answer on its status and headers
+(only a rule, or a keyed 400/409/422 whose JSON body may speak of the key, needs the
+body), so:
+
+- through a drop-in transport, a final answer is the caller's, unread: httpx reads its
+  body with the caller's timeouts, as without retrysafe (the openai SDK raises
+  ``NotFoundError``, not ``APITimeoutError``), and a large one is never held in memory;
+- ``retrysafe.Client`` reads the body for the error within the attempt; when it does not
+  arrive, the error is still the answer's (a ``ClientError`` for a 404, no body);
+- a 503 whose body is cut off is still a refusal before any work: a POST without a key
+  is sent again.
+
+Before this, each of these became a timeout: the GET was sent four times, and the call
+failed as a ``TransportError`` or httpx's ``ReadTimeout``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+import retrysafe
+from retrysafe import ClientError, RetryPolicy
+from retrysafe.chaos import KeyedChaos
+
+pytestmark = pytest.mark.anyio
+
+#: An attempt may take 0.3 s; each body below takes about 1 s to arrive.
+POLICY = RetryPolicy(
+    attempt_timeout=0.3, min_attempt_time=0.05, deadline=5, backoff_base=0.01, backoff_cap=0.02
+)
+HEDGING = RetryPolicy(
+    attempt_timeout=0.3,
+    min_attempt_time=0.05,
+    deadline=5,
+    backoff_base=0.01,
+    backoff_cap=0.02,
+    hedge_after=0.15,
+)
+CHUNKS = 10
+INTERVAL_MS = 100
+#: What the dripped body is: chunk n is the digit n, 8 bytes of it.
+DRIPPED = b"".join(b"%d" % n * 8 for n in range(CHUNKS))
+
+
+def _slow(chaos: KeyedChaos, status: int, **params: Any) -> str:
+    return chaos.url(
+        "/drip", status=status, chunks=CHUNKS, interval_ms=INTERVAL_MS, chunk_bytes=8, **params
+    )
+
+
+def _sent(chaos: KeyedChaos) -> int:
+    return sum(1 for record in chaos.log() if record.action == "drip")
+
+
+@pytest.mark.parametrize("policy", [POLICY, HEDGING], ids=["plain", "hedging"])
+def test_a_drop_in_hands_a_slow_404_over_as_the_servers_answer(
+    chaos: KeyedChaos, policy: RetryPolicy
+) -> None:
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=policy)) as client:
+        started = time.monotonic()
+        response = client.get(_slow(chaos, 404))
+        took = time.monotonic() - started
+    assert response.status_code == 404
+    assert response.content == DRIPPED  # (read by httpx, with its own 5 s timeouts)
+    assert _sent(chaos) == 1
+    assert 0.8 < took < 4.0
+
+
+@pytest.mark.parametrize("policy", [POLICY, HEDGING], ids=["plain", "hedging"])
+async def test_an_async_drop_in_hands_a_slow_404_over_as_the_servers_answer(
+    chaos: KeyedChaos, policy: RetryPolicy
+) -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=policy)
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get(_slow(chaos, 404))
+    assert response.status_code == 404
+    assert response.content == DRIPPED
+    assert _sent(chaos) == 1
+
+
+def test_a_drop_in_leaves_a_large_final_answer_unread_for_the_caller(chaos: KeyedChaos) -> None:
+    """A streamed 404 of 8 MB reaches the caller with nothing of its body read: not held
+    in memory (before, all of it was read, and kept twice when encoded)."""
+    url = chaos.url("/drip", status=404, chunks=8, interval_ms=0, chunk_bytes=1_000_000)
+    client = httpx.Client(transport=retrysafe.RetryTransport(policy=POLICY))
+    with client, client.stream("GET", url) as response:
+        assert response.status_code == 404
+        assert response.num_bytes_downloaded == 0
+        assert sum(len(chunk) for chunk in response.iter_raw()) == 8_000_000
+    assert _sent(chaos) == 1
+
+
+def test_the_client_raises_the_answers_error_when_its_body_does_not_come(
+    chaos: KeyedChaos,
+) -> None:
+    with retrysafe.Client(policy=POLICY) as client:
+        started = time.monotonic()
+        with pytest.raises(ClientError) as raised:
+            client.get(_slow(chaos, 404))
+        took = time.monotonic() - started
+    error = raised.value
+    assert (error.status, error.reason, error.retryable) == (404, "not_found", False)
+    assert error.body is None
+    assert error.attempts == 1
+    assert isinstance(error.__cause__, httpx.TimeoutException)  # what cut the body
+    assert _sent(chaos) == 1
+    assert took < 1.0  # the attempt's 0.3 s, not the body's 1 s
+
+
+async def test_the_async_client_raises_the_answers_error_when_its_body_does_not_come(
+    chaos: KeyedChaos,
+) -> None:
+    async with retrysafe.AsyncClient(policy=POLICY) as client:
+        with pytest.raises(ClientError) as raised:
+            await client.get(_slow(chaos, 404))
+    error = raised.value
+    assert (error.status, error.reason, error.body, error.attempts) == (404, "not_found", None, 1)
+    assert _sent(chaos) == 1
+
+
+def test_the_client_still_reads_a_final_answers_body_that_comes_in_time(
+    chaos: KeyedChaos,
+) -> None:
+    url = chaos.url("/drip", status=404, chunks=2, interval_ms=10, chunk_bytes=8)
+    with retrysafe.Client(policy=POLICY) as client, pytest.raises(ClientError) as raised:
+        client.get(url)
+    assert raised.value.body == "00000000" + "11111111"
+
+
+@pytest.mark.parametrize("policy", [POLICY, HEDGING], ids=["plain", "hedging"])
+def test_a_503_cut_off_in_its_body_is_still_a_refusal_a_post_may_repeat(
+    chaos: KeyedChaos, policy: RetryPolicy
+) -> None:
+    """The server said 503 (it did no work); its body not arriving does not make the POST
+    "maybe processed". (Before: ``unsafe_to_repeat``, as a timeout after sending.)"""
+    slow = _slow(chaos, 503)
+    with retrysafe.Client(policy=policy) as client, pytest.raises(retrysafe.ServerError) as raised:
+        client.post(slow, content=b"{}")
+    error = raised.value
+    assert (error.status, error.reason, error.processed) == (503, "attempts_exhausted", "no")
+    assert error.attempts == policy.attempts
+    assert _sent(chaos) == policy.attempts
+
+
+def test_the_openai_sdk_sees_a_slow_404_as_not_found(chaos: KeyedChaos) -> None:
+    """trial93's case: the SDK over RetryTransport raised ``APITimeoutError`` for a 404
+    whose body was slow, after sending it four times."""
+    openai = pytest.importorskip("openai")
+    transport = retrysafe.RetryTransport(policy=POLICY)
+    sdk = openai.OpenAI(
+        base_url=chaos.base_url,
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx.Client(transport=transport),
+    )
+    path = _slow(chaos, 404).removeprefix(chaos.base_url)
+    with pytest.raises(openai.NotFoundError):
+        sdk.get(path, cast_to=httpx.Response)
+    assert _sent(chaos) == 1
