@@ -142,8 +142,11 @@ class AsyncClient(httpx.AsyncClient):
                 governor=self.governor,
                 deadline_header=deadline_header,
             )
-            # (the client's jar learns cookies its retried attempts' answers set)
-            shell.settings = shell.settings._replace(client_cookies=client_cookies)
+            # (the client's jar learns cookies its retried attempts' answers set; a final
+            # answer becomes the client's error, which carries its body)
+            shell.settings = shell.settings._replace(
+                client_cookies=client_cookies, returns_answers=False
+            )
             return shell
 
         self._transport, self._mounts = wrap_transports(self._transport, self._mounts, wrap)

@@ -136,7 +136,7 @@ def _hedged_call(
         observed=_listening(settings.observer),
         started=started,
         elapsed_before=elapsed_before,
-        returns_answers=not settings.raise_errors,
+        returns_answers=settings.returns_answers,
     )
 
 
@@ -528,7 +528,7 @@ class Drive:
                 started=self._started,
                 replayable=None if self._first is None else self._first.replayable,
                 elapsed_before=self._elapsed_before,
-                returns_answers=not self.settings.raise_errors,
+                returns_answers=self.settings.returns_answers,
             )
         first = self._first
         if first is not None:

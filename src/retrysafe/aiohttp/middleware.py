@@ -136,7 +136,7 @@ class RetryMiddleware:
             dependency=dependency,
             raise_errors=True,
             deadline_header=deadline_header,
-        )
+        )._replace(returns_answers=not raise_on_status)  # (else the error carries its body)
         self.idempotency = idempotency_mode(idempotency)
         self.raise_on_status = raise_on_status
         self.stream = stream
@@ -339,7 +339,8 @@ class _Attempt:
             try:
                 async with _time_limit(None if limit == math.inf else limit) as time_limit:
                     response = await self.handler(self.request)
-                    body = await _read(response) if plan.read_body else None
+                    # (an error answer's body only if the engine asks: see Call)
+                    body = await _read(response) if plan.reads_at_once(response.status) else None
                     step = drive.returned(plan, _view_of(drive, response, body))
                     if type(step) is ReadBody:
                         step = drive.returned(
@@ -377,9 +378,11 @@ class _Attempt:
             raise
         finally:
             _sending.reset(sending)
+        answer = None
         if response is not None:
             response.close()
-        return drive.raised(plan, failure, during_body=response is not None)
+            answer = _view_of(drive, response, None)  # (its head: the body did not come)
+        return drive.raised(plan, failure, during_body=answer is not None, answer=answer)
 
     def _queued(self) -> bool:
         """Whether the attempt in flight, cut, spent its time in its session's queue for

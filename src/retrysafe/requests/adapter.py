@@ -126,7 +126,7 @@ class RetryAdapter(HTTPAdapter):
             dependency=dependency,
             raise_errors=True,
             deadline_header=deadline_header,
-        )
+        )._replace(returns_answers=not raise_on_status)  # (else the error carries its body)
         self.idempotency = idempotency_mode(idempotency)
         redact_urllib3_logs()  # urllib3 logs each request's query at DEBUG
         self.raise_on_status = raise_on_status
@@ -230,6 +230,7 @@ class RetryAdapter(HTTPAdapter):
         assert isinstance(step, Fail)
         assert response is not None
         setattr(response, _REPORT_ATTRIBUTE, step.report)
+        _hand_over_body(response, attempt.timeout[1])  # (a final answer, unread: yours)
         if not self.raise_on_status or _challenge_to_answer(attempt.request, response):
             return response
         raise as_requests_error(
@@ -412,7 +413,9 @@ class _Attempt:
                     response.close()
                     response = None
                     raise _CutShort()
-                read_now = plan.read_body or _followed(response)
+                # (a success's body, and a redirect's, which requests reads to follow it; an
+                # error answer's only if the engine asks: its status must not be lost to it)
+                read_now = plan.reads_at_once(response.status_code) or _followed(response)
                 body = self._read(response, watch) if read_now else None
                 step = drive.returned(plan, _view_of(drive, response, body))
                 if type(step) is ReadBody:
@@ -438,9 +441,11 @@ class _Attempt:
             if watch is not None:
                 watchdog.release(watch)
                 current_watch.reset(token)  # type: ignore[arg-type]
+        answer = None
         if response is not None:
             response.close()
-        return drive.raised(plan, failure, during_body=response is not None)
+            answer = _view_of(drive, response, None)  # (its head: the body did not come)
+        return drive.raised(plan, failure, during_body=answer is not None, answer=answer)
 
     def _bounded_timeout(self, limit: float) -> tuple[float | None, float | None]:
         """The caller's (connect, read) timeouts, neither longer than the attempt's time."""
