@@ -22,7 +22,13 @@ from retrysafe.idempotency.fingerprint import request_fingerprint
 from retrysafe.idempotency.held_claim import HeldClaim, WallClock
 from retrysafe.idempotency.key_header import KeyProblem, read_key
 from retrysafe.idempotency.problems import Problem, send_problem
-from retrysafe.idempotency.records import IdempotencyRecord, StoredResponse
+from retrysafe.idempotency.records import Claimed, IdempotencyRecord, StoredResponse
+from retrysafe.idempotency.redirect_hops import (
+    MAX_HOPS,
+    hop_key,
+    redirect_target,
+    request_target,
+)
 from retrysafe.idempotency.replay import send_replay, stored_response
 from retrysafe.idempotency.request_body import BodyRefused, read_body, replaying_receive
 from retrysafe.idempotency.response_capture import ResponseCapture
@@ -177,6 +183,8 @@ class IdempotencyMiddleware:
         if admitted is None:
             return  # the client left while sending its body; nothing was claimed
         stamped = self._clock.time()
+        #: The key the request's outcome is kept under: its own, or a redirect hop's.
+        kept_as = admitted.key
         try:
             claim = await self.store.claim(
                 admitted.caller,
@@ -185,6 +193,10 @@ class IdempotencyMiddleware:
                 now=stamped,
                 lease=settings.lease,
             )
+            if isinstance(claim, IdempotencyRecord) and claim.fingerprint != admitted.fingerprint:
+                hop = await self._claim_hop(admitted, claim, request_target(scope), stamped)
+                if hop is not None:
+                    kept_as, claim = hop
         except StoreUnavailable as exc:
             logger.warning("idempotency store unavailable, refusing a keyed request: %s", exc)
             await send_problem(send, problems.store_unavailable(STORE_DOWN_RETRY_AFTER))
@@ -203,7 +215,7 @@ class IdempotencyMiddleware:
         held = HeldClaim(
             self.store,
             guarded.caller,
-            guarded.key,
+            kept_as,
             claim.token,
             clock=self._clock,
             settings=settings,
@@ -215,6 +227,32 @@ class IdempotencyMiddleware:
                 await send_problem(send, refused)
                 return
         await self._run_claimed(scope, admitted.body, send, guarded, held)
+
+    async def _claim_hop(
+        self, admitted: _Admitted, record: IdempotencyRecord, target: str, now: float
+    ) -> tuple[str, Claimed | IdempotencyRecord] | None:
+        """When the chain of 307/308 redirects kept from ``record`` leads to ``target``,
+        this request is that redirect's hop: the hop's own key (see
+        :mod:`~retrysafe.idempotency.redirect_hops`) and its claim under it. None when it
+        leads elsewhere: a different request under the key."""
+        store, caller = self.store, admitted.caller
+        for _ in range(MAX_HOPS):
+            location = redirect_target(record)
+            if location is None:
+                return None
+            key = hop_key(admitted.key, location)
+            claim = await store.claim(
+                caller, key, admitted.fingerprint, now=now, lease=self.settings.lease
+            )
+            if location == target:
+                return key, claim
+            if isinstance(claim, Claimed):
+                # No hop was ever sent there: this is no hop of the chain. (The claim
+                # just taken is given back at once.)
+                await store.release(caller, key, claim.token)
+                return None
+            record = claim
+        return None
 
     async def _restart_lease(self, held: HeldClaim) -> Problem | None:
         """Start the lease of a claim that took long to write from now, before the handler
