@@ -555,6 +555,39 @@ def test_an_interrupted_keyed_write_names_the_key_to_resend_it_under(
     assert err.rstrip().endswith("interrupted")
 
 
+def test_an_interrupted_keyed_write_that_never_reached_the_server_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in the wait after a refused connect: nothing went out, so the command does
+    not say it may have (trial95), whatever the key."""
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers["idempotency-key"])
+        raise httpx.ConnectError("connection refused", request=request)
+
+    def interrupted(clock: object, seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    monkeypatch.setattr(retrysafe.clock.SystemClock, "sleep", interrupted)  # (Ctrl-C in the wait)
+    code, _, err = run(
+        capsys, "request", "POST", "https://api.test/orders", "--json", "{}",
+        "--idempotency-key", "auto",
+    )  # fmt: skip
+
+    assert code == 130
+    assert len(sent) == 1  # the first attempt, refused at connect; then the wait
+    assert "may have gone out" not in err
+    assert "the request was not sent" in err
+
+
 def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys)
 

@@ -23,6 +23,7 @@ from retrysafe.policy import RetryPolicy
 __all__ = [
     "SUCCESS",
     "AttemptTimedOut",
+    "NEVER_SENT_OUTCOMES",
     "InvalidVerdict",
     "Processed",
     "Verdict",
@@ -446,6 +447,8 @@ _NEVER_SENT: tuple[tuple[type[Exception], str], ...] = (
     (httpx.ConnectError, "connect_error"),
     (httpx.ProxyError, "proxy_error"),
 )
+#: The outcomes of an attempt that never reached the server (nothing of it was sent).
+NEVER_SENT_OUTCOMES: Final = frozenset(reason for _, reason in _NEVER_SENT)
 _MAYBE_SENT: tuple[tuple[type[Exception], str], ...] = (
     (AttemptTimedOut, "attempt_timeout"),
     (httpx.WriteTimeout, "write_timeout"),

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import httpx
 
 from retrysafe import ApiError, CallReport, Client, EventHook, RetryEvent, RetryPolicy
+from retrysafe.classify import NEVER_SENT_OUTCOMES
 from retrysafe.cli.exit_codes import EXIT_OK, UsageError, exit_code_for
 from retrysafe.cli.terminal import Style, safe_line, wants_color
 from retrysafe.client_options import key_fits_a_header
@@ -306,6 +307,19 @@ def _retry_printer(stderr: TextIO, style: Style) -> EventHook:
     return hook
 
 
+class _MayHaveGoneOut:
+    """A hook that learns whether any attempt of the call may have reached the server:
+    one that ended with anything but a never-sent outcome (a refused or timed-out
+    connect, a full pool), or one cut in flight by the interrupt (``interrupted``)."""
+
+    def __init__(self) -> None:
+        self.maybe = False
+
+    def __call__(self, event: RetryEvent) -> None:
+        if event.kind == "attempt" and event.outcome not in NEVER_SENT_OUTCOMES:
+            self.maybe = True
+
+
 def _send(spec: RequestSpec, hooks: list[EventHook]) -> httpx.Response:
     """Send the request through retrysafe; raises its ApiError on a final failure."""
     extra: dict[str, Any] = {}
@@ -377,12 +391,13 @@ def run_request(args: argparse.Namespace) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     style = Style(wants_color(stderr, disabled=args.no_color))
     spec = request_spec(args, sys.stdin)
-    hooks = [] if args.quiet else [_retry_printer(stderr, style)]
+    gone_out = _MayHaveGoneOut()
+    hooks: list[EventHook] = [gone_out] if args.quiet else [gone_out, _retry_printer(stderr, style)]
     try:
         response = _send(spec, hooks)
     except KeyboardInterrupt:
         key = _key_sent(spec)
-        if key is not None:
+        if key is not None and gone_out.maybe:
             # (no error to carry the hint the other endings give: the write may be done)
             stderr.write(
                 safe_line(
@@ -391,6 +406,9 @@ def run_request(args: argparse.Namespace) -> int:
                 )
                 + "\n"
             )
+        elif key is not None:
+            # (interrupted in a wait, every attempt before refused at connect: nothing sent)
+            stderr.write("retrysafe: the request was not sent\n")
         raise
     except ApiError as error:
         stderr.write(style.paint(safe_line(f"retrysafe: {_error_line(error)}"), "red") + "\n")
