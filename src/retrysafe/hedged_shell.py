@@ -58,7 +58,7 @@ from retrysafe.attempt_deadline import (
 )
 from retrysafe.attempt_plan import hard_end_after
 from retrysafe.classify import AttemptTimedOut
-from retrysafe.decisions import AttemptPlan, AwaitOthers, ReadBody, Succeed
+from retrysafe.decisions import AttemptPlan, AwaitOthers, Fail, ReadBody, Succeed
 from retrysafe.drive import Drive, Step
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
@@ -436,6 +436,15 @@ def _send(transport: Sender, copy: _Copy) -> _Result:
             copy.connections = []
 
 
+def _caller_reads(step: Step) -> bool:
+    """Whether the caller reads the body of the answer ``step`` ends the round with: a
+    success's, or a final answer's handed over unread (a drop-in's 404). Its reads then
+    get the caller's timeouts, set on the winning copy's request, the one sent."""
+    if type(step) is Succeed:
+        return True
+    return type(step) is Fail and step.response is not None and not step.response.is_closed
+
+
 def _conclude(drive: Drive, result: _Result) -> Step:
     """Tell the engine what one copy got (reading its body if the engine asks)."""
     copy, response = result.copy, result.response
@@ -566,7 +575,7 @@ class _SyncRound:
                 step = _conclude(drive, result)
                 if type(step) is not AwaitOthers:
                     self.winner = result.copy
-                    if type(step) is Succeed:
+                    if _caller_reads(step):
                         drive.hand_over_body(result.copy.request)
                     return step
                 self.judging.judged(result.copy)
@@ -740,7 +749,7 @@ async def hedged_round_async(
                     concluded = await _conclude_async(drive, result)
                     if type(concluded) is not AwaitOthers:
                         winner, step, won = result.copy, concluded, result.response
-                        if type(step) is Succeed:
+                        if _caller_reads(step):
                             drive.hand_over_body(winner.request)
                     else:
                         judging.judged(result.copy)
