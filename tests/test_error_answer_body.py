@@ -121,6 +121,7 @@ def test_the_client_raises_the_answers_error_when_its_body_does_not_come(
     error = raised.value
     assert (error.status, error.reason, error.retryable) == (404, "not_found", False)
     assert error.body is None
+    assert "see .body" not in str(error)  # (there is none to see)
     assert error.attempts == 1
     assert isinstance(error.__cause__, httpx.TimeoutException)  # what cut the body
     assert _sent(chaos) == 1

@@ -266,6 +266,10 @@ def _received_note(error: ApiError) -> str:
     return note
 
 
+#: Where a client error's advice points to learn what was wrong (when a body came).
+_SEE_BODY: Final = " (see .body)"
+
+
 class ClientError(ApiError):
     """The request itself is wrong (400, 401, 403, 404, 422...): fix it; repeating won't help.
 
@@ -273,7 +277,7 @@ class ClientError(ApiError):
     idempotency key is still running, may be answered later.
     """
 
-    advice = "fix the request (see .body); repeating it will not help"
+    advice = f"fix the request{_SEE_BODY}; repeating it will not help"
 
     def _advice(self) -> str:
         if self.reason == "result_not_replayable":
@@ -292,6 +296,8 @@ class ClientError(ApiError):
                 "exactly as it was first"
             )
         if not self.retryable:
+            if self.body is None:  # (no body came, or it was not read: none to see)
+                return super()._advice().replace(_SEE_BODY, "")
             return super()._advice()
         if self.status == 409 and self.idempotency_key is not None:
             return (
