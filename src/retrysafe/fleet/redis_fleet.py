@@ -45,6 +45,9 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_rejoin_in_child)
 
 _PROBE_KINDS = ("closed", "open", "granted", "busy")
+#: At most this many unanswered probe leases are kept to give back (each is one call's,
+#: asked while Redis stopped answering; past this, a lease is left to run out).
+_UNANSWERED_KEPT = 64
 
 
 def _quick_handshake() -> dict[str, Any]:
@@ -179,6 +182,11 @@ class RedisFleet:
         #: dropped, the lease would hold every process off the dependency until it ran
         #: out, long after the dependency recovered (trial94).
         self._probe_reports: dict[str, tuple[str, list[str], list[str]]] = {}
+        #: The probe leases asked for whose answer never came (by token: the dependency).
+        #: Redis may have granted one after this process stopped waiting: each is given
+        #: back once Redis answers again (see _refresh), or every process would wait it
+        #: out while this one, which took no answer for a grant, probed no one (trial94).
+        self._unanswered_probes: dict[str, str] = {}
         _FLEETS.add(self)
 
     # -- what a FleetGuard reads -----------------------------------------------------------
@@ -337,6 +345,8 @@ class RedisFleet:
         token = f"{self.process}:{secrets.token_hex(6)}"
         reply = self._run("ACQUIRE_PROBE", [opened, probe], [token, repr(lease * 1000.0)])
         if reply is None:
+            if len(self._unanswered_probes) < _UNANSWERED_KEPT:
+                self._unanswered_probes[token] = dependency
             return None
         kind = _PROBE_KINDS[int(reply[0])]
         seconds = max(0, int(reply[1])) / 1000.0
@@ -491,6 +501,9 @@ class RedisFleet:
         """The refresher's round: raises when Redis fails (the refresher handles it).
         Redis answering, a probe outcome it did not take is sent again."""
         self._read(list(self._views), self._background)
+        for token, dependency in list(self._unanswered_probes.items()):
+            self._script("RELEASE_PROBE", [self._keys.of(dependency)[3]], [token])
+            self._unanswered_probes.pop(token, None)
         if self._probe_reports:
             self.availability.found()  # (it answered: the resends are not dropped as away)
             for token in list(self._probe_reports):
@@ -511,6 +524,7 @@ class RedisFleet:
         if loaded:
             self._loaded.set()
         self._probe_reports.clear()  # (the parent's probes: the parent reports them)
+        self._unanswered_probes.clear()
         for view in self._views.values():
             view.unheard()
 
