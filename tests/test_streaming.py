@@ -139,6 +139,22 @@ def test_a_body_streamed_late_in_its_deadline_is_read_with_httpxs_read_timeout(
     assert request_timeouts["read"] == 5.0  # (the caller's, restored as the body was handed over)
 
 
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_a_hedging_calls_streamed_body_is_read_with_httpxs_read_timeout(
+    chaos: KeyedChaos, method: str
+) -> None:
+    """Under a hedging policy, a request with no copy to race (a POST without a key, never
+    sent twice at once; or the last attempt) is sent alone as a copy of the call's: its
+    body's reads got the attempt's bounds, and gaps longer than the attempt raised
+    ``ReadTimeout`` (an openai stream under a hedging policy)."""
+    policy = RetryPolicy(attempt_timeout=0.3, min_attempt_time=0.05, deadline=5, hedge_after=0.15)
+    url = chaos.url("/drip", chunks=3, interval_ms=400, chunk_bytes=4)
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=policy)) as client:
+        response = client.request(method, url, content=b"{}" if method == "POST" else None)
+    assert response.status_code == 200
+    assert response.content == b"000011112222"
+
+
 def test_a_requests_body_streamed_late_in_its_deadline_is_read_with_the_callers_timeout(
     chaos: KeyedChaos,
 ) -> None:

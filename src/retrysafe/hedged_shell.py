@@ -551,7 +551,10 @@ class _SyncRound:
             # No copy can follow this one (a request not safe to send twice, hedges used
             # up...): send it from here, with no thread, as a call without hedging does.
             copy = _Copy(plan, first_request, drive, instrumented=self.instrumented)
-            return _conclude(drive, _send(self.transport, copy))
+            alone = _conclude(drive, _send(self.transport, copy))
+            if _caller_reads(alone):
+                drive.hand_over_body(first_request)  # (the one sent: a copy of the call's)
+            return alone
         self.launch(plan, first_request)
         try:
             while True:
