@@ -963,9 +963,10 @@ def _attempt(
         if spec.body_error:
             exc = _exception(spec.body_error, request)
             response.close()
-            # An error answer its headers settle is judged on them, its body lost; any
-            # other outcome by how far it got.
-            settled = spec.status >= 400 and headers_settle(run, spec)
+            # An error answer is judged on its status and headers, as if its lost body
+            # said nothing (unless rules, which read bodies); any other outcome by how
+            # far it got.
+            settled = spec.status >= 400 and not run.scenario.rules
             if settled:
                 verdict = _judge(response, run, clock.time())
             else:
@@ -1120,10 +1121,18 @@ def headers_settle(run: Run, spec: Outcome) -> bool:
     return spec.body in _BODY_HEADERS or spec.body not in _JSON_BODIES
 
 
+def as_judged(run: Run, rec: OutcomeRec) -> Outcome:
+    """The outcome as it could be judged: an answer whose body was lost, and needed (see
+    headers_settle), is judged as one whose body says nothing."""
+    if rec.body_lost and not headers_settle(run, rec.spec):
+        return dataclasses.replace(rec.spec, body="empty")
+    return rec.spec
+
+
 def spec_meaning(run: Run, rec: OutcomeRec) -> tuple[str, str | None]:
     """``(kind, processed)`` of an outcome as the scenario describes it: ``processed``
     is only given for a retry ("no": the server surely did not act)."""
-    spec = rec.spec
+    spec = as_judged(run, rec)
     if rec.response is None:  # (no answer, or one whose body was needed and lost)
         if rec.during_body:
             return ("retry", "maybe")
@@ -1160,7 +1169,7 @@ def key_may_be_in_use(run: Run, before: int) -> bool:
         if status == 409 and run.keyed:
             # (by the table's reading: a rule's verdict on a 409 says nothing of the key)
             if _rule_meaning(run, rec.spec) is None and (
-                kind == "retry" or rec.spec.body in _NOT_REPLAYABLE_BODIES
+                kind == "retry" or as_judged(run, rec).body in _NOT_REPLAYABLE_BODIES
             ):
                 return True
         elif status is not None and 400 <= status < 500:
@@ -2105,14 +2114,14 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
                 rec.spec.describe(),
                 rec.result.spends_budget,
             )
-        # An error answer's body is read for the error it may become, unless a drop-in
-        # caller gets the answer itself and its headers settle that it is final.
+        # An error answer's body is read for the error it may become, or for a verdict
+        # it may change; a drop-in caller's answer the headers settle is not read: handed
+        # over if final, closed if sent again.
         hands_over = (
             rec.spec.kind == "response"
             and rec.spec.status >= 400
             and run.scenario.returns_answers
             and headers_settle(run, rec.spec)
-            and kind == "permanent"
         )
         if rec.read_body is not None:
             expect(
@@ -2122,7 +2131,7 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
             )
             expect(
                 not hands_over,
-                "attempt %d (%s): the engine read a final answer a drop-in hands over",
+                "attempt %d (%s): the engine read an answer its headers settle for a drop-in",
                 rec.plan.number,
                 rec.spec.describe(),
             )
@@ -2237,13 +2246,11 @@ def coverage(run: Run) -> collections.Counter[str]:
                 seen["ReadBody asked"] += 1
             if rec.body_lost:
                 seen["error answer judged on its headers, its body lost"] += 1
-            elif (
-                rec.response is not None
-                and rec.read_body is None
-                and rec.spec.status >= 400
-                and type(rec.result) is Fail
-            ):
-                seen["final answer handed over unread (drop-in)"] += 1
+            elif rec.response is not None and rec.read_body is None and rec.spec.status >= 400:
+                if type(rec.result) is Fail:
+                    seen["final answer handed over unread (drop-in)"] += 1
+                elif run.scenario.returns_answers:
+                    seen["answer sent again without reading its body (drop-in)"] += 1
             if rec.plan.cut_by_deadline:
                 seen["attempt cut by the deadline"] += 1
             if rec.spec.nested_gave_up:

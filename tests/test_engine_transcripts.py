@@ -61,6 +61,7 @@ def test_every_invariant_was_exercised(tally: transcripts.Tally) -> None:
         "ReadBody asked",
         "error answer judged on its headers, its body lost",
         "final answer handed over unread (drop-in)",
+        "answer sent again without reading its body (drop-in)",
         "governor cooldown",
         "paced slot",
         "retry waits for its held slot",

@@ -178,3 +178,65 @@ def test_the_openai_sdk_sees_a_slow_404_as_not_found(chaos: KeyedChaos) -> None:
     with pytest.raises(openai.NotFoundError):
         sdk.get(path, cast_to=httpx.Response)
     assert _sent(chaos) == 1
+
+
+@pytest.mark.parametrize("policy", [POLICY, HEDGING], ids=["plain", "hedging"])
+def test_a_drop_in_hands_over_the_last_retried_answer_unread(
+    chaos: KeyedChaos, policy: RetryPolicy
+) -> None:
+    """A 503 is sent again without its body being read (the answer is closed), and the
+    last one is the caller's, as a 404 is (trial96: a timeout, after four sends)."""
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=policy)) as client:
+        response = client.get(_gapped(chaos, 503))
+        assert response.status_code == 503
+        assert response.content == GAPPED
+    assert _sent(chaos) == policy.attempts
+
+
+def test_a_drop_in_hands_over_a_500_to_a_post_it_will_not_send_again(chaos: KeyedChaos) -> None:
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=POLICY)) as client:
+        response = client.post(_gapped(chaos, 500), content=b"{}")
+        assert response.status_code == 500
+        assert response.content == GAPPED
+    assert _sent(chaos) == 1
+
+
+async def test_an_async_drop_in_hands_over_the_last_retried_answer_unread(
+    chaos: KeyedChaos,
+) -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=POLICY)
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get(_gapped(chaos, 429))
+        assert response.status_code == 429
+        assert await response.aread() == GAPPED
+    assert _sent(chaos) == POLICY.attempts
+
+
+def test_a_keyed_409_whose_json_body_did_not_come_keeps_its_status(chaos: KeyedChaos) -> None:
+    """Its body might have said the key is in use; lost, it says nothing, and the 409 is
+    judged as one that says nothing of its key (the app's own conflict: final), where it
+    was a timeout sent four times with no status (trial96)."""
+    url = chaos.url("/drip", status=409, chunks=10, interval_ms=100, chunk_bytes=8, type="json")
+    with retrysafe.Client(policy=POLICY) as client, pytest.raises(ClientError) as raised:
+        client.post(url, json={}, idempotency_key=True)
+    assert (raised.value.status, raised.value.reason, raised.value.body) == (409, "conflict", None)
+    assert _sent(chaos) == 1
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_the_openai_sdk_sees_a_slow_retried_status_as_that_status(
+    chaos: KeyedChaos, status: int
+) -> None:
+    openai = pytest.importorskip("openai")
+    transport = retrysafe.RetryTransport(policy=POLICY)
+    sdk = openai.OpenAI(
+        base_url=chaos.base_url,
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx.Client(transport=transport),
+    )
+    path = _gapped(chaos, status).removeprefix(chaos.base_url)
+    expected = openai.RateLimitError if status == 429 else openai.InternalServerError
+    with pytest.raises(expected):
+        sdk.post(path, body={}, cast_to=httpx.Response)
+    assert _sent(chaos) == (POLICY.attempts if status == 429 else 1)

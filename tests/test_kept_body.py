@@ -1,6 +1,7 @@
 """A streamed call's body that retrysafe read for its verdict streams again, raw, as bare
-httpx's would: a failure handed back by the drop-in transports, or a success a rule read.
-The requests adapter leaves ``response.raw`` readable the same way.
+httpx's would: a failure a rule read, handed back by the drop-in transports, or a success
+a rule read. The requests adapter leaves ``response.raw`` readable the same way. (A
+failure no rule reads is handed back unread: its status and headers judge it.)
 
 Over a real socket, against a server whose bodies are gzip-encoded, so the raw bytes
 (``iter_raw``) and the decoded ones (``iter_bytes``, ``text``) differ.
@@ -48,14 +49,36 @@ def _reads_body(response: httpx.Response) -> Verdict | None:
     return Verdict.success() if b"busy" in response.content else None
 
 
+def _peeks(response: httpx.Response) -> Verdict | None:
+    """A rule that reads the body and leaves the verdict to the table: a failure is then
+    read before it is judged and handed back."""
+    assert response.content
+    return None
+
+
+#: One attempt, its failure read by a rule.
+ONCE_READ = RetryPolicy(attempts=1, rules=(_peeks,))
+
+
 def test_bare_httpx_streams_the_raw_bytes(server: str) -> None:
     """What the tests below hold retrysafe to."""
     with httpx.Client() as client, client.stream("GET", f"{server}/busy") as response:
         assert b"".join(response.iter_raw()) == RAW
 
 
-def test_a_failure_handed_back_by_the_drop_in_transport_streams_raw(server: str) -> None:
+def test_a_failure_handed_back_unread_streams_raw_as_bare_httpxs(server: str) -> None:
     transport = retrysafe.RetryTransport(policy=ONCE)
+    with httpx.Client(transport=transport) as client:
+        with client.stream("GET", f"{server}/busy") as response:
+            assert response.status_code == 503
+            assert response.num_bytes_downloaded == 0  # (not read: the status judged it)
+            assert b"".join(response.iter_raw()) == RAW
+        assert response.is_closed
+        assert retrysafe.report_of(response).error is not None
+
+
+def test_a_failure_handed_back_by_the_drop_in_transport_streams_raw(server: str) -> None:
+    transport = retrysafe.RetryTransport(policy=ONCE_READ)
     with httpx.Client(transport=transport) as client:
         with client.stream("GET", f"{server}/busy") as response:
             assert response.status_code == 503
@@ -120,7 +143,8 @@ def test_a_hedging_call_hands_back_a_failure_that_streams_raw(server: str) -> No
 async def test_async_a_failure_handed_back_streams_raw(
     server: str, hedge_after: float | None
 ) -> None:
-    transport = retrysafe.AsyncRetryTransport(policy=RetryPolicy(hedge_after=hedge_after, **QUICK))
+    policy = RetryPolicy(hedge_after=hedge_after, rules=(_peeks,), **QUICK)
+    transport = retrysafe.AsyncRetryTransport(policy=policy)
     async with (
         httpx.AsyncClient(transport=transport) as client,
         client.stream("GET", f"{server}/busy") as response,
@@ -245,7 +269,7 @@ def test_bare_requests_streams_the_raw_bytes(server: str) -> None:
 def test_a_requests_failure_handed_back_streams_raw(server: str) -> None:
     from retrysafe.requests import RetryAdapter
 
-    adapter = RetryAdapter(policy=ONCE, raise_on_status=False)
+    adapter = RetryAdapter(policy=ONCE_READ, raise_on_status=False)
     with _requests_session(adapter) as session:
         with session.get(f"{server}/busy", stream=True) as response:
             assert response.status_code == 503

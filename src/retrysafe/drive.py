@@ -76,7 +76,7 @@ from retrysafe.timing import Deadline
 if TYPE_CHECKING:  # loaded on a hedging call's first use, not with `import retrysafe`
     from retrysafe.hedged_call import HedgedCall
 
-__all__ = ["Drive", "Step"]
+__all__ = ["Drive", "Step", "hands_over"]
 
 #: Request extension key of the redirect chain a request belongs to.
 _CHAIN_EXTENSION: Final = "retrysafe.chain"
@@ -193,6 +193,13 @@ _MISSING: Final = contextvars.Token.MISSING
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 #: Testing mode's wait: none at all.
 _INSTANT: Final = Wait(0.0)
+
+
+def hands_over(step: Step, response: httpx.Response) -> bool:
+    """Whether ``step`` hands ``response`` to the caller: a success, or the answer the
+    call ends on. Any other answer the shell closes: one the call sends again may be
+    unread (a drop-in's 503, judged on its headers), and would hold its connection."""
+    return isinstance(step, (Succeed, Fail)) and step.response is response
 
 
 def _time_read_body(response: httpx.Response, seconds: float) -> None:

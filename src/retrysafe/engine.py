@@ -357,11 +357,12 @@ class Call:
         call that does not stream, see :meth:`AttemptPlan.reads_at_once`; or after a
         :class:`ReadBody`), else only its headers.
 
-        A streamed success settled by its headers reaches the caller unread, and so does
-        a final answer the headers settle when the caller gets the answer itself (a
-        drop-in transport): the caller reads its body, with its own timeouts, as without
-        retrysafe. Anything else first needs the body (ReadBody): an error answer (for
-        the error's body, or for a verdict the body may change), or a rule's verdict.
+        A streamed success settled by its headers reaches the caller unread. When the
+        caller gets the answer itself (a drop-in transport), so does an error answer the
+        headers settle that the call ends on: the caller reads its body, with its own
+        timeouts, as without retrysafe (one the call sends again is closed unread).
+        Anything else first needs the body (ReadBody): an error answer (for the error's
+        body, or for a verdict the body may change), or a rule's verdict.
         """
         if plan is not self._plan or self.state != "attempting":
             self._out_of_order("attempting", "attempt_returned", plan)
@@ -412,13 +413,12 @@ class Call:
         return Succeed(response, report)
 
     def _verdict_on_headers(self, response: httpx.Response) -> Verdict | None:
-        """A success judged on the headers alone, or a final answer the headers settle
-        when the caller gets the answer itself; None when the body must be read first."""
+        """A success judged on the headers alone, or, when the caller gets the answer
+        itself, an error answer the headers settle (final or not: the call either ends
+        on it, handing it over unread, or sends again, and its body is of no use to
+        either); None when the body must be read first."""
         if response.status_code >= 400:
-            if not self._returns_answers:
-                return None
-            verdict = self._settled_by_headers(response)
-            return verdict if verdict is not None and verdict.kind == "permanent" else None
+            return self._settled_by_headers(response) if self._returns_answers else None
         try:
             verdict = self._classify(response)
         except httpx.ResponseNotRead:
@@ -487,21 +487,21 @@ class Call:
         """The attempt under ``plan`` failed with ``exc``; ``during_body`` if headers had
         come, and ``answer`` the response they made, whose body failed to arrive.
 
-        An error answer (400 and above) whose status and headers settle its verdict is
-        judged on them: a 404 whose body trickled past the attempt's time is still the
+        An error answer (400 and above) is judged on its status and headers, as if its
+        body said nothing: a 404 whose body trickled past the attempt's time is still the
         server's final 404, not a timeout to retry; a 503 is still a refusal before any
-        work. Its error then carries no body, and its cause is ``exc``. Any other
-        failure is judged by how far the request got.
+        work; a keyed 409 whose JSON body never came is judged as one that says nothing
+        of its key. Its error then carries no body, and its cause is ``exc``. Under a
+        policy's rules, which read the body, and for any other failure, the outcome is
+        judged by how far the request got.
         """
         if plan is not self._plan or self.state != "attempting":
             self._out_of_order("attempting", "attempt_raised", plan)
-        if answer is not None and answer.status_code >= 400:
-            settled = self._settled_by_headers(answer)
-            if settled is not None:
-                try:
-                    return self._answered_without_body(settled, answer, exc)
-                finally:
-                    self._late = 0.0
+        if answer is not None and answer.status_code >= 400 and not self.policy.rules:
+            try:
+                return self._answered_without_body(self._classify(answer), answer, exc)
+            finally:
+                self._late = 0.0
         verdict = classify_exception(exc, during_body=during_body)
         self._record(verdict, status=None, exception=type(exc).__name__)
         self._inform_governor(verdict, None)

@@ -59,7 +59,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.decisions import AttemptPlan, AwaitOthers, Fail, ReadBody, Succeed
-from retrysafe.drive import Drive, Step
+from retrysafe.drive import Drive, Step, hands_over
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
 from retrysafe.kept_body import aread_asked, read_asked
@@ -481,8 +481,8 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
             drive.attempt_ends_at = None
         response.close()
         return drive.raised(plan, failure, during_body=True, answer=response)
-    if type(step) is AwaitOthers:
-        response.close()
+    if not hands_over(step, response):
+        response.close()  # (another copy may still answer, or the call sends again)
     return step
 
 
@@ -693,8 +693,8 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
             drive.attempt_ends_at = None
         await response.aclose()
         return drive.raised(plan, failure, during_body=True, answer=response)
-    if type(step) is AwaitOthers:
-        await response.aclose()
+    if not hands_over(step, response):
+        await response.aclose()  # (another copy may still answer, or the call sends again)
     return step
 
 

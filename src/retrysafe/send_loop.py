@@ -13,6 +13,7 @@ a wrong argument still gets retrysafe's own message.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any, Final, Protocol
@@ -24,8 +25,8 @@ from retrysafe.attempt_deadline import (
     notes_first_writes,
 )
 from retrysafe.attempt_plan import hard_end_after, phase_limit
-from retrysafe.decisions import AttemptPlan, ReadBody, Wait
-from retrysafe.drive import Drive, Step
+from retrysafe.decisions import AttemptPlan, ReadBody, Succeed, Wait
+from retrysafe.drive import Drive, Step, hands_over
 from retrysafe.kept_body import read_asked
 from retrysafe.shell_settings import ShellSettings
 
@@ -115,6 +116,13 @@ def _within(seconds: object, limit: float) -> bool:
     return isinstance(seconds, float) and seconds <= limit and seconds != _INF
 
 
+def _close_unused(response: httpx.Response) -> None:
+    """Close an answer the call will not use (its connection goes, if it was unread): a
+    failure to close is no outcome of the attempt, which the engine has judged."""
+    with contextlib.suppress(httpx.TransportError):
+        response.close()
+
+
 class SendLoop:
     """A sync transport's requests: each driven through its attempts and waits.
 
@@ -168,6 +176,8 @@ class SendLoop:
                 if type(step) is ReadBody:
                     read_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
+                if type(step) is not Succeed and not hands_over(step, response):
+                    _close_unused(response)
                 return step
             except AttemptDeadlineReached as reached:
                 failure: Exception = reached.as_outcome()

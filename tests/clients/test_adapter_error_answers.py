@@ -108,3 +108,44 @@ async def test_aiohttp_repeats_a_post_whose_503_broke_off_in_its_body(chaos: Key
             await session.post(_slow(chaos, 503), data=b"{}")
     assert (raised.value.status, raised.value.reason) == (503, "attempts_exhausted")
     assert _sent(chaos) == POLICY.attempts
+
+
+def _gapped(chaos: KeyedChaos, status: int) -> str:
+    """A body whose every gap (0.4 s) is longer than an attempt may take (0.3 s)."""
+    return chaos.url("/drip", status=status, chunks=4, interval_ms=400, chunk_bytes=8)
+
+
+GAPPED = b"".join(b"%d" % n * 8 for n in range(4))
+
+
+def test_requests_returns_the_last_retried_answer_unread(chaos: KeyedChaos) -> None:
+    """A 503 sent again is closed unread, and the last one is returned, its body read by
+    requests with the caller's timeout (trial96: the adapter raised ServerError)."""
+    with _session(raise_on_status=False) as session:
+        response = session.get(_gapped(chaos, 503), timeout=5)
+        assert response.status_code == 503
+        assert response.content == GAPPED
+    assert _sent(chaos) == POLICY.attempts
+
+
+def test_requests_error_names_the_response_whose_body_did_not_come(chaos: KeyedChaos) -> None:
+    """``error.response`` is the answer's, as for any failing response (trial96: None)."""
+    with (
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(_slow(chaos, 404), timeout=5)
+    assert raised.value.response is not None
+    assert raised.value.response.status_code == 404
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_aiohttp_returns_the_last_retried_answer_unread(chaos: KeyedChaos) -> None:
+    middleware = RetryMiddleware(policy=POLICY, raise_on_status=False)
+    async with (
+        aiohttp.ClientSession(middlewares=(middleware,)) as session,
+        session.get(_gapped(chaos, 503)) as response,
+    ):
+        assert response.status == 503
+        assert await response.read() == GAPPED
+    assert _sent(chaos) == POLICY.attempts

@@ -49,7 +49,7 @@ PARAMETERS: dict[str, frozenset[str] | None] = {
     "/retry-after": frozenset({"mode", "seconds", "status"}),
     "/delay": frozenset({"ms"}),
     "/hang": frozenset(),
-    "/drip": frozenset({"chunks", "interval_ms", "chunk_bytes"}),
+    "/drip": frozenset({"chunks", "interval_ms", "chunk_bytes", "status", "type"}),
     "/truncate": frozenset({"promised", "sent"}),
     "/quota": frozenset({"header", "remaining"}),
     "/auth": frozenset({"header"}),

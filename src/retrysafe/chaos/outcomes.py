@@ -163,11 +163,12 @@ class DripResponse(Response):
         interval: float,
         headers: Mapping[str, str],
         status: int = 200,
+        media_type: str = "text/plain",
     ) -> None:
         super().__init__(
             status_code=status,
             headers={**headers, "content-length": str(chunks * chunk_bytes)},
-            media_type="text/plain",
+            media_type=media_type,
         )
         self.chunks = chunks
         self.chunk_bytes = chunk_bytes

@@ -24,11 +24,14 @@ from retrysafe.chaos.outcomes import (
     end_for_shutdown,
     pause,
 )
-from retrysafe.chaos.params import InvalidParameter, int_param
+from retrysafe.chaos.params import InvalidParameter, choice_param, int_param
 from retrysafe.chaos.replies import ALL_METHODS, reply_socket_fault, reply_status
 from retrysafe.chaos.state import ChaosState
 
 __all__ = ["routes"]
+
+#: ``/drip``'s ``type`` parameter: the media type its body is sent as.
+_DRIP_TYPES = {"text": "text/plain", "json": "application/json"}
 
 # Upper bounds that keep a typo from tying a test run up for hours.
 _MAX_MS = 600_000
@@ -58,6 +61,8 @@ def routes(state: ChaosState) -> list[Route]:
         chunk_bytes = int_param(request, "chunk_bytes", 8, minimum=1, maximum=_MAX_BYTES)
         # (an error answer whose body is slow or large: its status must not be lost to it)
         status = int_param(request, "status", 200, minimum=200, maximum=599)
+        # (a JSON error body, which a keyed 409 or 422 is read for: its digits are a number)
+        kind = choice_param(request, "type", "text", _DRIP_TYPES)
         arrival = await arrive(state, request, "drip")
         arrival.record("drip")
         return DripResponse(
@@ -66,6 +71,7 @@ def routes(state: ChaosState) -> list[Route]:
             interval=interval_ms / 1000,
             headers=arrival.headers(),
             status=status,
+            media_type=_DRIP_TYPES[kind],
         )
 
     async def truncate(request: Request) -> Response:

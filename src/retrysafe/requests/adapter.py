@@ -447,6 +447,7 @@ class _Attempt:
         if response is not None:
             response.close()
             answer = _view_of(drive, response, None)  # (its head: the body did not come)
+            self.response = response  # (an error raised on it still names it: its status)
         return drive.raised(plan, failure, during_body=answer is not None, answer=answer)
 
     def _bounded_timeout(self, limit: float) -> tuple[float | None, float | None]:
