@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -524,6 +525,19 @@ def test_the_same_key_as_a_flag_and_as_a_header_is_one_key(
     assert [record.idempotency_key for record in chaos.log()] == ["ord-42"]
 
 
+def _every_client_sends_to(
+    handler: Callable[[httpx.Request], httpx.Response], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every httpx client the command makes sends through ``handler`` (a MockTransport)."""
+    real_client = httpx.Client.__init__
+
+    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["transport"] = httpx.MockTransport(handler)
+        real_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+
+
 @pytest.mark.parametrize(
     "keyed",
     [["--idempotency-key", "auto"], ["-H", "Idempotency-Key: ord-77"]],
@@ -540,13 +554,7 @@ def test_an_interrupted_keyed_write_names_the_key_to_resend_it_under(
         sent.append(request.headers["idempotency-key"])
         raise KeyboardInterrupt
 
-    real_client = httpx.Client.__init__
-
-    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs["transport"] = httpx.MockTransport(handler)
-        real_client(self, *args, **kwargs)
-
-    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    _every_client_sends_to(handler, monkeypatch)
     code, _, err = run(capsys, "request", "POST", "https://api.test/orders", "--json", "{}", *keyed)
 
     assert code == 130
@@ -569,13 +577,7 @@ def test_an_interrupted_keyed_write_that_never_reached_the_server_says_so(
     def interrupted(clock: object, seconds: float) -> None:
         raise KeyboardInterrupt
 
-    real_client = httpx.Client.__init__
-
-    def mock_client(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs["transport"] = httpx.MockTransport(handler)
-        real_client(self, *args, **kwargs)
-
-    monkeypatch.setattr(httpx.Client, "__init__", mock_client)
+    _every_client_sends_to(handler, monkeypatch)
     monkeypatch.setattr(retrysafe.clock.SystemClock, "sleep", interrupted)  # (Ctrl-C in the wait)
     code, _, err = run(
         capsys, "request", "POST", "https://api.test/orders", "--json", "{}",

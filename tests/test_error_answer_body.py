@@ -19,6 +19,7 @@ failed as a ``TransportError`` or httpx's ``ReadTimeout``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -35,14 +36,7 @@ pytestmark = pytest.mark.anyio
 POLICY = RetryPolicy(
     attempt_timeout=0.3, min_attempt_time=0.05, deadline=5, backoff_base=0.01, backoff_cap=0.02
 )
-HEDGING = RetryPolicy(
-    attempt_timeout=0.3,
-    min_attempt_time=0.05,
-    deadline=5,
-    backoff_base=0.01,
-    backoff_cap=0.02,
-    hedge_after=0.15,
-)
+HEDGING = dataclasses.replace(POLICY, hedge_after=0.15)
 CHUNKS = 10
 INTERVAL_MS = 100
 #: What the dripped body is: chunk n is the digit n, 8 bytes of it.
@@ -163,17 +157,22 @@ def test_a_503_cut_off_in_its_body_is_still_a_refusal_a_post_may_repeat(
     assert _sent(chaos) == policy.attempts  # (each attempt one request, or it and its copy)
 
 
+def _openai_through_retrysafe(chaos: KeyedChaos) -> Any:
+    """The openai SDK over ``RetryTransport`` (its own retries off), on the chaos server."""
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(
+        base_url=chaos.base_url,
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx.Client(transport=retrysafe.RetryTransport(policy=POLICY)),
+    )
+
+
 def test_the_openai_sdk_sees_a_slow_404_as_not_found(chaos: KeyedChaos) -> None:
     """trial93's case: the SDK over RetryTransport raised ``APITimeoutError`` for a 404
     whose body was slow, after sending it four times."""
     openai = pytest.importorskip("openai")
-    transport = retrysafe.RetryTransport(policy=POLICY)
-    sdk = openai.OpenAI(
-        base_url=chaos.base_url,
-        api_key="sk-test",
-        max_retries=0,
-        http_client=httpx.Client(transport=transport),
-    )
+    sdk = _openai_through_retrysafe(chaos)
     path = _slow(chaos, 404).removeprefix(chaos.base_url)
     with pytest.raises(openai.NotFoundError):
         sdk.get(path, cast_to=httpx.Response)
@@ -228,13 +227,7 @@ def test_the_openai_sdk_sees_a_slow_retried_status_as_that_status(
     chaos: KeyedChaos, status: int
 ) -> None:
     openai = pytest.importorskip("openai")
-    transport = retrysafe.RetryTransport(policy=POLICY)
-    sdk = openai.OpenAI(
-        base_url=chaos.base_url,
-        api_key="sk-test",
-        max_retries=0,
-        http_client=httpx.Client(transport=transport),
-    )
+    sdk = _openai_through_retrysafe(chaos)
     path = _gapped(chaos, status).removeprefix(chaos.base_url)
     expected = openai.RateLimitError if status == 429 else openai.InternalServerError
     with pytest.raises(expected):

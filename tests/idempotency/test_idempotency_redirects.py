@@ -65,6 +65,11 @@ def _client(app: Starlette) -> retrysafe.AsyncClient:
     )
 
 
+def _bare_client(app: Starlette) -> httpx.AsyncClient:
+    """httpx alone, following nothing: each hop is sent by the test, key header and all."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shop.test")
+
+
 async def test_a_keyed_write_followed_through_a_307_runs_once_per_hop(
     store: IdempotencyStore,
 ) -> None:
@@ -98,9 +103,7 @@ async def test_another_request_under_the_key_at_the_redirects_target_is_refused(
     store: IdempotencyStore,
 ) -> None:
     app, runs = _app(store)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://shop.test"
-    ) as client:
+    async with _bare_client(app) as client:
         headers = {"Idempotency-Key": "k-other"}
         moved = await client.post("/old-orders", json={"item": "tea"}, headers=headers)
         hop = await client.post("/orders", json={"item": "tea"}, headers=headers)
@@ -117,9 +120,7 @@ async def test_a_request_under_the_key_where_no_redirect_led_is_refused_and_clai
     store: IdempotencyStore,
 ) -> None:
     app, runs = _app(store)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://shop.test"
-    ) as client:
+    async with _bare_client(app) as client:
         headers = {"Idempotency-Key": "k-astray"}
         assert (await client.post("/v1/payments", json={}, headers=headers)).status_code == 308
         astray = await client.post("/elsewhere", json={}, headers=headers)
