@@ -934,7 +934,7 @@ class Drive:
                 _time_read_body(step.response, step.report.elapsed - self._elapsed_before)
                 if self._stream:
                     unread(step.response)  # (the caller streams it: see kept_body)
-            else:  # a final answer its headers settled: the caller reads its body
+            else:  # an answer its headers settled, unread: the caller reads its body
                 self.hand_over_body(self.request)
             return step.response
         if step.cause is not None and not self.settings.raise_errors:

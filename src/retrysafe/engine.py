@@ -213,9 +213,10 @@ class Call:
             # min_attempt_time sends); a call that began with too little does not start.
             self._promised = True
         self._stream = stream
-        #: A final answer goes back to the caller as the response itself, which the caller
-        #: reads (a drop-in transport, the requests and aiohttp adapters); otherwise it
-        #: becomes an error that carries its body (retrysafe.Client).
+        #: The answer a call ends on goes back to the caller as the response itself, which
+        #: the caller reads (a drop-in transport, the requests and aiohttp adapters with
+        #: raise_on_status=False); otherwise it becomes an error that carries its body
+        #: (retrysafe.Client, the adapters raising on status).
         self._returns_answers = returns_answers
         self._observed = observed
         self._history: list[AttemptRecord] = []

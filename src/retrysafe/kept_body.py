@@ -3,9 +3,9 @@
 A streamed call (``client.stream()``, ``send(..., stream=True)``, or any request
 through the drop-in transports, which cannot tell whether their caller streams)
 hands the body over unread, unless the engine needs it first: a failure's body
-is read for its verdict and its error's excerpt (but a drop-in transport hands a
-final answer over unread when its headers settle it), and so is a success's when
-a rule reads it. httpx's ``read()`` keeps only the decoded body, so such a
+is read for its verdict and its error's excerpt (a drop-in transport reads none
+its headers settle: the one the call ends on is handed over unread), and so is a
+success's when a rule reads it. httpx's ``read()`` keeps only the decoded body, so such a
 response, handed back, would raise ``StreamConsumed`` from ``iter_raw()``,
 where the same response from bare httpx streams its bytes as they came (a
 gateway that forwards an upstream's error unchanged reads it that way).

@@ -56,9 +56,10 @@ class ShellSettings(NamedTuple):
     #: gone), which learns the cookies retried attempts' responses set, as it learns a
     #: final response's (:mod:`retrysafe.carried_cookies`); None for the drop-in.
     client_cookies: Callable[[], httpx.Cookies | None] | None = None
-    #: A final answer goes back to the caller as the response, which the caller reads
-    #: (a drop-in transport, the requests and aiohttp adapters); False for retrysafe's
-    #: clients, which raise it as an error carrying its body (see ``Call``).
+    #: The answer a call ends on goes back to the caller as the response, which the
+    #: caller reads (a drop-in transport; the requests and aiohttp adapters with
+    #: raise_on_status=False); False for retrysafe's clients and the adapters raising on
+    #: status, which raise it as an error carrying its body (see ``Call``).
     returns_answers: bool = True
 
     @classmethod
