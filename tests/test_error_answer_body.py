@@ -19,12 +19,15 @@ failed as a ``TransportError`` or httpx's ``ReadTimeout``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
-from typing import Any
+from typing import Any, ClassVar
 
+import anyio
 import httpx
 import pytest
+from tests.local_http import QuietHandler, serving
 
 import retrysafe
 from retrysafe import ClientError, RetryPolicy
@@ -233,3 +236,87 @@ def test_the_openai_sdk_sees_a_slow_retried_status_as_that_status(
     with pytest.raises(expected):
         sdk.post(path, body={}, cast_to=httpx.Response)
     assert _sent(chaos) == (POLICY.attempts if status == 429 else 1)
+
+
+class _Busy(QuietHandler):
+    """Answers 503 with a small body, noting the client port each request came from."""
+
+    ports: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        self.ports.append(self.client_address[1])
+        body = b'{"error": "busy"}'
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_drop_ins_small_retried_answers_keep_their_connection() -> None:
+    """A retried answer's small body is read (drained) before the retry, so its
+    connection serves the retry: closed unread, each retry opened another (review90:
+    201 connections for 100 calls)."""
+    _Busy.ports = []
+    with (
+        serving(_Busy) as url,
+        httpx.Client(transport=retrysafe.RetryTransport(policy=POLICY)) as client,
+    ):
+        for _ in range(3):
+            assert client.get(url).status_code == 503
+    assert len(_Busy.ports) == 3 * POLICY.attempts
+    assert len(set(_Busy.ports)) == 1
+
+
+#: The 503 waits at least its Retry-After (1 s) before its retry; the 429 to another call,
+#: sent meanwhile, pauses the dependency for 100 s, past the deadline: the retry is refused.
+_REFUSED = dataclasses.replace(POLICY, retry_after_jitter=0.01)
+
+
+def _busy_then_limited(chaos: KeyedChaos) -> tuple[str, str]:
+    return chaos.url("/status/503", retry_after=1), chaos.url("/status/429", retry_after=100)
+
+
+def _first_arrived(chaos: KeyedChaos) -> bool:
+    return any(record.action == "status:503" for record in chaos.log())
+
+
+def test_a_call_refused_after_a_retried_answer_hands_that_answer_over(chaos: KeyedChaos) -> None:
+    """The 503 a call would send again, then refused (another call's 429 paused the
+    dependency for longer than its deadline), is handed over readable (review90: httpx
+    raised ``StreamClosed`` on it, closed unread)."""
+    busy, limited = _busy_then_limited(chaos)
+    with (
+        httpx.Client(transport=retrysafe.RetryTransport(policy=_REFUSED)) as client,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        pending = pool.submit(client.get, busy)
+        time.sleep(0.3)  # (its first answer is in, and it waits 1 s)
+        assert _first_arrived(chaos)
+        assert client.get(limited).status_code == 429
+        response = pending.result(timeout=10)
+    assert response.json()["status"] == 503
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert type(report.error).__name__ == "CooldownActive"
+
+
+async def test_an_async_call_refused_after_a_retried_answer_hands_that_answer_over(
+    chaos: KeyedChaos,
+) -> None:
+    busy, limited = _busy_then_limited(chaos)
+    answers: list[httpx.Response] = []
+    transport = retrysafe.AsyncRetryTransport(policy=_REFUSED)
+    async with httpx.AsyncClient(transport=transport) as client:
+
+        async def call_busy() -> None:
+            answers.append(await client.get(busy))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call_busy)
+            await anyio.sleep(0.3)  # (its first answer is in, and it waits 1 s)
+            assert _first_arrived(chaos)
+            assert (await client.get(limited)).status_code == 429
+    assert answers[0].json()["status"] == 503
+    report = retrysafe.report_of(answers[0])
+    assert report is not None
+    assert type(report.error).__name__ == "CooldownActive"

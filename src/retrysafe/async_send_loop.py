@@ -16,7 +16,6 @@ for (the drive, the engine, the governor) are compiled all the same.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -32,7 +31,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after
 from retrysafe.decisions import AttemptPlan, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step, hands_over
-from retrysafe.kept_body import aread_asked
+from retrysafe.kept_body import adrain_or_close, aread_asked
 from retrysafe.send_loop import _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
@@ -67,13 +66,6 @@ async def _abandon(
             await response.aclose()
         await release_abandoned(transport, response)
     drive.abandoned(interrupted_by)
-
-
-async def _close_unused(response: httpx.Response) -> None:
-    """Close an answer the call will not use (its connection goes, if it was unread): a
-    failure to close is no outcome of the attempt, which the engine has judged."""
-    with contextlib.suppress(httpx.TransportError):
-        await response.aclose()
 
 
 class AsyncSendLoop:
@@ -152,7 +144,12 @@ class AsyncSendLoop:
                             await aread_asked(response, not plan.read_body)
                             step = drive.returned(plan, response)
                         if type(step) is not Succeed and not hands_over(step, response):
-                            await _close_unused(response)
+                            if watch is not None:
+                                watch.end()  # (the answer is judged: the drain is no attempt's)
+                                watch = None
+                            await adrain_or_close(
+                                response, not plan.read_body, drive.attempt_ends_at
+                            )
                         failure: Exception | None = None
                     except AttemptDeadlineReached as reached:
                         failure = reached.as_outcome()
@@ -217,9 +214,10 @@ class AsyncSendLoop:
                 if type(step) is ReadBody:
                     await aread_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
-                if type(step) is not Succeed and not hands_over(step, response):
-                    await _close_unused(response)
-                return step
+            if type(step) is not Succeed and not hands_over(step, response):
+                # (out of the attempt's scope: the answer is judged, the drain is no one's)
+                await adrain_or_close(response, not plan.read_body, drive.attempt_ends_at)
+            return step
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()
         except TimeoutError:

@@ -202,6 +202,19 @@ def hands_over(step: Step, response: httpx.Response) -> bool:
     return isinstance(step, (Succeed, Fail)) and step.response is response
 
 
+def _dropped(response: httpx.Response) -> bool:
+    """Whether ``response`` was closed unread: an answer the call sent again whose body
+    was not drained (large, or slow: see kept_body.drain_or_close), before a refusal ended
+    the call. It has nothing left to hand over (httpx would raise ``StreamClosed``)."""
+    if not response.is_closed:
+        return False
+    try:
+        response.content  # noqa: B018 - raises ResponseNotRead for a body never read whole
+    except httpx.ResponseNotRead:
+        return True
+    return False
+
+
 def _time_read_body(response: httpx.Response, seconds: float) -> None:
     """Set ``response.elapsed`` on a response whose body is read already: ``seconds``,
     the time of the request it answers, from the call's start (or, after a redirect,
@@ -927,7 +940,7 @@ class Drive:
             parent = self._enclosing()
             if parent is not None:
                 parent.gave_up_inside = True
-        if step.response is not None:
+        if step.response is not None and not _dropped(step.response):
             # The report (with its error) rides on the response; httpx's auth and redirect
             # handling sees the response as usual, and retrysafe.Client raises afterwards.
             if step.response.is_closed:  # (a failure's body read in the attempt)

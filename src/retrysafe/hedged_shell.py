@@ -62,7 +62,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, Fail, ReadBody, Succee
 from retrysafe.drive import Drive, Step, hands_over
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.kept_body import aread_asked, read_asked
+from retrysafe.kept_body import adrain_or_close, aread_asked, drain_or_close, read_asked
 from retrysafe.send_loop import AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
@@ -481,8 +481,14 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
             drive.attempt_ends_at = None
         response.close()
         return drive.raised(plan, failure, during_body=True, answer=response)
-    if not hands_over(step, response):
-        response.close()  # (another copy may still answer, or the call sends again)
+    if type(step) is AwaitOthers:
+        response.close()  # (another copy may still answer)
+    elif not hands_over(step, response):
+        drive.attempt_ends_at = copy.attempt_ends_at  # (the call sends again: drained
+        try:  # within the copy's time, or closed)
+            drain_or_close(response, not plan.read_body)
+        finally:
+            drive.attempt_ends_at = None
     return step
 
 
@@ -693,8 +699,14 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
             drive.attempt_ends_at = None
         await response.aclose()
         return drive.raised(plan, failure, during_body=True, answer=response)
-    if not hands_over(step, response):
-        await response.aclose()  # (another copy may still answer, or the call sends again)
+    if type(step) is AwaitOthers:
+        await response.aclose()  # (another copy may still answer)
+    elif not hands_over(step, response):
+        drive.attempt_ends_at = copy.attempt_ends_at  # (the call sends again: drained
+        try:  # within the copy's time, or closed)
+            await adrain_or_close(response, not plan.read_body, copy.attempt_ends_at)
+        finally:
+            drive.attempt_ends_at = None
     return step
 
 

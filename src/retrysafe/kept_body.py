@@ -23,14 +23,22 @@ stream reads its body once, as bare httpx does.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Final
 
 import httpx
 
+from retrysafe.attempt_deadline import AttemptDeadlineReached
+
 __all__ = [
+    "DRAINED_AT_MOST",
     "RawKeepingStream",
+    "adrain_or_close",
     "aread_asked",
     "aread_keeping_raw",
+    "drain_or_close",
     "is_encoded",
     "read_asked",
     "read_keeping_raw",
@@ -111,6 +119,50 @@ async def aread_asked(response: httpx.Response, streamed: bool) -> None:
         await aread_keeping_raw(response)
     else:
         await response.aread()
+
+
+#: The largest body of an answer the call sends again that is read rather than dropped
+#: (bytes, by its Content-Length): read, its connection serves the retry (closed unread,
+#: an HTTP/1.1 connection goes, and each retry opens another: review90), and the answer
+#: can still be handed over if the call ends before the retry (a refusal, a cooldown).
+DRAINED_AT_MOST: Final = 64 * 1024
+
+
+def drain_or_close(response: httpx.Response, streamed: bool) -> None:
+    """Read the unread answer to an attempt the call sends again, if it is small (see
+    :data:`DRAINED_AT_MOST`) and comes within the attempt's time; else close it unread.
+    Either way nothing is raised: the engine has judged the answer (a failed read leaves
+    it closed unread, which the drive then does not hand over)."""
+    if _small(response):
+        try:
+            read_asked(response, streamed)
+            return
+        except (Exception, AttemptDeadlineReached):  # (a timeout, a reset: judged already)
+            pass
+    with contextlib.suppress(httpx.TransportError):
+        response.close()
+
+
+async def adrain_or_close(response: httpx.Response, streamed: bool, ends_at: float | None) -> None:
+    """:func:`drain_or_close`, for an async response, within what is left of the attempt
+    (``ends_at``, ``time.monotonic()``; None: no limit): a read cut there is no outcome of
+    the attempt, which the engine has judged, and the answer is closed unread."""
+    import anyio  # (not with the package: sync-only processes never need it)
+
+    if _small(response):
+        left = None if ends_at is None else max(0.0, ends_at - time.monotonic())
+        # (a timeout, a reset: the answer is judged already)
+        with anyio.move_on_after(left), contextlib.suppress(Exception, AttemptDeadlineReached):
+            await aread_asked(response, streamed)
+        if response.is_stream_consumed and response.is_closed:
+            return
+    with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+def _small(response: httpx.Response) -> bool:
+    length = response.headers.get("content-length")
+    return length is not None and length.isdigit() and int(length) <= DRAINED_AT_MOST
 
 
 def unread(response: httpx.Response) -> None:

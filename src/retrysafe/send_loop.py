@@ -13,7 +13,6 @@ a wrong argument still gets retrysafe's own message.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Any, Final, Protocol
@@ -27,7 +26,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after, phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step, hands_over
-from retrysafe.kept_body import read_asked
+from retrysafe.kept_body import drain_or_close, read_asked
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["AsyncSender", "SendLoop", "Sender"]
@@ -116,13 +115,6 @@ def _within(seconds: object, limit: float) -> bool:
     return isinstance(seconds, float) and seconds <= limit and seconds != _INF
 
 
-def _close_unused(response: httpx.Response) -> None:
-    """Close an answer the call will not use (its connection goes, if it was unread): a
-    failure to close is no outcome of the attempt, which the engine has judged."""
-    with contextlib.suppress(httpx.TransportError):
-        response.close()
-
-
 class SendLoop:
     """A sync transport's requests: each driven through its attempts and waits.
 
@@ -177,7 +169,7 @@ class SendLoop:
                     read_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
                 if type(step) is not Succeed and not hands_over(step, response):
-                    _close_unused(response)
+                    drain_or_close(response, not plan.read_body)  # (within the attempt)
                 return step
             except AttemptDeadlineReached as reached:
                 failure: Exception = reached.as_outcome()
