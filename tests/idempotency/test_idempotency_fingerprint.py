@@ -340,6 +340,42 @@ def test_a_form_encoded_again_with_another_boundary_is_the_same_request(quoted: 
     assert fingerprint_of("0000ee", "3400") != first
 
 
+@pytest.mark.parametrize(
+    ("parameter", "boundary"),
+    [('"a\\"1"', 'a"1'), ('"b\\\\2"', "b\\2"), ('"c 3"', "c 3")],
+    ids=["escaped-quote", "escaped-backslash", "space"],
+)
+def test_a_quoted_boundary_is_read_as_its_quoted_string_says(parameter: str, boundary: str) -> None:
+    """A quoted boundary is a quoted-string: a backslash escapes the character after it
+    (review88: the boundary was cut at the backslash, so the delimiters were kept and the
+    same form with another boundary read as another request)."""
+
+    def form(boundary: str, amount: str) -> bytes:
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="amount"\r\n\r\n'
+            f"{amount}\r\n--{boundary}--\r\n"
+        ).encode()
+
+    first = fingerprint(
+        form(boundary, "12"), content_type=f"multipart/form-data; boundary={parameter}"
+    )
+    again = fingerprint(form("x9", "12"), content_type="multipart/form-data; boundary=x9")
+    other = fingerprint(form("x9", "34"), content_type="multipart/form-data; boundary=x9")
+    assert first == again
+    assert first != other
+
+
+def test_an_empty_quoted_boundary_leaves_the_body_as_sent() -> None:
+    """``boundary=""`` names no boundary: the body counts as its bytes, and nothing raises."""
+    body = b'--\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n----\r\n'
+    assert fingerprint(body, content_type='multipart/form-data; boundary=""') == fingerprint(
+        body, content_type='multipart/form-data; boundary=""'
+    )
+    assert fingerprint(body, content_type='multipart/form-data; boundary=""') != fingerprint(
+        body.replace(b"1", b"2"), content_type='multipart/form-data; boundary=""'
+    )
+
+
 def test_a_value_holding_its_forms_boundary_text_still_counts() -> None:
     """Only the delimiters are set aside: a value that holds "--" and the boundary is that
     value (boundaries x and y with values "a--x1" and "a--y1" read the same: review88)."""

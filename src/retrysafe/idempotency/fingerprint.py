@@ -245,8 +245,13 @@ def _other_body(body: bytes, content_type: str | None) -> bytes:
     return _without_card_runs(body)
 
 
-#: A ``Content-Type``'s ``boundary`` parameter, quoted or not.
-_BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
+#: A ``Content-Type``'s ``boundary`` parameter, quoted (a quoted-string, whose backslash
+#: escapes the next character) or not.
+_BOUNDARY = re.compile(
+    r';\s*boundary\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))', re.IGNORECASE | re.DOTALL
+)
+#: A quoted-string's escape: a backslash and the character it stands for.
+_QUOTED_PAIR = re.compile(r"\\(.)", re.DOTALL)
 #: What a multipart body's boundary is fingerprinted as.
 _BOUNDARY_STAND_IN = b"\x00boundary"
 
@@ -260,7 +265,11 @@ def _boundary_replaced(body: bytes, content_type: str) -> bytes:
     found = _BOUNDARY.search(content_type)
     if found is None:
         return body
-    boundary = (found.group(1) or found.group(2)).encode("latin-1", "replace")
+    quoted, bare = found.groups()
+    text = bare if quoted is None else _QUOTED_PAIR.sub(r"\1", quoted)
+    if not text:
+        return body
+    boundary = text.encode("latin-1", "replace")
     # (the delimiters only: at the body's start, or after a line's end; "--" and the
     # boundary inside a part's text is that part's value, kept: review88)
     delimiter = b"--" + boundary
