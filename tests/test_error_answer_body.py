@@ -19,19 +19,24 @@ failed as a ``TransportError`` or httpx's ``ReadTimeout``.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
+import socket
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 import anyio
 import httpx
 import pytest
-from tests.local_http import QuietHandler, serving
+from tests.local_http import QuietHandler, loopback_server, serving
 
 import retrysafe
 from retrysafe import ClientError, RetryPolicy
 from retrysafe.chaos import KeyedChaos
+from retrysafe.kept_body import adrain_or_close
 
 pytestmark = pytest.mark.anyio
 
@@ -320,3 +325,81 @@ async def test_an_async_call_refused_after_a_retried_answer_hands_that_answer_ov
     report = retrysafe.report_of(answers[0])
     assert report is not None
     assert type(report.error).__name__ == "CooldownActive"
+
+
+#: Attempts long enough that a drain held for the rest of one shows (review92).
+_PATIENT = RetryPolicy(
+    attempts=3, attempt_timeout=3.0, min_attempt_time=0.05, deadline=20, backoff_base=0.01
+)
+
+
+def _stalls_its_small_body(connection: socket.socket, head: bytes) -> None:
+    """A 503 whose 100-byte body stops after 10 bytes, as an overloaded server's might."""
+    connection.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n0123456789")
+    time.sleep(5)
+
+
+def test_a_retried_answer_whose_small_body_stalls_is_dropped_soon() -> None:
+    """A drain waits at most DRAIN_TIME_AT_MOST for a retried answer's body: it held each
+    retry for the rest of its attempt (review92: 3 attempts of 2 s took 12.3 s, a 3 s
+    deadline was spent on drains), where closing it unread retried at once."""
+    with (
+        loopback_server(_stalls_its_small_body) as url,
+        httpx.Client(transport=retrysafe.RetryTransport(policy=_PATIENT)) as client,
+    ):
+        started = time.monotonic()
+        with client.stream("GET", url) as response:
+            took = time.monotonic() - started
+            assert response.status_code == 503
+            report = retrysafe.report_of(response)
+            assert report is not None
+            assert report.attempts == 3
+    # two drains cut at 0.5 s each; held for their attempts, they took 6 s and more
+    assert took < _PATIENT.attempt_timeout
+
+
+async def test_an_async_retried_answer_whose_small_body_stalls_is_dropped_soon() -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=_PATIENT)
+    with loopback_server(_stalls_its_small_body) as url:
+        async with httpx.AsyncClient(transport=transport) as client:
+            started = time.monotonic()
+            async with client.stream("GET", url) as response:
+                took = time.monotonic() - started
+                assert response.status_code == 503
+                report = retrysafe.report_of(response)
+                assert report is not None
+                assert report.attempts == 3
+    assert took < _PATIENT.attempt_timeout
+
+
+class _Stalled(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await anyio.sleep(10)
+        yield b""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancel_the_drains_time_limit_took_for_its_own_still_cancels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On asyncio, anyio before 4.16 (its issue 1214) let a ``move_on_after`` whose time
+    ran out in the turn a cancel from outside landed take that cancel for its own, and
+    the drain returned as if nothing had happened: the call then sent its retry
+    (review92). The caller's cancel stands: a scope that takes every cancel stands in
+    for that anyio here."""
+
+    @contextlib.contextmanager
+    def takes_every_cancel(delay: float | None) -> Iterator[None]:
+        with contextlib.suppress(asyncio.CancelledError):
+            yield
+
+    monkeypatch.setattr(anyio, "move_on_after", takes_every_cancel)
+    response = httpx.Response(503, headers={"Content-Length": "10"}, stream=_Stalled())
+    drain = asyncio.ensure_future(
+        adrain_or_close(response, streamed=True, ends_at=time.monotonic() + 5)
+    )
+    await asyncio.sleep(0.05)
+    drain.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await drain
+    assert response.is_closed

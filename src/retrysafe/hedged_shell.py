@@ -62,7 +62,13 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, Fail, ReadBody, Succee
 from retrysafe.drive import Drive, Step, hands_over
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.kept_body import adrain_or_close, aread_asked, drain_or_close, read_asked
+from retrysafe.kept_body import (
+    adrain_or_close,
+    aread_asked,
+    drain_ends_at,
+    drain_or_close,
+    read_asked,
+)
 from retrysafe.send_loop import AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]
@@ -484,8 +490,9 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
     if type(step) is AwaitOthers:
         response.close()  # (another copy may still answer)
     elif not hands_over(step, response):
-        drive.attempt_ends_at = copy.attempt_ends_at  # (the call sends again: drained
-        try:  # within the copy's time, or closed)
+        # (the call sends again: drained within the copy's time, briefly, or closed)
+        drive.attempt_ends_at = drain_ends_at(copy.attempt_ends_at)
+        try:
             drain_or_close(response, not plan.read_body)
         finally:
             drive.attempt_ends_at = None
@@ -702,9 +709,10 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
     if type(step) is AwaitOthers:
         await response.aclose()  # (another copy may still answer)
     elif not hands_over(step, response):
-        drive.attempt_ends_at = copy.attempt_ends_at  # (the call sends again: drained
-        try:  # within the copy's time, or closed)
-            await adrain_or_close(response, not plan.read_body, copy.attempt_ends_at)
+        # (the call sends again: drained within the copy's time, briefly, or closed)
+        ends_at = drive.attempt_ends_at = drain_ends_at(copy.attempt_ends_at)
+        try:
+            await adrain_or_close(response, not plan.read_body, ends_at)
         finally:
             drive.attempt_ends_at = None
     return step

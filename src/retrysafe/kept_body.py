@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
 import httpx
@@ -35,9 +35,11 @@ from retrysafe.attempt_deadline import AttemptDeadlineReached
 __all__ = [
     "DRAINED_AT_MOST",
     "RawKeepingStream",
+    "DRAIN_TIME_AT_MOST",
     "adrain_or_close",
     "aread_asked",
     "aread_keeping_raw",
+    "drain_ends_at",
     "drain_or_close",
     "is_encoded",
     "read_asked",
@@ -126,13 +128,27 @@ async def aread_asked(response: httpx.Response, streamed: bool) -> None:
 #: an HTTP/1.1 connection goes, and each retry opens another: review90), and the answer
 #: can still be handed over if the call ends before the retry (a refusal, a cooldown).
 DRAINED_AT_MOST: Final = 64 * 1024
+#: The longest a drain waits for that body (seconds), within the attempt's time: a small
+#: body comes with its headers or soon after, and one that trickles or stalls (an outage's
+#: error pages) must not hold every retry for the rest of its attempt (review92: a 3 s
+#: deadline spent on drains, where the call used to retry at once).
+DRAIN_TIME_AT_MOST: Final = 0.5
+
+
+def drain_ends_at(attempt_ends_at: float | None) -> float:
+    """When a drain starting now must end (``time.monotonic()``): after at most
+    :data:`DRAIN_TIME_AT_MOST`, and no later than the attempt's end (None: no end)."""
+    ends_at = time.monotonic() + DRAIN_TIME_AT_MOST
+    return ends_at if attempt_ends_at is None or attempt_ends_at > ends_at else attempt_ends_at
 
 
 def drain_or_close(response: httpx.Response, streamed: bool) -> None:
     """Read the unread answer to an attempt the call sends again, if it is small (see
-    :data:`DRAINED_AT_MOST`) and comes within the attempt's time; else close it unread.
-    Either way nothing is raised: the engine has judged the answer (a failed read leaves
-    it closed unread, which the drive then does not hand over)."""
+    :data:`DRAINED_AT_MOST`) and comes in time; else close it unread. The reads are
+    bounded by the running call's ``attempt_ends_at``, which the shell sets to
+    :func:`drain_ends_at` first. Either way nothing is raised: the engine has judged the
+    answer (a failed read leaves it closed unread, which the drive then does not hand
+    over)."""
     if _small(response):
         try:
             read_asked(response, streamed)
@@ -143,21 +159,45 @@ def drain_or_close(response: httpx.Response, streamed: bool) -> None:
         response.close()
 
 
-async def adrain_or_close(response: httpx.Response, streamed: bool, ends_at: float | None) -> None:
-    """:func:`drain_or_close`, for an async response, within what is left of the attempt
-    (``ends_at``, ``time.monotonic()``; None: no limit): a read cut there is no outcome of
-    the attempt, which the engine has judged, and the answer is closed unread."""
+async def adrain_or_close(response: httpx.Response, streamed: bool, ends_at: float) -> None:
+    """:func:`drain_or_close`, for an async response, until ``ends_at`` (see
+    :func:`drain_ends_at`): a read cut there is no outcome of the attempt, which the
+    engine has judged, and the answer is closed unread."""
     import anyio  # (not with the package: sync-only processes never need it)
 
     if _small(response):
-        left = None if ends_at is None else max(0.0, ends_at - time.monotonic())
+        cancels = _cancels_asked()
         # (a timeout, a reset: the answer is judged already)
-        with anyio.move_on_after(left), contextlib.suppress(Exception, AttemptDeadlineReached):
+        with (
+            anyio.move_on_after(max(0.0, ends_at - time.monotonic())),
+            contextlib.suppress(Exception, AttemptDeadlineReached),
+        ):
             await aread_asked(response, streamed)
+        if _cancels_asked() > cancels:
+            # The caller's cancel came as the drain's time ran out, and the scope took it
+            # for its own (anyio before 4.16 on asyncio, its issue 1214): it stands.
+            with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
+                await response.aclose()
+            raise anyio.get_cancelled_exc_class()()
         if response.is_stream_consumed and response.is_closed:
             return
     with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
         await response.aclose()
+
+
+def _cancels_asked() -> int:
+    """How many cancels of the running asyncio task are pending (``Task.cancelling()``); 0
+    on another event loop (trio's cancels are scoped, never taken by the wrong scope),
+    and before Python 3.11."""
+    import asyncio  # (loaded already: an async drain runs on an event loop)
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # (no asyncio loop running: trio)
+        return 0
+    # (Python 3.11 on: before it, a task has no count and a cancel taken is not seen)
+    cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)
+    return 0 if cancelling is None else cancelling()
 
 
 def _small(response: httpx.Response) -> bool:
