@@ -36,6 +36,8 @@ from tests.local_http import QuietHandler, loopback_server, serving
 import retrysafe
 from retrysafe import ClientError, RetryPolicy
 from retrysafe.chaos import KeyedChaos
+from retrysafe.compiled import COMPILED_MODULES, is_compiled
+from retrysafe.engine import Call
 from retrysafe.kept_body import adrain_or_close
 
 pytestmark = pytest.mark.anyio
@@ -403,3 +405,53 @@ async def test_a_cancel_the_drains_time_limit_took_for_its_own_still_cancels(
     with pytest.raises(asyncio.CancelledError):
         await drain
     assert response.is_closed
+
+
+class _StallsThenHangsUp:
+    """The first connection's 503 stalls in its body; every later one is closed unanswered."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+
+    def __call__(self, connection: socket.socket, head: bytes) -> None:
+        self.connections += 1
+        if self.connections == 1:
+            _stalls_its_small_body(connection, head)
+
+
+@pytest.fixture
+def told_lateness(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """What the shell tells the engine of how late each failed attempt's read ended."""
+    if is_compiled() and "retrysafe.engine" in COMPILED_MODULES:
+        pytest.skip("the compiled engine calls its own attempt_ended_late: no patch reaches it")
+    told: list[float] = []
+    monkeypatch.setattr(Call, "attempt_ended_late", lambda call, seconds: told.append(seconds))
+    return told
+
+
+_TWICE = dataclasses.replace(_PATIENT, attempts=2)
+
+
+def test_a_drains_read_cut_late_is_not_the_next_attempts(told_lateness: list[float]) -> None:
+    """The drain's read, cut at its 0.5 s, notes how late it ended; that is no attempt's
+    outcome, and the next attempt, which fails without a late read (the server hangs up),
+    was told it (review93). (The async drain's read is cut by its scope, which notes
+    nothing: its test passes on the source before the fix too, and holds it there.)"""
+    with (
+        loopback_server(_StallsThenHangsUp()) as url,
+        httpx.Client(transport=retrysafe.RetryTransport(policy=_TWICE)) as client,
+        pytest.raises(httpx.RemoteProtocolError),
+    ):
+        client.get(url)
+    assert told_lateness == [0.0]
+
+
+async def test_an_async_drains_read_cut_late_is_not_the_next_attempts(
+    told_lateness: list[float],
+) -> None:
+    transport = retrysafe.AsyncRetryTransport(policy=_TWICE)
+    with loopback_server(_StallsThenHangsUp()) as url:
+        async with httpx.AsyncClient(transport=transport) as client:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.get(url)
+    assert told_lateness == [0.0]

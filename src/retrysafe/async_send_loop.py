@@ -149,6 +149,7 @@ class AsyncSendLoop:
                                 watch = None
                             ends_at = drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
                             await adrain_or_close(response, not plan.read_body, ends_at)
+                            drive.late_by = 0.0  # (a drain's read cut late: no outcome)
                         failure: Exception | None = None
                     except AttemptDeadlineReached as reached:
                         failure = reached.as_outcome()
@@ -217,6 +218,7 @@ class AsyncSendLoop:
                 # (out of the attempt's scope: the answer is judged, the drain is no one's)
                 ends_at = drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
                 await adrain_or_close(response, not plan.read_body, ends_at)
+                drive.late_by = 0.0  # (a drain's read cut late is no attempt's outcome)
             return step
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()

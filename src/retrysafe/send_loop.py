@@ -171,6 +171,7 @@ class SendLoop:
                 if type(step) is not Succeed and not hands_over(step, response):
                     drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
                     drain_or_close(response, not plan.read_body)  # (its reads end by then)
+                    drive.late_by = 0.0  # (a drain's read cut late is no attempt's outcome)
                 return step
             except AttemptDeadlineReached as reached:
                 failure: Exception = reached.as_outcome()
