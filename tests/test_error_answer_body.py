@@ -341,6 +341,14 @@ def _stalls_its_small_body(connection: socket.socket, head: bytes) -> None:
     time.sleep(5)
 
 
+def _assert_the_third_503(response: httpx.Response) -> None:
+    """``response`` is the 503 the call ended on, after its three attempts."""
+    assert response.status_code == 503
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert report.attempts == 3
+
+
 def test_a_retried_answer_whose_small_body_stalls_is_dropped_soon() -> None:
     """A drain waits at most DRAIN_TIME_AT_MOST for a retried answer's body: it held each
     retry for the rest of its attempt (review92: 3 attempts of 2 s took 12.3 s, a 3 s
@@ -352,10 +360,7 @@ def test_a_retried_answer_whose_small_body_stalls_is_dropped_soon() -> None:
         started = time.monotonic()
         with client.stream("GET", url) as response:
             took = time.monotonic() - started
-            assert response.status_code == 503
-            report = retrysafe.report_of(response)
-            assert report is not None
-            assert report.attempts == 3
+            _assert_the_third_503(response)
     # two drains cut at 0.5 s each; held for their attempts, they took 6 s and more
     assert took < _PATIENT.attempt_timeout
 
@@ -367,10 +372,7 @@ async def test_an_async_retried_answer_whose_small_body_stalls_is_dropped_soon()
             started = time.monotonic()
             async with client.stream("GET", url) as response:
                 took = time.monotonic() - started
-                assert response.status_code == 503
-                report = retrysafe.report_of(response)
-                assert report is not None
-                assert report.attempts == 3
+                _assert_the_third_503(response)
     assert took < _PATIENT.attempt_timeout
 
 
