@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from retrysafe.idempotency import fingerprint as fingerprint_module
 from retrysafe.idempotency import request_fingerprint
 
 JSON = "application/json"
@@ -562,3 +563,26 @@ def test_a_field_named_only_by_key_counts_by_its_value(name: str) -> None:
     )
     # (a secret by its other segment)
     assert fingerprint(b'{"secret_key":"a"}') == fingerprint(b'{"secret_key":"b"}')
+
+
+def test_a_crafted_long_content_type_is_not_parsed_for_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A multipart body's fields are read for secrets only under a Content-Type of at most
+    1,024 characters: the email parser takes time quadratic in a crafted header's length
+    (review93: 1.1 s of the server's CPU for one request with 65 KB of '; boundary="a').
+    Under a longer one the fields count as sent, and its boundary is still set aside."""
+    parsed: list[str] = []
+    real = fingerprint_module.multipart_fields
+
+    def noting(content_type: str, content: bytes) -> list[tuple[str, str]]:
+        parsed.append(content_type)
+        return real(content_type, content)
+
+    monkeypatch.setattr(fingerprint_module, "multipart_fields", noting)
+    body = b'--b1\r\nContent-Disposition: form-data; name="pin"\r\n\r\n1234\r\n--b1--\r\n'
+    crafted = "multipart/form-data" + '; boundary="a' * 5_000 + "; boundary=b1"
+    fingerprint(body, content_type=crafted)
+    assert parsed == []
+    fingerprint(body, content_type="multipart/form-data; boundary=b1")
+    assert parsed == ["multipart/form-data; boundary=b1"]
