@@ -376,6 +376,16 @@ async def test_an_async_retried_answer_whose_small_body_stalls_is_dropped_soon()
     assert took < _PATIENT.attempt_timeout
 
 
+class _Running:
+    """The running call a drain bounds its reads by, with no attempt in flight."""
+
+    attempt_ends_at: float | None = None
+    attempt_sent_at: float | None = None
+    shared_stream = None
+    caller_timeouts: ClassVar[dict[str, Any]] = {}
+    late_by = 0.0
+
+
 class _Stalled(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         await anyio.sleep(10)
@@ -400,7 +410,7 @@ async def test_a_cancel_the_drains_time_limit_took_for_its_own_still_cancels(
     monkeypatch.setattr(anyio, "move_on_after", takes_every_cancel)
     response = httpx.Response(503, headers={"Content-Length": "10"}, stream=_Stalled())
     drain = asyncio.ensure_future(
-        adrain_or_close(response, streamed=True, ends_at=time.monotonic() + 5)
+        adrain_or_close(response, True, _Running(), attempt_ends_at=time.monotonic() + 5)
     )
     await asyncio.sleep(0.05)
     drain.cancel()

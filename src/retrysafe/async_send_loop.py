@@ -31,7 +31,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after
 from retrysafe.decisions import AttemptPlan, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step, hands_over
-from retrysafe.kept_body import adrain_or_close, aread_asked, drain_ends_at
+from retrysafe.kept_body import adrain_or_close, aread_asked
 from retrysafe.send_loop import _INF, AsyncSender, _start
 from retrysafe.shell_settings import ShellSettings
 
@@ -147,9 +147,9 @@ class AsyncSendLoop:
                             if watch is not None:
                                 watch.end()  # (the answer is judged: the drain is no attempt's)
                                 watch = None
-                            ends_at = drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
-                            await adrain_or_close(response, not plan.read_body, ends_at)
-                            drive.late_by = 0.0  # (a drain's read cut late: no outcome)
+                            await adrain_or_close(
+                                response, not plan.read_body, drive, drive.attempt_ends_at
+                            )
                         failure: Exception | None = None
                     except AttemptDeadlineReached as reached:
                         failure = reached.as_outcome()
@@ -216,9 +216,7 @@ class AsyncSendLoop:
                     step = drive.returned(plan, response)
             if type(step) is not Succeed and not hands_over(step, response):
                 # (out of the attempt's scope: the answer is judged, the drain is no one's)
-                ends_at = drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
-                await adrain_or_close(response, not plan.read_body, ends_at)
-                drive.late_by = 0.0  # (a drain's read cut late is no attempt's outcome)
+                await adrain_or_close(response, not plan.read_body, drive, drive.attempt_ends_at)
             return step
         except AttemptDeadlineReached as reached:
             failure: Exception = reached.as_outcome()

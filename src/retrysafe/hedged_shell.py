@@ -65,7 +65,6 @@ from retrysafe.hedged_call import HedgedCall
 from retrysafe.kept_body import (
     adrain_or_close,
     aread_asked,
-    drain_ends_at,
     drain_or_close,
     read_asked,
 )
@@ -491,11 +490,7 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
         response.close()  # (another copy may still answer)
     elif not hands_over(step, response):
         # (the call sends again: drained within the copy's time, briefly, or closed)
-        drive.attempt_ends_at = drain_ends_at(copy.attempt_ends_at)
-        try:
-            drain_or_close(response, not plan.read_body)
-        finally:
-            drive.attempt_ends_at = None
+        drain_or_close(response, not plan.read_body, drive, copy.attempt_ends_at)
     return step
 
 
@@ -710,11 +705,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
         await response.aclose()  # (another copy may still answer)
     elif not hands_over(step, response):
         # (the call sends again: drained within the copy's time, briefly, or closed)
-        ends_at = drive.attempt_ends_at = drain_ends_at(copy.attempt_ends_at)
-        try:
-            await adrain_or_close(response, not plan.read_body, ends_at)
-        finally:
-            drive.attempt_ends_at = None
+        await adrain_or_close(response, not plan.read_body, drive, copy.attempt_ends_at)
     return step
 
 

@@ -30,7 +30,7 @@ from typing import Final
 
 import httpx
 
-from retrysafe.attempt_deadline import AttemptDeadlineReached
+from retrysafe.attempt_deadline import AttemptDeadlineReached, RunningCall
 
 __all__ = [
     "DRAINED_AT_MOST",
@@ -39,7 +39,6 @@ __all__ = [
     "adrain_or_close",
     "aread_asked",
     "aread_keeping_raw",
-    "drain_ends_at",
     "drain_or_close",
     "is_encoded",
     "read_asked",
@@ -135,54 +134,70 @@ DRAINED_AT_MOST: Final = 64 * 1024
 DRAIN_TIME_AT_MOST: Final = 0.5
 
 
-def drain_ends_at(attempt_ends_at: float | None) -> float:
+def _drain_ends_at(attempt_ends_at: float | None) -> float:
     """When a drain starting now must end (``time.monotonic()``): after at most
     :data:`DRAIN_TIME_AT_MOST`, and no later than the attempt's end (None: no end)."""
     ends_at = time.monotonic() + DRAIN_TIME_AT_MOST
     return ends_at if attempt_ends_at is None or attempt_ends_at > ends_at else attempt_ends_at
 
 
-def drain_or_close(response: httpx.Response, streamed: bool) -> None:
+def drain_or_close(
+    response: httpx.Response, streamed: bool, running: RunningCall, attempt_ends_at: float | None
+) -> None:
     """Read the unread answer to an attempt the call sends again, if it is small (see
-    :data:`DRAINED_AT_MOST`) and comes in time; else close it unread. The reads are
-    bounded by the running call's ``attempt_ends_at``, which the shell sets to
-    :func:`drain_ends_at` first. Either way nothing is raised: the engine has judged the
-    answer (a failed read leaves it closed unread, which the drive then does not hand
-    over)."""
-    if _small(response):
-        try:
-            read_asked(response, streamed)
-            return
-        except (Exception, AttemptDeadlineReached):  # (a timeout, a reset: judged already)
-            pass
-    with contextlib.suppress(httpx.TransportError):
-        response.close()
+    :data:`DRAINED_AT_MOST`) and comes in time; else close it unread. Nothing is raised:
+    the engine has judged the answer (a failed read leaves it closed unread, which the
+    drive then does not hand over).
+
+    In time: within :data:`DRAIN_TIME_AT_MOST` and the attempt's end (``attempt_ends_at``),
+    set as ``running``'s (the call whose reads the network streams bound) while it
+    drains. After, ``running`` has no attempt time and no lateness: a drain's read cut
+    late is no attempt's outcome (review93)."""
+    running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
+    try:
+        if _small(response):
+            try:
+                read_asked(response, streamed)
+                return
+            except (Exception, AttemptDeadlineReached):  # (a timeout, a reset: judged)
+                pass
+        with contextlib.suppress(httpx.TransportError):
+            response.close()
+    finally:
+        running.attempt_ends_at = None
+        running.late_by = 0.0
 
 
-async def adrain_or_close(response: httpx.Response, streamed: bool, ends_at: float) -> None:
-    """:func:`drain_or_close`, for an async response, until ``ends_at`` (see
-    :func:`drain_ends_at`): a read cut there is no outcome of the attempt, which the
-    engine has judged, and the answer is closed unread."""
+async def adrain_or_close(
+    response: httpx.Response, streamed: bool, running: RunningCall, attempt_ends_at: float | None
+) -> None:
+    """:func:`drain_or_close`, for an async response: a read its time cuts (a cancel
+    scope's, past the network streams' bound) is no outcome of the attempt either."""
     import anyio  # (not with the package: sync-only processes never need it)
 
-    if _small(response):
-        cancels = _cancels_asked()
-        # (a timeout, a reset: the answer is judged already)
-        with (
-            anyio.move_on_after(max(0.0, ends_at - time.monotonic())),
-            contextlib.suppress(Exception, AttemptDeadlineReached),
-        ):
-            await aread_asked(response, streamed)
-        if _cancels_asked() > cancels:
-            # The caller's cancel came as the drain's time ran out, and the scope took it
-            # for its own (anyio before 4.16 on asyncio, its issue 1214): it stands.
-            with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
-                await response.aclose()
-            raise anyio.get_cancelled_exc_class()()
-        if response.is_stream_consumed and response.is_closed:
-            return
-    with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
-        await response.aclose()
+    ends_at = running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
+    try:
+        if _small(response):
+            cancels = _cancels_asked()
+            # (a timeout, a reset: the answer is judged already)
+            with (
+                anyio.move_on_after(max(0.0, ends_at - time.monotonic())),
+                contextlib.suppress(Exception, AttemptDeadlineReached),
+            ):
+                await aread_asked(response, streamed)
+            if _cancels_asked() > cancels:
+                # The caller's cancel came as the drain's time ran out, and the scope took
+                # it for its own (anyio before 4.16 on asyncio, its issue 1214): it stands.
+                with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
+                    await response.aclose()
+                raise anyio.get_cancelled_exc_class()()
+            if response.is_stream_consumed and response.is_closed:
+                return
+        with contextlib.suppress(httpx.TransportError), anyio.CancelScope(shield=True):
+            await response.aclose()
+    finally:
+        running.attempt_ends_at = None
+        running.late_by = 0.0
 
 
 def _cancels_asked() -> int:

@@ -26,7 +26,7 @@ from retrysafe.attempt_deadline import (
 from retrysafe.attempt_plan import hard_end_after, phase_limit
 from retrysafe.decisions import AttemptPlan, ReadBody, Succeed, Wait
 from retrysafe.drive import Drive, Step, hands_over
-from retrysafe.kept_body import drain_ends_at, drain_or_close, read_asked
+from retrysafe.kept_body import drain_or_close, read_asked
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["AsyncSender", "SendLoop", "Sender"]
@@ -169,9 +169,7 @@ class SendLoop:
                     read_asked(response, not plan.read_body)
                     step = drive.returned(plan, response)
                 if type(step) is not Succeed and not hands_over(step, response):
-                    drive.attempt_ends_at = drain_ends_at(drive.attempt_ends_at)
-                    drain_or_close(response, not plan.read_body)  # (its reads end by then)
-                    drive.late_by = 0.0  # (a drain's read cut late is no attempt's outcome)
+                    drain_or_close(response, not plan.read_body, drive, drive.attempt_ends_at)
                 return step
             except AttemptDeadlineReached as reached:
                 failure: Exception = reached.as_outcome()
