@@ -46,7 +46,6 @@ from retrysafe.client_options import (
     jar_of,
     mark_stream,
     scrub_refused_url,
-    unshown_value,
     upload_headers,
     warn_per_request_cookies,
     with_call_options,
@@ -59,6 +58,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import unshown_value
 from retrysafe.request_facts import KEY_SENT_BEFORE_EXTENSION, DependencyNamer
 from retrysafe.transport import AsyncRetryTransport
 

@@ -57,7 +57,6 @@ from retrysafe.client_options import (
     mark_stream,
     report_of,
     scrub_refused_url,
-    unshown_value,
     upload_headers,
     warn_per_request_cookies,
     with_call_options,
@@ -70,6 +69,7 @@ from retrysafe.governor import Governor
 from retrysafe.idempotency.journal import Journal
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
+from retrysafe.redact import unshown_value
 from retrysafe.request_facts import KEY_SENT_BEFORE_EXTENSION, DependencyNamer
 from retrysafe.transport import RetryTransport
 

@@ -21,7 +21,7 @@ from retrysafe.decisions import CallReport
 from retrysafe.errors import ApiError
 from retrysafe.idempotency.journal import Journal, JournalState, state_after
 from retrysafe.policy import RetryPolicy
-from retrysafe.redact import REDACTED, Redactor, url_text_secrets
+from retrysafe.redact import Redactor, unshown_value, url_text_secrets
 from retrysafe.request_facts import (
     IDEMPOTENCY_HEADER,
     KEY_SENT_BEFORE_EXTENSION,
@@ -45,7 +45,6 @@ __all__ = [
     "key_fits_a_header",
     "check_typed_url",
     "scrub_refused_url",
-    "unshown_value",
     "upload_headers",
     "check_idempotency_mode",
     "check_journal",
@@ -260,20 +259,6 @@ def scrub_refused_url(refused: httpx.InvalidURL, url: httpx.URL | str) -> None:
     is a piece of the password ("Invalid port: 'SECRET'")."""
     if isinstance(url, str):
         Redactor(url_text_secrets(url)).scrub_exception(refused)
-
-
-def unshown_value(refused: UnicodeEncodeError) -> UnicodeEncodeError:
-    """httpx's refusal of a value it must send as ASCII (a header's), without the value:
-    the error holds it whole, and its repr showed an ``Authorization`` token in clear
-    (trial95). The same type, so that an ``except UnicodeEncodeError`` still takes it."""
-    return UnicodeEncodeError(
-        refused.encoding,
-        REDACTED,
-        0,
-        len(REDACTED),
-        f"{refused.reason}; a header's value must be {refused.encoding} text "
-        "(the value is not shown: it may be a secret)",
-    )
 
 
 def check_typed_headers(headers: HeaderTypes | None) -> None:

@@ -61,9 +61,27 @@ __all__ = [
     "redact_urllib3_logs",
     "typed_userinfo",
     "url_text_secrets",
+    "unshown_value",
 ]
 
 REDACTED = "[REDACTED]"
+
+
+def unshown_value(refused: UnicodeEncodeError, hint: str = "") -> UnicodeEncodeError:
+    """A refusal to encode a header's value (httpx's as ASCII, http.client's as latin-1),
+    without the value: the error holds it whole, and its repr showed an
+    ``Authorization`` token in clear (trial95, review88). The same type, so that an
+    ``except UnicodeEncodeError`` still takes it; ``hint`` says what to send instead."""
+    note = "the value is not shown: it may be a secret"
+    return UnicodeEncodeError(
+        refused.encoding,
+        REDACTED,
+        0,
+        len(REDACTED),
+        f"{refused.reason}; a header's value must be {refused.encoding} text "
+        f"({hint + '; ' if hint else ''}{note})",
+    )
+
 
 #: The built-in secret names, matched on segments (see the module docstring).
 SECRET_NAMES: tuple[str, ...] = (

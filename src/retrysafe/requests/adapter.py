@@ -52,7 +52,7 @@ from retrysafe.foreign_shell import (
 from retrysafe.governor import Governor
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
-from retrysafe.redact import REDACTED, redact_urllib3_logs
+from retrysafe.redact import redact_urllib3_logs, unshown_value
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
@@ -428,7 +428,7 @@ class _Attempt:
             except (requests.RequestException, OSError) as exc:
                 failure = attempt_failure(exc, expired=watch is not None and watch.expired)
             except UnicodeEncodeError as refused:
-                raise _unshown(refused) from None
+                raise unshown_value(refused, _SEND_BYTES) from None
             except Exception as exc:
                 # urllib3 lets a few of its own through (an empty pool); a rule's bug is not
                 # one of them and goes on to the caller.
@@ -474,20 +474,8 @@ class _Attempt:
             self.response = None
 
 
-def _unshown(refused: UnicodeEncodeError) -> UnicodeEncodeError:
-    """http.client's refusal of a header value it cannot send as latin-1, without the
-    value: its error holds it whole, and its repr showed an ``Authorization`` token in
-    clear (review88). The same type, so that an ``except UnicodeEncodeError`` still
-    takes it."""
-    return UnicodeEncodeError(
-        refused.encoding,
-        REDACTED,
-        0,
-        len(REDACTED),
-        f"{refused.reason}; a header's value must be {refused.encoding} text (send bytes,"
-        " e.g. value.encode('utf-8'), if the server expects UTF-8; the value is not shown:"
-        " it may be a secret)",
-    )
+#: What to do about a header value http.client cannot send as latin-1 (see unshown_value).
+_SEND_BYTES = "send bytes, e.g. value.encode('utf-8'), if the server expects UTF-8"
 
 
 def _view_of(drive: Drive, response: requests.Response, body: bytes | None) -> Any:
