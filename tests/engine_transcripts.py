@@ -44,6 +44,7 @@ from retrysafe.classify import (
     may_have_acted,
 )
 from retrysafe.decisions import (
+    ERROR_BODY_READ_AT_MOST,
     OPEN_ADMISSION,
     Admission,
     AskRetry,
@@ -2135,6 +2136,22 @@ def check_classification_matches_spec(run: Run, expect: Expect) -> None:
                 rec.plan.number,
                 rec.spec.describe(),
             )
+            # A streamed call that raises reads only a bounded part of an error body that
+            # matters to the error alone; a body a verdict may rest on is read whole.
+            bounded = (
+                not rec.plan.read_body
+                and not run.scenario.returns_answers
+                and rec.spec.kind == "response"
+                and rec.spec.status >= 400
+                and headers_settle(run, rec.spec)
+            )
+            expect(
+                rec.read_body.at_most == (ERROR_BODY_READ_AT_MOST if bounded else None),
+                "attempt %d (%s): ReadBody reads at most %r",
+                rec.plan.number,
+                rec.spec.describe(),
+                rec.read_body.at_most,
+            )
         elif rec.spec.kind == "response" and rec.spec.status >= 400:
             expect(
                 hands_over,
@@ -2244,6 +2261,8 @@ def coverage(run: Run) -> collections.Counter[str]:
                     seen["Retry-After hint, no retry"] += 1
             if rec.read_body is not None:
                 seen["ReadBody asked"] += 1
+                if rec.read_body.at_most is not None:
+                    seen["streamed error body read bounded"] += 1
             if rec.body_lost:
                 seen["error answer judged on its headers, its body lost"] += 1
             elif rec.response is not None and rec.read_body is None and rec.spec.status >= 400:

@@ -59,6 +59,7 @@ def test_every_invariant_was_exercised(tally: transcripts.Tally) -> None:
         "attempts exhausted",
         "blank Idempotency-Key",
         "ReadBody asked",
+        "streamed error body read bounded",
         "error answer judged on its headers, its body lost",
         "final answer handed over unread (drop-in)",
         "answer sent again without reading its body (drop-in)",

@@ -141,7 +141,7 @@ class AsyncSendLoop:
                             await response.aread()
                         step = drive.returned(plan, response)
                         if type(step) is ReadBody:
-                            await aread_asked(response, not plan.read_body)
+                            await aread_asked(response, not plan.read_body, step.at_most)
                             step = drive.returned(plan, response)
                         if type(step) is not Succeed and not hands_over(step, response):
                             if watch is not None:
@@ -212,7 +212,7 @@ class AsyncSendLoop:
                     await response.aread()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    await aread_asked(response, not plan.read_body)
+                    await aread_asked(response, not plan.read_body, step.at_most)
                     step = drive.returned(plan, response)
             if type(step) is not Succeed and not hands_over(step, response):
                 # (out of the attempt's scope: the answer is judged, the drain is no one's)

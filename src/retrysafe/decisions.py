@@ -15,7 +15,7 @@ its outbox as effects (:data:`Effect`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import httpx
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from retrysafe.observe import RetryEvent
 
 __all__ = [
+    "ERROR_BODY_READ_AT_MOST",
     "OPEN_ADMISSION",
     "Admission",
     "AskRetry",
@@ -89,6 +90,19 @@ class ReadBody(NamedTuple):
     """
 
     plan: AttemptPlan
+    #: Read at most this many bytes of the decoded body, closing the rest unread (None:
+    #: all of it). Set for a streamed call whose error answer's body is read only for
+    #: the error it raises (:data:`ERROR_BODY_READ_AT_MOST`): that caller asked not to
+    #: hold a body in memory, and gets an error, not the answer.
+    at_most: int | None = None
+
+
+#: The most of an error answer's decoded body a streamed call that raises reads for the
+#: error (bytes): well past what the error keeps (``ApiError.body``: 64 KiB, and a margin
+#: to scrub a secret the cut crosses), so an error page is read whole, while a huge one
+#: (a 64 MB 404 took 139 MB of memory, where bare httpx's unread stream took 8) is not
+#: downloaded past it. The error's ``response`` then holds the bytes read.
+ERROR_BODY_READ_AT_MOST: Final = 1024 * 1024
 
 
 class AskRetry(NamedTuple):

@@ -48,6 +48,7 @@ from retrysafe.classify import (
 )
 from retrysafe.clock import Clock
 from retrysafe.decisions import (
+    ERROR_BODY_READ_AT_MOST,
     OPEN_ADMISSION,
     Admission,
     AskRetry,
@@ -373,7 +374,7 @@ class Call:
             on_headers = self._verdict_on_headers(response)
             if on_headers is None:
                 self._body_read = True
-                return ReadBody(plan)
+                return ReadBody(plan, self._body_read_at_most(plan, response))
             verdict = on_headers
         permit = self._permit
         # (an attempt's permit is an allowed one: a probe, or a closed period's permit)
@@ -425,6 +426,19 @@ class Call:
         except httpx.ResponseNotRead:
             return None  # a rule reads the body
         return verdict if verdict.kind == "success" else None
+
+    def _body_read_at_most(self, plan: AttemptPlan, response: httpx.Response) -> int | None:
+        """How much of the body a :class:`ReadBody` reads: at most
+        :data:`~retrysafe.decisions.ERROR_BODY_READ_AT_MOST` when it is read only for the
+        error a streamed call raises (an error answer its headers settle: asked for only
+        when the caller gets the error, not the answer); else all of it (a rule's, or a
+        keyed JSON answer's, verdict rests on the whole body; a call that does not stream
+        holds its body, as bare httpx does)."""
+        if plan.read_body or response.status_code < 400:
+            return None
+        if not headers_decide(response, self.policy, keyed=self.idempotency_key is not None):
+            return None
+        return ERROR_BODY_READ_AT_MOST
 
     def _settled_by_headers(self, response: httpx.Response) -> Verdict | None:
         """The verdict on an error answer (400 and above) when its status and headers

@@ -475,7 +475,7 @@ def _conclude_response(drive: Drive, copy: _Copy, response: httpx.Response) -> S
         drive.attempt_ends_at = copy.attempt_ends_at
         failure: Exception
         try:
-            read_asked(response, not plan.read_body)
+            read_asked(response, not plan.read_body, step.at_most)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except (httpx.TransportError, httpx.DecodingError) as exc:
@@ -688,7 +688,7 @@ async def _conclude_response_async(drive: Drive, copy: _Copy, response: httpx.Re
         failure: Exception
         try:
             with anyio.fail_after(max(0.0, timeout) if timeout is not None else None):
-                await aread_asked(response, not plan.read_body)
+                await aread_asked(response, not plan.read_body, step.at_most)
         except AttemptDeadlineReached as reached:
             failure = reached.as_outcome()
         except TimeoutError:

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from typing import Final, cast
 
 import httpx
 
@@ -38,10 +38,12 @@ __all__ = [
     "DRAIN_TIME_AT_MOST",
     "adrain_or_close",
     "aread_asked",
+    "aread_at_most",
     "aread_keeping_raw",
     "drain_or_close",
     "is_encoded",
     "read_asked",
+    "read_at_most",
     "read_keeping_raw",
     "unread",
 ]
@@ -104,22 +106,65 @@ async def aread_keeping_raw(response: httpx.Response) -> None:
     await response.aread()
 
 
-def read_asked(response: httpx.Response, streamed: bool) -> None:
+def read_asked(response: httpx.Response, streamed: bool, at_most: int | None = None) -> None:
     """Read the body the engine asked for (:class:`~retrysafe.decisions.ReadBody`): its
     raw bytes kept when the caller of a ``streamed`` call may read it again (see
-    :func:`unread`); read plainly otherwise, as the caller's ``read()`` would."""
-    if streamed:
+    :func:`unread`); read plainly otherwise, as the caller's ``read()`` would. With
+    ``at_most``, only that much of it (see :func:`read_at_most`)."""
+    if at_most is not None:
+        read_at_most(response, at_most)
+    elif streamed:
         read_keeping_raw(response)
     else:
         response.read()
 
 
-async def aread_asked(response: httpx.Response, streamed: bool) -> None:
+async def aread_asked(response: httpx.Response, streamed: bool, at_most: int | None = None) -> None:
     """:func:`read_asked`, for an async response."""
-    if streamed:
+    if at_most is not None:
+        await aread_at_most(response, at_most)
+    elif streamed:
         await aread_keeping_raw(response)
     else:
         await response.aread()
+
+
+def read_at_most(response: httpx.Response, at_most: int) -> None:
+    """Read the decoded body up to ``at_most`` bytes, and close the rest unread: the
+    response then holds the bytes read as its body (``content``), all of it if it was no
+    longer. For an error answer a streamed call raises on
+    (:data:`~retrysafe.decisions.ERROR_BODY_READ_AT_MOST`): the error keeps far less,
+    and the rest is not downloaded. Errors are the read's, as ``read()``'s."""
+    chunks: list[bytes] = []
+    size = 0
+    pieces = cast(Generator[bytes, None, None], response.iter_bytes())  # (closed below)
+    try:
+        for chunk in pieces:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= at_most:
+                break
+    finally:
+        pieces.close()
+    response.close()  # (read whole, already closed; else the rest goes unread)
+    response._content = b"".join(chunks)[:at_most]  # (httpx's own field, as read() sets)
+
+
+async def aread_at_most(response: httpx.Response, at_most: int) -> None:
+    """:func:`read_at_most`, for an async response."""
+    chunks: list[bytes] = []
+    size = 0
+    pieces = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+    try:
+        async for chunk in pieces:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= at_most:
+                break
+    finally:
+        await pieces.aclose()
+    await response.aclose()
+    response._content = b"".join(chunks)[:at_most]
 
 
 #: The largest body of an answer the call sends again that is read rather than dropped

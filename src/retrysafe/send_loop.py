@@ -166,7 +166,7 @@ class SendLoop:
                     response.read()
                 step = drive.returned(plan, response)
                 if type(step) is ReadBody:
-                    read_asked(response, not plan.read_body)
+                    read_asked(response, not plan.read_body, step.at_most)
                     step = drive.returned(plan, response)
                 if type(step) is not Succeed and not hands_over(step, response):
                     drain_or_close(response, not plan.read_body, drive, drive.attempt_ends_at)
