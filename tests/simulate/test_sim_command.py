@@ -158,7 +158,7 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
         (["simulate", "outage", "--down-for", "100"], "must end within the run"),
         (
             ["simulate", "outage", "--down-at", "50", "--down-for", "20"],
-            "--down-for must end within the run: --down-at + --down-for (70.0) > duration",
+            "--down-for must end within the run: --down-at + --down-for (70.0) > --duration (60.0)",
         ),
         # (a timeline of 600,000 columns took 520 MB; one of 200 million never ended)
         (["simulate", "outage", "--bucket", "0.0001"], "raise bucket to at least 0.06 s"),
@@ -173,6 +173,11 @@ def test_outage_in_buckets_that_floats_cannot_divide_exactly(
         (["simulate", "brownout", "--policy", "nowhere"], "must be given as module:NAME"),
         (["simulate", "brownout", "--policy", "no_such_module_x:P"], "cannot import"),
         (["simulate", "contention", "--workers", "0"], "--workers must be >= 1"),
+        (
+            ["simulate", "outage", "--processes", "0"],
+            "simulate: --processes must be a whole number from 1 to 1000, got 0",
+        ),
+        (["simulate", "brownout", "--latency", "-1"], "--latency must be >= 0"),
         (["simulate", "contention", "--strategies", ","], "expected at least one strategy"),
         # a plot path is checked before the run, not after it
         (["simulate", "layers", "--plot", "/no/such/folder/x.png"], "no folder '/no/such/folder'"),
@@ -385,3 +390,59 @@ def test_a_process_with_one_thread_forks_its_workers() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "['set after import', 'set after import']"
+
+
+def test_the_table_says_who_calls_and_how_fast_answers_come(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """trial99: a run's figures rest on how many processes share a governor and how long
+    the dependency takes to answer; the header says both, and so does the JSON."""
+    argv = ["simulate", "brownout", "--failure-rates", "50", "--calls", "50", "--workers", "1"]
+    assert main(argv) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "one client process (one governor: its budget, its breaker)" in out
+    assert "answers take 20 ms on average (sd 5 ms)" in out
+    assert main([*argv, "--processes", "4", "--latency", "0.05", "--json"]) == EXIT_OK
+    document = json.loads(capsys.readouterr().out)
+    assert (document["processes"], document["latency_s"]) == (4, 0.05)
+    assert main([*argv, "--processes", "4", "--latency", "0.05"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "4 client processes, calls dealt in turn, each with a governor of its own" in out
+    assert "answers take 50 ms on average (sd 12.5 ms)" in out
+
+
+def test_rates_typed_as_fractions_run_as_typed_with_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--failure-rates 0.2,0.6`` (the Python functions take fractions) runs 0.2 % and
+    0.6 %, as typed, and says how to type 20 % and 60 % (trial99: it ran silently)."""
+    argv = ["simulate", "brownout", "--failure-rates", "0.2,0.6", "--calls", "20", "--json"]
+    assert main([*argv, "--workers", "1"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["results"][0]["failure_rate"] == pytest.approx(0.002)
+    assert "--failure-rates takes percentages, so this runs 0.2 % and 0.6 %" in captured.err
+    assert "type --failure-rates 20,60" in captured.err
+    assert main(["simulate", "brownout", "--failure-rates", "0,20", "--calls", "20"]) == EXIT_OK
+    assert capsys.readouterr().err == ""
+
+
+def test_an_outage_with_no_call_or_no_failing_call_prints_a_dash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No call at all (rate 0.01/s over 20 s): no success rate to show, where it read
+    0.0 %; no failing call: no time a failing call takes, where it read "never"."""
+    argv = ["simulate", "outage", "--duration", "20", "--down-for", "5", "--workers", "1"]
+    assert main([*argv, "--rate", "0.01"]) == EXIT_OK
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    defaults = next(row for row in rows if row[:1] == ["defaults"] and "ms" in " ".join(row))
+    assert "0.0%" not in defaults
+    assert defaults[-2] == "-"
+    assert main([*argv, "--rate", "0.01", "--json"]) == EXIT_OK
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert [row["success_rate"] for row in results] == [None, None, None]
+    assert main([*argv, "--down-for", "0"]) == EXIT_OK
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    plain = next(line for line in lines if line.startswith("plain retrier") and "%" in line)
+    assert " - " in plain
+    assert "never" in plain  # (it never failed fast: that column keeps its word)

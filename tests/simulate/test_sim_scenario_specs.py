@@ -286,8 +286,10 @@ def test_the_outage_json_names_its_window() -> None:
         "down_at_s": 1.0,
         "down_for_s": 2.0,
         "bucket_s": 3.0,
+        "latency_s": 0.02,
     }
     assert (document["scenario"], document["fault"], document["seed"]) == ("outage", "503", 0)
+    assert document["processes"] == 1
     assert [row["config"] for row in document["results"]] == [
         "plain retrier",
         "budget only",
@@ -391,6 +393,8 @@ def test_the_brownout_and_layers_json_name_their_settings() -> None:
         "calls": 30,
         "rate_per_s": 50.0,
         "fault": "503",
+        "latency_s": 0.02,
+        "processes": 1,
         "seed": 4,
     }
     layers = run_layers(

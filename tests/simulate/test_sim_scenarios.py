@@ -215,6 +215,36 @@ def test_the_same_seed_gives_the_same_outage() -> None:
     assert first == again
 
 
+def test_processes_each_with_a_governor_of_their_own_send_more_during_an_outage() -> None:
+    """Ten processes each see a tenth of the failures: their breakers open later and
+    their budgets are ten (trial99: ten real AsyncClients sent 1.97 attempts per call to
+    a dead dependency, where the simulator of one process said 0.16)."""
+    run = {"duration": 20.0, "down_at": 4.0, "down_for": 8.0, "bucket": 4.0, "workers": 1}
+    one, ten = run_outage(**run), run_outage(**run, processes=10)
+    assert one == run_outage(**run, processes=1)  # (one process: as before)
+    alone, fleet = one.row("defaults"), ten.row("defaults")
+    assert fleet.attempts_per_call_down > 5 * alone.attempts_per_call_down
+    assert fleet.breaker_opened > 5 * alone.breaker_opened
+    # Without a governor the processes are one retry loop each: nothing to split.
+    assert ten.row("plain retrier") == one.row("plain retrier")
+
+
+def test_a_slower_dependency_is_hedged_more_often() -> None:
+    hedged = RetryPolicy(hedge_after=0.025)
+    rates = {
+        latency: run_brownout(
+            failure_rates=(0.3,),
+            calls=400,
+            fault="timeout",
+            policy=hedged,
+            latency=latency,
+            workers=1,
+        ).row("yours", 0.3)
+        for latency in (0.005, 0.05)
+    }
+    assert rates[0.005].success_rate > rates[0.05].success_rate + 0.05
+
+
 def test_an_outage_must_end_within_the_run() -> None:
     with pytest.raises(ValueError, match=r"outage\.down_for must end within the run"):
         run_outage(duration=10.0, down_at=5.0, down_for=6.0)

@@ -170,6 +170,20 @@ def add_simulate_command(commands: Any) -> None:
     layers.add_argument("--deadline", type=_number, default=5.0, help="user deadline, seconds (5)")
     layers.add_argument("--requests", type=_whole, default=200, help="user requests (200)")
     layers.add_argument("--rate", type=_number, default=5.0, help="requests per second (5)")
+    for name in ("brownout", "outage"):
+        parsers[name].add_argument(
+            "--processes",
+            type=_whole,
+            default=1,
+            help="client processes the calls are dealt to in turn, each with a governor of "
+            "its own, as a fleet that does not share them (1)",
+        )
+        parsers[name].add_argument(
+            "--latency",
+            type=_number,
+            default=0.02,
+            help="seconds the dependency takes to answer, on average (0.02)",
+        )
     for name in ("brownout", "outage", "layers"):
         parsers[name].add_argument(
             "--fault",
@@ -183,8 +197,16 @@ def add_simulate_command(commands: Any) -> None:
 _FLAG_OF = {"attempts": "--layers", "user_deadline": "--deadline"}
 
 
-#: The scenarios' arguments of two words, named bare in their rules' text.
-_TWO_WORD_ARGUMENTS = ("down_at", "down_for", "failure_rates", "failure_rate", "user_deadline")
+#: The scenarios' arguments named bare in their rules' text (``duration`` in outage's
+#: ``down_at + down_for (65.0) > duration (60.0)``).
+_BARE_ARGUMENTS = (
+    "down_at",
+    "down_for",
+    "duration",
+    "failure_rates",
+    "failure_rate",
+    "user_deadline",
+)
 
 
 def _in_flags(message: str) -> str:
@@ -196,10 +218,23 @@ def _in_flags(message: str) -> str:
         message,
     )
     return re.sub(
-        rf"(?<![-\w])({'|'.join(_TWO_WORD_ARGUMENTS)})\b",
+        rf"(?<![-\w])({'|'.join(_BARE_ARGUMENTS)})\b",
         lambda found: _FLAG_OF.get(found[1], "--" + found[1].replace("_", "-")),
         message,
     )
+
+
+def _note_tiny_percentages(flag: str, rates: tuple[float, ...]) -> None:
+    """Say so on stderr when every rate typed is under 1 %: ``0.2,0.6`` is most likely
+    meant as fractions (the Python functions take fractions), and would run as 0.2 % and
+    0.6 % without a word. Run all the same: 0.5 % is a rate one may mean."""
+    if rates and all(0 < rate < 0.01 for rate in rates):
+        typed = " and ".join(f"{rate * 100:g} %" for rate in rates)
+        meant = ",".join(f"{rate * 10_000:g}" for rate in rates)
+        sys.stderr.write(
+            f"retrysafe simulate: note: {flag} takes percentages, so this runs {typed}; "
+            f"if you meant fractions of 1 (0.2 for 20 %), type {flag} {meant}\n"
+        )
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -234,11 +269,14 @@ def run_simulate(args: argparse.Namespace) -> int:
                 clients=args.clients, runs=args.runs, strategies=args.strategies, **common
             )
         elif args.scenario == "brownout":
+            _note_tiny_percentages("--failure-rates", args.failure_rates)
             result = simulate.run_brownout(
                 failure_rates=args.failure_rates,
                 calls=args.calls,
                 rate=args.rate,
                 fault=args.fault,
+                latency=args.latency,
+                processes=args.processes,
                 **common,
             )
         elif args.scenario == "outage":
@@ -249,9 +287,12 @@ def run_simulate(args: argparse.Namespace) -> int:
                 bucket=args.bucket,
                 rate=args.rate,
                 fault=args.fault,
+                latency=args.latency,
+                processes=args.processes,
                 **common,
             )
         else:
+            _note_tiny_percentages("--failure-rate", (args.failure_rate,))
             result = simulate.run_layers(
                 attempts=args.layers,
                 failure_rate=args.failure_rate,

@@ -18,7 +18,7 @@ from retrysafe.policy import RetryPolicy
 from retrysafe.simulate.configs import Config, load_protection_configs
 from retrysafe.simulate.dependency import FAULTS, Fault
 from retrysafe.simulate.parallel import default_workers, run_jobs
-from retrysafe.simulate.traffic import TrafficShape, run_traffic
+from retrysafe.simulate.traffic import MAX_PROCESSES, TrafficShape, run_traffic
 from retrysafe.validation import check, check_number
 
 __all__ = ["BrownoutResult", "BrownoutRow", "run_brownout"]
@@ -87,6 +87,8 @@ class BrownoutResult:
             "calls": self.shape.calls,
             "rate_per_s": self.shape.rate,
             "fault": self.shape.fault,
+            "latency_s": self.shape.latency,
+            "processes": self.shape.processes,
             "seed": self.seed,
             "results": [row.to_json() for row in self.rows],
         }
@@ -117,8 +119,11 @@ def run_brownout(
     policy: RetryPolicy | None = None,
     governor: GovernorSettings | None = None,
     workers: int | None = None,
+    processes: int = 1,
 ) -> BrownoutResult:
-    """``calls`` calls at ``rate`` a second (Poisson) per failure rate and configuration.
+    """``calls`` calls at ``rate`` a second (Poisson) per failure rate and configuration,
+    dealt in turn to ``processes`` client processes, each with a governor of its own.
+    The dependency answers in ``latency`` seconds on average (sd a quarter of it).
 
     Every configuration sees the same arrivals and jitter streams at a given rate.
     """
@@ -141,9 +146,14 @@ def run_brownout(
             f"must list each rate once, got {value!r} twice (for another draw at the same "
             "rate, run again with another seed)",
         )
-    _check_traffic(owner, calls, rate, latency, fault)
+    _check_traffic(owner, calls, rate, latency, fault, processes)
     shape = TrafficShape(
-        calls=calls, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+        calls=calls,
+        rate=rate,
+        latency=latency,
+        latency_sd=latency / 4,
+        fault=fault,
+        processes=processes,
     )
     configs = load_protection_configs(policy, governor)
     jobs = [
@@ -163,7 +173,9 @@ def run_brownout(
     )
 
 
-def _check_traffic(owner: str, calls: int, rate: float, latency: float, fault: str) -> None:
+def _check_traffic(
+    owner: str, calls: int, rate: float, latency: float, fault: str, processes: int
+) -> None:
     check(
         isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= 10_000_000,
         owner,
@@ -173,3 +185,11 @@ def _check_traffic(owner: str, calls: int, rate: float, latency: float, fault: s
     check_number(owner, "rate", rate, positive=True, infinite_ok=False)
     check_number(owner, "latency", latency, positive=False, infinite_ok=False)
     check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
+    check(
+        isinstance(processes, int)
+        and not isinstance(processes, bool)
+        and 1 <= processes <= MAX_PROCESSES,
+        owner,
+        "processes",
+        f"must be a whole number from 1 to {MAX_PROCESSES}, got {processes!r}",
+    )

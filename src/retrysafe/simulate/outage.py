@@ -103,7 +103,8 @@ class OutageRow:
     failure_p50: float | None
     #: Seconds from the outage's end until every call started later succeeded.
     recover_after: float
-    success_rate: float
+    #: Of the calls started, the share that succeeded (None: no call started).
+    success_rate: float | None
     breaker_opened: int
 
     def to_json(self) -> dict[str, Any]:
@@ -148,6 +149,8 @@ class OutageResult:
             "scenario": "outage",
             "rate_per_s": self.shape.rate,
             "fault": self.shape.fault,
+            "latency_s": self.shape.latency,
+            "processes": self.shape.processes,
             "duration_s": window.duration,
             "down_at_s": window.down_at,
             "down_for_s": window.down_for,
@@ -184,7 +187,7 @@ def _job(job: tuple[Config, TrafficShape, OutageWindow, int]) -> OutageRow:
         fail_fast_after=min(refused) - window.down_at if refused else None,
         failure_p50=_median([end.ended - end.started for end in down if not end.ok]),
         recover_after=max(failed_later) - window.up_at if failed_later else 0.0,
-        success_rate=sum(end.ok for end in ends) / max(1, traffic.started),
+        success_rate=sum(end.ok for end in ends) / traffic.started if traffic.started else None,
         breaker_opened=traffic.breaker_opened,
     )
 
@@ -202,9 +205,12 @@ def run_outage(
     policy: RetryPolicy | None = None,
     governor: GovernorSettings | None = None,
     workers: int | None = None,
+    processes: int = 1,
 ) -> OutageResult:
     """Calls at ``rate`` a second for ``duration`` s; the dependency down from ``down_at``
     for ``down_for`` s. Every configuration sees the same arrivals and jitter streams.
+    The calls are dealt in turn to ``processes`` client processes, each with a governor
+    of its own; the dependency answers in ``latency`` seconds on average.
 
     Calls arrive as a Poisson process over [0, duration): none starts after the run's end
     (their retries may run past it), so a row's ``calls`` is how many arrived in the run.
@@ -232,9 +238,15 @@ def run_outage(
     )
     # Calls arrive until the run ends, however many that is; the number expected is checked
     # as brownout's count is, so that a run of absurd size is refused before it starts.
-    _check_traffic(owner, max(1, round(rate * duration)), rate, latency, fault)
+    _check_traffic(owner, max(1, round(rate * duration)), rate, latency, fault, processes)
     shape = TrafficShape(
-        calls=None, until=duration, rate=rate, latency=latency, latency_sd=latency / 4, fault=fault
+        calls=None,
+        until=duration,
+        rate=rate,
+        latency=latency,
+        latency_sd=latency / 4,
+        fault=fault,
+        processes=processes,
     )
     window = OutageWindow(duration=duration, down_at=down_at, down_for=down_for, bucket=bucket)
     configs = load_protection_configs(policy, governor)

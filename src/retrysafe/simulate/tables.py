@@ -9,6 +9,7 @@ from retrysafe.simulate.contention import ContentionResult
 from retrysafe.simulate.formulas import FORMULA_LABELS
 from retrysafe.simulate.layers import LayersResult
 from retrysafe.simulate.outage import OutageResult
+from retrysafe.simulate.traffic import TrafficShape
 
 __all__ = [
     "SimulationResult",
@@ -42,6 +43,20 @@ def _seconds(value: float | None) -> str:
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return f"{value:.2f} s"
+
+
+def _clients_and_answers(shape: TrafficShape) -> str:
+    """Who calls and how fast the dependency answers: what a run's figures rest on."""
+    clients = (
+        "one client process (one governor: its budget, its breaker)"
+        if shape.processes == 1
+        else f"{shape.processes} client processes, calls dealt in turn, each with a governor "
+        "of its own (not shared through a fleet)"
+    )
+    return (
+        f"{clients}; answers take {shape.latency * 1000:g} ms on average "
+        f"(sd {shape.latency_sd * 1000:g} ms)"
+    )
 
 
 def contention_table(result: ContentionResult) -> list[str]:
@@ -95,6 +110,7 @@ def brownout_table(result: BrownoutResult) -> list[str]:
         f"brownout: {shape.calls} calls per failure rate at {shape.rate:g}/s (Poisson), "
         f"each attempt failing independently ({shape.fault}); RetryPolicy() everywhere "
         f"unless yours; seed {result.seed}",
+        _clients_and_answers(shape),
         "",
         "load amplification (attempts reaching the dependency per call)",
     ]
@@ -133,6 +149,7 @@ def outage_table(result: OutageResult) -> list[str]:
         f"outage: calls at {shape.rate:g}/s (Poisson) for {window.duration:g} s; the dependency "
         f"fails every attempt ({shape.fault}) from {window.down_at:g} s to {window.up_at:g} s; "
         f"seed {result.seed}",
+        _clients_and_answers(shape),
         "",
         f"attempts per second reaching the dependency, per {window.bucket:g} s from",
     ]
@@ -157,9 +174,9 @@ def outage_table(result: OutageResult) -> list[str]:
                 row.config,
                 f"{row.attempts_per_call_down:.2f}",
                 _seconds(row.fail_fast_after),
-                _seconds(row.failure_p50),
+                "-" if row.failure_p50 is None else _seconds(row.failure_p50),
                 _seconds(row.recover_after),
-                f"{row.success_rate * 100:.1f}%",
+                "-" if row.success_rate is None else f"{row.success_rate * 100:.1f}%",
                 str(row.breaker_opened),
             ]
             for row in result.rows

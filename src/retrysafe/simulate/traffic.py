@@ -1,5 +1,9 @@
 """Open-loop traffic: calls arriving at a steady rate, each a retrysafe call through the
-simulator's shell, all sharing one governor (one client process calling one dependency)."""
+simulator's shell, spread over one or more client processes calling one dependency.
+
+Each process has a governor of its own (its retry budget, its breaker), as processes
+that do not share their state through a fleet do; a fleet that shares it
+(:mod:`retrysafe.fleet`) is not modelled."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable
+from typing import Final
 
 import httpx
 
@@ -17,9 +22,11 @@ from retrysafe.simulate.dependency import Fault, FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.shell import CallEnd, SimShell
 
-__all__ = ["Traffic", "TrafficShape", "run_traffic"]
+__all__ = ["MAX_PROCESSES", "Traffic", "TrafficShape", "run_traffic"]
 
 _URL = "http://dependency.sim/items"
+#: The most client processes a run deals its calls to (each has its own governor).
+MAX_PROCESSES: Final = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +36,8 @@ class TrafficShape:
     Calls arrive as a Poisson process at ``rate``, and stop after ``calls`` of them (a
     count of calls, however long they take to arrive: brownout) or at ``until`` seconds
     (a run of that length, however many calls arrive in it: outage). Give one of the two.
+    ``processes``: how many client processes the calls are dealt to in turn, each with a
+    governor of its own (``rate`` is the total of them all).
     """
 
     calls: int | None
@@ -37,6 +46,7 @@ class TrafficShape:
     latency_sd: float = 0.005
     fault: Fault = "503"
     until: float | None = None
+    processes: int = 1
 
     def __post_init__(self) -> None:
         if (self.calls is None) == (self.until is None):
@@ -84,8 +94,15 @@ def run_traffic(
         latency_sd=shape.latency_sd,
         fault=shape.fault,
     )
-    governor = Governor(config.governor, clock=SimClock(now, random.Random(seed)))
-    shell = SimShell(loop, policy=config.policy, governor=governor, send=dependency.send)
+    shells = [
+        SimShell(
+            loop,
+            policy=config.policy,
+            governor=Governor(config.governor, clock=SimClock(now, _governor_random(seed, index))),
+            send=dependency.send,
+        )
+        for index in range(shape.processes)
+    ]
     ends: list[CallEnd] = []
     arrivals = random.Random(seed * 1_000_003 + stream + 500_009)
     calls = shape.calls if shape.calls is not None else math.inf
@@ -93,6 +110,7 @@ def run_traffic(
     at = arrivals.expovariate(shape.rate)
     started = 0
     while started < calls and at < until:
+        shell = shells[started % len(shells)]  # (dealt in turn, as a load balancer would)
         loop.at(at, _start, shell, SimClock(now, client_random(seed, stream, started)), ends)
         started += 1
         at += arrivals.expovariate(shape.rate)
@@ -100,10 +118,16 @@ def run_traffic(
     return Traffic(
         ends=tuple(ends),
         arrivals=tuple(dependency.arrivals),
-        breaker_opened=shell.observer.breaker_opened,
+        breaker_opened=sum(shell.observer.breaker_opened for shell in shells),
         started=started,
         unfinished=started - len(ends),
     )
+
+
+def _governor_random(seed: int, process: int) -> random.Random:
+    """The random numbers of process ``process``'s governor: the first draws as a lone
+    process's always has (a run of one process is the same as before there were more)."""
+    return random.Random(seed) if process == 0 else random.Random(f"governor:{seed}:{process}")
 
 
 def _start(shell: SimShell, clock: SimClock, ends: list[CallEnd]) -> None:
