@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import pickle
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -498,11 +499,12 @@ def test_a_streamed_call_reads_no_more_of_a_huge_error_body_than_its_error_needs
     assert error.response.content == DRIPPED_BIG[:ERROR_BODY_READ_AT_MOST]
 
 
+@pytest.mark.parametrize("policy", [POLICY, HEDGING], ids=["plain", "hedging"])
 async def test_an_async_streamed_call_reads_no_more_of_a_huge_error_body_than_its_error_needs(
-    chaos: KeyedChaos,
+    chaos: KeyedChaos, policy: RetryPolicy
 ) -> None:
     url = chaos.url("/drip", status=404, **BIG_BODY)
-    async with retrysafe.AsyncClient(policy=POLICY) as client:
+    async with retrysafe.AsyncClient(policy=policy) as client:
         with pytest.raises(ClientError) as raised:
             async with client.stream("GET", url):
                 pass
@@ -539,3 +541,83 @@ def test_a_rule_reads_a_streamed_error_body_whole(chaos: KeyedChaos) -> None:
     ):
         pass
     assert seen == [len(DRIPPED_BIG)]
+
+
+TOKEN = "sk_live_" + "A1b2C3d4" * 4
+
+
+class _Echoes(QuietHandler):
+    """A 404 whose body echoes the request's bearer token after ``at`` bytes of ``fill``,
+    then more fill, ``length`` bytes in all (a query sets each)."""
+
+    def do_GET(self) -> None:
+        query = dict(part.split("=") for part in self.path.partition("?")[2].split("&"))
+        at, length, fill = int(query["at"]), int(query["length"]), query["fill"]
+        token = self.headers["Authorization"].split()[-1].encode()
+        unit = {"euro": "\u20ac".encode(), "latin1": b"\xe9"}.get(fill, fill.encode())
+        before = (unit * (at // len(unit) + 1))[:at]
+        body = before + token + unit * ((length - at - len(token)) // len(unit) + 1)
+        self.send_response(404)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        self.wfile.write(body[:length])
+
+
+def _pickled_content(url: str, stream: bool) -> bytes:
+    """The body of the error's response once pickled and back, for a GET of ``url``."""
+
+    def call(client: retrysafe.Client) -> None:
+        if stream:
+            with client.stream("GET", url):
+                pass
+        else:
+            client.get(url)
+
+    with (
+        retrysafe.Client(headers={"Authorization": f"Bearer {TOKEN}"}) as client,
+        pytest.raises(ClientError) as raised,
+    ):
+        call(client)
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert copy.response is not None
+    return bytes(copy.response.content)
+
+
+@pytest.mark.parametrize(
+    ("at", "fill"),
+    [
+        (ERROR_BODY_READ_AT_MOST - 20, "x"),  # the token runs past the cut
+        (100, "euro"),  # the cut falls inside a character of three bytes
+    ],
+    ids=["token-across-the-cut", "cut-mid-character"],
+)
+def test_a_cut_error_body_leaves_the_process_without_the_requests_secret(
+    at: int, fill: str
+) -> None:
+    """A pickled error's response is scrubbed of the request's secrets (it may go to a
+    task queue's store). review94: a body cut mid-character was not UTF-8, and kept
+    whole, token and all; one cut across the token kept its head."""
+    with serving(_Echoes) as base:
+        content = _pickled_content(f"{base}/?at={at}&length=3000000&fill={fill}", stream=True)
+    assert TOKEN.encode() not in content
+    assert TOKEN[:12].encode() not in content
+    assert len(content) <= ERROR_BODY_READ_AT_MOST
+
+
+def test_a_latin_1_error_body_leaves_the_process_without_the_requests_secret() -> None:
+    """A body that is not UTF-8 (a Latin-1 error page) was kept as it was, secrets and all."""
+    with serving(_Echoes) as base:
+        content = _pickled_content(f"{base}/?at=10&length=5000&fill=latin1", stream=False)
+    assert TOKEN.encode() not in content
+    assert content.startswith(b"\xe9" * 10 + b"[REDACTED]")
+    assert len(content) == 5000 - len(TOKEN) + len("[REDACTED]")
+
+
+def test_an_error_body_of_exactly_the_limit_is_not_cut() -> None:
+    """A body exactly as long as the limit is read to its end (its connection kept), and
+    leaves the process whole but for the secret, not cut short as a longer one is."""
+    with serving(_Echoes) as base:
+        url = f"{base}/?at=10&length={ERROR_BODY_READ_AT_MOST}&fill=x"
+        content = _pickled_content(url, stream=True)
+    assert len(content) == ERROR_BODY_READ_AT_MOST - len(TOKEN) + len("[REDACTED]")

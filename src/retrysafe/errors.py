@@ -214,6 +214,7 @@ def _shareable(response: httpx.Response) -> httpx.Response:
     the request it answers holds the caller's credentials: ``Authorization``, an
     ``api_key`` in the query, a password in the body.
     """
+    from retrysafe.kept_body import was_cut
     from retrysafe.redact import Redactor, hidden_values
 
     shared = copy.copy(response)  # (httpx's own pickled state: detached, its body kept)
@@ -224,7 +225,8 @@ def _shareable(response: httpx.Response) -> httpx.Response:
         shared.request = shareable_request(request)
         content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
         if isinstance(content, bytes):
-            shared._content = Redactor.for_request(request).scrub_bytes(content)
+            redactor = Redactor.for_request(request)
+            shared._content = redactor.scrub_bytes(content, cut=was_cut(response))
     return shared
 
 

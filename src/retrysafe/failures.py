@@ -36,16 +36,12 @@ from retrysafe.errors import (
     TransportError,
 )
 from retrysafe.policy import RetryPolicy
-from retrysafe.redact import Redactor, printable
+from retrysafe.redact import SCRUB_MARGIN, Redactor, printable
 
 __all__ = ["CallSummary", "StopKind", "describe_body", "give_up_error"]
 
 #: How much of a failing body an error keeps (``ApiError.body``), and shows in its message.
 _BODY_LIMIT = 64 * 1024
-#: How much beyond the limit is read to scrub a secret the limit cuts across: more than
-#: a long credential (a JWT of 2 KiB) written in its longest form, every character
-#: JSON-escaped as 6.
-_SCRUB_MARGIN = 16 * 1024
 _EXCERPT_LIMIT = 200
 
 #: Why the call stopped, as far as the error's class goes: ``"outcome"`` lets the last
@@ -180,7 +176,7 @@ def describe_body(response: httpx.Response | None, redactor: Redactor) -> tuple[
     # as long as the secret: hence the margin read past the limit).
     encoding = response.encoding or "utf-8"
     kept = len(response.content[:_BODY_LIMIT].decode(encoding, errors="replace"))
-    extended = response.content[: _BODY_LIMIT + _SCRUB_MARGIN].decode(encoding, errors="replace")
+    extended = response.content[: _BODY_LIMIT + SCRUB_MARGIN].decode(encoding, errors="replace")
     text = redactor.scrub_before(extended, kept)
     body: Any = text
     if len(response.content) <= _BODY_LIMIT:

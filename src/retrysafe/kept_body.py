@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from typing import Final, cast
 
@@ -46,6 +47,7 @@ __all__ = [
     "read_at_most",
     "read_keeping_raw",
     "unread",
+    "was_cut",
 ]
 
 
@@ -132,22 +134,25 @@ async def aread_asked(response: httpx.Response, streamed: bool, at_most: int | N
 def read_at_most(response: httpx.Response, at_most: int) -> None:
     """Read the decoded body up to ``at_most`` bytes, and close the rest unread: the
     response then holds the bytes read as its body (``content``), all of it if it was no
-    longer. For an error answer a streamed call raises on
+    longer (see :func:`was_cut`). For an error answer a streamed call raises on
     (:data:`~retrysafe.decisions.ERROR_BODY_READ_AT_MOST`): the error keeps far less,
-    and the rest is not downloaded. Errors are the read's, as ``read()``'s."""
+    and the rest is not downloaded. Errors are the read's, as ``read()``'s.
+
+    httpx decodes each piece as it arrives, whole: a compressed piece of 64 KiB may
+    decode to far more (gzip, up to about a thousand times), held until it is cut here.
+    """
     chunks: list[bytes] = []
     size = 0
     pieces = cast(Generator[bytes, None, None], response.iter_bytes())  # (closed below)
     try:
         for chunk in pieces:
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= at_most:
+            size = _keep(chunks, chunk, size, at_most)
+            if size > at_most:
                 break
     finally:
         pieces.close()
     response.close()  # (read whole, already closed; else the rest goes unread)
-    response._content = b"".join(chunks)[:at_most]  # (httpx's own field, as read() sets)
+    _hold(response, chunks, size, at_most)
 
 
 async def aread_at_most(response: httpx.Response, at_most: int) -> None:
@@ -157,14 +162,41 @@ async def aread_at_most(response: httpx.Response, at_most: int) -> None:
     pieces = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
     try:
         async for chunk in pieces:
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= at_most:
+            size = _keep(chunks, chunk, size, at_most)
+            if size > at_most:
                 break
     finally:
         await pieces.aclose()
     await response.aclose()
-    response._content = b"".join(chunks)[:at_most]
+    _hold(response, chunks, size, at_most)
+
+
+def _keep(chunks: list[bytes], chunk: bytes, size: int, at_most: int) -> int:
+    """Keep what of ``chunk`` falls within ``at_most`` bytes (and one byte more, to tell a
+    body longer than that from one exactly that long): the size seen so far."""
+    room = at_most + 1 - size
+    chunks.append(chunk if len(chunk) <= room else chunk[:room])
+    return size + len(chunk)
+
+
+def _hold(response: httpx.Response, chunks: list[bytes], size: int, at_most: int) -> None:
+    """Make the bytes read the response's body (httpx's own field, as ``read()`` sets)."""
+    content = b"".join(chunks)
+    if size > at_most:
+        content = content[:at_most]
+        _CUT.add(response)
+    response._content = content
+
+
+#: Responses whose body :func:`read_at_most` cut (weakly held: gone with the response).
+_CUT: weakref.WeakSet[httpx.Response] = weakref.WeakSet()
+
+
+def was_cut(response: httpx.Response) -> bool:
+    """Whether ``response``'s body (``content``) is only the start of the body it was sent
+    with, :func:`read_at_most` having left the rest unread: a copy of it that leaves the
+    process scrubs it as cut (see :meth:`~retrysafe.redact.Redactor.scrub_bytes`)."""
+    return response in _CUT
 
 
 #: The largest body of an answer the call sends again that is read rather than dropped

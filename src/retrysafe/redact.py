@@ -41,6 +41,7 @@ import httpx
 __all__ = [
     "PUBLIC_NAMES",
     "REDACTED",
+    "SCRUB_MARGIN",
     "QueryRedactingFilter",
     "SECRET_NAMES",
     "RedactingFilter",
@@ -65,6 +66,11 @@ __all__ = [
 ]
 
 REDACTED = "[REDACTED]"
+#: How far past a cut a secret's written form may run (characters): more than a long
+#: credential (a JWT of 2 KiB) written in its longest form, every character JSON-escaped
+#: as 6. Text kept up to a cut is scrubbed with this much of what follows it, so that a
+#: secret the cut crosses is replaced whole, not left with its head.
+SCRUB_MARGIN = 16 * 1024
 
 
 def unshown_value(refused: UnicodeEncodeError, hint: str = "") -> UnicodeEncodeError:
@@ -543,15 +549,22 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
-    def scrub_bytes(self, content: bytes) -> bytes:
-        """``content`` scrubbed as :meth:`scrub` does, if it is text (UTF-8); else as is
-        (no text, so no secret field was read from it either)."""
-        try:
-            text = content.decode("utf-8")
-        except UnicodeDecodeError:
-            return content
-        scrubbed = self.scrub(text)
-        return content if scrubbed == text else scrubbed.encode("utf-8")
+    def scrub_bytes(self, content: bytes, *, cut: bool = False) -> bytes:
+        """``content`` scrubbed as :meth:`scrub` does. Bytes that are not UTF-8 (another
+        charset, a character cut in two) pass through unchanged around the secrets found
+        in the rest: a token echoed in a Latin-1 page, or in a body cut off mid-character,
+        is hidden as in any other (review94: such a body was kept whole, token and all).
+
+        ``cut``: the content is the start of a longer body, cut at its end; a secret may
+        run past the cut, its head left here. The last :data:`SCRUB_MARGIN` characters
+        are then dropped, and a secret that begins before them is replaced whole.
+        """
+        text = content.decode("utf-8", errors="surrogateescape")
+        if cut:
+            scrubbed = self.scrub_before(text, max(0, len(text) - SCRUB_MARGIN))
+        else:
+            scrubbed = self.scrub(text)
+        return content if scrubbed == text else scrubbed.encode("utf-8", errors="surrogateescape")
 
     def scrub_before(self, text: str, limit: int) -> str:
         """The first ``limit`` characters of ``text``, scrubbed: a secret that starts
