@@ -13,7 +13,8 @@ import pytest
 from tests.local_http import QuietHandler, serving
 
 import retrysafe
-from retrysafe import RetryPolicy
+from retrysafe import DeadlineExceeded, RetryPolicy
+from retrysafe.chaos import KeyedChaos
 
 ONE_ATTEMPT = RetryPolicy(attempts=1)
 
@@ -75,3 +76,27 @@ def test_a_hedged_copys_read_timeout_is_named_as_httpx_s_too() -> None:
     policy = RetryPolicy(attempts=2, hedge_after=0.05, max_hedges=1)
     message = read_timeout_of(retrysafe.RetryTransport(policy=policy), 0.3)
     assert message.startswith("the server sent nothing for the whole read timeout")
+
+
+def test_a_deadline_spent_on_attempts_that_all_timed_out_points_at_the_attempts_time(
+    chaos: KeyedChaos,
+) -> None:
+    """A body that takes 1 s, attempts of 0.2 s: each attempt is cut, and a longer
+    deadline would only buy more of them. The advice names the attempt's time (trial98:
+    it said to raise the deadline)."""
+    url = chaos.url("/drip", chunks=10, interval_ms=100, chunk_bytes=8)
+    policy = RetryPolicy(
+        attempt_timeout=0.2,
+        deadline=0.7,
+        min_attempt_time=0.05,
+        backoff_base=0.01,
+        backoff_cap=0.02,
+    )
+    with retrysafe.Client(policy=policy) as client, pytest.raises(DeadlineExceeded) as raised:
+        client.get(url)
+    error = raised.value
+    assert error.attempts >= 2
+    message = str(error)
+    assert "every attempt timed out, each given 0.2 s at most" in message
+    assert "RetryPolicy(attempt_timeout=...)" in message
+    assert "raise the deadline or make the call cheaper" not in message

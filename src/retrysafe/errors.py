@@ -507,6 +507,19 @@ class DeadlineExceeded(ApiError):
                 " have used it up); raise the deadline, or lower"
                 " RetryPolicy(min_attempt_time=...) if it is above 0"
             )
+        from retrysafe.classify import TIMEOUT_REASONS  # (loaded: it judged the attempts)
+
+        if self.history and all(record.outcome in TIMEOUT_REASONS for record in self.history):
+            # A server slow but steady (a body that takes 3 s, attempts of 2 s) is cut the
+            # same way every time: a longer deadline only buys more attempts (trial98).
+            longest = max(record.timeout for record in self.history)
+            return (
+                f"out of time: every attempt timed out, each given {seconds_text(longest)} at"
+                " most; if the server is slow rather than down, a longer"
+                " RetryPolicy(attempt_timeout=...) (or httpx's own timeout, if lower) lets"
+                " one finish, where a longer deadline alone only buys more attempts cut the"
+                " same way"
+            )
         return super()._advice()
 
     def _message(self, body_excerpt: str) -> str:
