@@ -146,12 +146,12 @@ def run_brownout(
             f"must list each rate once, got {value!r} twice (for another draw at the same "
             "rate, run again with another seed)",
         )
-    _check_traffic(owner, calls, rate, latency, fault, processes)
-    shape = TrafficShape(
+    shape = checked_shape(
+        owner,
         calls=calls,
+        until=None,
         rate=rate,
         latency=latency,
-        latency_sd=latency / 4,
         fault=fault,
         processes=processes,
     )
@@ -170,6 +170,33 @@ def run_brownout(
         tuple(config.name for config in configs),
         tuple(rows),
         time.perf_counter() - began,
+    )
+
+
+def checked_shape(
+    owner: str,
+    *,
+    calls: int | None,
+    until: float | None,
+    rate: float,
+    latency: float,
+    fault: Fault,
+    processes: int,
+) -> TrafficShape:
+    """The traffic of a run, its settings checked first (``owner`` names the run in a
+    refusal). A run of ``until`` seconds is checked for the calls it should see
+    (``rate * until``), as a count of calls is, so that one of absurd size is refused
+    before it starts. Answers take ``latency`` on average, with a quarter of it as sd."""
+    expected = calls if calls is not None else max(1, round(rate * (until or 0.0)))
+    _check_traffic(owner, expected, rate, latency, fault, processes)
+    return TrafficShape(
+        calls=calls,
+        until=until,
+        rate=rate,
+        latency=latency,
+        latency_sd=latency / 4,
+        fault=fault,
+        processes=processes,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from retrysafe.governor import GovernorSettings
 from retrysafe.policy import RetryPolicy
-from retrysafe.simulate.brownout import _check_traffic
+from retrysafe.simulate.brownout import checked_shape
 from retrysafe.simulate.configs import Config, load_protection_configs
 from retrysafe.simulate.dependency import Fault
 from retrysafe.simulate.parallel import default_workers, run_jobs
@@ -236,15 +236,13 @@ def run_outage(
         f"is too small for the run: {duration!r} s / {bucket!r} s is {columns:.0f} columns, at "
         f"most {MAX_BUCKETS}; raise bucket to at least {duration / MAX_BUCKETS:g} s",
     )
-    # Calls arrive until the run ends, however many that is; the number expected is checked
-    # as brownout's count is, so that a run of absurd size is refused before it starts.
-    _check_traffic(owner, max(1, round(rate * duration)), rate, latency, fault, processes)
-    shape = TrafficShape(
+    # (calls arrive until the run ends, however many that is)
+    shape = checked_shape(
+        owner,
         calls=None,
         until=duration,
         rate=rate,
         latency=latency,
-        latency_sd=latency / 4,
         fault=fault,
         processes=processes,
     )
