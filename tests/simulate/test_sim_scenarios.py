@@ -221,7 +221,7 @@ def test_processes_each_with_a_governor_of_their_own_send_more_during_an_outage(
     a dead dependency, where the simulator of one process said 0.16)."""
     run = {"duration": 20.0, "down_at": 4.0, "down_for": 8.0, "bucket": 4.0, "workers": 1}
     one, ten = run_outage(**run), run_outage(**run, processes=10)
-    assert one == run_outage(**run, processes=1)  # (one process: as before)
+    assert one == run_outage(**run, processes=1)  # (the default: one process)
     alone, fleet = one.row("defaults"), ten.row("defaults")
     assert fleet.attempts_per_call_down > 5 * alone.attempts_per_call_down
     assert fleet.breaker_opened > 5 * alone.breaker_opened
