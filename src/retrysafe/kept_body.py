@@ -280,7 +280,7 @@ async def adrain_or_close(
 def _cancels_asked() -> int:
     """How many cancels of the running asyncio task are pending (``Task.cancelling()``); 0
     on another event loop (trio's cancels are scoped, never taken by the wrong scope),
-    and before Python 3.11."""
+    and before Python 3.11 (where retrysafe requires anyio 4.16, which has no such fault)."""
     import asyncio  # (loaded already: an async drain runs on an event loop)
 
     try:
