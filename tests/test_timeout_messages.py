@@ -6,6 +6,7 @@ said, changed nothing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import httpx
@@ -90,7 +91,29 @@ def test_a_deadline_spent_on_attempts_that_all_timed_out_points_at_the_attempts_
         client.get(url)
     error = raised.value
     assert error.attempts >= 2
+    assert error.attempts_too_short
     message = str(error)
-    assert "every attempt timed out, each given 0.2 s at most" in message
+    assert "every attempt timed out, the longest after " in message
+    assert " of the 0.2 s an attempt may take" in message
     assert "RetryPolicy(attempt_timeout=...)" in message
     assert "raise the deadline or make the call cheaper" not in message
+
+
+@pytest.mark.parametrize("cut", ["policy", "scope"])
+def test_a_deadline_that_cut_every_attempt_short_still_says_to_raise_it(
+    chaos: KeyedChaos, cut: str
+) -> None:
+    """A 0.6 s deadline against a 1 s answer, attempts of the default 10 s: the deadline
+    cut every attempt, and a longer one is the fix (review95: the first version of the
+    advice above said to lengthen the attempt here too)."""
+    url = chaos.url("/drip", chunks=10, interval_ms=100, chunk_bytes=8)
+    policy = RetryPolicy(deadline=0.6 if cut == "policy" else 30, min_attempt_time=0.05)
+    scope = retrysafe.deadline(0.6) if cut == "scope" else contextlib.nullcontext()
+    with (
+        scope,
+        retrysafe.Client(policy=policy) as client,
+        pytest.raises(DeadlineExceeded) as raised,
+    ):
+        client.get(url)
+    assert not raised.value.attempts_too_short
+    assert "raise the deadline or make the call cheaper" in str(raised.value)

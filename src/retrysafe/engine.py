@@ -946,6 +946,7 @@ class Call:
             redactor=Redactor.for_request(self._request),
             detail=detail,
             spent_body=spent_body,
+            attempt_timeout=self.policy.attempt_timeout,
         )
         report = self._report(error=error)
         if response is not None:

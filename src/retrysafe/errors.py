@@ -486,9 +486,19 @@ class PacingDelayed(Refused):
 
 
 class DeadlineExceeded(ApiError):
-    """The call's deadline ran out before an attempt could succeed."""
+    """The call's deadline ran out before an attempt could succeed.
+
+    ``attempts_too_short``: every attempt timed out, one at least given the policy's
+    whole ``attempt_timeout``; the answer is slower than an attempt may take, and a longer
+    deadline would only buy more attempts cut the same way."""
 
     advice = "out of time: raise the deadline or make the call cheaper"
+    #: (a class default: errors pickled before the field existed read it as False)
+    attempts_too_short = False
+
+    def __init__(self, *, attempts_too_short: bool = False, **fields: Any) -> None:
+        self.attempts_too_short = attempts_too_short
+        super().__init__(**fields)
 
     def _advice(self) -> str:
         if self.attempts == 0 and self.earlier_hops_elapsed > 0:
@@ -507,18 +517,16 @@ class DeadlineExceeded(ApiError):
                 " have used it up); raise the deadline, or lower"
                 " RetryPolicy(min_attempt_time=...) if it is above 0"
             )
-        from retrysafe.classify import TIMEOUT_REASONS  # (loaded: it judged the attempts)
-
-        if self.history and all(record.outcome in TIMEOUT_REASONS for record in self.history):
-            # A server slow but steady (a body that takes 3 s, attempts of 2 s) is cut the
-            # same way every time: a longer deadline only buys more attempts (trial98).
-            longest = max(record.timeout for record in self.history)
+        if self.attempts_too_short:
+            # (trial98: a 3 s body under attempts of 2 s is cut every time)
+            took = max(record.elapsed for record in self.history)
+            allowed = max(record.timeout for record in self.history)
             return (
-                f"out of time: every attempt timed out, each given {seconds_text(longest)} at"
-                " most; if the server is slow rather than down, a longer"
-                " RetryPolicy(attempt_timeout=...) (or httpx's own timeout, if lower) lets"
-                " one finish, where a longer deadline alone only buys more attempts cut the"
-                " same way"
+                f"out of time: every attempt timed out, the longest after {seconds_text(took)}"
+                f" of the {seconds_text(allowed)} an attempt may take; if the server is slow"
+                " rather than down, give an attempt longer (RetryPolicy(attempt_timeout=...),"
+                " or httpx's own timeout if that cut them sooner): a longer deadline alone"
+                " only buys more attempts cut the same way"
             )
         return super()._advice()
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import httpx
 
-from retrysafe.classify import Verdict
+from retrysafe.classify import TIMEOUT_REASONS, Verdict
 from retrysafe.errors import (
     ApiError,
     AttemptRecord,
@@ -88,9 +88,11 @@ def give_up_error(
     redactor: Redactor,
     detail: str = "",
     spent_body: bool = False,
+    attempt_timeout: float = math.inf,
 ) -> tuple[ApiError, str]:
     """The error for a call that stops now, and a one-line excerpt of the failing body
-    (``spent_body``: the request's body could not be sent again)."""
+    (``spent_body``: the request's body could not be sent again; ``attempt_timeout``:
+    the policy's, the time an attempt the deadline does not cut short is given)."""
     body, excerpt = describe_body(response, redactor)
     if cause is not None:
         redactor.scrub_exception(cause)  # (it becomes the error's __cause__, or is raised)
@@ -115,7 +117,8 @@ def give_up_error(
     }
     error: ApiError
     if stop == "deadline":
-        error = DeadlineExceeded(**fields)
+        slow = _attempts_too_short(summary.history, attempt_timeout)
+        error = DeadlineExceeded(attempts_too_short=slow, **fields)
     elif stop == "retry_after":
         error = RetryAfterTooLong(retry_after=retry_after or 0.0, detail=detail, **fields)
     elif stop in _REFUSALS:
@@ -137,6 +140,19 @@ def give_up_error(
     else:
         error = TransportError(**fields)
     return error, excerpt
+
+
+def _attempts_too_short(history: tuple[AttemptRecord, ...], attempt_timeout: float) -> bool:
+    """Whether every attempt timed out, one at least given the whole ``attempt_timeout``
+    (not cut short by the deadline): an answer slower than an attempt may take, which a
+    longer deadline would only meet with more attempts cut the same way (trial98). When
+    the deadline cut them all (review95: ``deadline=2`` against a 3 s answer, the default
+    10 s attempts), a longer deadline is the fix."""
+    return (
+        bool(history)
+        and all(record.outcome in TIMEOUT_REASONS for record in history)
+        and any(record.timeout >= attempt_timeout for record in history)
+    )
 
 
 def explain_wait_too_long(
