@@ -437,8 +437,14 @@ def test_rates_typed_as_fractions_run_as_typed_with_a_note(
     assert json.loads(captured.out)["results"][0]["failure_rate"] == pytest.approx(0.002)
     assert "--failure-rates takes percentages, so this runs 0.2 % and 0.6 %" in captured.err
     assert "type --failure-rates 20,60" in captured.err
+    # (review95: a 0 or a 1 in the list hid the note; the docs' own [0.0, 0.5, 1.0])
+    argv = ["simulate", "brownout", "--failure-rates", "0,0.5,1", "--calls", "20", "--json"]
+    assert main([*argv, "--workers", "1"]) == EXIT_OK
+    assert "type --failure-rates 0,50,100" in capsys.readouterr().err
     assert main(["simulate", "brownout", "--failure-rates", "0,20", "--calls", "20"]) == EXIT_OK
     assert capsys.readouterr().err == ""
+    assert main(["simulate", "brownout", "--failure-rates", "0,1", "--calls", "20"]) == EXIT_OK
+    assert capsys.readouterr().err == ""  # (0 % and 1 %: whole percentages, as typed)
 
 
 def test_an_outage_with_no_call_or_no_failing_call_prints_a_dash(

@@ -225,11 +225,13 @@ def _in_flags(message: str) -> str:
 
 
 def _note_tiny_percentages(flag: str, rates: tuple[float, ...]) -> None:
-    """Say so on stderr when every rate typed is under 1 %: ``0.2,0.6`` is most likely
-    meant as fractions (the Python functions take fractions), and would run as 0.2 % and
-    0.6 % without a word. Run all the same: 0.5 % is a rate one may mean."""
-    if rates and all(0 < rate < 0.01 for rate in rates):
-        typed = " and ".join(f"{rate * 100:g} %" for rate in rates)
+    """Say so on stderr when no rate typed is above 1 % and one is a fraction of it:
+    ``0.2,0.6`` or ``0,0.5,1`` is most likely meant as fractions (the Python functions
+    take fractions), and would run as 0.2 % and 0.6 % without a word. Run all the same:
+    0.5 % is a rate one may mean."""
+    if all(rate <= 0.01 for rate in rates) and any(0 < rate < 0.01 for rate in rates):
+        shown = [f"{rate * 100:g} %" for rate in rates]
+        typed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
         meant = ",".join(f"{rate * 10_000:g}" for rate in rates)
         sys.stderr.write(
             f"retrysafe simulate: note: {flag} takes percentages, so this runs {typed}; "
