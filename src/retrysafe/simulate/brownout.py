@@ -16,9 +16,9 @@ from typing import Any
 from retrysafe.governor import GovernorSettings
 from retrysafe.policy import RetryPolicy
 from retrysafe.simulate.configs import Config, load_protection_configs
-from retrysafe.simulate.dependency import FAULTS, Fault
+from retrysafe.simulate.dependency import Fault
 from retrysafe.simulate.parallel import default_workers, run_jobs
-from retrysafe.simulate.traffic import MAX_PROCESSES, TrafficShape, run_traffic
+from retrysafe.simulate.traffic import TrafficShape, checked_shape, run_traffic
 from retrysafe.validation import check, check_number
 
 __all__ = ["BrownoutResult", "BrownoutRow", "run_brownout"]
@@ -170,53 +170,4 @@ def run_brownout(
         tuple(config.name for config in configs),
         tuple(rows),
         time.perf_counter() - began,
-    )
-
-
-def checked_shape(
-    owner: str,
-    *,
-    calls: int | None,
-    until: float | None,
-    rate: float,
-    latency: float,
-    fault: Fault,
-    processes: int,
-) -> TrafficShape:
-    """The traffic of a run, its settings checked first (``owner`` names the run in a
-    refusal). A run of ``until`` seconds is checked for the calls it should see
-    (``rate * until``), as a count of calls is, so that one of absurd size is refused
-    before it starts. Answers take ``latency`` on average, with a quarter of it as sd."""
-    expected = calls if calls is not None else max(1, round(rate * (until or 0.0)))
-    _check_traffic(owner, expected, rate, latency, fault, processes)
-    return TrafficShape(
-        calls=calls,
-        until=until,
-        rate=rate,
-        latency=latency,
-        latency_sd=latency / 4,
-        fault=fault,
-        processes=processes,
-    )
-
-
-def _check_traffic(
-    owner: str, calls: int, rate: float, latency: float, fault: str, processes: int
-) -> None:
-    check(
-        isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= 10_000_000,
-        owner,
-        "calls",
-        f"must be a whole number from 1 to 10000000, got {calls!r}",
-    )
-    check_number(owner, "rate", rate, positive=True, infinite_ok=False)
-    check_number(owner, "latency", latency, positive=False, infinite_ok=False)
-    check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
-    check(
-        isinstance(processes, int)
-        and not isinstance(processes, bool)
-        and 1 <= processes <= MAX_PROCESSES,
-        owner,
-        "processes",
-        f"must be a whole number from 1 to {MAX_PROCESSES}, got {processes!r}",
     )

@@ -18,11 +18,10 @@ from typing import Any, Final
 
 from retrysafe.governor import GovernorSettings
 from retrysafe.policy import RetryPolicy
-from retrysafe.simulate.brownout import checked_shape
 from retrysafe.simulate.configs import Config, load_protection_configs
 from retrysafe.simulate.dependency import Fault
 from retrysafe.simulate.parallel import default_workers, run_jobs
-from retrysafe.simulate.traffic import TrafficShape, run_traffic
+from retrysafe.simulate.traffic import TrafficShape, checked_shape, run_traffic
 from retrysafe.validation import check, check_number
 
 __all__ = ["OutageResult", "OutageRow", "OutageWindow", "run_outage"]

@@ -18,11 +18,12 @@ import httpx
 from retrysafe.governor import Governor
 from retrysafe.simulate.clock import SimClock, VirtualTime, client_random
 from retrysafe.simulate.configs import Config
-from retrysafe.simulate.dependency import Fault, FlakyDependency
+from retrysafe.simulate.dependency import FAULTS, Fault, FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.shell import CallEnd, SimShell
+from retrysafe.validation import check, check_number
 
-__all__ = ["MAX_PROCESSES", "Traffic", "TrafficShape", "run_traffic"]
+__all__ = ["MAX_PROCESSES", "Traffic", "TrafficShape", "checked_shape", "run_traffic"]
 
 _URL = "http://dependency.sim/items"
 #: The most client processes a run deals its calls to (each has its own governor).
@@ -68,6 +69,55 @@ class Traffic:
     #: Calls still unfinished when nothing more could happen (an attempt with no timeout
     #: against a dependency that never answers); they count as failed.
     unfinished: int
+
+
+def checked_shape(
+    owner: str,
+    *,
+    calls: int | None,
+    until: float | None,
+    rate: float,
+    latency: float,
+    fault: Fault,
+    processes: int,
+) -> TrafficShape:
+    """The traffic of a run, its settings checked first (``owner`` names the run in a
+    refusal). A run of ``until`` seconds is checked for the calls it should see
+    (``rate * until``), as a count of calls is, so that one of absurd size is refused
+    before it starts. Answers take ``latency`` on average, with a quarter of it as sd."""
+    expected = calls if calls is not None else max(1, round(rate * (until or 0.0)))
+    _check_traffic(owner, expected, rate, latency, fault, processes)
+    return TrafficShape(
+        calls=calls,
+        until=until,
+        rate=rate,
+        latency=latency,
+        latency_sd=latency / 4,
+        fault=fault,
+        processes=processes,
+    )
+
+
+def _check_traffic(
+    owner: str, calls: int, rate: float, latency: float, fault: str, processes: int
+) -> None:
+    check(
+        isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= 10_000_000,
+        owner,
+        "calls",
+        f"must be a whole number from 1 to 10000000, got {calls!r}",
+    )
+    check_number(owner, "rate", rate, positive=True, infinite_ok=False)
+    check_number(owner, "latency", latency, positive=False, infinite_ok=False)
+    check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
+    check(
+        isinstance(processes, int)
+        and not isinstance(processes, bool)
+        and 1 <= processes <= MAX_PROCESSES,
+        owner,
+        "processes",
+        f"must be a whole number from 1 to {MAX_PROCESSES}, got {processes!r}",
+    )
 
 
 def run_traffic(
