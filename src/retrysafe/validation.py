@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["check", "check_number"]
+__all__ = ["check", "check_number", "check_whole"]
 
 
 def check(condition: bool, owner: str, field: str, rule: str) -> None:
     """Raise ``ValueError("<owner>.<field> <rule>")`` unless ``condition`` holds."""
     if not condition:
         raise ValueError(f"{owner}.{field} {rule}")
+
+
+def check_whole(owner: str, field: str, value: object, *, at_most: int) -> None:
+    """A whole number (an int, not a bool) from 1 to ``at_most``."""
+    check(
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= at_most,
+        owner,
+        field,
+        f"must be a whole number from 1 to {at_most}, got {value!r}",
+    )
 
 
 def check_number(

@@ -40,7 +40,7 @@ from retrysafe.simulate.dependency import FAULTS, Fault, FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.parallel import default_workers, run_jobs
 from retrysafe.simulate.shell import CallEnd, Reply, SimCall, SimShell
-from retrysafe.validation import check, check_number
+from retrysafe.validation import check, check_number, check_whole
 
 __all__ = ["LayerConfig", "LayersResult", "LayersRow", "run_layers"]
 
@@ -301,12 +301,7 @@ def run_layers(
     )
     check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
     check_number(owner, "user_deadline", user_deadline, positive=True, infinite_ok=True)
-    check(
-        isinstance(requests, int) and not isinstance(requests, bool) and 1 <= requests <= 1_000_000,
-        owner,
-        "requests",
-        f"must be a whole number from 1 to 1000000, got {requests!r}",
-    )
+    check_whole(owner, "requests", requests, at_most=1_000_000)
     check_number(owner, "rate", rate, positive=True, infinite_ok=False)
     configs = layer_configs(policy, governor)
     jobs = [

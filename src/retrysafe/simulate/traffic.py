@@ -21,7 +21,7 @@ from retrysafe.simulate.configs import Config
 from retrysafe.simulate.dependency import FAULTS, Fault, FlakyDependency
 from retrysafe.simulate.events import EventLoop
 from retrysafe.simulate.shell import CallEnd, SimShell
-from retrysafe.validation import check, check_number
+from retrysafe.validation import check, check_number, check_whole
 
 __all__ = ["MAX_PROCESSES", "Traffic", "TrafficShape", "checked_shape", "run_traffic"]
 
@@ -101,23 +101,11 @@ def checked_shape(
 def _check_traffic(
     owner: str, calls: int, rate: float, latency: float, fault: str, processes: int
 ) -> None:
-    check(
-        isinstance(calls, int) and not isinstance(calls, bool) and 1 <= calls <= 10_000_000,
-        owner,
-        "calls",
-        f"must be a whole number from 1 to 10000000, got {calls!r}",
-    )
+    check_whole(owner, "calls", calls, at_most=10_000_000)
     check_number(owner, "rate", rate, positive=True, infinite_ok=False)
     check_number(owner, "latency", latency, positive=False, infinite_ok=False)
     check(fault in FAULTS, owner, "fault", f"must be one of {', '.join(FAULTS)}; got {fault!r}")
-    check(
-        isinstance(processes, int)
-        and not isinstance(processes, bool)
-        and 1 <= processes <= MAX_PROCESSES,
-        owner,
-        "processes",
-        f"must be a whole number from 1 to {MAX_PROCESSES}, got {processes!r}",
-    )
+    check_whole(owner, "processes", processes, at_most=MAX_PROCESSES)
 
 
 def run_traffic(
