@@ -41,7 +41,7 @@ from retrysafe.chaos import KeyedChaos
 from retrysafe.compiled import COMPILED_MODULES, is_compiled
 from retrysafe.decisions import ERROR_BODY_READ_AT_MOST
 from retrysafe.engine import Call
-from retrysafe.kept_body import adrain_or_close
+from retrysafe.kept_body import DRAINED_AT_MOST, adrain_or_close
 
 pytestmark = pytest.mark.anyio
 
@@ -275,6 +275,119 @@ def test_a_drop_ins_small_retried_answers_keep_their_connection() -> None:
             assert client.get(url).status_code == 503
     assert len(_Busy.ports) == 3 * POLICY.attempts
     assert len(set(_Busy.ports)) == 1
+
+
+class _BusyChunked(QuietHandler):
+    """Answers ``/busy?size=N`` with a 503 whose N-byte body is chunked (no Content-Length,
+    as many error pages are), after ``Retry-After: 1`` at ``/busy?size=N&wait=1``; and
+    ``/limited`` with a 429 asking for 100 s. Notes each request's client port."""
+
+    ports: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        self.ports.append(self.client_address[1])
+        if self.path.startswith("/limited"):
+            self.send_response(429)
+            self.send_header("Retry-After", "100")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        query = dict(part.split("=") for part in self.path.split("?", 1)[1].split("&"))
+        body = b"b" * int(query["size"])
+        self.send_response(503)
+        if "wait" in query:
+            self.send_header("Retry-After", query["wait"])
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for start in range(0, len(body), 16 * 1024):
+            piece = body[start : start + 16 * 1024]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("size", "connections"),
+    [(300, 1), (DRAINED_AT_MOST, 1), (DRAINED_AT_MOST + 1, POLICY.attempts)],
+    ids=["small", "the-limit", "past-the-limit"],
+)
+def test_a_retried_chunked_answer_is_drained_when_small_as_one_with_a_length(
+    size: int, connections: int
+) -> None:
+    """A retried answer with no Content-Length (chunked) is drained while it stays within
+    DRAINED_AT_MOST bytes, so its connection serves the retry; a longer one is closed
+    unread, each retry on a new connection. (Before, none was drained: one connection per
+    attempt whatever the size.) The answer the call ends on is the caller's, whole."""
+    _BusyChunked.ports = []
+    with (
+        serving(_BusyChunked) as url,
+        httpx.Client(transport=retrysafe.RetryTransport(policy=POLICY)) as client,
+    ):
+        response = client.get(f"{url}/busy?size={size}")
+    assert response.status_code == 503
+    assert len(response.content) == size
+    assert len(_BusyChunked.ports) == POLICY.attempts
+    assert len(set(_BusyChunked.ports)) == connections
+
+
+@pytest.mark.parametrize(
+    ("size", "connections"),
+    [(300, 1), (DRAINED_AT_MOST + 1, POLICY.attempts)],
+    ids=["small", "past-the-limit"],
+)
+async def test_an_async_retried_chunked_answer_is_drained_when_small(
+    size: int, connections: int
+) -> None:
+    _BusyChunked.ports = []
+    transport = retrysafe.AsyncRetryTransport(policy=POLICY)
+    with serving(_BusyChunked) as url:
+        async with httpx.AsyncClient(transport=transport) as client:
+            response = await client.get(f"{url}/busy?size={size}")
+    assert response.status_code == 503
+    assert len(response.content) == size
+    assert len(set(_BusyChunked.ports)) == connections
+
+
+def test_a_call_refused_after_a_retried_chunked_answer_hands_that_answer_over() -> None:
+    """As with a Content-Length (below): the chunked 503, drained, is handed over readable
+    when another call's 429 pauses the dependency past the deadline. (Before, it was
+    closed unread and the call raised the refusal, ``CooldownActive``.)"""
+    _BusyChunked.ports = []
+    with (
+        serving(_BusyChunked) as url,
+        httpx.Client(transport=retrysafe.RetryTransport(policy=_REFUSED)) as client,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        pending = pool.submit(client.get, f"{url}/busy?size=300&wait=1")
+        time.sleep(0.3)  # (its first answer is in, and it waits 1 s)
+        assert client.get(f"{url}/limited").status_code == 429
+        response = pending.result(timeout=10)
+    assert response.status_code == 503
+    assert response.content == b"b" * 300
+    report = retrysafe.report_of(response)
+    assert report is not None
+    assert type(report.error).__name__ == "CooldownActive"
+
+
+async def test_an_async_call_refused_after_a_retried_chunked_answer_hands_that_answer_over() -> (
+    None
+):
+    _BusyChunked.ports = []
+    answers: list[httpx.Response] = []
+    transport = retrysafe.AsyncRetryTransport(policy=_REFUSED)
+    with serving(_BusyChunked) as url:
+        async with httpx.AsyncClient(transport=transport) as client:
+
+            async def call_busy() -> None:
+                answers.append(await client.get(f"{url}/busy?size=300&wait=1"))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call_busy)
+                await anyio.sleep(0.3)  # (its first answer is in, and it waits 1 s)
+                assert (await client.get(f"{url}/limited")).status_code == 429
+    assert answers[0].content == b"b" * 300
+    report = retrysafe.report_of(answers[0])
+    assert report is not None
+    assert type(report.error).__name__ == "CooldownActive"
 
 
 #: The 503 waits at least its Retry-After (1 s) before its retry; the 429 to another call,

@@ -200,9 +200,10 @@ def was_cut(response: httpx.Response) -> bool:
 
 
 #: The largest body of an answer the call sends again that is read rather than dropped
-#: (bytes, by its Content-Length): read, its connection serves the retry (closed unread,
-#: an HTTP/1.1 connection goes, and each retry opens another: review90), and the answer
-#: can still be handed over if the call ends before the retry (a refusal, a cooldown).
+#: (bytes as sent, by its Content-Length, or counted as they come when it has none): read,
+#: its connection serves the retry (closed unread, an HTTP/1.1 connection goes, and each
+#: retry opens another: review90), and the answer can still be handed over if the call
+#: ends before the retry (a refusal, a cooldown).
 DRAINED_AT_MOST: Final = 64 * 1024
 #: The longest a drain waits for that body (seconds), within the attempt's time: a small
 #: body comes with its headers or soon after, and one that trickles or stalls (an outage's
@@ -232,7 +233,7 @@ def drain_or_close(
     late is no attempt's outcome (review93)."""
     running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
-        if _small(response):
+        if _drainable(response):
             try:
                 read_asked(response, streamed)
                 return
@@ -254,7 +255,7 @@ async def adrain_or_close(
 
     ends_at = running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
-        if _small(response):
+        if _drainable(response):
             cancels = _cancels_asked()
             # (a timeout, a reset: the answer is judged already)
             with (
@@ -292,9 +293,55 @@ def _cancels_asked() -> int:
     return 0 if cancelling is None else cancelling()
 
 
-def _small(response: httpx.Response) -> bool:
+def _drainable(response: httpx.Response) -> bool:
+    """Whether a drain may read ``response``'s body: its Content-Length is at most
+    :data:`DRAINED_AT_MOST`, or it has none (chunked, or ended by closing the connection:
+    error pages often are), and then its stream is bounded to stop the read there."""
     length = response.headers.get("content-length")
-    return length is not None and length.isdigit() and int(length) <= DRAINED_AT_MOST
+    if length is None:
+        response.stream = _StopsPastDrainLimit(response.stream)
+        return True
+    return length.isdigit() and int(length) <= DRAINED_AT_MOST
+
+
+class _DrainLimitPassed(Exception):
+    """A drained body of unknown length went on past :data:`DRAINED_AT_MOST` bytes."""
+
+
+class _StopsPastDrainLimit(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response's stream that raises :class:`_DrainLimitPassed` once more than
+    :data:`DRAINED_AT_MOST` bytes have come (as sent: before any decoding), so that a
+    drain leaves a long body of unknown length unread, as it does one whose
+    Content-Length says it is long."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        size = 0
+        for chunk in self._inner:
+            size += len(chunk)
+            if size > DRAINED_AT_MOST:
+                raise _DrainLimitPassed
+            yield chunk
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if size > DRAINED_AT_MOST:
+                raise _DrainLimitPassed
+            yield chunk
+
+    def close(self) -> None:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        await self._inner.aclose()
 
 
 def unread(response: httpx.Response) -> None:
