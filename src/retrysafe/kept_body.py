@@ -51,12 +51,28 @@ __all__ = [
 ]
 
 
-class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
+class _WrappedStream(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response's stream standing in front of the one it came with (sync or async),
+    which it closes when closed."""
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    def close(self) -> None:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        await self._inner.aclose()
+
+
+class RawKeepingStream(_WrappedStream):
     """A response's stream that passes its chunks on and, if ``keep``, keeps each as it
     was received."""
 
     def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, keep: bool) -> None:
-        self._inner = inner
+        super().__init__(inner)
         #: Whether the raw chunks differ from the decoded body, and so are kept.
         self.keep = keep
         #: The raw chunks passed on so far (none unless ``keep``).
@@ -75,14 +91,6 @@ class RawKeepingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
             if self.keep:
                 self.chunks.append(chunk)
             yield chunk
-
-    def close(self) -> None:
-        assert isinstance(self._inner, httpx.SyncByteStream)
-        self._inner.close()
-
-    async def aclose(self) -> None:
-        assert isinstance(self._inner, httpx.AsyncByteStream)
-        await self._inner.aclose()
 
 
 def is_encoded(content_encoding: str) -> bool:
@@ -308,14 +316,11 @@ class _DrainLimitPassed(Exception):
     """A drained body of unknown length went on past :data:`DRAINED_AT_MOST` bytes."""
 
 
-class _StopsPastDrainLimit(httpx.SyncByteStream, httpx.AsyncByteStream):
+class _StopsPastDrainLimit(_WrappedStream):
     """A response's stream that raises :class:`_DrainLimitPassed` once more than
     :data:`DRAINED_AT_MOST` bytes have come (as sent: before any decoding), so that a
     drain leaves a long body of unknown length unread, as it does one whose
     Content-Length says it is long."""
-
-    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream) -> None:
-        self._inner = inner
 
     def __iter__(self) -> Iterator[bytes]:
         assert isinstance(self._inner, httpx.SyncByteStream)
@@ -334,14 +339,6 @@ class _StopsPastDrainLimit(httpx.SyncByteStream, httpx.AsyncByteStream):
             if size > DRAINED_AT_MOST:
                 raise _DrainLimitPassed
             yield chunk
-
-    def close(self) -> None:
-        assert isinstance(self._inner, httpx.SyncByteStream)
-        self._inner.close()
-
-    async def aclose(self) -> None:
-        assert isinstance(self._inner, httpx.AsyncByteStream)
-        await self._inner.aclose()
 
 
 def unread(response: httpx.Response) -> None:
