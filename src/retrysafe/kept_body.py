@@ -43,6 +43,9 @@ __all__ = [
     "aread_keeping_raw",
     "drain_or_close",
     "is_encoded",
+    "joined_within",
+    "keep_within",
+    "mark_cut",
     "read_asked",
     "read_at_most",
     "read_keeping_raw",
@@ -154,7 +157,7 @@ def read_at_most(response: httpx.Response, at_most: int) -> None:
     pieces = cast(Generator[bytes, None, None], response.iter_bytes())  # (closed below)
     try:
         for chunk in pieces:
-            size = _keep(chunks, chunk, size, at_most)
+            size = keep_within(chunks, chunk, size, at_most)
             if size > at_most:
                 break
     finally:
@@ -170,7 +173,7 @@ async def aread_at_most(response: httpx.Response, at_most: int) -> None:
     pieces = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
     try:
         async for chunk in pieces:
-            size = _keep(chunks, chunk, size, at_most)
+            size = keep_within(chunks, chunk, size, at_most)
             if size > at_most:
                 break
     finally:
@@ -179,31 +182,44 @@ async def aread_at_most(response: httpx.Response, at_most: int) -> None:
     _hold(response, chunks, size, at_most)
 
 
-def _keep(chunks: list[bytes], chunk: bytes, size: int, at_most: int) -> int:
+def keep_within(chunks: list[bytes], chunk: bytes, size: int, at_most: int) -> int:
     """Keep what of ``chunk`` falls within ``at_most`` bytes (and one byte more, to tell a
-    body longer than that from one exactly that long): the size seen so far."""
+    body longer than that from one exactly that long): the size seen so far. (The shells
+    for other clients read their bodies at most so long through it too.)"""
     room = at_most + 1 - size
     chunks.append(chunk if len(chunk) <= room else chunk[:room])
     return size + len(chunk)
 
 
+def joined_within(chunks: list[bytes], size: int, at_most: int) -> bytes:
+    """The bytes :func:`keep_within` kept of a body ``size`` bytes long so far: at most
+    ``at_most`` of them."""
+    content = b"".join(chunks)
+    return content[:at_most] if size > at_most else content
+
+
 def _hold(response: httpx.Response, chunks: list[bytes], size: int, at_most: int) -> None:
     """Make the bytes read the response's body (httpx's own field, as ``read()`` sets)."""
-    content = b"".join(chunks)
+    response._content = joined_within(chunks, size, at_most)
     if size > at_most:
-        content = content[:at_most]
-        _CUT.add(response)
-    response._content = content
+        mark_cut(response)
 
 
-#: Responses whose body :func:`read_at_most` cut (weakly held: gone with the response).
-_CUT: weakref.WeakSet[httpx.Response] = weakref.WeakSet()
+#: Responses whose body was cut (weakly held: gone with the response): httpx's, and
+#: requests' read by the requests adapter.
+_CUT: weakref.WeakSet[object] = weakref.WeakSet()
 
 
-def was_cut(response: httpx.Response) -> bool:
+def mark_cut(response: object) -> None:
+    """Note that ``response``'s body holds only the start of the body it was sent with."""
+    _CUT.add(response)
+
+
+def was_cut(response: object) -> bool:
     """Whether ``response``'s body (``content``) is only the start of the body it was sent
-    with, :func:`read_at_most` having left the rest unread: a copy of it that leaves the
-    process scrubs it as cut (see :meth:`~retrysafe.redact.Redactor.scrub_bytes`)."""
+    with, :func:`read_at_most` (or a shell for another client) having left the rest
+    unread: a copy of it that leaves the process scrubs it as cut (see
+    :meth:`~retrysafe.redact.Redactor.scrub_bytes`)."""
     return response in _CUT
 
 

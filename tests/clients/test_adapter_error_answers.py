@@ -10,14 +10,21 @@ whose body trickled past the attempt's time was sent four times and ended as a t
 
 from __future__ import annotations
 
+import gzip
+import pickle
+import random
+
 import aiohttp
 import pytest
 import requests
+from tests.local_http import QuietHandler, serving
 
 from retrysafe import RetryPolicy
 from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.aiohttp import errors as aiohttp_errors
 from retrysafe.chaos import KeyedChaos
+from retrysafe.decisions import ERROR_BODY_READ_AT_MOST
+from retrysafe.kept_body import was_cut
 from retrysafe.requests import RetryAdapter, report_of
 from retrysafe.requests import errors as requests_errors
 
@@ -141,3 +148,143 @@ def test_requests_error_names_the_response_whose_body_did_not_come(chaos: KeyedC
         session.get(_slow(chaos, 404), timeout=5)
     assert raised.value.response is not None
     assert raised.value.response.status_code == 404
+
+
+#: A 2 MB error body, sent at once (the drip's four 500 kB chunks, no gaps).
+BIG_BODY = {"chunks": 4, "interval_ms": 0, "chunk_bytes": 500_000}
+DRIPPED_BIG = b"".join(b"%d" % n * 500_000 for n in range(4))
+
+
+def test_requests_streamed_reads_no_more_of_a_huge_error_body_than_its_error_needs(
+    chaos: KeyedChaos,
+) -> None:
+    """A streamed call the adapter raises on reads an error answer's body only to the
+    first MiB, as ``Client.stream()`` does, and leaves the rest undownloaded (trial100:
+    a 64 MB 404 grew memory by 128 MB where bare requests, streaming, grew it by 0)."""
+    with (
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(chaos.url("/drip", status=404, **BIG_BODY), stream=True, timeout=5)
+    error = raised.value
+    assert (error.status, error.attempts) == (404, 1)
+    assert isinstance(error.body, str)
+    assert len(error.body) == 64 * 1024  # (what an error keeps of any body)
+    assert isinstance(error.response, requests.Response)
+    assert error.response.content == DRIPPED_BIG[:ERROR_BODY_READ_AT_MOST]
+    assert was_cut(error.response)
+
+
+def test_requests_reads_a_huge_error_body_whole_when_not_streamed(chaos: KeyedChaos) -> None:
+    with (
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(chaos.url("/drip", status=404, **BIG_BODY), timeout=5)
+    assert isinstance(raised.value.response, requests.Response)
+    assert raised.value.response.content == DRIPPED_BIG  # (as requests reads one)
+
+
+def test_requests_pickles_a_cut_error_body_without_a_secret_across_the_cut() -> None:
+    """The cut requests response is scrubbed with a margin when pickled, as httpx's is:
+    a token echoed across the first MiB's end leaves no part of itself."""
+    token = "sk_live_" + "A1b2C3d4" * 4
+    cut_at = ERROR_BODY_READ_AT_MOST - 12
+    body = b"x" * cut_at + token.encode() + b"y" * 70_000
+
+    class Echoes(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with (
+        serving(Echoes) as url,
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(url, stream=True, timeout=5, headers={"Authorization": f"Bearer {token}"})
+    shared = pickle.loads(pickle.dumps(raised.value))
+    assert isinstance(shared.response, requests.Response)
+    assert token[:8].encode() not in shared.response.content
+    assert len(shared.response.content) <= ERROR_BODY_READ_AT_MOST
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_aiohttp_streamed_reads_no_more_of_a_huge_error_body_than_its_error_needs(
+    chaos: KeyedChaos,
+) -> None:
+    middleware = RetryMiddleware(policy=POLICY, stream=True)
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        with pytest.raises(aiohttp_errors.ClientError) as raised:
+            await session.get(chaos.url("/drip", status=404, **BIG_BODY))
+    error = raised.value
+    assert isinstance(error.body, str)
+    assert len(error.body) == 64 * 1024
+    assert isinstance(error.response, aiohttp.ClientResponse)
+    assert await error.response.read() == DRIPPED_BIG[:ERROR_BODY_READ_AT_MOST]
+    assert await error.response.content.read() == DRIPPED_BIG[:ERROR_BODY_READ_AT_MOST]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_aiohttp_streamed_reads_a_small_error_body_whole(chaos: KeyedChaos) -> None:
+    middleware = RetryMiddleware(policy=POLICY, stream=True)
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        with pytest.raises(aiohttp_errors.ClientError) as raised:
+            await session.get(chaos.url("/drip", status=404, chunks=2, interval_ms=0))
+    assert isinstance(raised.value.response, aiohttp.ClientResponse)
+    assert await raised.value.response.read() == b"00000000" + b"11111111"
+    assert await raised.value.response.text() == "0000000011111111"
+
+
+def _gzip_404(body: bytes) -> type[QuietHandler]:
+    """A handler answering 404 with ``body`` gzipped (Content-Encoding: gzip)."""
+    sent = gzip.compress(body)
+
+    class Gzipped(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(sent)))
+            self.end_headers()
+            self.wfile.write(sent)
+
+    return Gzipped
+
+
+def test_requests_streamed_decodes_no_more_of_a_small_compressed_error_body_than_the_limit() -> (
+    None
+):
+    """3 MB of digits gzip to a few kB, which come whole: decoded a piece at a time, only
+    the first MiB is kept (marked cut), and ``response.raw`` still gives the bytes as
+    they came, for a gateway that forwards them."""
+    body = b"".join(b"%d" % (n % 10) * 1000 for n in range(3000))
+    with (
+        serving(_gzip_404(body)) as url,
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(url, stream=True, timeout=5)
+    response = raised.value.response
+    assert isinstance(response, requests.Response)
+    assert response.content == body[:ERROR_BODY_READ_AT_MOST]
+    assert was_cut(response)
+    assert gzip.decompress(response.raw.read()) == body
+
+
+def test_requests_streamed_keeps_what_decodes_of_a_long_compressed_error_body() -> None:
+    """A gzipped body longer than the limit as it comes is cut there, and what of that
+    start decodes is the error's response's body (the cut end does not decode)."""
+    body = random.Random(7).randbytes(3 * 1024 * 1024)  # (does not compress)
+    with (
+        serving(_gzip_404(body)) as url,
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(url, stream=True, timeout=5)
+    response = raised.value.response
+    assert isinstance(response, requests.Response)
+    assert 0 < len(response.content) <= ERROR_BODY_READ_AT_MOST
+    assert body.startswith(response.content)
+    assert was_cut(response)

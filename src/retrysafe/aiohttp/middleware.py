@@ -50,6 +50,7 @@ from retrysafe.foreign_shell import (
     response_view,
 )
 from retrysafe.governor import Governor
+from retrysafe.kept_body import joined_within, keep_within
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
@@ -343,9 +344,8 @@ class _Attempt:
                     body = await _read(response) if plan.reads_at_once(response.status) else None
                     step = drive.returned(plan, _view_of(drive, response, body))
                     if type(step) is ReadBody:
-                        step = drive.returned(
-                            plan, _view_of(drive, response, await _read(response))
-                        )
+                        body = await _read(response, step.at_most)
+                        step = drive.returned(plan, _view_of(drive, response, body))
                 self.response = response
                 return step
             except aiohttp.ClientError as exc:
@@ -453,7 +453,7 @@ def _note_connection(request: ClientRequest, progress: _Progress) -> None:
         progress.connected = True  # cannot tell: count it as maybe sent
 
 
-async def _read(response: ClientResponse) -> bytes:
+async def _read(response: ClientResponse, at_most: int | None = None) -> bytes:
     """Read ``response``'s body, and leave it on ``response.content`` to be read again.
 
     ``read()`` keeps a copy that ``read()``, ``text()`` and ``json()`` return later, but
@@ -461,8 +461,24 @@ async def _read(response: ClientResponse) -> bytes:
     stream (``content.read()``, ``iter_chunked()``, stripe's ``AIOHTTPClient``) would
     find it empty: the body was read here, for the engine, not by the caller. So the
     stream is replaced by one holding the whole body.
+
+    ``at_most``: read only so much of it (an error answer a streamed call raises on, see
+    ``retrysafe.kept_body.read_at_most``), leave the rest unread and close the
+    connection; the response then holds the bytes read, as its stream and as what
+    ``read()`` returns.
     """
-    body = await response.read()
+    if at_most is None:
+        body = await response.read()
+    else:
+        body = await _read_at_most(response, at_most)
+        response.content = _holding(body)
+        await response.read()  # (from that stream, for read(), text() and json())
+    response.content = _holding(body)
+    return body
+
+
+def _holding(body: bytes) -> aiohttp.StreamReader:
+    """An aiohttp stream that gives ``body``, then ends."""
     loop = asyncio.get_running_loop()
     stream = aiohttp.StreamReader(
         # (a protocol with no transport: nothing is read from a socket any more; and the
@@ -474,8 +490,27 @@ async def _read(response: ClientResponse) -> bytes:
     if body:
         stream.feed_data(body)
     stream.feed_eof()
-    response.content = stream
-    return body
+    return stream
+
+
+async def _read_at_most(response: ClientResponse, at_most: int) -> bytes:
+    """The decoded body up to ``at_most`` bytes; the connection closed if more came."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(_PIECE):
+        size = keep_within(chunks, chunk, size, at_most)
+        if size > at_most:
+            # The rest goes unread: its connection is closed, not the response, which
+            # (released, as close() marks it) would refuse read() the bytes read.
+            connection = response.connection
+            if connection is not None:
+                connection.close()
+            break
+    return joined_within(chunks, size, at_most)
+
+
+#: How much of a body each read asks aiohttp for (decoded).
+_PIECE = 64 * 1024
 
 
 def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:

@@ -57,7 +57,7 @@ from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_ide
 from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch, watchdog
 from retrysafe.requests.errors import as_requests_error
 from retrysafe.requests.failures import attempt_failure
-from retrysafe.requests.kept_body import read_keeping_raw
+from retrysafe.requests.kept_body import read_at_most, read_keeping_raw
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryAdapter", "report_of"]
@@ -419,7 +419,7 @@ class _Attempt:
                 body = self._read(response, watch) if read_now else None
                 step = drive.returned(plan, _view_of(drive, response, body))
                 if type(step) is ReadBody:
-                    body = self._read(response, watch)
+                    body = self._read(response, watch, step.at_most)
                     step = drive.returned(plan, _view_of(drive, response, body))
                 self.response = response
                 return step
@@ -459,10 +459,18 @@ class _Attempt:
             read = bound if read is None or read > bound else read
         return connect, read
 
-    def _read(self, response: requests.Response, watch: Watch | None) -> bytes:
-        """The whole body, unless the watchdog cut it short (then it is not the body). A
-        streamed call's body stays readable from ``response.raw`` (see kept_body)."""
-        body = read_keeping_raw(response) if self.streamed else response.content
+    def _read(
+        self, response: requests.Response, watch: Watch | None, at_most: int | None = None
+    ) -> bytes:
+        """The whole body (``at_most``: only so much of it, see kept_body.read_at_most),
+        unless the watchdog cut it short (then it is not the body). A streamed call's
+        whole body stays readable from ``response.raw`` (see kept_body)."""
+        if at_most is not None:
+            body = read_at_most(response, at_most)
+        elif self.streamed:
+            body = read_keeping_raw(response)
+        else:
+            body = response.content
         if watch is not None and watch.expired:
             raise _CutShort()
         return body

@@ -43,6 +43,7 @@ from requests.structures import CaseInsensitiveDict
 import retrysafe.errors as base
 from retrysafe.classify import AttemptTimedOut
 from retrysafe.foreign_shell import adopt_error
+from retrysafe.kept_body import was_cut
 from retrysafe.redact import Redactor, hidden_values, redact_url
 
 __all__ = [
@@ -117,7 +118,9 @@ def _shareable_response(response: requests.Response) -> requests.Response:
                 headers=list(request.headers.items()),
                 content=request.body if isinstance(request.body, bytes) else None,
             )
-            shared._content = Redactor.for_request(stand_in).scrub_bytes(shared._content)
+            shared._content = Redactor.for_request(stand_in).scrub_bytes(
+                shared._content, cut=was_cut(response)
+            )
     return shared
 
 

@@ -14,6 +14,9 @@ them raw, or decoded with ``decode_content=True``, as the original would have. T
 encoded bytes are held beside the decoded body only when the server encoded it
 (``Content-Encoding``); otherwise both are one object. A call that does not stream
 reads its body as requests does.
+
+An error answer a streamed call raises on is read only so far
+(:func:`read_at_most`): the error keeps far less, and the rest is not downloaded.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
-from retrysafe.kept_body import is_encoded
+from retrysafe.kept_body import is_encoded, joined_within, keep_within, mark_cut
 
-__all__ = ["read_keeping_raw"]
+__all__ = ["read_at_most", "read_keeping_raw"]
+
+#: How much of a body each read asks urllib3 for.
+_PIECE = 64 * 1024
 
 
 class _AsSent:
@@ -81,3 +87,53 @@ def read_keeping_raw(response: requests.Response) -> bytes:
     response._content_consumed = True  # type: ignore[attr-defined]
     response.raw = _replay(original, as_sent)
     return body
+
+
+def read_at_most(response: requests.Response, at_most: int) -> bytes:
+    """Read at most ``at_most`` bytes of the body, as it came and decoded (see httpx's
+    :func:`retrysafe.kept_body.read_at_most`); what is left goes unread, its
+    connection closed. ``response.content`` is then the decoded bytes read, marked cut
+    if the body was longer (see :func:`retrysafe.kept_body.was_cut`); a body that came
+    whole within ``at_most`` bytes stays readable, raw, from ``response.raw`` (as
+    :func:`read_keeping_raw` leaves it), even when it decodes to more. Errors are
+    requests' own, as ``response.content`` raises them. The decoded bytes read."""
+    original = response.raw
+    if not isinstance(original, urllib3.HTTPResponse):  # (an adapter's own stand-in)
+        return response.content
+    came_whole, as_sent = _start_of(_AsSent(original), at_most, cut_short_ok=False)
+    if not came_whole:
+        response.close()  # (the rest goes unread, and its connection with it)
+    if is_encoded(original.headers.get("content-encoding", "")):
+        # (decoded a piece at a time: a small compressed body may decode to far more)
+        decoded_whole, body = _start_of(
+            _replay(original, as_sent), at_most, cut_short_ok=not came_whole
+        )
+    else:
+        decoded_whole, body = came_whole, as_sent
+    if not (came_whole and decoded_whole):
+        mark_cut(response)
+    response._content = body
+    response._content_consumed = True  # type: ignore[attr-defined]
+    if came_whole:
+        response.raw = _replay(original, as_sent)
+    return body
+
+
+def _start_of(raw: object, at_most: int, *, cut_short_ok: bool) -> tuple[bool, bytes]:
+    """Whether ``raw``'s body (read as ``response.iter_content`` reads one, with
+    requests' own exceptions) ends within ``at_most`` bytes, and those bytes.
+    ``cut_short_ok``: the body is the start of a longer one, compressed, so it may
+    fail to decode at its end: what decoded before that is kept."""
+    reader = requests.Response()
+    reader.raw = raw
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for chunk in reader.iter_content(chunk_size=_PIECE):
+            size = keep_within(chunks, chunk, size, at_most)
+            if size > at_most:
+                break
+    except requests.RequestException:
+        if not cut_short_ok:
+            raise
+    return size <= at_most, joined_within(chunks, size, at_most)
