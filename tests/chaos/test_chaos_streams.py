@@ -194,3 +194,121 @@ def test_openai_path_completion_is_a_whole_assistant_message_with_usage(
     assert choice["message"] == {"role": "assistant", "content": "tok1tok2tok3"}
     assert (choice["index"], choice["finish_reason"]) == (0, "stop")
     assert completion["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
+
+
+def _read_until_broken(
+    client: httpx.Client, url: str, *, read_timeout: float = 5
+) -> tuple[list[str], Exception | None]:
+    """The events a stream gave, and what ended it (None: it ended cleanly)."""
+    received = ""
+    try:
+        with client.stream("GET", url, timeout=httpx.Timeout(5, read=read_timeout)) as response:
+            for text in response.iter_text():
+                received += text
+    except httpx.HTTPError as exc:
+        return _events(received), exc
+    return _events(received), None
+
+
+@pytest.mark.parametrize(
+    ("how", "ended_by"),
+    [
+        ("reset", httpx.ReadError),  # (ECONNRESET)
+        ("close", httpx.RemoteProtocolError),  # (a chunked body never finished)
+        ("hang", httpx.ReadTimeout),
+    ],
+)
+def test_sse_breaks_part_way_when_asked(
+    chaos: KeyedChaos, client: httpx.Client, how: str, ended_by: type[Exception]
+) -> None:
+    """``break_after=2``: two events, then, where the third would come, the connection is
+    reset, closed, or left silent: a stream failing part way (trial100 wrote its own
+    server for that)."""
+    url = chaos.url("/sse", events=4, interval_ms=50, break_after=2, break_with=how)
+
+    events, ended = _read_until_broken(client, url, read_timeout=0.5)
+
+    assert [event.split("\n")[0] for event in events] == ["id: 1", "id: 2"]
+    assert isinstance(ended, ended_by)
+    assert [(r.action, r.detail) for r in chaos.log()] == [
+        ("sse", f"4 events every 50 ms, broken ({how}) after 2")
+    ]
+
+
+def test_sse_breaks_only_its_first_streams_with_break_times(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """``break_times=1``: the first stream breaks before any event, the next is whole."""
+    url = chaos.url("/sse", events=2, interval_ms=0, break_after=0, break_times=1)
+
+    first, first_ended = _read_until_broken(client, url)
+    second, second_ended = _read_until_broken(client, url)
+
+    assert (first, type(first_ended)) == ([], httpx.ReadError)
+    assert (len(second), second_ended) == (2, None)
+
+
+def test_sse_breaking_after_every_event_sends_no_done(
+    chaos: KeyedChaos, client: httpx.Client
+) -> None:
+    """``break_after`` = ``events``: every token, then no ``[DONE]``: the stream breaks."""
+    url = chaos.url(
+        "/sse", events=2, interval_ms=0, format="openai", break_after=2, break_with="close"
+    )
+
+    events, ended = _read_until_broken(client, url)
+
+    assert len(events) == 2
+    assert "[DONE]" not in "".join(events)
+    assert isinstance(ended, httpx.RemoteProtocolError)
+
+
+@pytest.mark.parametrize(
+    ("query", "refused"),
+    [
+        ({"events": 2, "break_after": 3}, "break_after"),
+        ({"break_with": "reset"}, "break_with"),
+        ({"break_times": 1}, "break_times"),
+        ({"break_after": 1, "break_with": "explode"}, "break_with"),
+    ],
+)
+def test_sse_refuses_a_break_it_cannot_make(
+    chaos: KeyedChaos, client: httpx.Client, query: dict[str, object], refused: str
+) -> None:
+    response = client.get(chaos.url("/sse", **query))
+
+    assert response.status_code == 400
+    assert refused in response.text
+
+
+def test_openai_sdk_through_retrysafe_sees_a_stream_reset_part_way_as_a_connection_error(
+    chaos: KeyedChaos,
+) -> None:
+    """The openai SDK over ``RetryTransport``, its stream reset after two tokens: the
+    tokens come, then the SDK's own ``APIConnectionError``, and the completion is not
+    sent again (its tokens were already the caller's)."""
+    openai = pytest.importorskip("openai")
+    import retrysafe
+
+    sdk = openai.OpenAI(
+        base_url=chaos.openai_base_url(),
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx.Client(transport=retrysafe.RetryTransport()),
+        default_query={"events": 4, "interval_ms": 20, "break_after": 2},
+    )
+    tokens: list[str] = []
+
+    def read_the_stream() -> None:
+        stream = sdk.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                tokens.append(chunk.choices[0].delta.content)
+
+    with sdk, pytest.raises(openai.APIConnectionError):
+        read_the_stream()
+
+    assert tokens == ["tok1", "tok2"]
+    assert len(chaos.log()) == 1

@@ -31,6 +31,19 @@ from retrysafe.chaos.state import ChaosState
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PARAMETERS", "create_app"]
 
+#: What ``/sse`` and the OpenAI-style endpoint both take (see stream_endpoints).
+_STREAM_PARAMETERS = frozenset(
+    {
+        "events",
+        "interval_ms",
+        "fail_times",
+        "fail_status",
+        "break_after",
+        "break_with",
+        "break_times",
+    }
+)
+
 #: The query parameters each endpoint takes, besides ``key`` (which every one does); None:
 #: any (``/echo`` sends back whatever it got, ``/validate`` checks the names ``require``
 #: lists). A near miss of one of them is a test author's slip (``time=3`` for ``times=3``,
@@ -65,10 +78,8 @@ PARAMETERS: dict[str, frozenset[str] | None] = {
     "/redirect-chain/{key}": frozenset(
         {"hops", "hop", "delay_ms", "redirect", "fail_times", "fail_status"}
     ),
-    "/sse": frozenset({"events", "interval_ms", "fail_times", "fail_status", "format"}),
-    "/openai/{key}/v1/chat/completions": frozenset(
-        {"events", "interval_ms", "fail_times", "fail_status"}
-    ),
+    "/sse": frozenset({"format", *_STREAM_PARAMETERS}),
+    "/openai/{key}/v1/chat/completions": _STREAM_PARAMETERS,
     "/stripe/{key}/{fail_times}/{fail_status}/v1/customers": frozenset(),
     "/tail/{key}": frozenset({"slow_fraction", "slow_ms", "fast_ms", "seed"}),
 }

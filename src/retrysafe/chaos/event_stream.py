@@ -4,7 +4,9 @@ An :class:`EventStreamResponse` sends its headers and first event at once, then 
 event per ``interval``, then a closing tail (``data: [DONE]`` for the OpenAI format). A
 streaming client sees the first event almost at once; one that buffers the whole body
 waits ``(events - 1) * interval``. Like every chaos reply it gives up as soon as the
-server stops or the client leaves.
+server stops or the client leaves. It can also break part way (``breaks_after``): after
+that many events it hangs, resets the connection, or closes it, as a server that crashes
+or an overloaded proxy does mid-stream.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Literal
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from retrysafe.chaos.outcomes import end_for_shutdown, pause
+from retrysafe.chaos.outcomes import SocketFault, SocketFaultKind, end_for_shutdown, pause
 
 __all__ = [
     "EVENT_STREAM_FORMATS",
@@ -99,7 +101,13 @@ def stream_events(events: int, kind: EventStreamFormat) -> tuple[list[bytes], by
 
 
 class EventStreamResponse(Response):
-    """``text/event-stream``: the first event at once, one more per ``interval``, the tail."""
+    """``text/event-stream``: the first event at once, one more per ``interval``, the tail.
+
+    ``breaks_after``: send only that many events (at most all of them, then no tail), and
+    where the next would come, break as ``break_with`` says (``reset`` and ``close`` need
+    :class:`~retrysafe.chaos.protocol.ChaosH11Protocol`, see
+    :func:`~retrysafe.chaos.outcomes.supports_socket_faults`).
+    """
 
     def __init__(
         self,
@@ -108,6 +116,8 @@ class EventStreamResponse(Response):
         tail: bytes,
         interval: float,
         headers: dict[str, str],
+        breaks_after: int | None = None,
+        break_with: SocketFaultKind = "reset",
     ) -> None:
         super().__init__(
             status_code=200,
@@ -121,6 +131,8 @@ class EventStreamResponse(Response):
         self.events = list(events)
         self.tail = tail
         self.interval = interval
+        self.breaks_after = breaks_after
+        self.break_with: SocketFaultKind = break_with
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -132,5 +144,11 @@ class EventStreamResponse(Response):
                     return
                 if outcome == "disconnected":
                     return
+            if index == self.breaks_after:
+                await SocketFault(self.break_with)(scope, receive, send)
+                return
             await send({"type": "http.response.body", "body": event, "more_body": True})
+        if self.breaks_after == len(self.events):
+            await SocketFault(self.break_with)(scope, receive, send)
+            return
         await send({"type": "http.response.body", "body": self.tail, "more_body": False})

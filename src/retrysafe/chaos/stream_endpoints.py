@@ -9,6 +9,10 @@ feeds): the first event comes at once, the last ``(events - 1) * interval_ms`` l
   objects whose deltas are ``tok1``, ``tok2``, ..., then a ``finish_reason: "stop"``
   chunk and ``data: [DONE]``. The first ``fail_times`` requests for the key get
   ``fail_status`` instead (a JSON error, no stream).
+  ``&break_after=N&break_with=reset|close|hang&break_times=K``: the first ``K`` streams
+  (every one, without ``break_times``) send only ``N`` events (``N`` = ``events``: all of
+  them, and no ``[DONE]``), then, where the next would come, reset the connection, close
+  it, or send nothing more until the client leaves: a stream failing part way.
 - ``POST /openai/{key}/v1/chat/completions`` (same query parameters, no ``format``): what
   the openai SDK calls with ``base_url=".../openai/{key}/v1"`` (see
   :meth:`~retrysafe.chaos.KeyedChaos.openai_base_url`; pass the parameters with the
@@ -16,12 +20,14 @@ feeds): the first event comes at once, the last ``(events - 1) * interval_ms`` l
   ``format=openai``; without, it waits as long as the stream would take and answers one
   ``chat.completion`` holding every token.
 
-Requests are logged as ``sse`` (or ``status:N`` when failed or not streamed).
+Requests are logged as ``sse`` (or ``status:N`` when failed or not streamed); a stream
+that breaks as ``sse``, its detail saying after how many events and how.
 """
 
 from __future__ import annotations
 
 import json
+from typing import NamedTuple, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,9 +41,21 @@ from retrysafe.chaos.event_stream import (
     openai_completion,
     stream_events,
 )
-from retrysafe.chaos.outcomes import NoReply, end_for_shutdown, pause
-from retrysafe.chaos.params import MAX_TIMES, choice_param, int_param, status_code
-from retrysafe.chaos.replies import reply_json
+from retrysafe.chaos.outcomes import (
+    NoReply,
+    SocketFaultKind,
+    end_for_shutdown,
+    pause,
+    supports_socket_faults,
+)
+from retrysafe.chaos.params import (
+    MAX_TIMES,
+    InvalidParameter,
+    choice_param,
+    int_param,
+    status_code,
+)
+from retrysafe.chaos.replies import reply_json, reply_socket_fault
 from retrysafe.chaos.state import ChaosState
 
 __all__ = ["routes"]
@@ -56,16 +74,62 @@ def _stream_params(request: Request) -> tuple[int, float, int, int]:
     return events, interval_ms / 1000, fail_times, failure
 
 
+class _Break(NamedTuple):
+    """How the streams of a request's key break part way (see the module's docstring)."""
+
+    after: int
+    kind: SocketFaultKind
+    times: int
+
+
+def _break_params(request: Request, events: int) -> _Break | None:
+    """``break_after``, ``break_with`` and ``break_times``; None without ``break_after``."""
+    if not request.query_params.get("break_after"):
+        for name in ("break_with", "break_times"):
+            if request.query_params.get(name):
+                raise InvalidParameter(name, "needs break_after, the events sent before it")
+        return None
+    after = int_param(request, "break_after", 0, minimum=0, maximum=events)
+    kind = choice_param(request, "break_with", "reset", _BREAK_KINDS)
+    times = int_param(request, "break_times", MAX_TIMES, minimum=1, maximum=MAX_TIMES)
+    return _Break(after, cast(SocketFaultKind, kind), times)
+
+
+#: What ``break_with`` can choose.
+_BREAK_KINDS: tuple[SocketFaultKind, ...] = ("reset", "close", "hang")
+
+
 def _failed(arrival: Arrival, status: int) -> Response:
     content = {"error": f"failed on purpose (attempt {arrival.attempt})", "status": status}
     return reply_json(arrival, status, content)
 
 
-def _stream(arrival: Arrival, events: int, interval: float, kind: EventStreamFormat) -> Response:
-    arrival.record("sse", f"{events} events every {round(interval * 1000)} ms")
+def _stream(
+    arrival: Arrival,
+    events: int,
+    interval: float,
+    kind: EventStreamFormat,
+    breaking: _Break | None,
+    streams_before: int,
+) -> Response:
+    """The event stream, broken part way if ``breaking`` says so for this one (the key's
+    ``streams_before + 1``-th stream)."""
+    detail = f"{events} events every {round(interval * 1000)} ms"
+    if breaking is not None and streams_before >= breaking.times:
+        breaking = None
+    if breaking is not None:
+        if breaking.kind != "hang" and not supports_socket_faults(arrival.request.scope):
+            return reply_socket_fault(arrival, breaking.kind)  # (a 501 saying why)
+        detail += f", broken ({breaking.kind}) after {breaking.after}"
+    arrival.record("sse", detail)
     chunks, tail = stream_events(events, kind)
     return EventStreamResponse(
-        events=chunks, tail=tail, interval=interval, headers=arrival.headers()
+        events=chunks,
+        tail=tail,
+        interval=interval,
+        headers=arrival.headers(),
+        breaks_after=None if breaking is None else breaking.after,
+        break_with="reset" if breaking is None else breaking.kind,
     )
 
 
@@ -74,15 +138,17 @@ def routes(state: ChaosState) -> list[Route]:
 
     async def sse(request: Request) -> Response:
         events, interval, fail_times, failure = _stream_params(request)
+        breaking = _break_params(request, events)
         chosen = choice_param(request, "format", "plain", EVENT_STREAM_FORMATS)
         kind: EventStreamFormat = "openai" if chosen == "openai" else "plain"
         arrival = await arrive(state, request, "sse")
         if arrival.attempt <= fail_times:
             return _failed(arrival, failure)
-        return _stream(arrival, events, interval, kind)
+        return _stream(arrival, events, interval, kind, breaking, arrival.attempt - fail_times - 1)
 
     async def chat_completions(request: Request) -> Response:
         events, interval, fail_times, failure = _stream_params(request)
+        breaking = _break_params(request, events)
         arrival = await arrive(state, request, "openai/chat/completions")
         try:
             body = json.loads(arrival.body or b"{}")
@@ -91,7 +157,9 @@ def routes(state: ChaosState) -> list[Route]:
         if arrival.attempt <= fail_times:
             return _failed(arrival, failure)
         if isinstance(body, dict) and body.get("stream") is True:
-            return _stream(arrival, events, interval, "openai")
+            return _stream(
+                arrival, events, interval, "openai", breaking, arrival.attempt - fail_times - 1
+            )
         reply = reply_json(arrival, 200, openai_completion(events))
         waited = max(0, events - 1) * interval
         if await pause(request.scope, request.receive, waited) == "stopping":
