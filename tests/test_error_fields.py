@@ -16,7 +16,9 @@ import httpx
 import pytest
 
 import retrysafe
+from retrysafe.errors import PICKLED_BODY_AT_MOST
 from retrysafe.governor import Governor, GovernorSettings
+from retrysafe.redact import SCRUB_MARGIN
 from retrysafe.testing import FakeClock
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -115,6 +117,43 @@ def test_a_pickled_errors_response_body_leaves_an_echoed_secret_behind() -> None
     copy = pickle.loads(blob)
     assert copy.response is not None
     assert copy.response.json() == {"error": "bad request: password=[REDACTED]"}
+
+
+def _pickled_404_body(body: bytes, *, token: str = "") -> bytes:
+    """The response body a pickled ClientError carries, for a 404 with ``body``, to a
+    request bearing ``token``."""
+
+    def answering(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, content=body)
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with pytest.raises(retrysafe.ClientError) as caught:
+        client_for(answering).get("https://api.test/item", headers=headers)
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert copy.response is not None
+    return copy.response.content
+
+
+def test_a_pickled_error_carries_at_most_about_a_mib_of_its_response_body() -> None:
+    """A body of 16 MB that is not text took a second to scrub and went whole into every
+    pickle (review95); a pickled error now carries its first MiB."""
+    body = bytes(range(256)) * (16 * 4096)  # 16 MiB, not UTF-8
+    carried = _pickled_404_body(body)
+    assert carried == body[:PICKLED_BODY_AT_MOST]
+
+
+def test_a_pickled_error_carries_a_body_of_the_limit_whole() -> None:
+    body = b"x" * (PICKLED_BODY_AT_MOST + SCRUB_MARGIN)
+    assert _pickled_404_body(body) == body
+
+
+def test_a_pickled_errors_body_cut_at_the_limit_leaves_no_part_of_a_secret_across_it() -> None:
+    token = "sk_live_" + "Q7w8E9r0" * 4
+    body = b"x" * (PICKLED_BODY_AT_MOST - 10) + token.encode() + b"y" * (2 * SCRUB_MARGIN)
+    carried = _pickled_404_body(body, token=token)
+    assert token[:12].encode() not in carried
+    assert carried.startswith(b"x" * (PICKLED_BODY_AT_MOST - 10))
+    assert len(carried) <= PICKLED_BODY_AT_MOST + len("[REDACTED]")
 
 
 def test_a_pickled_refusal_keeps_its_detail_and_wait() -> None:

@@ -221,13 +221,22 @@ def _shareable(response: httpx.Response) -> httpx.Response:
     shared.headers = httpx.Headers(hidden_values(response.headers.multi_items()))
     shared.history = [_shareable(earlier) for earlier in response.history]  # (redirects)
     request = response._request
+    content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
+    redactor = Redactor([]) if request is None else Redactor.for_request(request)
     if request is not None:
         shared.request = shareable_request(request)
-        content = shared.__dict__.get("_content")  # (the body read, httpx's own field)
-        if isinstance(content, bytes):
-            redactor = Redactor.for_request(request)
-            shared._content = redactor.scrub_bytes(content, cut=was_cut(response))
+    if isinstance(content, bytes):
+        shared._content = redactor.scrub_bytes(
+            content, cut=was_cut(response), at_most=PICKLED_BODY_AT_MOST
+        )
     return shared
+
+
+#: The most of a response's body a pickled error carries (bytes, about): the first MiB,
+#: as much as a streamed call reads of an error answer. Scrubbing the request's secrets
+#: out of it takes time in proportion (about 1 s for 16 MB that is not text), and the
+#: error's own ``body`` keeps 64 KiB.
+PICKLED_BODY_AT_MOST: Final = 1024 * 1024
 
 
 def shareable_request(request: httpx.Request) -> httpx.Request:

@@ -549,7 +549,9 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
-    def scrub_bytes(self, content: bytes, *, cut: bool = False) -> bytes:
+    def scrub_bytes(
+        self, content: bytes, *, cut: bool = False, at_most: int | None = None
+    ) -> bytes:
         """``content`` scrubbed as :meth:`scrub` does. Bytes that are not UTF-8 (another
         charset, a character cut in two) pass through unchanged around the secrets found
         in the rest: a token echoed in a Latin-1 page, or in a body cut off mid-character,
@@ -558,7 +560,12 @@ class Redactor:
         ``cut``: the content is the start of a longer body, cut at its end; a secret may
         run past the cut, its head left here. The last :data:`SCRUB_MARGIN` characters
         are then dropped, and a secret that begins before them is replaced whole.
+
+        ``at_most``: keep about that many bytes at most (a longer content is cut there, a
+        margin past it scanned): what scanning costs grows with the content.
         """
+        if at_most is not None and len(content) > at_most + SCRUB_MARGIN:
+            content, cut = content[: at_most + SCRUB_MARGIN], True
         text = content.decode("utf-8", errors="surrogateescape")
         if cut:
             scrubbed = self.scrub_before(text, max(0, len(text) - SCRUB_MARGIN))

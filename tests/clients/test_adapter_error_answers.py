@@ -24,6 +24,7 @@ from retrysafe.aiohttp import RetryMiddleware
 from retrysafe.aiohttp import errors as aiohttp_errors
 from retrysafe.chaos import KeyedChaos
 from retrysafe.decisions import ERROR_BODY_READ_AT_MOST
+from retrysafe.errors import PICKLED_BODY_AT_MOST
 from retrysafe.kept_body import was_cut
 from retrysafe.requests import RetryAdapter, report_of
 from retrysafe.requests import errors as requests_errors
@@ -288,3 +289,19 @@ def test_requests_streamed_keeps_what_decodes_of_a_long_compressed_error_body() 
     assert 0 < len(response.content) <= ERROR_BODY_READ_AT_MOST
     assert body.startswith(response.content)
     assert was_cut(response)
+
+
+def test_requests_pickled_error_carries_at_most_about_a_mib_of_its_response_body(
+    chaos: KeyedChaos,
+) -> None:
+    """As httpx's errors do: the whole 2 MB body stays on the error in this process, and
+    its pickled copy carries the first MiB."""
+    with (
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(chaos.url("/drip", status=404, **BIG_BODY), timeout=5)
+    assert isinstance(raised.value.response, requests.Response)
+    assert raised.value.response.content == DRIPPED_BIG
+    shared = pickle.loads(pickle.dumps(raised.value))
+    assert shared.response.content == DRIPPED_BIG[:PICKLED_BODY_AT_MOST]

@@ -108,9 +108,10 @@ def _shareable_response(response: requests.Response) -> requests.Response:
     shared.url = redact_url(response.url) if response.url else response.url
     shared.history = [_shareable_response(earlier) for earlier in response.history]
     request = response.request
+    redactor = Redactor([])
     if request is not None:
         shared.request = _shareable_request(request)
-        if isinstance(shared._content, bytes) and request.url:
+        if request.url:
             # (the request's secrets, scrubbed from the body if the server echoed them)
             stand_in = httpx.Request(
                 request.method or "GET",
@@ -118,9 +119,11 @@ def _shareable_response(response: requests.Response) -> requests.Response:
                 headers=list(request.headers.items()),
                 content=request.body if isinstance(request.body, bytes) else None,
             )
-            shared._content = Redactor.for_request(stand_in).scrub_bytes(
-                shared._content, cut=was_cut(response)
-            )
+            redactor = Redactor.for_request(stand_in)
+    if isinstance(shared._content, bytes):
+        shared._content = redactor.scrub_bytes(
+            shared._content, cut=was_cut(response), at_most=base.PICKLED_BODY_AT_MOST
+        )
     return shared
 
 
