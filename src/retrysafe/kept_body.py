@@ -35,8 +35,9 @@ from retrysafe.attempt_deadline import AttemptDeadlineReached, RunningCall
 
 __all__ = [
     "DRAINED_AT_MOST",
-    "RawKeepingStream",
     "DRAIN_TIME_AT_MOST",
+    "READ_PIECE",
+    "RawKeepingStream",
     "adrain_or_close",
     "aread_asked",
     "aread_at_most",
@@ -182,6 +183,11 @@ async def aread_at_most(response: httpx.Response, at_most: int) -> None:
     _hold(response, chunks, size, at_most)
 
 
+#: How much of a body the shells for other clients ask for at a time in a read they
+#: bound (:func:`keep_within`): bytes.
+READ_PIECE: Final = 64 * 1024
+
+
 def keep_within(chunks: list[bytes], chunk: bytes, size: int, at_most: int) -> int:
     """Keep what of ``chunk`` falls within ``at_most`` bytes (and one byte more, to tell a
     body longer than that from one exactly that long): the size seen so far. (The shells
@@ -211,7 +217,8 @@ _CUT: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 def mark_cut(response: object) -> None:
-    """Note that ``response``'s body holds only the start of the body it was sent with."""
+    """Note that ``response``'s body (an httpx or a requests response: any object a weak
+    reference can be made to) holds only the start of the body it was sent with."""
     _CUT.add(response)
 
 
@@ -255,9 +262,12 @@ def drain_or_close(
     set as ``running``'s (the call whose reads the network streams bound) while it
     drains. After, ``running`` has no attempt time and no lateness: a drain's read cut
     late is no attempt's outcome (review93)."""
+    if response.is_stream_consumed:
+        return  # (read already, for a rule or a keyed answer's JSON: nothing to drain)
     running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
-        if _drainable(response):
+        if _drainable(response, unknown_length=True):
+            _stop_past_drain_limit(response)
             try:
                 read_asked(response, streamed)
                 return
@@ -274,12 +284,19 @@ async def adrain_or_close(
     response: httpx.Response, streamed: bool, running: RunningCall, attempt_ends_at: float | None
 ) -> None:
     """:func:`drain_or_close`, for an async response: a read its time cuts (a cancel
-    scope's, past the network streams' bound) is no outcome of the attempt either."""
+    scope's, past the network streams' bound) is no outcome of the attempt either.
+
+    On trio, a body of unknown length is closed unread: cut past the limit, its read would
+    leave httpx's and httpcore's nested async generators unclosed, which trio warns of
+    (ResourceWarning) as it collects them."""
     import anyio  # (not with the package: sync-only processes never need it)
 
+    if response.is_stream_consumed:
+        return  # (read already, for a rule or a keyed answer's JSON: nothing to drain)
     ends_at = running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
-        if _drainable(response):
+        if _drainable(response, unknown_length=_on_asyncio()):
+            _stop_past_drain_limit(response)
             cancels = _cancels_asked()
             # (a timeout, a reset: the answer is judged already)
             with (
@@ -317,15 +334,39 @@ def _cancels_asked() -> int:
     return 0 if cancelling is None else cancelling()
 
 
-def _drainable(response: httpx.Response) -> bool:
-    """Whether a drain may read ``response``'s body: its Content-Length is at most
-    :data:`DRAINED_AT_MOST`, or it has none (chunked, or ended by closing the connection:
-    error pages often are), and then its stream is bounded to stop the read there."""
+def _on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (not trio's)."""
+    import asyncio  # (loaded already: an async drain runs on an event loop)
+
+    try:
+        asyncio.current_task()
+    except RuntimeError:  # (no asyncio loop running: trio)
+        return False
+    return True
+
+
+def _drainable(response: httpx.Response, *, unknown_length: bool) -> bool:
+    """Whether a drain may read ``response``'s body: it has none (an answer to a HEAD, a
+    204 or a 304, whatever its Content-Length says), its Content-Length is at most
+    :data:`DRAINED_AT_MOST`, or, if ``unknown_length``, it has none (chunked, or ended by
+    closing the connection, as error pages often are: see
+    :func:`_stop_past_drain_limit`)."""
+    if response.status_code in (204, 304) or (
+        response._request is not None and response._request.method == "HEAD"
+    ):
+        return True
     length = response.headers.get("content-length")
     if length is None:
-        response.stream = _StopsPastDrainLimit(response.stream)
-        return True
+        return unknown_length
     return length.isdigit() and int(length) <= DRAINED_AT_MOST
+
+
+def _stop_past_drain_limit(response: httpx.Response) -> None:
+    """Make the read of a body of unknown length stop (raise) once it passes
+    :data:`DRAINED_AT_MOST` bytes: a drain then leaves the rest unread, as it does a body
+    whose Content-Length says it is long."""
+    if "content-length" not in response.headers:
+        response.stream = _StopsPastDrainLimit(response.stream)
 
 
 class _DrainLimitPassed(Exception):

@@ -50,7 +50,7 @@ from retrysafe.foreign_shell import (
     response_view,
 )
 from retrysafe.governor import Governor
-from retrysafe.kept_body import joined_within, keep_within
+from retrysafe.kept_body import READ_PIECE, joined_within, keep_within
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
@@ -471,8 +471,10 @@ async def _read(response: ClientResponse, at_most: int | None = None) -> bytes:
         body = await response.read()
     else:
         body = await _read_at_most(response, at_most)
+        # read() would go to the connection, closed: it reads this stream instead, for
+        # read(), text() and json() to return; the caller's stream is the next one
         response.content = _holding(body)
-        await response.read()  # (from that stream, for read(), text() and json())
+        await response.read()
     response.content = _holding(body)
     return body
 
@@ -497,7 +499,7 @@ async def _read_at_most(response: ClientResponse, at_most: int) -> bytes:
     """The decoded body up to ``at_most`` bytes; the connection closed if more came."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.content.iter_chunked(_PIECE):
+    async for chunk in response.content.iter_chunked(READ_PIECE):
         size = keep_within(chunks, chunk, size, at_most)
         if size > at_most:
             # The rest goes unread: its connection is closed, not the response, which
@@ -507,10 +509,6 @@ async def _read_at_most(response: ClientResponse, at_most: int) -> bytes:
                 connection.close()
             break
     return joined_within(chunks, size, at_most)
-
-
-#: How much of a body each read asks aiohttp for (decoded).
-_PIECE = 64 * 1024
 
 
 def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:

@@ -27,12 +27,9 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
-from retrysafe.kept_body import is_encoded, joined_within, keep_within, mark_cut
+from retrysafe.kept_body import READ_PIECE, is_encoded, joined_within, keep_within, mark_cut
 
 __all__ = ["read_at_most", "read_keeping_raw"]
-
-#: How much of a body each read asks urllib3 for.
-_PIECE = 64 * 1024
 
 
 class _AsSent:
@@ -129,7 +126,7 @@ def _start_of(raw: object, at_most: int, *, cut_short_ok: bool) -> tuple[bool, b
     chunks: list[bytes] = []
     size = 0
     try:
-        for chunk in reader.iter_content(chunk_size=_PIECE):
+        for chunk in reader.iter_content(chunk_size=READ_PIECE):
             size = keep_within(chunks, chunk, size, at_most)
             if size > at_most:
                 break
