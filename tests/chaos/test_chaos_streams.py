@@ -312,3 +312,26 @@ def test_openai_sdk_through_retrysafe_sees_a_stream_reset_part_way_as_a_connecti
 
     assert tokens == ["tok1", "tok2"]
     assert len(chaos.log()) == 1
+
+
+def test_break_times_counts_streams_not_requests(chaos: KeyedChaos, client: httpx.Client) -> None:
+    """``break_times=2`` on the OpenAI-style endpoint: a failed request and a completion
+    not streamed, in between, are not streams, so the second stream still breaks
+    (review101: they used up a slot)."""
+    url = chaos.openai_base_url() + "/chat/completions"
+    params = {"events": 2, "interval_ms": 0, "break_after": 1, "break_times": 2, "fail_times": 1}
+    streamed = {"model": "m", "messages": [], "stream": True}
+
+    def stream_breaks() -> bool:
+        try:
+            with client.stream("POST", url, params=params, json=streamed) as response:
+                response.read()
+        except httpx.ReadError:
+            return True
+        return False
+
+    assert client.post(url, params=params, json=streamed).status_code == 503  # (fail_times)
+    assert stream_breaks()
+    assert client.post(url, params=params, json={"model": "m", "messages": []}).is_success
+    assert stream_breaks()
+    assert not stream_breaks()

@@ -9,8 +9,9 @@ feeds): the first event comes at once, the last ``(events - 1) * interval_ms`` l
   objects whose deltas are ``tok1``, ``tok2``, ..., then a ``finish_reason: "stop"``
   chunk and ``data: [DONE]``. The first ``fail_times`` requests for the key get
   ``fail_status`` instead (a JSON error, no stream).
-  ``&break_after=N&break_with=reset|close|hang&break_times=K``: the first ``K`` streams
-  (every one, without ``break_times``) send only ``N`` events (``N`` = ``events``: all of
+  ``&break_after=N&break_with=reset|close|hang&break_times=K``: the key's first ``K``
+  streams (every one, without ``break_times``; a failed request or a completion not
+  streamed is no stream) send only ``N`` events (``N`` = ``events``: all of
   them, and no ``[DONE]``), then, where the next would come, reset the connection, close
   it, or send nothing more until the client leaves: a stream failing part way.
 - ``POST /openai/{key}/v1/chat/completions`` (same query parameters, no ``format``): what
@@ -110,16 +111,18 @@ def _stream(
     interval: float,
     kind: EventStreamFormat,
     breaking: _Break | None,
-    streams_before: int,
 ) -> Response:
-    """The event stream, broken part way if ``breaking`` says so for this one (the key's
-    ``streams_before + 1``-th stream)."""
+    """The event stream, broken part way if ``breaking`` says so for this one: the key's
+    streams are counted apart from its requests (a failed one, or a completion not
+    streamed, is none)."""
     detail = f"{events} events every {round(interval * 1000)} ms"
-    if breaking is not None and streams_before >= breaking.times:
-        breaking = None
     if breaking is not None:
         if breaking.kind != "hang" and not supports_socket_faults(arrival.request.scope):
             return reply_socket_fault(arrival, breaking.kind)  # (a 501 saying why)
+        stream = arrival.state.next_attempt(f"{arrival.endpoint} streams", arrival.key)
+        if stream > breaking.times:
+            breaking = None
+    if breaking is not None:
         detail += f", broken ({breaking.kind}) after {breaking.after}"
     arrival.record("sse", detail)
     chunks, tail = stream_events(events, kind)
@@ -144,7 +147,7 @@ def routes(state: ChaosState) -> list[Route]:
         arrival = await arrive(state, request, "sse")
         if arrival.attempt <= fail_times:
             return _failed(arrival, failure)
-        return _stream(arrival, events, interval, kind, breaking, arrival.attempt - fail_times - 1)
+        return _stream(arrival, events, interval, kind, breaking)
 
     async def chat_completions(request: Request) -> Response:
         events, interval, fail_times, failure = _stream_params(request)
@@ -157,9 +160,7 @@ def routes(state: ChaosState) -> list[Route]:
         if arrival.attempt <= fail_times:
             return _failed(arrival, failure)
         if isinstance(body, dict) and body.get("stream") is True:
-            return _stream(
-                arrival, events, interval, "openai", breaking, arrival.attempt - fail_times - 1
-            )
+            return _stream(arrival, events, interval, "openai", breaking)
         reply = reply_json(arrival, 200, openai_completion(events))
         waited = max(0, events - 1) * interval
         if await pause(request.scope, request.receive, waited) == "stopping":
