@@ -280,6 +280,15 @@ def test_a_drop_ins_small_retried_answers_keep_their_connection() -> None:
     assert len(set(_Busy.ports)) == 1
 
 
+def _limit_for_100_seconds(handler: QuietHandler) -> None:
+    """Answer 429 asking for 100 s (the ``/limited`` of the handlers below): past any
+    test's deadline, so the dependency's cooldown refuses the retry waiting on it."""
+    handler.send_response(429)
+    handler.send_header("Retry-After", "100")
+    handler.send_header("Content-Length", "0")
+    handler.end_headers()
+
+
 class _BusyChunked(QuietHandler):
     """Answers ``/busy?size=N`` with a 503 whose N-byte body is chunked (no Content-Length,
     as many error pages are), after ``Retry-After: 1`` at ``/busy?size=N&wait=1``; and
@@ -290,10 +299,7 @@ class _BusyChunked(QuietHandler):
     def do_GET(self) -> None:
         self.ports.append(self.client_address[1])
         if self.path.startswith("/limited"):
-            self.send_response(429)
-            self.send_header("Retry-After", "100")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            _limit_for_100_seconds(self)
             return
         query = dict(part.split("=") for part in self.path.split("?", 1)[1].split("&"))
         body = b"b" * int(query["size"])
@@ -425,10 +431,7 @@ class _BusyGzipped(QuietHandler):
 
     def do_GET(self) -> None:
         if self.path.startswith("/limited"):
-            self.send_response(429)
-            self.send_header("Retry-After", "100")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            _limit_for_100_seconds(self)
             return
         self.send_response(503)
         self.send_header("Retry-After", "1")

@@ -254,6 +254,19 @@ def _gzip_404(body: bytes) -> type[QuietHandler]:
     return Gzipped
 
 
+def _streamed_error_response(handler: type[QuietHandler]) -> requests.Response:
+    """The response on the ClientError a streamed GET through the adapter raises."""
+    with (
+        serving(handler) as url,
+        _session(raise_on_status=True) as session,
+        pytest.raises(requests_errors.ClientError) as raised,
+    ):
+        session.get(url, stream=True, timeout=5)
+    response = raised.value.response
+    assert isinstance(response, requests.Response)
+    return response
+
+
 def test_requests_streamed_decodes_no_more_of_a_small_compressed_error_body_than_the_limit() -> (
     None
 ):
@@ -261,14 +274,7 @@ def test_requests_streamed_decodes_no_more_of_a_small_compressed_error_body_than
     the first MiB is kept (marked cut), and ``response.raw`` still gives the bytes as
     they came, for a gateway that forwards them."""
     body = b"".join(b"%d" % (n % 10) * 1000 for n in range(3000))
-    with (
-        serving(_gzip_404(body)) as url,
-        _session(raise_on_status=True) as session,
-        pytest.raises(requests_errors.ClientError) as raised,
-    ):
-        session.get(url, stream=True, timeout=5)
-    response = raised.value.response
-    assert isinstance(response, requests.Response)
+    response = _streamed_error_response(_gzip_404(body))
     assert response.content == body[:ERROR_BODY_READ_AT_MOST]
     assert was_cut(response)
     assert gzip.decompress(response.raw.read()) == body
@@ -278,14 +284,7 @@ def test_requests_streamed_keeps_what_decodes_of_a_long_compressed_error_body() 
     """A gzipped body longer than the limit as it comes is cut there, and what of that
     start decodes is the error's response's body (the cut end does not decode)."""
     body = random.Random(7).randbytes(3 * 1024 * 1024)  # (does not compress)
-    with (
-        serving(_gzip_404(body)) as url,
-        _session(raise_on_status=True) as session,
-        pytest.raises(requests_errors.ClientError) as raised,
-    ):
-        session.get(url, stream=True, timeout=5)
-    response = raised.value.response
-    assert isinstance(response, requests.Response)
+    response = _streamed_error_response(_gzip_404(body))
     assert 0 < len(response.content) <= ERROR_BODY_READ_AT_MOST
     assert body.startswith(response.content)
     assert was_cut(response)
