@@ -262,7 +262,7 @@ def drain_or_close(
     set as ``running``'s (the call whose reads the network streams bound) while it
     drains. After, ``running`` has no attempt time and no lateness: a drain's read cut
     late is no attempt's outcome (review93)."""
-    if response.is_stream_consumed:
+    if response.is_stream_consumed and response.is_closed:
         return  # (read already, for a rule or a keyed answer's JSON: nothing to drain)
     running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
@@ -291,7 +291,7 @@ async def adrain_or_close(
     (ResourceWarning) as it collects them."""
     import anyio  # (not with the package: sync-only processes never need it)
 
-    if response.is_stream_consumed:
+    if response.is_stream_consumed and response.is_closed:
         return  # (read already, for a rule or a keyed answer's JSON: nothing to drain)
     ends_at = running.attempt_ends_at = _drain_ends_at(attempt_ends_at)
     try:
@@ -323,12 +323,7 @@ def _cancels_asked() -> int:
     """How many cancels of the running asyncio task are pending (``Task.cancelling()``); 0
     on another event loop (trio's cancels are scoped, never taken by the wrong scope),
     and before Python 3.11 (where retrysafe requires anyio 4.16, which has no such fault)."""
-    import asyncio  # (loaded already: an async drain runs on an event loop)
-
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # (no asyncio loop running: trio)
-        return 0
+    task = _asyncio_task()
     # (Python 3.11 on: before it, a task has no count and a cancel taken is not seen)
     cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)
     return 0 if cancelling is None else cancelling()
@@ -336,13 +331,17 @@ def _cancels_asked() -> int:
 
 def _on_asyncio() -> bool:
     """Whether the running event loop is asyncio's (not trio's)."""
+    return _asyncio_task() is not None
+
+
+def _asyncio_task() -> object | None:
+    """The running asyncio task; None on another event loop (trio)."""
     import asyncio  # (loaded already: an async drain runs on an event loop)
 
     try:
-        asyncio.current_task()
+        return asyncio.current_task()
     except RuntimeError:  # (no asyncio loop running: trio)
-        return False
-    return True
+        return None
 
 
 def _drainable(response: httpx.Response, *, unknown_length: bool) -> bool:

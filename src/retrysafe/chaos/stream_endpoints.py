@@ -75,6 +75,10 @@ def _stream_params(request: Request) -> tuple[int, float, int, int]:
     return events, interval_ms / 1000, fail_times, failure
 
 
+#: What ``break_with`` can choose.
+_BREAK_KINDS: tuple[SocketFaultKind, ...] = ("reset", "close", "hang")
+
+
 class _Break(NamedTuple):
     """How the streams of a request's key break part way (see the module's docstring)."""
 
@@ -94,10 +98,6 @@ def _break_params(request: Request, events: int) -> _Break | None:
     kind = choice_param(request, "break_with", "reset", _BREAK_KINDS)
     times = int_param(request, "break_times", MAX_TIMES, minimum=1, maximum=MAX_TIMES)
     return _Break(after, cast(SocketFaultKind, kind), times)
-
-
-#: What ``break_with`` can choose.
-_BREAK_KINDS: tuple[SocketFaultKind, ...] = ("reset", "close", "hang")
 
 
 def _failed(arrival: Arrival, status: int) -> Response:
