@@ -62,12 +62,7 @@ from retrysafe.decisions import AttemptPlan, AwaitOthers, Fail, ReadBody, Succee
 from retrysafe.drive import Drive, Step, hands_over
 from retrysafe.hedge_threads import run_on_a_thread
 from retrysafe.hedged_call import HedgedCall
-from retrysafe.kept_body import (
-    adrain_or_close,
-    aread_asked,
-    drain_or_close,
-    read_asked,
-)
+from retrysafe.kept_body import adrain_or_close, aread_asked, drain_or_close, read_asked
 from retrysafe.send_loop import AsyncSender, Sender, _prepare
 
 __all__ = ["hedged_round", "hedged_round_async"]

@@ -34,6 +34,7 @@ import httpx
 from retrysafe.attempt_deadline import AttemptDeadlineReached, RunningCall
 
 __all__ = [
+    "BodyStart",
     "DRAINED_AT_MOST",
     "DRAIN_TIME_AT_MOST",
     "READ_PIECE",
@@ -44,8 +45,6 @@ __all__ = [
     "aread_keeping_raw",
     "drain_or_close",
     "is_encoded",
-    "joined_within",
-    "keep_within",
     "mark_cut",
     "read_asked",
     "read_at_most",
@@ -153,61 +152,73 @@ def read_at_most(response: httpx.Response, at_most: int) -> None:
     httpx decodes each piece as it arrives, whole: a compressed piece of 64 KiB may
     decode to far more (gzip, up to about a thousand times), held until it is cut here.
     """
-    chunks: list[bytes] = []
-    size = 0
+    start = BodyStart(at_most)
     pieces = cast(Generator[bytes, None, None], response.iter_bytes())  # (closed below)
     try:
         for chunk in pieces:
-            size = keep_within(chunks, chunk, size, at_most)
-            if size > at_most:
+            if not start.take(chunk):
                 break
     finally:
         pieces.close()
     response.close()  # (read whole, already closed; else the rest goes unread)
-    _hold(response, chunks, size, at_most)
+    _hold(response, start)
 
 
 async def aread_at_most(response: httpx.Response, at_most: int) -> None:
     """:func:`read_at_most`, for an async response."""
-    chunks: list[bytes] = []
-    size = 0
+    start = BodyStart(at_most)
     pieces = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
     try:
         async for chunk in pieces:
-            size = keep_within(chunks, chunk, size, at_most)
-            if size > at_most:
+            if not start.take(chunk):
                 break
     finally:
         await pieces.aclose()
     await response.aclose()
-    _hold(response, chunks, size, at_most)
+    _hold(response, start)
 
 
 #: How much of a body the shells for other clients ask for at a time in a read they
-#: bound (:func:`keep_within`): bytes.
+#: bound (:class:`BodyStart`): bytes.
 READ_PIECE: Final = 64 * 1024
 
 
-def keep_within(chunks: list[bytes], chunk: bytes, size: int, at_most: int) -> int:
-    """Keep what of ``chunk`` falls within ``at_most`` bytes (and one byte more, to tell a
-    body longer than that from one exactly that long): the size seen so far. (The shells
-    for other clients read their bodies at most so long through it too.)"""
-    room = at_most + 1 - size
-    chunks.append(chunk if len(chunk) <= room else chunk[:room])
-    return size + len(chunk)
+class BodyStart:
+    """The start of a body read a piece at a time, kept up to ``at_most`` bytes: the
+    bounded reads here and in the shells for other clients (requests, aiohttp) collect
+    their pieces in one."""
+
+    __slots__ = ("_pieces", "_room", "cut")
+
+    def __init__(self, at_most: int) -> None:
+        self._pieces: list[bytes] = []
+        #: How many more bytes fit.
+        self._room = at_most
+        #: Whether the body went on past ``at_most`` bytes (only the start is kept).
+        self.cut = False
+
+    def take(self, piece: bytes) -> bool:
+        """Keep what of the next ``piece`` fits: False once the body has gone past
+        ``at_most`` bytes (read no more), True while it may still end within them."""
+        if len(piece) > self._room:
+            self._pieces.append(piece[: self._room])
+            self._room = 0
+            self.cut = True
+            return False
+        self._pieces.append(piece)
+        self._room -= len(piece)
+        return True
+
+    @property
+    def content(self) -> bytes:
+        """The bytes kept."""
+        return b"".join(self._pieces)
 
 
-def joined_within(chunks: list[bytes], size: int, at_most: int) -> bytes:
-    """The bytes :func:`keep_within` kept of a body ``size`` bytes long so far: at most
-    ``at_most`` of them."""
-    content = b"".join(chunks)
-    return content[:at_most] if size > at_most else content
-
-
-def _hold(response: httpx.Response, chunks: list[bytes], size: int, at_most: int) -> None:
+def _hold(response: httpx.Response, start: BodyStart) -> None:
     """Make the bytes read the response's body (httpx's own field, as ``read()`` sets)."""
-    response._content = joined_within(chunks, size, at_most)
-    if size > at_most:
+    response._content = start.content
+    if start.cut:
         mark_cut(response)
 
 

@@ -50,7 +50,7 @@ from retrysafe.foreign_shell import (
     response_view,
 )
 from retrysafe.governor import Governor
-from retrysafe.kept_body import READ_PIECE, joined_within, keep_within
+from retrysafe.kept_body import READ_PIECE, BodyStart
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
@@ -497,18 +497,16 @@ def _holding(body: bytes) -> aiohttp.StreamReader:
 
 async def _read_at_most(response: ClientResponse, at_most: int) -> bytes:
     """The decoded body up to ``at_most`` bytes; the connection closed if more came."""
-    chunks: list[bytes] = []
-    size = 0
+    start = BodyStart(at_most)
     async for chunk in response.content.iter_chunked(READ_PIECE):
-        size = keep_within(chunks, chunk, size, at_most)
-        if size > at_most:
+        if not start.take(chunk):
             # The rest goes unread: its connection is closed, not the response, which
             # (released, as close() marks it) would refuse read() the bytes read.
             connection = response.connection
             if connection is not None:
                 connection.close()
             break
-    return joined_within(chunks, size, at_most)
+    return start.content
 
 
 def _view_of(drive: Drive, response: ClientResponse, body: bytes | None) -> Any:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
-from retrysafe.kept_body import READ_PIECE, is_encoded, joined_within, keep_within, mark_cut
+from retrysafe.kept_body import READ_PIECE, BodyStart, is_encoded, mark_cut
 
 __all__ = ["read_at_most", "read_keeping_raw"]
 
@@ -123,14 +123,12 @@ def _start_of(raw: object, at_most: int, *, cut_short_ok: bool) -> tuple[bool, b
     fail to decode at its end: what decoded before that is kept."""
     reader = requests.Response()
     reader.raw = raw
-    chunks: list[bytes] = []
-    size = 0
+    start = BodyStart(at_most)
     try:
         for chunk in reader.iter_content(chunk_size=READ_PIECE):
-            size = keep_within(chunks, chunk, size, at_most)
-            if size > at_most:
+            if not start.take(chunk):
                 break
     except requests.RequestException:
         if not cut_short_ok:
             raise
-    return size <= at_most, joined_within(chunks, size, at_most)
+    return not start.cut, start.content
