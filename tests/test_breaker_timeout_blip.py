@@ -31,14 +31,16 @@ from retrysafe.request_facts import default_dependency
 
 STALLED = 21
 CALLS = 50
-#: (The stall, 1 s, outlasts every attempt; an answer at once fits one with room for a
-#: loaded machine: at 0.3 s, 50 calls at once on three test workers timed out beyond
-#: the stalled ones, and the circuit opened.)
-POLICY = RetryPolicy(deadline=3.0, attempt_timeout=0.6, backoff_base=0.05)
+#: How long the first STALLED requests are held: longer than any attempt.
+STALL = 1.5
+#: (An answer at once fits an attempt with room for a loaded machine: at 0.3 s, 50 calls
+#: at once on three test workers timed out beyond the stalled ones, and the circuit
+#: opened; at 0.6 s it did so once in a CI run with the compiled build being built.)
+POLICY = RetryPolicy(deadline=4.0, attempt_timeout=0.9, backoff_base=0.05)
 
 
 def _stalling_the_first(count: int) -> type[http.server.BaseHTTPRequestHandler]:
-    """A handler that holds its first ``count`` requests for 1 s, then answers them
+    """A handler that holds its first ``count`` requests for STALL seconds, then answers them
     (long after their attempts gave up), and answers every later one at once."""
     lock = threading.Lock()
     seen = [0]
@@ -51,7 +53,7 @@ def _stalling_the_first(count: int) -> type[http.server.BaseHTTPRequestHandler]:
                 seen[0] += 1
                 stalled = seen[0] <= count
             if stalled:
-                time.sleep(1.0)
+                time.sleep(STALL)
             try:
                 self.send_response(200)
                 self.send_header("content-length", "2")
