@@ -505,16 +505,6 @@ def test_a_short_word_of_a_password_with_spaces_is_kept_out_of_the_parse_error()
     assert "hunter2" not in str(caught.value)
 
 
-def test_a_redis_url_that_cannot_be_parsed_keeps_its_password_out_of_the_error() -> None:
-    from retrysafe.idempotency import RedisStore
-
-    with pytest.raises(ValueError, match="percent-encode") as caught:
-        RedisStore("redis://:hunter2#rest@127.0.0.1:9/0")  # a '#' not percent-encoded
-    assert "hunter2" not in str(caught.value)
-    assert caught.value.__cause__ is None
-    assert caught.value.__suppress_context__
-
-
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_pooled_connections_the_server_ended_are_replaced_not_reported_down(
     postgres_dsn: str,

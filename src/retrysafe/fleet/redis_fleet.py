@@ -23,6 +23,7 @@ from retrysafe.fleet.writer import Writer
 from retrysafe.governor.fleet_link import FleetView, ProbeAnswer
 from retrysafe.governor.limiter import QUEUE_FULL
 from retrysafe.redact import redact_url
+from retrysafe.redis_url import check_redis_url
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -130,6 +131,7 @@ class RedisFleet:
             raise TypeError("RedisFleet(url): url must be a redis URL such as redis://host:6379/0")
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("RedisFleet(namespace=...) must be a non-empty string")
+        check_redis_url(url, "RedisFleet")
         self.settings = settings if settings is not None else FleetSettings()
         self._clock: Clock = checked_clock(clock)
         self.namespace = namespace

@@ -19,7 +19,7 @@ from retrysafe.idempotency.records import (
     record_from_fields,
 )
 from retrysafe.idempotency.store import StoreUnavailable, new_token
-from retrysafe.redact import redact_url_text
+from retrysafe.redis_url import check_redis_url
 
 logger = logging.getLogger("retrysafe.idempotency")
 
@@ -83,8 +83,6 @@ return 0
 
 
 _Script = Literal["claim", "complete", "extend", "release"]
-#: The URL schemes redis-py reads (a URL without one is refused, naming them).
-_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class _LoopClient:
@@ -136,12 +134,7 @@ class RedisStore:
                 "RedisStore(url): the URL must be a str, e.g. 'redis://127.0.0.1:6379/0'; "
                 f"got {type(url).__name__}"
             )
-        if not url.lower().startswith(_SCHEMES):
-            # (redacted as every URL retrysafe shows: a password before an '@' or in the query)
-            raise ValueError(
-                f"RedisStore(url): the URL needs a scheme, one of {', '.join(_SCHEMES)}; "
-                f"got {redact_url_text(url)!r} (e.g. RedisStore('redis://127.0.0.1:6379/0'))"
-            )
+        check_redis_url(url, "RedisStore")
         self._prefix = prefix
         self._timeout = timeout
 
