@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
+import httpx
 import pytest
 
-from retrysafe.idempotency import IdempotencyMiddleware, IdempotencySettings, MemoryStore
+from retrysafe.idempotency import (
+    IdempotencyMiddleware,
+    IdempotencySettings,
+    MemoryStore,
+    credential_scope,
+)
 
 
 def test_defaults_guard_post_and_patch_for_a_day_with_a_minute_lease() -> None:
@@ -76,8 +83,41 @@ def test_a_scope_that_is_no_function_is_refused_when_the_middleware_is_built(
 
     with pytest.raises(TypeError, match="scope must be a function of the request") as caught:
         IdempotencyMiddleware(app, MemoryStore(), scope=scope, required=True)  # type: ignore[arg-type]
-    assert "credential_scope" in str(caught.value)
+    assert "scope=credential_scope()" in str(caught.value)
     assert type(scope).__name__ in str(caught.value)
+
+
+def test_credential_scope_given_uncalled_is_refused_saying_to_call_it() -> None:
+    """``scope=credential_scope`` is callable, but it makes the scope: taken as one, every
+    keyed request got a function for its caller and answered 500 (review104: the message
+    above suggested writing it so)."""
+
+    async def app(scope: object, receive: object, send: object) -> None: ...
+
+    with pytest.raises(TypeError, match=r"call it, scope=credential_scope\(\)"):
+        IdempotencyMiddleware(app, MemoryStore(), scope=credential_scope, required=True)  # type: ignore[arg-type]
+    IdempotencyMiddleware(app, MemoryStore(), scope=credential_scope(), required=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_scope_that_returns_no_str_fails_naming_its_type_not_its_value() -> None:
+    """The value may be the credential itself (bytes of a token): the error, which a server
+    logs, names its type only."""
+
+    async def created(scope: object, receive: object, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    app = IdempotencyMiddleware(
+        created, MemoryStore(), scope=lambda request: b"Bearer s3cret-token", required=True
+    )
+    with pytest.raises(TypeError, match="must return a str or None, got bytes") as caught:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://shop.test"
+        ) as client:
+            await client.post("/orders", json={}, headers={"Idempotency-Key": "k1"})
+    assert "s3cret" not in str(caught.value)
 
 
 def test_a_missing_starlette_names_the_server_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -146,8 +146,15 @@ class IdempotencyMiddleware:
         if not callable(scope):
             raise TypeError(
                 "scope must be a function of the request naming its caller, e.g. "
-                "scope=credential_scope or scope=lambda request: request.headers['x-user'] "
+                "scope=credential_scope() or scope=lambda request: request.headers['x-user'] "
                 f"(keys are kept apart per caller); got {type(scope).__name__}"
+            )
+        if scope is credential_scope:
+            # (callable, but it makes the scope: each keyed request would get a function
+            # for its caller, and answer 500)
+            raise TypeError(
+                "scope=credential_scope makes a scope: call it, scope=credential_scope() "
+                "(or credential_scope('X-Api-Key') for another header)"
             )
         self.app = app
         self.store = store
@@ -390,7 +397,15 @@ class IdempotencyMiddleware:
         if inspect.isawaitable(caller):
             caller = await caller
         if caller is not None and not isinstance(caller, str):
-            raise TypeError(f"the scope callable must return a str or None, got {caller!r}")
+            raise TypeError(
+                "the scope callable must return a str or None, got "
+                f"{type(caller).__name__}"
+                + (
+                    " (a function: pass the function that names the caller)"
+                    if callable(caller)
+                    else ""
+                )
+            )
         return caller or None
 
     def __repr__(self) -> str:
