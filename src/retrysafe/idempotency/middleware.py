@@ -149,7 +149,8 @@ class IdempotencyMiddleware:
                 "scope=credential_scope() or scope=lambda request: request.headers['x-user'] "
                 f"(keys are kept apart per caller); got {type(scope).__name__}"
             )
-        if scope is credential_scope:
+        given: object = scope  # (typed as a scope, which credential_scope is not)
+        if given is credential_scope:
             # (callable, but it makes the scope: each keyed request would get a function
             # for its caller, and answer 500)
             raise TypeError(
