@@ -96,6 +96,7 @@ def test_a_url_without_a_scheme_names_the_schemes(owner: str) -> None:
         "redis://user:p:ss@127.0.0.1/%31",  # (a ':' in the password needs no encoding)
         "rediss://127.0.0.1:6380/0?db=2",
         "unix:///tmp/redis.sock?db=1",
+        "unix:///run/redis@6379.sock",  # (an '@' in a socket's path is the path's)
         "redis://[::1]:6379/0",
     ],
 )

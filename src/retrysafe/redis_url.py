@@ -41,8 +41,13 @@ def check_redis_url(url: str, owner: str) -> None:
             f"got {redact_url_text(url)!r} (e.g. {owner}('redis://127.0.0.1:6379/0'))"
         )
     parts = urlsplit(url)
-    if "@" in url[url.index("//") + 2 + len(parts.netloc) :]:
-        # An '@' after where the host ended: a '#', '/' or '?' in the password ended it.
+    unix = parts.scheme.lower() == "unix"
+    # An '@' after where the host ended: a '#', '/' or '?' in the password ended it.
+    # (A socket's path may hold one: there, only the query and the fragment count.)
+    after_host = (
+        parts.query + parts.fragment if unix else url[url.index("//") + 2 + len(parts.netloc) :]
+    )
+    if "@" in after_host:
         raise ValueError(f"{owner}(url): the URL cannot be read; {_PERCENT_ENCODE}")
     try:
         parts.port  # noqa: B018 - read for the ValueError it raises
@@ -51,7 +56,7 @@ def check_redis_url(url: str, owner: str) -> None:
             f"{owner}(url): the port in the URL is not a number from 0 to 65535 (e.g. "
             "redis://127.0.0.1:6379/0); if the password holds a ':', " + _PERCENT_ENCODE
         ) from None  # (not chained: the parser's message quotes what it read as the port)
-    if parts.scheme.lower() == "unix":
+    if unix:
         return  # (the path is the socket's)
     database = unquote(parts.path).strip("/")
     if database and not (database.isascii() and database.isdigit()):
