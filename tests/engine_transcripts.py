@@ -359,8 +359,8 @@ class Scenario:
 
 # -- generating ------------------------------------------------------------------------
 
-_STATUSES = (200, 201, 301, 304, 400, 401, 404, 408, 409, 422, 429, 500, 501, 502, 503, 504)
-_STATUS_WEIGHTS = (8, 2, 1, 1, 2, 1, 2, 3, 5, 1, 8, 5, 1, 6, 8, 5)
+_STATUSES = (200, 201, 301, 304, 400, 401, 404, 408, 409, 422, 429, 500, 501, 502, 503, 504, 529)
+_STATUS_WEIGHTS = (8, 2, 1, 1, 2, 1, 2, 3, 5, 1, 8, 5, 1, 6, 8, 5, 2)
 _EXC_NAMES = tuple(EXCEPTIONS)
 _EXC_WEIGHTS = (4, 3, 2, 4, 2, 3, 1, 3, 3, 1, 1)
 _GARBAGE_RETRY_AFTER = ("soon", "-1", "1.5s", "1e3", "", "Wed, 99 Foo 2023 25:00:00 GMT")
@@ -1058,7 +1058,7 @@ def _oracle_rule(name: str, spec: Outcome) -> tuple[str, str | None] | None:
 
 #: The statuses retried by default, as docs/retries.md lists them: written out here rather
 #: than read from retrysafe.policy, so that a wrong default there cannot move the oracle too.
-_DOCUMENTED_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_DOCUMENTED_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 
 #: The retried statuses of a scenario whose policy leaves 429 out.
@@ -1092,7 +1092,7 @@ def _oracle_default(
             return ("retry", "no")  # the key is in use by an attempt still running
         return ("permanent", None)  # the app's own conflict
     if status in statuses:
-        return ("retry", "no" if status in (408, 429, 503) else "maybe")
+        return ("retry", "no" if status in (408, 429, 503, 529) else "maybe")
     return ("permanent", None)
 
 

@@ -132,7 +132,7 @@ def test_a_dripping_body_is_bounded_by_the_attempt_timeout(api: Any, chaos: Any)
 # -- statuses -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [408, 429, 503])
+@pytest.mark.parametrize("status", [408, 429, 503, 529])
 def test_refused_before_work_is_retried_even_for_a_post(api: Any, chaos: Any, status: int) -> None:
     url = chaos.url("/fail/{key}", times=1, status=status)
     response = api.request("POST", url, policy=FAST, json={"n": 1})

@@ -18,7 +18,7 @@ def test_defaults_match_the_design() -> None:
     assert policy.min_attempt_time == 0.5
     assert (policy.backoff_base, policy.backoff_cap) == (0.25, 8.0)
     assert policy.retry_after_jitter == 0.25
-    assert policy.retry_statuses == {408, 429, 500, 502, 503, 504}
+    assert policy.retry_statuses == {408, 429, 500, 502, 503, 504, 529}
     assert policy.idempotent_methods == {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}
     assert policy.quota_headers == ("x-api-remaining-credits",)
     assert policy.rules == ()

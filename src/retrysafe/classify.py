@@ -43,8 +43,9 @@ Processed = Literal["no", "maybe"]
 _KINDS: Final = frozenset({"success", "retry", "permanent"})
 _PROCESSED: Final = frozenset({"no", "maybe"})
 
-#: Statuses by which a server says it refused the request before doing any work.
-_REFUSED_BEFORE_WORK = frozenset({408, 429, 503})
+#: Statuses by which a server says it refused the request before doing any work: 529 is
+#: "overloaded" (Anthropic's API; a 503 by another number, which its SDKs retry).
+_REFUSED_BEFORE_WORK = frozenset({408, 429, 503, 529})
 
 
 class InvalidVerdict(ValueError):
@@ -163,6 +164,7 @@ _STATUS_REASONS = {
     507: "insufficient_storage",
     508: "loop_detected",
     511: "network_authentication_required",
+    529: "overloaded",
 }
 
 

@@ -22,7 +22,7 @@ else:
     # names its module, so typing.get_type_hints resolves it from any caller's module.
     Rule = Callable[[httpx.Response], ForwardRef("Verdict | None", module="retrysafe.classify")]
 
-DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
+DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504, 529})
 DEFAULT_IDEMPOTENT_METHODS: frozenset[str] = frozenset(
     {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}
 )
