@@ -25,7 +25,8 @@ class BudgetSettings:
     concurrent calls sharing one client, the default 4-attempt ``RetryPolicy``):
 
     - ``ratio=0.27``: a healthy caller must lose nothing to the budget up to
-      20 % independent failures, where a 4-attempt retrier makes
+      20 % independent failures (in traffic spread over time, or bursts of up to
+      ``max_tokens / ratio`` calls started together), where a 4-attempt retrier makes
       0.2 + 0.04 + 0.008 = 0.248 retries per call, so the ratio must exceed
       that (a seeded simulation of 100,000 calls at 20 % loses 0.28 points at
       0.25, none at 0.27). In a full outage the budget alone lets
