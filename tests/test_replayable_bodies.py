@@ -17,7 +17,9 @@ import io
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
+import requests
 
 import retrysafe
 from retrysafe import RetryPolicy
@@ -85,6 +87,64 @@ def test_a_multipart_form_with_a_file_that_cannot_be_rewound_is_not_sent_again(
     assert caught.value.reason == "unsafe_to_repeat"
     assert "body was a stream" in str(caught.value)
     assert len(chaos.log()) == 1
+
+
+def _sent_the_same_bytes_twice(chaos: KeyedChaos) -> None:
+    records = chaos.log()
+    assert [record.action for record in records] == ["status:503", "status:200"]
+    assert len({record.body_sha256 for record in records}) == 1
+    assert records[0].body_sha256 != EMPTY_BODY_SHA256
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST"])
+def test_a_file_body_that_can_seek_is_sent_again_from_where_it_began(
+    chaos: KeyedChaos, tmp_path: Any, method: str
+) -> None:
+    """``content=`` an open file: httpx reads it to its end, so a retry read nothing more.
+    It was taken as spent once sent, and a 503 ended the call (trial105). Now it is
+    sought back to where it was found before each attempt. (A POST too: a 503 says the
+    server did no work.)"""
+    path = tmp_path / "upload.csv"
+    path.write_bytes(b"a,b\n1,2\n" * 5000)
+    with path.open("rb") as file, retrysafe.Client(policy=FAST) as client:
+        response = client.request(method, chaos.url("/fail/{key}", times=1), content=file)
+    assert response.status_code == 200
+    assert retrysafe.report_of(response).attempts == 2  # type: ignore[union-attr]
+    _sent_the_same_bytes_twice(chaos)
+    assert chaos.log()[0].body_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_bytesio_body_is_sent_again_through_the_drop_in_transport(chaos: KeyedChaos) -> None:
+    with httpx.Client(transport=retrysafe.RetryTransport(policy=FAST)) as client:
+        response = client.put(
+            chaos.url("/fail/{key}", times=1), content=io.BytesIO(b"row\n" * 20000)
+        )
+    assert response.status_code == 200
+    _sent_the_same_bytes_twice(chaos)
+
+
+def test_a_file_body_that_cannot_seek_is_still_not_sent_again(chaos: KeyedChaos) -> None:
+    with retrysafe.Client(policy=FAST) as client, pytest.raises(retrysafe.ServerError) as caught:
+        client.put(chaos.url("/fail/{key}", times=1), content=_Pipe(b"row\n" * 100))
+    assert (caught.value.reason, caught.value.spent_body) == ("unsafe_to_repeat", True)
+    assert len(chaos.log()) == 1
+
+
+def test_the_requests_adapter_sends_a_file_body_again_from_where_it_began(
+    chaos: KeyedChaos,
+) -> None:
+    """requests notes a file body's position as it prepares it and seeks back to it on a
+    redirect; the adapter does the same before a retry. (A pipe stays spent.)"""
+    from retrysafe.requests import RetryAdapter
+
+    with requests.Session() as session:
+        session.mount("http://", RetryAdapter(policy=FAST))
+        response = session.put(chaos.url("/fail/{key}", times=1), data=io.BytesIO(b"row\n" * 20000))
+        assert response.status_code == 200
+        _sent_the_same_bytes_twice(chaos)
+        with pytest.raises(retrysafe.ServerError) as caught:
+            session.put(chaos.url("/fail/{key}-pipe", times=1), data=_Pipe(b"row\n" * 100))
+    assert caught.value.reason == "unsafe_to_repeat"
 
 
 def test_a_keyed_generator_body_is_not_sent_again_and_the_error_says_why(

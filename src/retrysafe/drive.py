@@ -69,6 +69,7 @@ from retrysafe.observe import HELD_LEVELS, CallTrace, EventKind, Observer, Retry
 from retrysafe.observe import logger as _log
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import default_dependency, replayable_body
+from retrysafe.rewound_file import rewound_file_body
 from retrysafe.shell_settings import ShellSettings
 from retrysafe.testing import switch as testing_mode
 from retrysafe.timing import Deadline
@@ -265,6 +266,21 @@ def _after_sending(exc: httpx.LocalProtocolError, request: httpx.Request) -> Exc
     )
     error.__cause__ = exc
     return error
+
+
+def _body_sent_again(request: httpx.Request) -> bool:
+    """Whether ``request``'s body can be sent again, byte for byte, once an attempt sent
+    it (:func:`~retrysafe.request_facts.replayable_body`). A file that can seek is read
+    through a :class:`~retrysafe.rewound_file.RewoundFile` from now on, so that each
+    attempt sends it from where it began; asked before the first attempt is sent."""
+    stream = request.stream
+    if isinstance(stream, httpx.ByteStream):
+        return True
+    rewound = rewound_file_body(stream)
+    if rewound is not None:
+        request.stream = rewound
+        return True
+    return replayable_body(stream)
 
 
 def _listening(observer: Observer) -> bool:
@@ -546,7 +562,9 @@ class Drive:
                 stream=self._stream,
                 observed=observed,
                 started=self._started,
-                replayable=None if self._first is None else self._first.replayable,
+                replayable=(
+                    _body_sent_again(request) if self._first is None else self._first.replayable
+                ),
                 elapsed_before=self._elapsed_before,
                 returns_answers=self.settings.returns_answers,
             )
@@ -581,7 +599,9 @@ class Drive:
                         self._answer_by = now + patience  # (what the breaker was told)
                 if admission is not None:
                     stream = self.request.stream  # (bytes, the usual body, asked inline)
-                    replayable = isinstance(stream, httpx.ByteStream) or replayable_body(stream)
+                    replayable = isinstance(stream, httpx.ByteStream) or _body_sent_again(
+                        self.request
+                    )
                     self._first = _FirstAttempt(plan, admission.permit, replayable, now)
                     return plan
         call = self.call

@@ -31,7 +31,7 @@ from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
 from requests.sessions import SessionRedirectMixin
 from requests.structures import CaseInsensitiveDict
-from requests.utils import requote_uri
+from requests.utils import requote_uri, rewind_body
 from urllib3.poolmanager import ProxyManager
 from urllib3.util import Timeout as Urllib3Timeout
 
@@ -185,7 +185,7 @@ class RetryAdapter(HTTPAdapter):
             method,
             url,
             _header_pairs(headers),
-            replayable=body is None or isinstance(body, (bytes, str)),
+            replayable=body is None or isinstance(body, (bytes, str)) or _rewindable(request),
             stream=stream,
             chain=chain,
             content=body_bytes(body),
@@ -336,6 +336,19 @@ class _CutShort(Exception):
     """The watchdog ended the attempt, yet requests returned what it had read."""
 
 
+def _rewindable(request: requests.PreparedRequest) -> bool:
+    """Whether ``request``'s body is a file requests can seek back to where it began
+    (``requests.utils.rewind_body``): requests noted its position as it prepared it, and
+    the file says it can seek. (A pipe, a generator: spent once sent.)"""
+    body: Any = request.body
+    if not isinstance(getattr(request, "_body_position", None), int):
+        return False
+    try:
+        return callable(getattr(body, "seek", None)) and bool(body.seekable())
+    except Exception:  # (no seekable(), or it failed: it cannot be told)
+        return False
+
+
 class _Attempt:
     """Sends one attempt of a call through ``HTTPAdapter.send``, bounded by its time."""
 
@@ -384,6 +397,10 @@ class _Attempt:
             # A retry: what the drive's view of the request carries of the cookies the
             # answers before it set (carried_cookies) goes on the request sent.
             _carry_cookie_header(drive, self.request)
+            if _rewindable(self.request):
+                # (a file body: sent again from where it began, as requests does on a
+                # redirect; the engine sends no retry of a body that cannot be)
+                rewind_body(self.request)
         limit = phase_limit(plan)
         header = self.adapter.settings.deadline_header
         if header is not None and math.isfinite(plan.timeout):
