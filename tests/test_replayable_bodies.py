@@ -24,6 +24,8 @@ import requests
 import retrysafe
 from retrysafe import RetryPolicy
 from retrysafe.chaos import KeyedChaos
+from retrysafe.request_facts import replayable_body
+from retrysafe.rewound_file import RewoundFile
 
 pytestmark = pytest.mark.anyio
 
@@ -112,6 +114,12 @@ def test_a_file_body_that_can_seek_is_sent_again_from_where_it_began(
     assert retrysafe.report_of(response).attempts == 2  # type: ignore[union-attr]
     _sent_the_same_bytes_twice(chaos)
     assert chaos.log()[0].body_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_rewound_file_is_a_body_sent_again_wherever_that_is_asked() -> None:
+    """The engine asks ``replayable_body`` itself when no shell told it: a file read
+    through a RewoundFile is sent again there too, as the drive says."""
+    assert replayable_body(RewoundFile(io.BytesIO(b"row\n"), 0))
 
 
 def test_a_bytesio_body_is_sent_again_through_the_drop_in_transport(chaos: KeyedChaos) -> None:

@@ -273,14 +273,10 @@ def _body_sent_again(request: httpx.Request) -> bool:
     it (:func:`~retrysafe.request_facts.replayable_body`). A file that can seek is read
     through a :class:`~retrysafe.rewound_file.RewoundFile` from now on, so that each
     attempt sends it from where it began; asked before the first attempt is sent."""
-    stream = request.stream
-    if isinstance(stream, httpx.ByteStream):
-        return True
-    rewound = rewound_file_body(stream)
+    rewound = rewound_file_body(request.stream)
     if rewound is not None:
         request.stream = rewound
-        return True
-    return replayable_body(stream)
+    return replayable_body(request.stream)
 
 
 def _listening(observer: Observer) -> bool:

@@ -13,6 +13,8 @@ from typing import Final
 import httpx
 from httpx._multipart import FileField, MultipartStream
 
+from retrysafe.rewound_file import RewoundFile
+
 __all__ = [
     "IDEMPOTENCY_HEADER",
     "KEY_SENT_BEFORE_EXTENSION",
@@ -109,12 +111,13 @@ def replayable_body(stream: object) -> bool:
     byte, after an attempt sent it: bytes (``content=``, ``json=``, ``data=`` a dict),
     or a multipart form (``files=``) whose every file is bytes, text, or a file httpx
     can rewind (``seekable()``: httpx seeks each file back to its start as it sends
-    it). A generator, or a file that cannot be rewound, is spent once sent.
+    it), or a file read through a :class:`~retrysafe.rewound_file.RewoundFile`. A
+    generator, or a file that cannot be rewound, is spent once sent.
 
     (One attempt after another: copies sent at once, as hedging does, share the
     stream, so only bytes are hedged.)
     """
-    if isinstance(stream, httpx.ByteStream):
+    if isinstance(stream, (httpx.ByteStream, RewoundFile)):
         return True
     if not isinstance(stream, MultipartStream):
         return False
