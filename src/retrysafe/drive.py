@@ -590,7 +590,7 @@ class Drive:
                     admission: Admission | None = OPEN_ADMISSION
                 else:
                     patience = self._patience(plan.timeout)
-                    admission = guard.admit_at_once(now + patience, patience)
+                    admission = guard.admit_at_once(now, patience)
                     if admission is not None:
                         self._answer_by = now + patience  # (what the breaker was told)
                 if admission is not None:

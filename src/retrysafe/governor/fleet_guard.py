@@ -144,11 +144,11 @@ class FleetGuard(DependencyGuard):
             return DependencyGuard.admit(self, call)  # the healthy path: no round trip
         return self._admit_with_fleet(call)
 
-    def admit_at_once(self, until: float, patience: float) -> Admission | None:
+    def admit_at_once(self, now: float, patience: float) -> Admission | None:
         """As :meth:`DependencyGuard.admit_at_once` while the fleet is calm and does not
         pace; otherwise None (ask :meth:`admit`, which asks the fleet)."""
         if self.view.calm and self.rate is None:
-            return DependencyGuard.admit_at_once(self, until, patience)
+            return DependencyGuard.admit_at_once(self, now, patience)
         return None
 
     def _admit_with_fleet(self, call: CallFacts) -> Admission:

@@ -167,13 +167,13 @@ class DependencyGuard:
             return OPEN_ADMISSION
         return self._admission_for(permit)
 
-    def admit_at_once(self, until: float, patience: float) -> Admission | None:
-        """The admission :meth:`admit` gives a call's first attempt when nothing holds it
-        back (no cooldown, no pacing, the breaker closed or off), having earned the retry
-        budget its share as :meth:`admit` does, and told the breaker the attempt waits
-        ``patience`` seconds for its answer, until ``until`` (:meth:`expect_answer`);
-        None, with nothing done, otherwise: then ask :meth:`admit`. The short path of
-        every fresh call (see ``first_attempt``)."""
+    def admit_at_once(self, now: float, patience: float) -> Admission | None:
+        """The admission :meth:`admit` gives a call's first attempt, starting ``now``,
+        when nothing holds it back (no cooldown, no pacing, the breaker closed or off),
+        having earned the retry budget its share as :meth:`admit` does, and told the
+        breaker the attempt waits ``patience`` seconds for its answer, until ``now +
+        patience`` (:meth:`expect_answer`); None, with nothing done, otherwise: then ask
+        :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
         limiter = self.limiter
         if limiter is not None and (
             limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
@@ -183,10 +183,10 @@ class DependencyGuard:
         if breaker is not None and not breaker.closed:
             return None
         if self.budget is not None:
-            self.budget.record_first_attempt()
+            self.budget.record_first_attempt(now)
         if breaker is None:
             return OPEN_ADMISSION
-        breaker.expect_answer(until, patience)
+        breaker.expect_answer(now + patience, patience)
         return self._admission_for(breaker.closed_permit)
 
     def _admission_for(self, permit: Permit) -> Admission:
@@ -337,8 +337,7 @@ class DependencyGuard:
         window and no failing run, the budget full, no cooldown, no paced slot ahead."""
         if self.breaker is not None and not self.breaker.at_rest():
             return False
-        budget = self.budget
-        if budget is not None and budget.tokens < budget.settings.max_tokens:
+        if self.budget is not None and not self.budget.at_rest():
             return False
         return self.limiter is None or self.limiter.at_rest()
 

@@ -1,0 +1,144 @@
+"""The retry budget pays for a burst's retries from what the burst earned.
+
+A burst's calls earn their tokens all together as they start, and their retries come
+after. The bucket holds ``max_tokens``; what calls earn while it is full is kept
+``burst_window`` seconds (the overflow), spent before the bucket, oldest first.
+Arithmetic on the fake clock; the same over real sockets is
+``benchmarks/budget_burst.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from retrysafe.governor import BudgetSettings
+from retrysafe.governor.budget import RetryBudget
+from retrysafe.governor.guard import DependencyGuard
+from retrysafe.testing import FakeClock
+
+
+def _budget(clock: FakeClock, **settings: float) -> RetryBudget:
+    return RetryBudget(BudgetSettings(min_per_second=0, **settings), clock)
+
+
+def _spend_all(budget: RetryBudget) -> int:
+    granted = 0
+    while budget.try_spend():
+        granted += 1
+    return granted
+
+
+def test_a_burst_of_a_thousand_calls_pays_for_270_retries_not_60() -> None:
+    # The user trial's burst: 1,000 calls started together earn 0.27 each.
+    budget = _budget(FakeClock())
+    for _ in range(1000):
+        budget.record_first_attempt()
+    assert budget.tokens == pytest.approx(60 + 270)
+    assert _spend_all(budget) == 330
+
+
+def test_with_no_burst_window_the_bucket_alone_keeps_max_tokens() -> None:
+    budget = _budget(FakeClock(), burst_window=0)
+    for _ in range(1000):
+        budget.record_first_attempt()
+    assert budget.tokens == 60
+    assert _spend_all(budget) == 60
+
+
+def test_the_overflow_expires_after_the_window_and_the_bucket_stays() -> None:
+    clock = FakeClock()
+    budget = _budget(clock)
+    for _ in range(100):
+        budget.record_first_attempt()  # 27 tokens past a full bucket
+    clock.advance(9.5)
+    assert budget.tokens == pytest.approx(87)
+    clock.advance(1.0)  # 10.5 s after they were earned
+    assert budget.tokens == 60
+    assert _spend_all(budget) == 60
+
+
+def test_the_overflow_expires_a_tenth_of_the_window_at_a_time() -> None:
+    clock = FakeClock()
+    budget = _budget(clock)
+    for _ in range(100):
+        budget.record_first_attempt()  # 27 at 0 s
+    clock.advance(5)
+    for _ in range(200):
+        budget.record_first_attempt()  # 54 at 5 s
+    clock.advance(5.5)  # 10.5 s: the first 27 are gone, the 54 stay
+    assert budget.tokens == pytest.approx(60 + 54)
+    clock.advance(5)  # 15.5 s
+    assert budget.tokens == 60
+
+
+def test_a_retry_spends_the_overflow_first_oldest_first() -> None:
+    clock = FakeClock()
+    budget = _budget(clock)
+    for _ in range(10):
+        budget.record_first_attempt()  # 2.7 at 0 s
+    clock.advance(5)
+    for _ in range(10):
+        budget.record_first_attempt()  # 2.7 at 5 s
+    for _ in range(3):
+        assert budget.try_spend()  # 2.7 from 0 s, then 0.3 from 5 s
+    assert budget.tokens == pytest.approx(60 + 2.4)
+    clock.advance(5.5)  # the 0 s slot would have expired: nothing was left in it
+    assert budget.tokens == pytest.approx(60 + 2.4)
+    for _ in range(2):
+        assert budget.try_spend()  # 2 from the 5 s slot
+    assert budget.tokens == pytest.approx(60.4)  # the bucket untouched, 0.4 left over
+    assert budget.try_spend()  # 0.4 of overflow and 0.6 of the bucket
+    assert budget.tokens == pytest.approx(59.4)
+
+
+def test_an_empty_bucket_earns_back_first_then_overflows() -> None:
+    budget = _budget(FakeClock(), max_tokens=2)
+    assert _spend_all(budget) == 2
+    for _ in range(10):
+        budget.record_first_attempt()  # 2.7: 2 fill the bucket, 0.7 overflow
+    assert budget.tokens == pytest.approx(2.7)
+    assert budget.try_spend()
+    assert budget.try_spend()
+    assert not budget.try_spend()  # 0.7 left: less than a token
+
+
+def test_a_refund_past_a_full_bucket_is_kept_as_overflow() -> None:
+    clock = FakeClock()
+    budget = _budget(clock, max_tokens=2)
+    for _ in range(10):
+        budget.record_first_attempt()  # full, and 2.7 of overflow
+    assert budget.try_spend()  # from the overflow
+    budget.refund()  # the retry was never sent
+    assert budget.tokens == pytest.approx(4.7)
+    clock.advance(11)
+    assert budget.tokens == 2
+
+
+def test_an_outage_after_healthy_traffic_finds_at_most_one_window_of_earnings() -> None:
+    # 30 s at 100 calls a second, then every call fails: the retries granted at once
+    # are the bucket's 60 and what the last 10 s earned, not what the 30 s earned.
+    clock = FakeClock()
+    budget = _budget(clock)
+    for _ in range(3000):
+        budget.record_first_attempt()
+        clock.advance(0.01)
+    granted = _spend_all(budget)
+    assert 60 + 0.27 * 900 <= granted <= 60 + 0.27 * 1000
+    assert granted < 60 + 0.27 * 3000
+
+
+def test_a_guard_with_overflow_is_not_at_rest() -> None:
+    clock = FakeClock()
+    budget = _budget(clock)
+    guard = DependencyGuard("api.test", budget, None, None)
+    assert guard.at_rest()
+    budget.record_first_attempt()
+    assert not guard.at_rest()  # a fresh guard would not have the 0.27
+    clock.advance(11)
+    assert guard.at_rest()
+
+
+@pytest.mark.parametrize("window", [-1.0, float("inf"), float("nan")])
+def test_a_burst_window_that_is_no_number_of_seconds_is_refused(window: float) -> None:
+    with pytest.raises(ValueError, match="burst_window"):
+        BudgetSettings(burst_window=window)
