@@ -73,6 +73,40 @@ def test_infinite_caller_timeouts_under_an_unbounded_attempt_are_sent_as_none() 
     assert server.sent == [{"connect": None, "read": None, "write": None, "pool": None}]
 
 
+@pytest.mark.parametrize(
+    ("caller", "sent"),
+    [
+        # every phase within the attempt's 2 s: the caller's own, as they came
+        (httpx.Timeout(1.5), {"connect": 1.5, "read": 1.5, "write": 1.5, "pool": 1.5}),
+        (httpx.Timeout(1), {"connect": 1, "read": 1, "write": 1, "pool": 1}),
+        # no timeout at all, or a phase without one: that phase gets the attempt's time
+        (httpx.Timeout(None), {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}),
+        (
+            httpx.Timeout(1.0, read=None),
+            {"connect": 1.0, "read": 2.0, "write": 1.0, "pool": 1.0},
+        ),
+        # one phase longer than the attempt: only it is cut
+        (
+            httpx.Timeout(1.0, write=5.0),
+            {"connect": 1.0, "read": 1.0, "write": 2.0, "pool": 1.0},
+        ),
+        # exactly the attempt's time is within it
+        (httpx.Timeout(2.0), {"connect": 2.0, "read": 2.0, "write": 2.0, "pool": 2.0}),
+    ],
+)
+def test_each_phase_is_sent_as_the_callers_or_the_attempts_time_whichever_is_shorter(
+    caller: httpx.Timeout, sent: dict[str, float]
+) -> None:
+    server = TimeoutRecorder()
+    with retrysafe.Client(
+        transport=httpx.MockTransport(server),
+        policy=retrysafe.RetryPolicy(attempt_timeout=2.0, deadline=30.0),
+        timeout=caller,
+    ) as client:
+        client.get(URL)
+    assert server.sent == [sent]
+
+
 async def own_read_timeout(request: httpx.Request) -> httpx.Response:
     """A mock server that never answers, sent through a transport that keeps its own read
     timeout (the one it was sent with), as a custom transport may."""

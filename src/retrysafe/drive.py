@@ -680,7 +680,7 @@ class Drive:
                 took = now - first.started
                 if self.attempt_sent_at is not None:
                     took = max(0.0, took - self._time_queued())
-                guard.healthy_call(took, self._answer_by)
+                guard.healthy_call(took, self._answer_by, now)
                 self._answer_by = _NO_ANSWER_EXPECTED
             return first_success(
                 self.request,

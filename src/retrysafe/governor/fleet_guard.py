@@ -301,10 +301,12 @@ class FleetGuard(DependencyGuard):
 
     # -- the engine's effects ------------------------------------------------------------
 
-    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
+    def healthy_call(
+        self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None
+    ) -> None:
         """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
         failures (withdrawing this process's vote) as a healthy outcome does."""
-        DependencyGuard.healthy_call(self, seconds, until)
+        DependencyGuard.healthy_call(self, seconds, until, now)
         view = self.view
         if view.failing or view.voted:
             recovered(view, self.fleet, self.dependency)

@@ -239,13 +239,16 @@ class DependencyGuard:
             return None
         return self.breaker.answer_abandoned(until, waited)
 
-    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
+    def healthy_call(
+        self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None
+    ) -> None:
         """Count a call that succeeded at once while the breaker was closed, its attempt
-        taking ``seconds`` (and told to :meth:`expect_answer` with ``until``): the effect
+        taking ``seconds`` (and told to :meth:`expect_answer` with ``until``), ending
+        ``now`` (None: the breaker reads its clock): the effect
         :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
         (what :meth:`apply` does with it, without its dispatch)."""
         if self.breaker is not None:
-            self.breaker.record_healthy_call(seconds, until)
+            self.breaker.record_healthy_call(seconds, until, now)
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
