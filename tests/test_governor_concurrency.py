@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -79,13 +78,19 @@ class InFlight:
 
 
 def test_sixteen_threads_get_exactly_one_half_open_probe() -> None:
+    # The probe's answer is held until every other thread has had its answer: any of
+    # them admitted beside the probe would be in flight with it. (Not held, a thread a
+    # busy machine started late would find the circuit closed by then, and rightly send.)
     clock = FakeClock()
     governor = opened_governor(clock)
     flight = InFlight()
+    refused = threading.Semaphore(0)
 
     def handler(request: httpx.Request) -> httpx.Response:
         flight.enter()
-        time.sleep(0.05)
+        if flight.total == 1:  # the probe
+            for _ in range(THREADS - 1):
+                assert refused.acquire(timeout=10), "a thread neither refused nor sent"
         flight.leave()
         return httpx.Response(200)
 
@@ -99,29 +104,40 @@ def test_sixteen_threads_get_exactly_one_half_open_probe() -> None:
         try:
             client.get("http://api.test/")
         except retrysafe.CircuitOpen:
+            refused.release()
             return "circuit_open"
+        refused.release()  # (a second probe: lets the first go on, to fail below)
         return "sent"
 
     with ThreadPoolExecutor(THREADS) as pool:
         results = list(pool.map(call, range(THREADS)))
     assert flight.most == 1
-    assert results.count("sent") == flight.total
-    assert results.count("sent") + results.count("circuit_open") == THREADS
+    assert flight.total == results.count("sent") == 1
+    assert results.count("circuit_open") == THREADS - 1
     assert governor.guard(DEPENDENCY).breaker.state == "closed"  # type: ignore[union-attr]
 
 
 async def test_a_thousand_tasks_get_exactly_one_half_open_probe() -> None:
+    # As above: the probe's answer waits for every other task's.
     clock = FakeClock()
     governor = opened_governor(clock)
     flight = InFlight()
+    outcomes: list[str] = []
+    all_others_answered = anyio.Event()
+
+    def answered(outcome: str) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == TASKS - 1:
+            all_others_answered.set()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         flight.enter()
-        await anyio.sleep(0.05)
+        if flight.total == 1:  # the probe
+            with anyio.fail_after(10):
+                await all_others_answered.wait()
         flight.leave()
         return httpx.Response(200)
 
-    outcomes: list[str] = []
     async with retrysafe.AsyncClient(
         transport=httpx.MockTransport(handler), clock=clock, governor=governor
     ) as client:
@@ -130,16 +146,16 @@ async def test_a_thousand_tasks_get_exactly_one_half_open_probe() -> None:
             try:
                 await client.get("http://api.test/")
             except retrysafe.CircuitOpen:
-                outcomes.append("circuit_open")
+                answered("circuit_open")
             else:
-                outcomes.append("sent")
+                answered("sent")
 
         async with anyio.create_task_group() as group:
             for _ in range(TASKS):
                 group.start_soon(call)
     assert flight.most == 1
-    assert flight.total == outcomes.count("sent") >= 1
-    assert len(outcomes) == TASKS
+    assert flight.total == outcomes.count("sent") == 1
+    assert outcomes.count("circuit_open") == TASKS - 1
 
 
 async def test_a_thousand_tasks_spend_exactly_the_budget() -> None:

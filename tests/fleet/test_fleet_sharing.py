@@ -357,8 +357,10 @@ def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_togethe
         thread.start()
     for thread in threads:
         thread.join(10)
-    assert len(sent) == 3, sent
-    assert len(refused) == 5
+    # Three slots for eight callers arriving together; a busy machine that starts the
+    # last of them more than a slot (0.2 s) after the first has freed a fourth by then.
+    assert len(sent) in (3, 4), sent
+    assert len(refused) == 8 - len(sent)
     for error in refused:
         assert isinstance(error, retrysafe.PacingDelayed), error
         assert error.attempts == 0
@@ -367,7 +369,7 @@ def test_callers_beyond_the_fleets_queue_fail_at_once_instead_of_sending_togethe
     # hold a reply back long enough that two paced calls finish together. Slots are
     # 0.2 s apart; calls sent together would arrive within a few milliseconds.
     arrivals = [record.time for record in chaos.log()[2:]]  # after the two warm-ups
-    assert len(arrivals) == 3, arrivals
+    assert len(arrivals) == len(sent), arrivals
     gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(arrivals))]
     assert min(gaps) >= 0.1, gaps
 
