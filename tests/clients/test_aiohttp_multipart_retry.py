@@ -1,14 +1,16 @@
-"""The aiohttp middleware sends a multipart body again when every part is held in
-memory, as ``retrysafe.Client`` does with ``files=`` bytes (trial91: a ``FormData`` with
-a bytes file part was taken for a stream, and a 503 was final). A part read from a file
-stays unsent again: what it would send depends on where the file was left. Over a real
-loopback socket; the server notes each body it received.
+"""The aiohttp middleware sends a body again when aiohttp sends it the same: bytes, a
+multipart form of bytes (trial91: a ``FormData`` with a bytes file part was taken for a
+stream, and a 503 was final), and a file that can seek, alone or as a form's part, which
+aiohttp seeks back to where it found it before each send (trial105: a file body was sent
+once, where urllib3 and ``retrysafe.Client`` send it again). Over a real loopback socket;
+the server notes each body it received.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import pathlib
 import socket
 
 import aiohttp
@@ -65,11 +67,62 @@ def test_a_multipart_form_with_a_bytes_file_part_is_sent_again_the_same() -> Non
     assert b"value" in first
 
 
-def test_a_multipart_form_with_a_part_read_from_a_file_is_not_sent_again() -> None:
+def test_a_multipart_form_with_a_part_read_from_a_file_is_sent_again_the_same() -> None:
     server = _BusyOnceServer()
     form = aiohttp.FormData()
     form.add_field("file", io.BytesIO(b"read from a file"), filename="a.txt")
+    with loopback_server(server) as url:
+        attempts = asyncio.run(_put(url, form))
+    assert attempts == 2
+    first, second = server.bodies
+    assert first == second
+    assert b"read from a file" in first
+
+
+async def _send(url: str, method: str, body: object) -> int:
+    policy = RetryPolicy(attempts=2, backoff_base=0.01)
+    async with (
+        aiohttp.ClientSession(middlewares=(RetryMiddleware(policy=policy),)) as session,
+        session.request(method, f"{url}/upload", data=body) as response,
+    ):
+        return report_of(response).attempts
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST"])
+def test_a_file_body_that_can_seek_is_sent_again_from_where_it_began(
+    tmp_path: pathlib.Path, method: str
+) -> None:
+    """(A POST too: a 503 says the server did no work.) The file was read from its
+    second line on: that is where each attempt starts."""
+    path = tmp_path / "upload.csv"
+    path.write_bytes(b"header\n" + b"a,b\n1,2\n" * 5000)
+    server = _BusyOnceServer()
+    with path.open("rb") as file, loopback_server(server) as url:
+        file.readline()
+        attempts = asyncio.run(_send(url, method, file))
+    assert attempts == 2
+    first, second = server.bodies
+    assert first == second == b"a,b\n1,2\n" * 5000
+
+
+def test_a_bytesio_body_is_sent_again() -> None:
+    server = _BusyOnceServer()
+    with loopback_server(server) as url:
+        attempts = asyncio.run(_send(url, "PUT", io.BytesIO(b"row\n" * 20000)))
+    assert attempts == 2
+    assert server.bodies == [b"row\n" * 20000] * 2
+
+
+class _Unseekable(io.BytesIO):
+    """A file that says it cannot seek (a pipe's, a socket's)."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+def test_a_file_body_that_cannot_seek_is_sent_once() -> None:
+    server = _BusyOnceServer()
     with loopback_server(server) as url, pytest.raises(retrysafe.ApiError) as caught:
-        asyncio.run(_put(url, form))
-    assert caught.value.reason == "unsafe_to_repeat"
+        asyncio.run(_send(url, "PUT", _Unseekable(b"row\n" * 100)))
+    assert (caught.value.reason, caught.value.spent_body) == ("unsafe_to_repeat", True)
     assert len(server.bodies) == 1

@@ -1,4 +1,4 @@
-"""retrysafe for ``aiohttp``: :class:`RetryMiddleware`, a client middleware (aiohttp >= 3.12).
+"""retrysafe for ``aiohttp``: :class:`RetryMiddleware`, a client middleware (aiohttp >= 3.12.1).
 
 ::
 
@@ -21,12 +21,12 @@ try:
     import aiohttp as _aiohttp
 except ImportError as missing:  # pragma: no cover - exercised without the extra only
     raise ImportError(
-        "retrysafe.aiohttp needs aiohttp 3.12 or later: pip install 'retrysafe[aiohttp]'"
+        "retrysafe.aiohttp needs aiohttp 3.12.1 or later: pip install 'retrysafe[aiohttp]'"
     ) from missing
 
 if not hasattr(_aiohttp, "ClientMiddlewareType"):  # pragma: no cover - old aiohttp only
     raise ImportError(
-        f"retrysafe.aiohttp needs aiohttp 3.12 or later (client middlewares), found "
+        f"retrysafe.aiohttp needs aiohttp 3.12.1 or later (client middlewares), found "
         f"{_aiohttp.__version__}: pip install 'retrysafe[aiohttp]'"
     )
 

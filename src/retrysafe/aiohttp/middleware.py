@@ -31,7 +31,7 @@ import anyio
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.multipart import MultipartWriter
-from aiohttp.payload import BytesPayload
+from aiohttp.payload import BytesPayload, IOBasePayload
 from yarl import URL
 
 from retrysafe.aiohttp.errors import as_aiohttp_error
@@ -407,14 +407,27 @@ class _Attempt:
 
 def _replayable(body: object) -> bool:
     """Whether aiohttp can send ``body`` again, the same: none, bytes (a string, a form,
-    JSON), or a multipart body (``FormData`` with a file, ``MultipartWriter``) made of
-    those alone. A part read from a file or a stream is not: what it sends again depends
-    on where that was left."""
+    JSON), a file that can seek (aiohttp notes where the file was as it first sends it,
+    and seeks back there before each send after), or a multipart body (``FormData``,
+    ``MultipartWriter``) made of those alone. A stream or a generator is not: what it
+    sends again depends on where it was left."""
     if body == b"" or isinstance(body, BytesPayload):
         return True
+    if isinstance(body, IOBasePayload):
+        # (aiohttp 3.12.0 neither seeks back nor has `consumed`: it would send the rest of
+        # the file, so there a file body goes once)
+        return getattr(body, "consumed", True) is False and _seekable(body._value)
     if isinstance(body, MultipartWriter):
         return all(_replayable(part) for part, _, _ in body)
     return False
+
+
+def _seekable(file: object) -> bool:
+    """Whether ``file`` says it can seek (a failing or missing ``seekable()``: no)."""
+    try:
+        return bool(file.seekable())  # type: ignore[attr-defined]
+    except Exception:
+        return False
 
 
 def _carry_cookie_header(drive: Drive, request: ClientRequest) -> None:
