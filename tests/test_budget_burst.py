@@ -9,9 +9,13 @@ Arithmetic on the fake clock; the same over real sockets is
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 import pytest
 
-from retrysafe.governor import BudgetSettings
+import retrysafe
+from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.guard import DependencyGuard
 from retrysafe.testing import FakeClock
@@ -138,7 +142,66 @@ def test_a_guard_with_overflow_is_not_at_rest() -> None:
     assert guard.at_rest()
 
 
-@pytest.mark.parametrize("window", [-1.0, float("inf"), float("nan")])
+@pytest.mark.parametrize("window", [-1.0, float("inf"), float("nan"), 1e-320, 0.0005])
 def test_a_burst_window_that_is_no_number_of_seconds_is_refused(window: float) -> None:
     with pytest.raises(ValueError, match="burst_window"):
         BudgetSettings(burst_window=window)
+
+
+def _client_over(handler: Any, clock: FakeClock, governor: Governor) -> retrysafe.Client:
+    return retrysafe.Client(transport=httpx.MockTransport(handler), clock=clock, governor=governor)
+
+
+def test_a_call_earns_as_its_first_attempt_ends_not_as_it_is_admitted() -> None:
+    # Gathered calls wait for the pool's connections after they are admitted, some for
+    # longer than the window (trial108: 2,000 calls on 10 connections lost 73 to
+    # BudgetExhausted, earned at admission and expired before their retries).
+    clock = FakeClock()
+    governor = Governor(GovernorSettings(breaker=None), clock=clock)
+
+    def after_a_long_queue(request: httpx.Request) -> httpx.Response:
+        clock.advance(15)  # admitted at 0 s, answered at 15 s
+        return httpx.Response(200)
+
+    with _client_over(after_a_long_queue, clock, governor) as client:
+        client.get("http://api.test/")
+    clock.advance(8)  # 23 s: 8 s after the answer, 23 s after the admission
+    budget = governor.guard("http://api.test:80").budget
+    assert budget is not None
+    assert budget.tokens == pytest.approx(60.27)
+
+
+def test_a_failed_first_attempt_earns_before_its_retry_asks() -> None:
+    # A bucket of none: the call's own 1.0 pays for its own retry.
+    clock = FakeClock(randoms=[0.0])
+    tiny = BudgetSettings(ratio=1.0, max_tokens=1, min_per_second=0, burst_window=0)
+    governor = Governor(GovernorSettings(budget=tiny, breaker=None), clock=clock)
+    budget = governor.guard("http://api.test:80").budget
+    assert budget is not None
+    assert budget.try_spend()  # empty
+    replies = [503, 200]
+    with _client_over(lambda _: httpx.Response(replies.pop(0)), clock, governor) as client:
+        assert client.get("http://api.test/").status_code == 200
+    assert budget.tokens == 0
+
+
+@pytest.mark.parametrize("fake", ["governor", "client"])
+def test_the_budget_keeps_its_own_time_when_the_client_reads_another_clock(fake: str) -> None:
+    # (A test that gave only one of them a fake clock: the overflow must still expire
+    # on the budget's own clock, as it did before the drive handed it readings.)
+    clock = FakeClock()
+    governor = Governor(GovernorSettings(breaker=None), clock=clock if fake == "governor" else None)
+    client_clock = clock if fake == "client" else None
+    with retrysafe.Client(
+        transport=httpx.MockTransport(lambda _: httpx.Response(200)),
+        clock=client_clock,
+        governor=governor,
+    ) as client:
+        for _ in range(100):
+            client.get("http://api.test/")
+    budget = governor.guard("http://api.test:80").budget
+    assert budget is not None
+    assert budget.tokens == pytest.approx(87)
+    if fake == "governor":
+        clock.advance(11)
+        assert budget.tokens == 60

@@ -19,19 +19,22 @@ _SLOTS: Final = 10
 
 
 class RetryBudget:
-    """A token bucket: first attempts earn ``ratio`` tokens, a retry spends one.
+    """A token bucket: each call's first attempt earns ``ratio`` tokens as it ends (before
+    the call may ask for a retry), a retry spends one.
 
     During a full outage every call fails, so retries soon drain the bucket and
     the load on the dependency stays near ``1 + ratio`` times the calls instead
     of ``attempts`` times. Thread-safe; never below zero.
 
     The bucket holds ``max_tokens``. What its calls earn while it is full is kept
-    apart for ``burst_window`` seconds (the *overflow*), and a retry spends that
-    first: a burst's calls earn their tokens all together as they start, and their
-    retries come after, so a burst of 1,000 calls pays for its own retries rather than
-    finding 60 tokens kept of the 270 it earned. Earnings older than the window are
-    lost, as a full bucket's were: what a long healthy run earned does not pile up
-    for the next outage beyond ``max_tokens`` plus one window's earnings.
+    apart for ``burst_window`` seconds (the *overflow*, in ten slots: an earning lasts
+    between nine and ten tenths of the window), and a retry spends that first: a
+    burst's calls earn their tokens together, and their retries come after, so a burst
+    of 1,000 calls pays for its own retries rather than finding 60 tokens kept of the
+    270 it earned. Earnings older than the window are lost, as a full bucket's were:
+    what a long healthy run earned does not pile up for the next outage beyond
+    ``max_tokens`` plus one window's earnings. (A refund past a full bucket counts as
+    earned when it is made.)
     """
 
     def __init__(self, settings: BudgetSettings, clock: Clock) -> None:
@@ -60,8 +63,8 @@ class RetryBudget:
             return self._tokens >= self.settings.max_tokens and self._overflow_now(now) == 0.0
 
     def record_first_attempt(self, now: float | None = None) -> None:
-        """A new call starts (at ``now``, on the budget's clock: None reads it): earn
-        ``ratio`` tokens."""
+        """A call's first attempt ended (at ``now``, on the budget's clock: None reads
+        it): earn ``ratio`` tokens."""
         settings = self.settings
         overflow = self._overflow
         if self._tokens >= settings.max_tokens:

@@ -225,8 +225,6 @@ class FleetGuard(DependencyGuard):
                 permit=Permit(allowed=False, retry_at=now + answer.seconds),
                 detail=explain_fleet_probing(answer.seconds),
             )
-        if self.budget is not None and call.attempts == 0:
-            self.budget.record_first_attempt()
         permit = FleetPermit(
             allowed=True,
             probe=True,

@@ -136,7 +136,8 @@ class DependencyGuard:
         """May the call's next attempt start now? A cooldown is only reported (nothing
         reserved), unless the attempt already waited out one at least half as long (see
         :func:`waits_out`); otherwise a paced slot is reserved (unless the call holds
-        one), then the breaker is asked. A first attempt earns the retry budget its share."""
+        one), then the breaker is asked. (A first attempt earns the retry budget its share
+        as it ends: :meth:`first_attempt_ended`.)"""
         limiter = self.limiter
         reserved = False
         slot = 0.0
@@ -161,8 +162,6 @@ class DependencyGuard:
                 permit = breaker.acquire(probe_lease=lease_for_probe(call.probe_lease(), breaker))
             if reserved and not permit.allowed and limiter is not None:
                 limiter.release(slot)  # the slot taken for this attempt goes back
-        if self.budget is not None and call.attempts == 0 and (permit is None or permit.allowed):
-            self.budget.record_first_attempt()
         if permit is None:
             return OPEN_ADMISSION
         return self._admission_for(permit)
@@ -170,10 +169,10 @@ class DependencyGuard:
     def admit_at_once(self, now: float, patience: float) -> Admission | None:
         """The admission :meth:`admit` gives a call's first attempt, starting ``now``,
         when nothing holds it back (no cooldown, no pacing, the breaker closed or off),
-        having earned the retry budget its share as :meth:`admit` does, and told the
-        breaker the attempt waits ``patience`` seconds for its answer, until ``now +
-        patience`` (:meth:`expect_answer`); None, with nothing done, otherwise: then ask
-        :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
+        having told the breaker the attempt waits ``patience`` seconds for its answer,
+        until ``now + patience`` (:meth:`expect_answer`); None, with nothing done,
+        otherwise: then ask :meth:`admit`. The short path of every fresh call (see
+        ``first_attempt``)."""
         limiter = self.limiter
         if limiter is not None and (
             limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
@@ -182,8 +181,6 @@ class DependencyGuard:
         breaker = self.breaker
         if breaker is not None and not breaker.closed:
             return None
-        if self.budget is not None:
-            self.budget.record_first_attempt(now)
         if breaker is None:
             return OPEN_ADMISSION
         breaker.expect_answer(now + patience, patience)
@@ -238,6 +235,13 @@ class DependencyGuard:
         if self.breaker is None:
             return None
         return self.breaker.answer_abandoned(until, waited)
+
+    def first_attempt_ended(self, now: float | None = None) -> None:
+        """A call's first attempt got its outcome, ``now`` (None: the budget reads its
+        clock): the retry budget earns its share (``ratio``), once a call, before the
+        call asks for a retry (see ``Drive._first_attempt_ended``)."""
+        if self.budget is not None:
+            self.budget.record_first_attempt(now)
 
     def healthy_call(
         self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None

@@ -8,6 +8,11 @@ from retrysafe.validation import check, check_number
 __all__ = ["BreakerSettings", "BudgetSettings", "GovernorSettings", "LimiterSettings"]
 
 
+#: The shortest ``burst_window`` above 0: its slots are a tenth of it, numbered by the
+#: clock's seconds, and a window of 1e-320 s overflowed the numbering.
+_SHORTEST_WINDOW = 0.001
+
+
 def _positive(owner: str, field: str, value: float, *, allow_zero: bool = False) -> None:
     check_number(owner, field, value, positive=not allow_zero, infinite_ok=False)
 
@@ -16,7 +21,8 @@ def _positive(owner: str, field: str, value: float, *, allow_zero: bool = False)
 class BudgetSettings:
     """A retry budget: a token bucket shared by every call to one dependency.
 
-    Each first attempt earns ``ratio`` tokens and each retry spends one, so
+    Each call's first attempt earns ``ratio`` tokens, as it ends, and each retry
+    spends one, so
     retries stay near ``ratio`` of the traffic however many calls fail. The
     bucket holds at most ``max_tokens`` (it starts full) and refills at
     ``min_per_second`` so a quiet client can still retry now and then. What calls
@@ -32,7 +38,8 @@ class BudgetSettings:
       0.2 + 0.04 + 0.008 = 0.248 retries per call, so the ratio must exceed
       that (a seeded simulation of 100,000 calls at 20 % loses 0.28 points at
       0.25, none at 0.27). In a full outage the budget alone lets
-      ``1 + ratio`` attempts per call through, so 0.3 is the ceiling for the
+      ``1 + ratio`` attempts per call through (plus what is kept: the bucket,
+      and what the last ``burst_window`` earned), so 0.3 is the ceiling for the
       1.3x target. The references sit below a 20 % failure rate's need: gRPC's
       0.1 (the old default, which refused 30 of 200 calls at 20 % failures,
       issue 9) and Finagle's and Envoy's 20 %.
@@ -48,16 +55,16 @@ class BudgetSettings:
       little) still gets a retry every two seconds; Finagle's floor of 10/s
       suits a busy server, not a client library, where it would lift the
       budget for every caller under ~40 calls/s.
-    - ``burst_window=10``: a burst's calls earn their tokens all together as they
-      start, and their retries follow within the backoff (0.25 s, 0.5 s, 1 s
-      from the first, plus each failed attempt's time). With the bucket alone, 1,000
-      calls started at once earned 270 tokens and it kept 60, so at 10 % failures
-      40 to 57 of them ended in ``BudgetExhausted`` (a user trial; 144 to 182 at
-      20 %). Kept 10 s, as Finagle keeps its deposits, the burst's own earnings pay
-      for its retries (``benchmarks/budget_burst.py``). The price: an outage that
-      begins after healthy traffic may at first see, beyond the bucket, up to
-      ``ratio`` times the calls of the last 10 s in retries, once (the breaker
-      opens after 20 failures in a row and ends it sooner). 0 keeps only the bucket.
+    - ``burst_window=10``: a burst's calls earn their tokens together, as their
+      first attempts end, and their retries follow within the backoff (0.25 s,
+      0.5 s, 1 s from the first). With the bucket alone, 1,000 calls started at once
+      earned 270 tokens and it kept 60, so at 10 % failures 40 to 57 of them ended
+      in ``BudgetExhausted`` (a user trial; 144 to 182 at 20 %). Kept 10 s, as
+      Finagle keeps its deposits, the burst's own earnings pay for its retries
+      (``benchmarks/budget_burst.py``). The price: an outage that begins after
+      healthy traffic may at first see, beyond the bucket, up to ``ratio`` times the
+      calls of the last 10 s in retries, once (the breaker opens after 20 failures
+      in a row and ends it sooner). 0 keeps only the bucket.
     """
 
     ratio: float = 0.27
@@ -70,6 +77,12 @@ class BudgetSettings:
         _positive("BudgetSettings", "max_tokens", self.max_tokens)
         _positive("BudgetSettings", "min_per_second", self.min_per_second, allow_zero=True)
         _positive("BudgetSettings", "burst_window", self.burst_window, allow_zero=True)
+        if 0 < self.burst_window < _SHORTEST_WINDOW:
+            raise ValueError(
+                f"BudgetSettings: burst_window={self.burst_window!r} is shorter than "
+                f"{_SHORTEST_WINDOW} s, too short to keep anything: give 0 to keep only "
+                "the bucket, or a number of seconds such as 10"
+            )
 
 
 @frozen_value(kw_only=True)
