@@ -2,27 +2,27 @@
 
 A user trial found that 1,000 calls started at once through one ``AsyncClient``, at 10 %
 independent failures, ended 40 to 57 of them in ``BudgetExhausted``, where a plain
-retrier saved them all: the calls earned 270 tokens as they started and the bucket kept
-60. ``BudgetSettings.burst_window`` keeps what calls earn past a full bucket for that many
-seconds (10 by default). This measures both sides of that choice over loopback, against
-the chaos server (in this process, on a background thread), counting requests from the
-server's own log:
+retrier saved them all: the calls earned 270 tokens as they were admitted and the bucket
+kept 60. Now a call earns as its first attempt ends, and ``BudgetSettings.burst_window``
+(off by default) can also keep what calls earn past a full bucket for that many seconds.
+This measures both over loopback, against the chaos server (in this process, on a
+background thread), counting requests from the server's own log:
 
-1. **Bursts.** ``--calls`` calls (1,000) gathered at once on one ``AsyncClient`` with 100
-   connections, to ``/flaky?rate=R`` (one key per call, so every configuration sees the
-   same draws), at 10, 20 and 30 % failures, for each seed: the calls that failed, by
-   error, and the requests per call.
+1. **Bursts.** ``--calls`` calls (1,000) gathered at once on one ``AsyncClient`` with
+   ``--connections`` connections (100), to ``/flaky?rate=R`` (one key per call, so every
+   configuration sees the same draws), at 10, 20 and 30 % failures, for each seed: the
+   calls that failed, by error, and the requests per call.
 2. **An outage after healthy traffic.** 100 calls a second for 12 s to a healthy
    endpoint, then 3 s to ``/status/503``: the requests per call during the outage, with
-   the budget only (no breaker), and with the defaults, whose breaker opens after 20
-   failures in a row and ends the outage's retries. The window's price is here: what
-   the last 10 s of healthy calls earned can be spent at the outage's start, once.
+   the budget only (no breaker), with and without a window, and with the defaults, whose
+   breaker opens after 20 failures in a row and ends the outage's retries. The window's
+   price is here: what the last 10 s of healthy calls earned can be spent at the
+   outage's start, once.
 
-Configurations: ``Client()`` (the defaults: ``burst_window=10``), ``bucket alone``
-(``burst_window=0``: the budget before the window) and ``plain retrier``
+Configurations: ``Client()`` (the defaults), ``burst_window=10``, and ``plain retrier``
 (``GovernorSettings.off()``), all with the default 4-attempt ``RetryPolicy``.
 
-    .venv/bin/python benchmarks/budget_burst.py [--calls N] [--seeds S] [--quick]
+    .venv/bin/python benchmarks/budget_burst.py [--calls N] [--seeds S] [--connections C] [--quick]
 """
 
 from __future__ import annotations
@@ -39,29 +39,35 @@ import retrysafe
 from retrysafe.chaos import ChaosServer
 from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
 
-LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 RATES = (0.1, 0.2, 0.3)
 
 #: name -> governor settings for the burst runs (None: the default Client()).
 BURST_CONFIGS: dict[str, GovernorSettings | None] = {
     "Client()": None,
-    "bucket alone": GovernorSettings(budget=BudgetSettings(burst_window=0)),
+    "burst_window=10": GovernorSettings(budget=BudgetSettings(burst_window=10)),
     "plain retrier": GovernorSettings.off(),
 }
 #: name -> governor settings for the outage runs: the budget only, with and without the
 #: window, then the defaults (None), whose breaker ends an outage's retries.
 OUTAGE_CONFIGS: dict[str, GovernorSettings | None] = {
-    "budget, burst_window=10": GovernorSettings(breaker=None),
-    "budget, burst_window=0": GovernorSettings(breaker=None, budget=BudgetSettings(burst_window=0)),
+    "budget, burst_window=10": GovernorSettings(
+        breaker=None, budget=BudgetSettings(burst_window=10)
+    ),
+    "budget alone (default)": GovernorSettings(breaker=None),
     "plain retrier": GovernorSettings.off(),
     "Client() (budget, breaker)": None,
 }
 
 
+#: The client's pool (``--connections``): 100, httpx's default.
+CONNECTIONS = [100]
+
+
 def make_client(settings: GovernorSettings | None) -> retrysafe.AsyncClient:
+    limits = httpx.Limits(max_connections=CONNECTIONS[0], max_keepalive_connections=CONNECTIONS[0])
     if settings is None:
-        return retrysafe.AsyncClient(limits=LIMITS)
-    return retrysafe.AsyncClient(limits=LIMITS, governor=Governor(settings))
+        return retrysafe.AsyncClient(limits=limits)
+    return retrysafe.AsyncClient(limits=limits, governor=Governor(settings))
 
 
 async def _one(client: retrysafe.AsyncClient, url: str) -> str:
@@ -136,12 +142,20 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="calls per burst (1000)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per rate (3)")
     parser.add_argument("--quick", action="store_true", help="one seed, a 5 s healthy run")
+    parser.add_argument(
+        "--connections", type=int, default=100, help="the client's pool, for the bursts (100)"
+    )
+    parser.add_argument("--bursts-only", action="store_true", help="leave the outage out")
     args = parser.parse_args()
+    CONNECTIONS[0] = args.connections
     seeds = 1 if args.quick else args.seeds
     healthy_s = 5.0 if args.quick else 12.0
 
     with ChaosServer() as server:
-        print(f"1. Bursts: {args.calls} calls gathered at once, one AsyncClient, 100 connections")
+        print(
+            f"1. Bursts: {args.calls} calls gathered at once, one AsyncClient, "
+            f"{args.connections} connections"
+        )
         print(f"  {'config':<15} {'rate':>5} {'seed':>4} {'failed':>6} {'req/call':>8}  failures")
         for rate in RATES:
             for seed in range(1, seeds + 1):
@@ -151,6 +165,9 @@ def main() -> None:
                         f"  {name:<15} {rate:>5.0%} {seed:>4} {row['failed']:>6} "
                         f"{row['requests_per_call']:>8.3f}  {row['outcomes'] or ''}"
                     )
+        if args.bursts_only:
+            return
+        CONNECTIONS[0] = 100
         print(
             f"\n2. An outage after healthy traffic: 100 calls/s, {healthy_s:g} s healthy, "
             "then 3 s of 503s"

@@ -1,10 +1,9 @@
 """The retry budget pays for a burst's retries from what the burst earned.
 
-A burst's calls earn their tokens all together as they start, and their retries come
-after. The bucket holds ``max_tokens``; what calls earn while it is full is kept
-``burst_window`` seconds (the overflow), spent before the bucket, oldest first.
-Arithmetic on the fake clock; the same over real sockets is
-``benchmarks/budget_burst.py``.
+A call earns as its first attempt ends, before it may ask for a retry. With a
+``burst_window`` (off by default), what calls earn while the bucket is full is kept that
+many seconds (the overflow), spent before the bucket, oldest first. Arithmetic on the fake
+clock; the same over real sockets is ``benchmarks/budget_burst.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +19,14 @@ from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.guard import DependencyGuard
 from retrysafe.testing import FakeClock
 
+#: A budget with a burst window (off by default) of 10 s.
+WINDOWED = BudgetSettings(burst_window=10)
+
 
 def _budget(clock: FakeClock, **settings: float) -> RetryBudget:
-    return RetryBudget(BudgetSettings(min_per_second=0, **settings), clock)
+    return RetryBudget(
+        BudgetSettings(min_per_second=0, **{"burst_window": 10.0, **settings}), clock
+    )
 
 
 def _spend_all(budget: RetryBudget) -> int:
@@ -157,7 +161,7 @@ def test_a_call_earns_as_its_first_attempt_ends_not_as_it_is_admitted() -> None:
     # longer than the window (trial108: 2,000 calls on 10 connections lost 73 to
     # BudgetExhausted, earned at admission and expired before their retries).
     clock = FakeClock()
-    governor = Governor(GovernorSettings(breaker=None), clock=clock)
+    governor = Governor(GovernorSettings(budget=WINDOWED, breaker=None), clock=clock)
 
     def after_a_long_queue(request: httpx.Request) -> httpx.Response:
         clock.advance(15)  # admitted at 0 s, answered at 15 s
@@ -190,7 +194,10 @@ def test_the_budget_keeps_its_own_time_when_the_client_reads_another_clock(fake:
     # (A test that gave only one of them a fake clock: the overflow must still expire
     # on the budget's own clock, as it did before the drive handed it readings.)
     clock = FakeClock()
-    governor = Governor(GovernorSettings(breaker=None), clock=clock if fake == "governor" else None)
+    governor = Governor(
+        GovernorSettings(budget=WINDOWED, breaker=None),
+        clock=clock if fake == "governor" else None,
+    )
     client_clock = clock if fake == "client" else None
     with retrysafe.Client(
         transport=httpx.MockTransport(lambda _: httpx.Response(200)),

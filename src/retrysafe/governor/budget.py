@@ -26,13 +26,13 @@ class RetryBudget:
     the load on the dependency stays near ``1 + ratio`` times the calls instead
     of ``attempts`` times. Thread-safe; never below zero.
 
-    The bucket holds ``max_tokens``. What its calls earn while it is full is kept
-    apart for ``burst_window`` seconds (the *overflow*, in ten slots: an earning lasts
-    between nine and ten tenths of the window), and a retry spends that first: a
-    burst's calls earn their tokens together, and their retries come after, so a burst
-    of 1,000 calls pays for its own retries rather than finding 60 tokens kept of the
-    270 it earned. Earnings older than the window are lost, as a full bucket's were:
-    what a long healthy run earned does not pile up for the next outage beyond
+    The bucket holds ``max_tokens``. With a ``burst_window`` (0 by default: none),
+    what its calls earn while it is full is kept apart for that many seconds (the
+    *overflow*, in ten slots: an earning lasts between nine and ten tenths of the
+    window), and a retry spends that first: for a burst whose failures end long after
+    its successes (attempts that time out), whose earnings a full bucket would have
+    turned away by then. Earnings older than the window are lost, as a full bucket's
+    are: what a long healthy run earned does not pile up for the next outage beyond
     ``max_tokens`` plus one window's earnings. (A refund past a full bucket counts as
     earned when it is made.)
     """
