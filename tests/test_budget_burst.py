@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -18,6 +19,8 @@ from retrysafe.governor import BudgetSettings, Governor, GovernorSettings
 from retrysafe.governor.budget import RetryBudget
 from retrysafe.governor.guard import DependencyGuard
 from retrysafe.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
 
 #: A budget with a burst window (off by default) of 10 s.
 WINDOWED = BudgetSettings(burst_window=10)
@@ -212,3 +215,41 @@ def test_the_budget_keeps_its_own_time_when_the_client_reads_another_clock(fake:
     if fake == "governor":
         clock.advance(11)
         assert budget.tokens == 60
+
+
+async def test_a_burst_answered_after_it_was_all_admitted_pays_for_its_retries() -> None:
+    # 400 calls gathered at once, all admitted before any answer comes (as calls queue
+    # for a pool), every fourth failing once. Earned as they were admitted, the calls'
+    # 108 tokens came to a full bucket and were lost, and 40 of the 100 retries were
+    # refused; earned as each answer comes, the successes refill what the retries spend.
+    calls, clock = 400, FakeClock()
+    all_admitted = anyio.Event()
+    arrived: set[str] = set()
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        key = request.url.params["key"]
+        first = key not in arrived
+        arrived.add(key)
+        if len(arrived) == calls:
+            all_admitted.set()
+        await all_admitted.wait()
+        return httpx.Response(503 if first and int(key) % 4 == 3 else 200)
+
+    governor = Governor(GovernorSettings(breaker=None), clock=clock)
+    async with retrysafe.AsyncClient(
+        transport=httpx.MockTransport(answer), clock=clock, governor=governor
+    ) as client:
+        outcomes: list[str] = []
+
+        async def call(key: int) -> None:
+            try:
+                await client.get("http://api.test/", params={"key": key})
+            except retrysafe.ApiError as error:
+                outcomes.append(type(error).__name__)
+            else:
+                outcomes.append("ok")
+
+        async with anyio.create_task_group() as group:
+            for key in range(calls):
+                group.start_soon(call, key)
+    assert outcomes == ["ok"] * calls
