@@ -594,7 +594,7 @@ class Drive:
                     admission: Admission | None = OPEN_ADMISSION
                 else:
                     patience = self._patience(plan.timeout)
-                    admission = guard.admit_at_once(now, patience)
+                    admission = guard.admit_at_once(now + patience, patience)
                     if admission is not None:
                         self._answer_by = now + patience  # (what the breaker was told)
                 if admission is not None:
@@ -680,16 +680,14 @@ class Drive:
             guard = self._guard
             now = monotonic_of(self.settings.clock)
             if guard is not None:
-                # (the governor's own reading, unless it reads the same clock)
-                governor_now = now if self.settings.shares_clock else None
-                guard.first_attempt_ended(governor_now)  # (the call ends here: no flag)
+                guard.first_attempt_ended()  # (the call ends here: no flag to set)
                 if first.permit is not None:
                     # (admitted while closed; the time the server was given: see
                     # _time_queued)
                     took = now - first.started
                     if self.attempt_sent_at is not None:
                         took = max(0.0, took - self._time_queued())
-                    guard.healthy_call(took, self._answer_by, governor_now)
+                    guard.healthy_call(took, self._answer_by)
                     self._answer_by = _NO_ANSWER_EXPECTED
             return first_success(
                 self.request,

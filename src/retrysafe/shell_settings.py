@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import httpx
 
-from retrysafe.clock import Clock, SystemClock, checked_clock
+from retrysafe.clock import Clock, checked_clock
 from retrysafe.governor import Governor, GovernorSettings
 from retrysafe.named_tuple import NamedTuple
 from retrysafe.observe import EventHook, Observer
@@ -61,11 +61,6 @@ class ShellSettings(NamedTuple):
     #: raise_on_status=False); False for retrysafe's clients and the adapters raising on
     #: status, which raise it as an error carrying its body (see ``Call``).
     returns_answers: bool = True
-    #: Whether the governor reads the same time as ``clock`` (the same clock, or both
-    #: the system's), so that a reading the drive took can be handed to its budget and
-    #: breaker instead of their reading again; not where a test gave one a fake clock
-    #: and the other none.
-    shares_clock: bool = True
 
     @classmethod
     def build(
@@ -128,16 +123,12 @@ class ShellSettings(NamedTuple):
                 f"no spaces), e.g. deadline_header='Request-Timeout'; got {deadline_header!r}"
             )
         clock = checked_clock(clock)
-        if governor is None:
-            governor = Governor(clock=clock)
         return cls(
             policy=policy,
             clock=clock,
-            governor=governor,
+            governor=governor if governor is not None else Governor(clock=clock),
             observer=Observer(hooks),
             dependency=dependency,
             raise_errors=bool(raise_errors),
             deadline_header=deadline_header,
-            shares_clock=governor.clock is clock
-            or (type(governor.clock) is SystemClock and type(clock) is SystemClock),
         )

@@ -521,17 +521,13 @@ class CircuitBreaker:
                         transition = changed
             return transition
 
-    def record_healthy_call(
-        self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None
-    ) -> None:
+    def record_healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """Count a call that succeeded at once, admitted while closed, its attempt taking
-        ``seconds`` (and told to :meth:`expect_answer` with ``until``), ending ``now`` (on
-        the breaker's clock; None reads it): what ``record(CLOSED_PERMIT, "healthy",
-        seconds=seconds)`` and :meth:`answer_ended` do, on the short path every healthy
-        call takes."""
-        if now is None:
-            now = monotonic_of(self._clock)
+        ``seconds`` (and told to :meth:`expect_answer` with ``until``): what
+        ``record(CLOSED_PERMIT, "healthy", seconds=seconds)`` and :meth:`answer_ended` do,
+        on the short path every healthy call takes."""
         with self._lock:
+            now = monotonic_of(self._clock)
             if until == self._waiting_until:
                 self._waiting_until = -math.inf
             self._answers.append((now, seconds))

@@ -62,16 +62,14 @@ class RetryBudget:
             now = self._refill()
             return self._tokens >= self.settings.max_tokens and self._overflow_now(now) == 0.0
 
-    def record_first_attempt(self, now: float | None = None) -> None:
-        """A call's first attempt ended (at ``now``, on the budget's clock: None reads
-        it): earn ``ratio`` tokens."""
+    def record_first_attempt(self) -> None:
+        """A call's first attempt ended: earn ``ratio`` tokens."""
         settings = self.settings
         overflow = self._overflow
         if self._tokens >= settings.max_tokens:
             # Full (the healthy steady state): the earnings go to the overflow, if kept.
             if overflow:
-                if now is None:
-                    now = monotonic_of(self._clock)
+                now = monotonic_of(self._clock)
                 slot = int(now * self._slots_per_second)
                 # (acquire and release, not `with`: the compiled build calls the two
                 # methods directly, where `with` costs it as much as the rest together)

@@ -144,11 +144,11 @@ class FleetGuard(DependencyGuard):
             return DependencyGuard.admit(self, call)  # the healthy path: no round trip
         return self._admit_with_fleet(call)
 
-    def admit_at_once(self, now: float, patience: float) -> Admission | None:
+    def admit_at_once(self, until: float, patience: float) -> Admission | None:
         """As :meth:`DependencyGuard.admit_at_once` while the fleet is calm and does not
         pace; otherwise None (ask :meth:`admit`, which asks the fleet)."""
         if self.view.calm and self.rate is None:
-            return DependencyGuard.admit_at_once(self, now, patience)
+            return DependencyGuard.admit_at_once(self, until, patience)
         return None
 
     def _admit_with_fleet(self, call: CallFacts) -> Admission:
@@ -299,12 +299,10 @@ class FleetGuard(DependencyGuard):
 
     # -- the engine's effects ------------------------------------------------------------
 
-    def healthy_call(
-        self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None
-    ) -> None:
+    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """As :meth:`DependencyGuard.healthy_call`, and end the fleet view's run of
         failures (withdrawing this process's vote) as a healthy outcome does."""
-        DependencyGuard.healthy_call(self, seconds, until, now)
+        DependencyGuard.healthy_call(self, seconds, until)
         view = self.view
         if view.failing or view.voted:
             recovered(view, self.fleet, self.dependency)

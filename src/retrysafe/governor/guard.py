@@ -166,13 +166,12 @@ class DependencyGuard:
             return OPEN_ADMISSION
         return self._admission_for(permit)
 
-    def admit_at_once(self, now: float, patience: float) -> Admission | None:
-        """The admission :meth:`admit` gives a call's first attempt, starting ``now``,
-        when nothing holds it back (no cooldown, no pacing, the breaker closed or off),
-        having told the breaker the attempt waits ``patience`` seconds for its answer,
-        until ``now + patience`` (:meth:`expect_answer`); None, with nothing done,
-        otherwise: then ask :meth:`admit`. The short path of every fresh call (see
-        ``first_attempt``)."""
+    def admit_at_once(self, until: float, patience: float) -> Admission | None:
+        """The admission :meth:`admit` gives a call's first attempt when nothing holds it
+        back (no cooldown, no pacing, the breaker closed or off), having told the breaker
+        the attempt waits ``patience`` seconds for its answer, until ``until``
+        (:meth:`expect_answer`); None, with nothing done, otherwise: then ask
+        :meth:`admit`. The short path of every fresh call (see ``first_attempt``)."""
         limiter = self.limiter
         if limiter is not None and (
             limiter.paced or (limiter._cooldown_until and limiter.cooldown_remaining() > 0)
@@ -183,7 +182,7 @@ class DependencyGuard:
             return None
         if breaker is None:
             return OPEN_ADMISSION
-        breaker.expect_answer(now + patience, patience)
+        breaker.expect_answer(until, patience)
         return self._admission_for(breaker.closed_permit)
 
     def _admission_for(self, permit: Permit) -> Admission:
@@ -236,23 +235,20 @@ class DependencyGuard:
             return None
         return self.breaker.answer_abandoned(until, waited)
 
-    def first_attempt_ended(self, now: float | None = None) -> None:
-        """A call's first attempt got its outcome, ``now`` (None: the budget reads its
-        clock): the retry budget earns its share (``ratio``), once a call, before the
-        call asks for a retry (see ``Drive._first_attempt_ended``)."""
+    def first_attempt_ended(self) -> None:
+        """A call's first attempt got its outcome: the retry budget earns its share
+        (``ratio``), once a call, before the call asks for a retry (see
+        ``Drive._first_attempt_ended``)."""
         if self.budget is not None:
-            self.budget.record_first_attempt(now)
+            self.budget.record_first_attempt()
 
-    def healthy_call(
-        self, seconds: float = 0.0, until: float = -math.inf, now: float | None = None
-    ) -> None:
+    def healthy_call(self, seconds: float = 0.0, until: float = -math.inf) -> None:
         """Count a call that succeeded at once while the breaker was closed, its attempt
-        taking ``seconds`` (and told to :meth:`expect_answer` with ``until``), ending
-        ``now`` (None: the breaker reads its clock): the effect
+        taking ``seconds`` (and told to :meth:`expect_answer` with ``until``): the effect
         :data:`retrysafe.engine.HEALTHY_WHILE_CLOSED`, applied on the shells' short path
         (what :meth:`apply` does with it, without its dispatch)."""
         if self.breaker is not None:
-            self.breaker.record_healthy_call(seconds, until, now)
+            self.breaker.record_healthy_call(seconds, until)
 
     def answer_retry(self, ask: AskRetry, now: float) -> RetryAnswer:
         """May the call retry after ``ask.wait`` seconds? Not while the breaker stays
