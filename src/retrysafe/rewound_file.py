@@ -21,7 +21,7 @@ from typing import Any, Final
 import httpx
 from httpx._content import IteratorByteStream
 
-__all__ = ["RewoundFile", "rewound_file_body"]
+__all__ = ["RewoundFile", "can_seek", "rewound_file_body"]
 
 #: How much of the file one read takes: httpx's own for a file body.
 _PIECE: Final = 65_536
@@ -43,6 +43,16 @@ class RewoundFile(httpx.SyncByteStream):
             piece = file.read(_PIECE)
 
 
+def can_seek(file: object) -> bool:
+    """Whether ``file`` says it can seek (``seekable()``). A missing or failing
+    ``seekable()`` cannot tell, so: no. (Each shell asks this of a file body before it
+    takes it for one it can send again: httpx's, requests', aiohttp's.)"""
+    try:
+        return bool(file.seekable())  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
 def rewound_file_body(stream: object) -> RewoundFile | None:
     """A :class:`RewoundFile` for ``stream`` if it is httpx's stream over a file object
     that can seek, not yet read (read already, its start is lost); else None."""
@@ -53,11 +63,11 @@ def rewound_file_body(stream: object) -> RewoundFile | None:
     file: Any = stream._stream
     if not callable(getattr(file, "read", None)):
         return None  # (an iterator of bytes: a generator, a list)
+    if not can_seek(file):
+        return None
     try:
-        if not file.seekable():
-            return None
         start = file.tell()
-    except Exception:  # (no seekable() or tell(), or they failed: it cannot be told)
+    except Exception:  # (no tell(), or it failed: where it begins cannot be told)
         return None
     if not isinstance(start, int):
         return None

@@ -54,6 +54,7 @@ from retrysafe.kept_body import READ_PIECE, BodyStart
 from retrysafe.observe import EventHook
 from retrysafe.policy import RetryPolicy
 from retrysafe.request_facts import IDEMPOTENCY_HEADER, DependencyNamer, new_idempotency_key
+from retrysafe.rewound_file import can_seek
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryMiddleware", "report_of"]
@@ -416,18 +417,10 @@ def _replayable(body: object) -> bool:
     if isinstance(body, IOBasePayload):
         # (aiohttp 3.12.0 neither seeks back nor has `consumed`: it would send the rest of
         # the file, so there a file body goes once)
-        return getattr(body, "consumed", True) is False and _seekable(body._value)
+        return getattr(body, "consumed", True) is False and can_seek(body._value)
     if isinstance(body, MultipartWriter):
         return all(_replayable(part) for part, _, _ in body)
     return False
-
-
-def _seekable(file: object) -> bool:
-    """Whether ``file`` says it can seek (a failing or missing ``seekable()``: no)."""
-    try:
-        return bool(file.seekable())  # type: ignore[attr-defined]
-    except Exception:
-        return False
 
 
 def _carry_cookie_header(drive: Drive, request: ClientRequest) -> None:

@@ -58,6 +58,7 @@ from retrysafe.requests.deadline_watch import Watch, bound_pools, current_watch,
 from retrysafe.requests.errors import as_requests_error
 from retrysafe.requests.failures import attempt_failure
 from retrysafe.requests.kept_body import read_at_most, read_keeping_raw
+from retrysafe.rewound_file import can_seek
 from retrysafe.shell_settings import ShellSettings
 
 __all__ = ["RetryAdapter", "report_of"]
@@ -340,13 +341,9 @@ def _rewindable(request: requests.PreparedRequest) -> bool:
     """Whether ``request``'s body is a file requests can seek back to where it began
     (``requests.utils.rewind_body``): requests noted its position as it prepared it, and
     the file says it can seek. (A pipe, a generator: spent once sent.)"""
-    body: Any = request.body
     if not isinstance(getattr(request, "_body_position", None), int):
         return False
-    try:
-        return callable(getattr(body, "seek", None)) and bool(body.seekable())
-    except Exception:  # (no seekable(), or it failed: it cannot be told)
-        return False
+    return callable(getattr(request.body, "seek", None)) and can_seek(request.body)
 
 
 class _Attempt:
