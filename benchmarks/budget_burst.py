@@ -59,12 +59,10 @@ OUTAGE_CONFIGS: dict[str, GovernorSettings | None] = {
 }
 
 
-#: The client's pool (``--connections``): 100, httpx's default.
-CONNECTIONS = [100]
-
-
-def make_client(settings: GovernorSettings | None) -> retrysafe.AsyncClient:
-    limits = httpx.Limits(max_connections=CONNECTIONS[0], max_keepalive_connections=CONNECTIONS[0])
+def make_client(settings: GovernorSettings | None, connections: int = 100) -> retrysafe.AsyncClient:
+    """An ``AsyncClient`` with ``settings`` (None: the defaults) and a pool of
+    ``connections`` (100, httpx's default)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     if settings is None:
         return retrysafe.AsyncClient(limits=limits)
     return retrysafe.AsyncClient(limits=limits, governor=Governor(settings))
@@ -78,17 +76,21 @@ async def _one(client: retrysafe.AsyncClient, url: str) -> str:
     return "ok" if response.status_code == 200 else f"status {response.status_code}"
 
 
-async def _burst(settings: GovernorSettings | None, urls: list[str]) -> collections.Counter[str]:
-    async with make_client(settings) as client:
+async def _burst(
+    settings: GovernorSettings | None, urls: list[str], connections: int
+) -> collections.Counter[str]:
+    async with make_client(settings, connections) as client:
         outcomes = await asyncio.gather(*(_one(client, url) for url in urls))
     return collections.Counter(outcomes)
 
 
-def burst(server: ChaosServer, name: str, rate: float, calls: int, seed: int) -> dict[str, Any]:
+def burst(
+    server: ChaosServer, name: str, rate: float, calls: int, seed: int, connections: int
+) -> dict[str, Any]:
     server.reset()
     urls = [f"{server.url}/flaky?rate={rate}&seed={seed}&key=c{i}" for i in range(calls)]
     began = time.monotonic()
-    outcomes = asyncio.run(_burst(BURST_CONFIGS[name], urls))
+    outcomes = asyncio.run(_burst(BURST_CONFIGS[name], urls, connections))
     requests = sum(1 for record in server.log() if record.endpoint == "flaky")
     return {
         "config": name,
@@ -147,7 +149,6 @@ def main() -> None:
     )
     parser.add_argument("--bursts-only", action="store_true", help="leave the outage out")
     args = parser.parse_args()
-    CONNECTIONS[0] = args.connections
     seeds = 1 if args.quick else args.seeds
     healthy_s = 5.0 if args.quick else 12.0
 
@@ -160,14 +161,13 @@ def main() -> None:
         for rate in RATES:
             for seed in range(1, seeds + 1):
                 for name in BURST_CONFIGS:
-                    row = burst(server, name, rate, args.calls, seed)
+                    row = burst(server, name, rate, args.calls, seed, args.connections)
                     print(
                         f"  {name:<15} {rate:>5.0%} {seed:>4} {row['failed']:>6} "
                         f"{row['requests_per_call']:>8.3f}  {row['outcomes'] or ''}"
                     )
         if args.bursts_only:
             return
-        CONNECTIONS[0] = 100
         print(
             f"\n2. An outage after healthy traffic: 100 calls/s, {healthy_s:g} s healthy, "
             "then 3 s of 503s"
